@@ -1,0 +1,696 @@
+"""One partition replica's log: segments, offsets, reads, rolls, truncation, retention.
+
+Kafka's `UnifiedLog` + `LocalLog` for local storage. The leader appends client batches with
+`append_as_leader` (validate, assign offsets by rewriting baseOffset, stamp the leader epoch,
+check producer state, then write); followers append fetched batches unchanged with
+`append_as_follower`. Opening and crash recovery live in `log_loader`.
+
+Invariants: log_start_offset <= high_watermark <= log_end_offset; segments are sorted by base
+offset, contiguous in offsets, and only the last (active) one is appended to; the recovery
+point never passes the log end offset.
+Thread-safety: every public method takes the log's lock, so a background cleaner or retention
+thread may run beside the appender.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from sparklog.errors import (
+    InvalidRecordError,
+    InvalidTimestampError,
+    MessageTooLargeError,
+    OffsetOutOfRangeError,
+    OutOfOrderSequenceNumberError,
+)
+from sparklog.records.batch import (
+    ATTRIBUTES_OFFSET,
+    CRC_OFFSET,
+    NO_PARTITION_LEADER_EPOCH,
+    TIMESTAMP_TYPE_MASK,
+    BatchHeader,
+    RecordBatch,
+    iter_batches,
+    stamp,
+)
+from sparklog.records.control import EndTransactionMarker, decode_end_txn_marker
+from sparklog.records.crc import crc32c
+from sparklog.records.errors import CorruptRecordError
+from sparklog.storage.config import LogConfig
+from sparklog.storage.epoch_cache import LeaderEpochFileCache
+from sparklog.storage.producer_state import (
+    AppendOrigin,
+    CompletedTxn,
+    DuplicateBatch,
+    ProducerAppendInfo,
+    ProducerStateManager,
+)
+from sparklog.storage.segment import LogSegment
+from sparklog.storage.txn_index import AbortedTxn
+
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+EPOCH_CHECKPOINT_FILE = "leader-epoch-checkpoint"
+
+
+@dataclass(frozen=True, slots=True)
+class LogAppendInfo:
+    """What an append did (Kafka's `LogAppendInfo`); `duplicate` means nothing was written."""
+
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    log_append_time_ms: int
+    log_start_offset: int
+    records_count: int
+    valid_bytes: int
+    duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class FetchDataInfo:
+    """Bytes read from the log: whole batches starting at or before `fetch_offset`."""
+
+    fetch_offset: int
+    records: bytes
+    high_watermark: int
+    log_start_offset: int
+    aborted_transactions: tuple[AbortedTxn, ...] | None = None
+
+
+class Log:
+    """A partition replica's log on local disk. Build one with `Log.open`."""
+
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        segments: list[LogSegment],
+        *,
+        log_start_offset: int,
+        recovery_point: int,
+        epoch_cache: LeaderEpochFileCache,
+        producer_state: ProducerStateManager,
+        now_ms: int,
+    ) -> None:
+        assert segments, "a log has at least one segment"
+        self.directory = directory
+        self.config = config
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self._lock = threading.RLock()
+        self.epoch_cache = epoch_cache
+        self.producer_state = producer_state
+        self.log_end_offset = segments[-1].read_next_offset()
+        self.log_start_offset = log_start_offset
+        self.recovery_point = min(recovery_point, self.log_end_offset)
+        self.high_watermark = max(log_start_offset, min(self.recovery_point, self.log_end_offset))
+        self._unflushed_messages = 0
+        self._last_flush_ms = now_ms
+        self.closed = False
+
+    @classmethod
+    def open(
+        cls,
+        directory: str | os.PathLike[str],
+        config: LogConfig | None = None,
+        *,
+        now_ms: int,
+        recovery_point: int = 0,
+        log_start_offset: int = 0,
+        producer_id_expiration_ms: int = 86_400_000,
+    ) -> Log:
+        """Open (creating or recovering) the log in `directory`; see `log_loader.load_log`."""
+        from sparklog.storage.log_loader import load_log
+
+        return load_log(
+            cls,
+            Path(directory),
+            config or LogConfig(),
+            now_ms=now_ms,
+            recovery_point=recovery_point,
+            log_start_offset=log_start_offset,
+            producer_id_expiration_ms=producer_id_expiration_ms,
+        )
+
+    # -- shape ------------------------------------------------------------------------------
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        with self._lock:
+            return list(self._segments)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def size_in_bytes(self) -> int:
+        with self._lock:
+            return sum(s.size_bytes for s in self._segments)
+
+    @property
+    def latest_epoch(self) -> int | None:
+        return self.epoch_cache.latest_epoch
+
+    def _segment_index_for(self, offset: int) -> int:
+        return max(0, bisect.bisect_right(self._bases, offset) - 1)
+
+    # -- appends ----------------------------------------------------------------------------
+
+    def append_as_leader(
+        self, records: bytes | bytearray | memoryview, leader_epoch: int, now_ms: int
+    ) -> LogAppendInfo:
+        """Validate client batches, assign offsets and the leader epoch, append them.
+
+        Raises CorruptRecordError (bad bytes), MessageTooLargeError, InvalidTimestampError,
+        InvalidRecordError and the producer-state errors; the log is untouched when it raises.
+        A retried idempotent batch already in the log returns its original offsets
+        (`duplicate=True`) and writes nothing.
+        """
+        with self._lock:
+            buf = bytearray(records)
+            headers = self._validate_batches(buf, now_ms, from_client=True)
+            append_time = now_ms if self.config.log_append_time else -1
+            next_offset = self.log_end_offset
+            stamped: list[tuple[int, BatchHeader]] = []
+            for pos, header in headers:
+                stamped.append((pos, _restamped(header, next_offset, leader_epoch, append_time)))
+                next_offset += header.last_offset_delta + 1
+            pending = self._prepare_producer_state(buf, stamped, AppendOrigin.CLIENT)
+            if isinstance(pending, DuplicateBatch):
+                return LogAppendInfo(
+                    pending.base_offset,
+                    pending.last_offset,
+                    pending.max_timestamp,
+                    pending.last_offset,
+                    -1,
+                    self.log_start_offset,
+                    pending.last_offset - pending.base_offset + 1,
+                    0,
+                    duplicate=True,
+                )
+            for pos, header in stamped:
+                stamp(buf, pos, header.base_offset, leader_epoch)
+                if append_time >= 0:
+                    _set_log_append_time(buf, pos, append_time)
+            return self._append(buf, stamped, pending, now_ms, leader_epoch, append_time)
+
+    def append_as_follower(
+        self, records: bytes | bytearray | memoryview, now_ms: int
+    ) -> LogAppendInfo:
+        """Append batches fetched from the leader as they are (offsets and epochs kept)."""
+        with self._lock:
+            buf = bytes(records)
+            headers = self._validate_batches(buf, now_ms, from_client=False)
+            first = headers[0][1]
+            if first.base_offset < self.log_end_offset:
+                raise InvalidRecordError(
+                    f"follower append at offset {first.base_offset} is below the log end offset "
+                    f"{self.log_end_offset} of {self.directory.name}"
+                )
+            pending = self._prepare_producer_state(buf, headers, AppendOrigin.REPLICATION)
+            assert not isinstance(pending, DuplicateBatch)
+            return self._append(buf, headers, pending, now_ms, None, -1)
+
+    def _validate_batches(
+        self, buf: bytes | bytearray, now_ms: int, *, from_client: bool
+    ) -> list[tuple[int, BatchHeader]]:
+        found: list[tuple[int, BatchHeader]] = []
+        for batch in iter_batches(buf):
+            header = batch.header
+            if header.size_in_bytes > self.config.max_message_bytes:
+                raise MessageTooLargeError(
+                    f"batch of {header.size_in_bytes} bytes exceeds max.message.bytes "
+                    f"{self.config.max_message_bytes} of {self.directory.name}"
+                )
+            batch.ensure_valid()
+            if from_client:
+                self._validate_client_batch(header, now_ms)
+            found.append((batch.position, header))
+        if not found:
+            raise InvalidRecordError("an append needs at least one record batch")
+        return found
+
+    def _validate_client_batch(self, header: BatchHeader, now_ms: int) -> None:
+        if header.records_count == 0 or header.records_count != header.last_offset_delta + 1:
+            raise InvalidRecordError(
+                f"batch declares {header.records_count} records but lastOffsetDelta "
+                f"{header.last_offset_delta}; client batches hold offset deltas 0..n-1"
+            )
+        if header.is_control:
+            raise InvalidRecordError("clients may not write control batches")
+        if not self.config.log_append_time and header.records_count:
+            if header.max_timestamp - now_ms > self.config.message_timestamp_after_max_ms:
+                raise InvalidTimestampError(
+                    f"timestamp {header.max_timestamp} is more than message.timestamp.after.max.ms "
+                    f"({self.config.message_timestamp_after_max_ms}) ahead of the broker clock {now_ms}"
+                )
+            if now_ms - header.base_timestamp > self.config.message_timestamp_before_max_ms:
+                raise InvalidTimestampError(
+                    f"timestamp {header.base_timestamp} is more than message.timestamp.before.max.ms "
+                    f"({self.config.message_timestamp_before_max_ms}) behind the broker clock {now_ms}"
+                )
+
+    def _prepare_producer_state(
+        self, buf: bytes | bytearray, headers: list[tuple[int, BatchHeader]], origin: AppendOrigin
+    ) -> dict[int, ProducerAppendInfo] | DuplicateBatch:
+        """Validate every batch against producer state; nothing changes until `_append` writes."""
+        pending: dict[int, ProducerAppendInfo] = {}
+        for pos, header in headers:
+            if not header.has_producer_id:
+                continue
+            marker = _marker_of(buf, pos, header) if header.is_control else None
+            result = self.producer_state.prepare_append(
+                header, origin, marker=marker, pending=pending.get(header.producer_id)
+            )
+            if isinstance(result, DuplicateBatch):
+                if len(headers) == 1:
+                    return result
+                raise OutOfOrderSequenceNumberError(
+                    f"a retried batch of producer {header.producer_id} arrived together with "
+                    "other batches; send retries alone"
+                )
+            pending[header.producer_id] = result
+        return pending
+
+    def _append(
+        self,
+        buf: bytes | bytearray,
+        headers: list[tuple[int, BatchHeader]],
+        pending: dict[int, ProducerAppendInfo],
+        now_ms: int,
+        leader_epoch: int | None,
+        append_time: int,
+    ) -> LogAppendInfo:
+        batches = [h for _, h in headers]
+        first, last = batches[0], batches[-1]
+        max_ts, offset_of_max = -1, first.base_offset
+        for h in batches:
+            if h.max_timestamp > max_ts:
+                max_ts, offset_of_max = h.max_timestamp, h.last_offset
+        segment = self._maybe_roll(len(buf), max_ts, last.last_offset, now_ms)
+        segment.append(buf, batches)
+        if leader_epoch is not None:
+            self._assign_epoch(leader_epoch, first.base_offset)
+        else:
+            for h in batches:
+                if h.partition_leader_epoch != NO_PARTITION_LEADER_EPOCH:
+                    self._assign_epoch(h.partition_leader_epoch, h.base_offset)
+        for info in pending.values():
+            self.producer_state.update(info)
+        for info in pending.values():
+            for completed in info.completed_txns:
+                self._on_txn_completed(completed)
+        self.log_end_offset = last.next_offset
+        self.producer_state.update_map_end_offset(self.log_end_offset)
+        self._unflushed_messages += sum(h.records_count for h in batches)
+        if self._unflushed_messages >= self.config.flush_messages:
+            self.flush(self.log_end_offset)
+        return LogAppendInfo(
+            first_offset=first.base_offset,
+            last_offset=last.last_offset,
+            max_timestamp=append_time if append_time >= 0 else max_ts,
+            offset_of_max_timestamp=offset_of_max,
+            log_append_time_ms=append_time,
+            log_start_offset=self.log_start_offset,
+            records_count=sum(h.records_count for h in batches),
+            valid_bytes=len(buf),
+        )
+
+    def _assign_epoch(self, epoch: int, start_offset: int) -> None:
+        latest = self.epoch_cache.latest_epoch
+        if latest is None or epoch > latest:
+            self.epoch_cache.assign(epoch, start_offset)
+
+    def _on_txn_completed(self, completed: CompletedTxn) -> None:
+        """Index an aborted transaction (read_committed consumers skip it), then close it."""
+        if completed.is_aborted:
+            lso = self.producer_state.last_stable_offset_for(completed)
+            self._index_aborted(completed, lso)
+        self.producer_state.complete_txn(completed)
+
+    def _index_aborted(self, completed: CompletedTxn, last_stable_offset: int) -> None:
+        segment = self._segments[self._segment_index_for(completed.last_offset)]
+        known = segment.txn_index.last_offset
+        if known is None or completed.last_offset > known:
+            segment.txn_index.append(
+                AbortedTxn(
+                    completed.producer_id,
+                    completed.first_offset,
+                    completed.last_offset,
+                    last_stable_offset,
+                )
+            )
+
+    def replay_producer_state(self, from_offset: int) -> None:
+        """Rebuild producer state from batches at or after `from_offset` (load, truncation),
+        re-indexing aborted transactions whose index entry a crash may have lost."""
+        with self._lock:
+            start = self._segment_index_for(from_offset)
+            for segment in self._segments[start:]:
+                for found in segment.iter_batches():
+                    header = found.header
+                    if header.next_offset <= from_offset:
+                        continue
+                    marker = None
+                    if header.is_control and header.has_producer_id:
+                        raw = segment.read_bytes(found.position, header.size_in_bytes)
+                        marker = _marker_of(raw, 0, header)
+                    recovered = self.producer_state.replay_batch(header, marker)
+                    if recovered is not None and recovered.txn.is_aborted:
+                        self._index_aborted(recovered.txn, recovered.last_stable_offset)
+            self.producer_state.update_map_end_offset(self.log_end_offset)
+            self.producer_state.on_high_watermark_updated(self.high_watermark)
+
+    def _maybe_roll(
+        self, records_size: int, max_timestamp: int, last_offset: int, now_ms: int
+    ) -> LogSegment:
+        active = self.active_segment
+        if active.should_roll(records_size, max_timestamp, last_offset, now_ms):
+            return self.roll(now_ms)
+        return active
+
+    def roll(self, now_ms: int) -> LogSegment:
+        """Close the active segment for appends and start a new one at the log end offset."""
+        with self._lock:
+            active = self.active_segment
+            if active.size_bytes == 0:
+                return active
+            new_base = self.log_end_offset
+            active.on_becoming_inactive()
+            active.flush()
+            self.producer_state.take_snapshot(new_base)
+            segment = LogSegment(self.directory, new_base, self.config, created_ms=now_ms)
+            self._segments.append(segment)
+            self._bases.append(new_base)
+            return segment
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def read(
+        self,
+        start_offset: int,
+        max_bytes: int,
+        *,
+        upper_bound_offset: int | None = None,
+        min_one_batch: bool = True,
+        include_aborted: bool = False,
+    ) -> FetchDataInfo:
+        """Whole batches from the one holding `start_offset`, below `upper_bound_offset`.
+
+        The upper bound is the high watermark for consumers, the LSO for read_committed ones
+        and None (the log end) for followers. Offsets outside [log start, log end] raise
+        OffsetOutOfRangeError.
+        """
+        with self._lock:
+            if start_offset < self.log_start_offset or start_offset > self.log_end_offset:
+                raise OffsetOutOfRangeError(
+                    f"offset {start_offset} is outside [{self.log_start_offset}, "
+                    f"{self.log_end_offset}] of {self.directory.name}"
+                )
+            upper = self.log_end_offset if upper_bound_offset is None else upper_bound_offset
+            chunks: list[bytes] = []
+            budget = max_bytes
+            index = self._segment_index_for(start_offset)
+            offset = start_offset
+            while index < len(self._segments) and offset < upper:
+                segment = self._segments[index]
+                max_position = self._position_of(upper, index)
+                got = segment.read(
+                    offset, budget, max_position, min_one_batch=min_one_batch and not chunks
+                )
+                if got is not None and got[1]:
+                    chunks.append(got[1])
+                    budget -= len(got[1])
+                    if budget <= 0:
+                        break
+                index += 1
+                if index < len(self._segments):
+                    offset = max(offset, self._bases[index])
+            data = b"".join(chunks)
+            aborted = None
+            if include_aborted:
+                aborted = tuple(self.collect_aborted_transactions(start_offset, upper))
+            return FetchDataInfo(
+                start_offset, data, self.high_watermark, self.log_start_offset, aborted
+            )
+
+    def _position_of(self, offset: int, segment_index: int) -> int | None:
+        """Byte position of `offset` in segment `segment_index`, None if it lies beyond it."""
+        if segment_index + 1 < len(self._segments) and offset >= self._bases[segment_index + 1]:
+            return None
+        found = self._segments[segment_index].translate_offset(offset)
+        return None if found is None else found.position
+
+    def fetch_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """ListOffsets: (offset, timestamp) for -2 earliest, -1 latest, -3 max timestamp, or
+        the first record at or after `timestamp`; None when no record is that late."""
+        with self._lock:
+            if timestamp == EARLIEST_TIMESTAMP:
+                return self.log_start_offset, -1
+            if timestamp == LATEST_TIMESTAMP:
+                return self.log_end_offset, -1
+            if timestamp == MAX_TIMESTAMP:
+                best = max(self._segments, key=lambda s: s.largest_timestamp)
+                if best.largest_timestamp < 0:
+                    return None
+                return best.offset_of_max_timestamp_so_far, best.largest_timestamp
+            for segment in self._segments:
+                if segment.largest_timestamp >= timestamp:
+                    found = segment.find_offset_by_timestamp(timestamp, self.log_start_offset)
+                    if found is not None:
+                        return found
+            return None
+
+    # -- transactions -----------------------------------------------------------------------
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The LSO: below the first open transaction and never above the high watermark."""
+        return self.producer_state.last_stable_offset(self.high_watermark)
+
+    def collect_aborted_transactions(
+        self, start_offset: int, upper_bound_offset: int
+    ) -> list[AbortedTxn]:
+        """Aborted transactions overlapping [start, upper) (read_committed fetches)."""
+        with self._lock:
+            found: list[AbortedTxn] = []
+            for segment in self._segments[self._segment_index_for(start_offset) :]:
+                aborted, complete = segment.txn_index.collect_aborted_txns(
+                    start_offset, upper_bound_offset
+                )
+                found.extend(aborted)
+                if complete:
+                    break
+            return found
+
+    # -- high watermark, truncation, log start ----------------------------------------------
+
+    def update_high_watermark(self, offset: int) -> int:
+        """Set the HW, clamped into [log start, log end]; returns the value kept."""
+        with self._lock:
+            self.high_watermark = max(self.log_start_offset, min(offset, self.log_end_offset))
+            self.producer_state.on_high_watermark_updated(self.high_watermark)
+            return self.high_watermark
+
+    def truncate_to(self, target_offset: int) -> bool:
+        """Follower truncation: drop every batch at or above `target_offset`."""
+        with self._lock:
+            if target_offset >= self.log_end_offset:
+                return False
+            if target_offset <= self.log_start_offset and target_offset < self._bases[0]:
+                self.truncate_fully_and_start_at(target_offset)
+                return True
+            while len(self._segments) > 1 and self._bases[-1] > target_offset:
+                self._segments.pop().delete()
+                self._bases.pop()
+            self.active_segment.truncate_to(target_offset)
+            self.log_end_offset = self.active_segment.read_next_offset()
+            self.epoch_cache.truncate_from_end(self.log_end_offset)
+            self.producer_state.truncate_and_reload(
+                self.log_start_offset, self.log_end_offset, self
+            )
+            self.recovery_point = min(self.recovery_point, self.log_end_offset)
+            self.high_watermark = min(self.high_watermark, self.log_end_offset)
+            return True
+
+    def truncate_fully_and_start_at(self, new_offset: int) -> None:
+        """Delete everything and restart the log empty at `new_offset`."""
+        with self._lock:
+            for segment in self._segments:
+                segment.delete()
+            self._segments = [
+                LogSegment(self.directory, new_offset, self.config, created_ms=self._last_flush_ms)
+            ]
+            self._bases = [new_offset]
+            self.epoch_cache.clear_and_flush()
+            self.producer_state.truncate_fully_and_start_at(new_offset)
+            self.log_start_offset = self.log_end_offset = new_offset
+            self.recovery_point = self.high_watermark = new_offset
+
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords: move the log start offset up to `offset` (at most the HW)."""
+        with self._lock:
+            if offset > self.high_watermark:
+                raise OffsetOutOfRangeError(
+                    f"cannot delete records before {offset}: above the high watermark "
+                    f"{self.high_watermark} of {self.directory.name}"
+                )
+            self.maybe_increment_log_start_offset(offset)
+            self.delete_old_segments(now_ms=None)
+            return self.log_start_offset
+
+    def maybe_increment_log_start_offset(self, offset: int) -> None:
+        with self._lock:
+            if offset > self.log_start_offset:
+                self.log_start_offset = offset
+                self.epoch_cache.truncate_from_start(offset)
+                self.high_watermark = max(self.high_watermark, offset)
+                self.producer_state.on_log_start_offset_incremented(offset)
+
+    # -- retention --------------------------------------------------------------------------
+
+    def delete_old_segments(self, now_ms: int | None) -> int:
+        """Retention: drop whole non-active segments that are below the log start offset, older
+        than `retention.ms` or beyond `retention.bytes` (cleanup.policy delete). Returns count."""
+        with self._lock:
+            deletable = self._deletable_segments(now_ms)
+            for segment in deletable:
+                self._segments.remove(segment)
+                self._bases.remove(segment.base_offset)
+                segment.delete()
+            if deletable:
+                self.log_start_offset = max(self.log_start_offset, self._bases[0])
+                self.epoch_cache.truncate_from_start(self.log_start_offset)
+                self.producer_state.delete_snapshots_before(self.log_start_offset)
+            return len(deletable)
+
+    def _deletable_segments(self, now_ms: int | None) -> list[LogSegment]:
+        out: list[LogSegment] = []
+        total = sum(s.size_bytes for s in self._segments)
+        for i, segment in enumerate(self._segments[:-1]):
+            next_base = self._bases[i + 1]
+            if next_base > self.high_watermark:
+                break
+            if next_base <= self.log_start_offset:
+                out.append(segment)
+                total -= segment.size_bytes
+                continue
+            if not self.config.delete or now_ms is None:
+                break
+            expired = 0 <= self.config.retention_ms < now_ms - segment.largest_timestamp
+            oversize = 0 <= self.config.retention_bytes <= total - segment.size_bytes
+            if not (expired or oversize):
+                break
+            out.append(segment)
+            total -= segment.size_bytes
+        return out
+
+    # -- cleaner support -----------------------------------------------------------------
+
+    def replace_segments(self, cleaned: LogSegment, old_segments: list[LogSegment]) -> None:
+        """Swap `cleaned` (files with suffix `.cleaned`) in for `old_segments` (Kafka's
+        `replaceSegments`). The rename to `.swap` is the commit point: after a crash the loader
+        completes the swap, before it the `.cleaned` files are discarded."""
+        with self._lock:
+            if any(s not in self._segments for s in old_segments):
+                raise RuntimeError("segments changed while cleaning (retention or truncation ran)")
+            assert cleaned.base_offset == old_segments[0].base_offset
+            assert self.active_segment not in old_segments, "the active segment is never cleaned"
+            cleaned.flush()
+            cleaned.change_suffix(".swap")
+            for segment in old_segments:
+                self._segments.remove(segment)
+                segment.delete()
+            self._segments.append(cleaned)
+            self._segments.sort(key=lambda s: s.base_offset)
+            self._bases = [s.base_offset for s in self._segments]
+            cleaned.change_suffix("")
+
+    def read_segment_bytes(self, segment: LogSegment, position: int, size: int) -> bytes | None:
+        """Bytes of a segment read under the log lock; None if the segment is gone."""
+        with self._lock:
+            if segment not in self._segments:
+                return None
+            return segment.read_bytes(position, size)
+
+    # -- flush and close --------------------------------------------------------------------
+
+    def flush(self, offset: int | None = None) -> None:
+        """fsync segments holding offsets below `offset` (all by default) and move the recovery point."""
+        with self._lock:
+            offset = self.log_end_offset if offset is None else offset
+            for segment in self._segments:
+                if segment.base_offset < offset or segment is self.active_segment:
+                    segment.flush()
+            self.recovery_point = max(self.recovery_point, min(offset, self.log_end_offset))
+            self._unflushed_messages = 0
+
+    def maybe_flush(self, now_ms: int) -> bool:
+        """The `flush.ms` policy: fsync when the last flush is older than flush.ms."""
+        with self._lock:
+            if now_ms - self._last_flush_ms >= self.config.flush_ms:
+                self.flush()
+                self._last_flush_ms = now_ms
+                return True
+            return False
+
+    def close(self) -> None:
+        """Flush, snapshot producer state and close every file."""
+        with self._lock:
+            if self.closed:
+                return
+            self.flush()
+            self.producer_state.take_snapshot(self.log_end_offset)
+            for segment in self._segments:
+                segment.close()
+            self.closed = True
+
+    def __repr__(self) -> str:
+        return (
+            f"Log({self.directory.name}, start={self.log_start_offset}, hw={self.high_watermark}, "
+            f"end={self.log_end_offset}, segments={len(self._segments)})"
+        )
+
+
+def _set_log_append_time(buf: bytearray, pos: int, append_time: int) -> None:
+    """Rewrite maxTimestamp and the timestamp-type bit; the CRC must then be recomputed."""
+    attributes = int.from_bytes(buf[pos + ATTRIBUTES_OFFSET : pos + ATTRIBUTES_OFFSET + 2], "big")
+    attributes |= TIMESTAMP_TYPE_MASK
+    buf[pos + ATTRIBUTES_OFFSET : pos + ATTRIBUTES_OFFSET + 2] = attributes.to_bytes(2, "big")
+    buf[pos + 35 : pos + 43] = append_time.to_bytes(8, "big", signed=True)
+    size = 12 + int.from_bytes(buf[pos + 8 : pos + 12], "big")
+    crc = crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : pos + size])
+    buf[pos + CRC_OFFSET : pos + CRC_OFFSET + 4] = crc.to_bytes(4, "big")
+
+
+def _restamped(
+    header: BatchHeader, base_offset: int, leader_epoch: int, append_time: int
+) -> BatchHeader:
+    from dataclasses import replace
+
+    if append_time >= 0:
+        return replace(
+            header,
+            base_offset=base_offset,
+            partition_leader_epoch=leader_epoch,
+            max_timestamp=append_time,
+            attributes=header.attributes | TIMESTAMP_TYPE_MASK,
+        )
+    return replace(header, base_offset=base_offset, partition_leader_epoch=leader_epoch)
+
+
+def _marker_of(buf: bytes | bytearray, pos: int, header: BatchHeader) -> EndTransactionMarker:
+    """The COMMIT/ABORT marker held by the control batch at `pos`."""
+    raw = memoryview(buf)[pos : pos + header.size_in_bytes]
+    records = RecordBatch(raw, pos).records()
+    if len(records) != 1:
+        raise CorruptRecordError(pos, f"a control batch holds one record, this one {len(records)}")
+    return decode_end_txn_marker(header, records[0].key, records[0].value)

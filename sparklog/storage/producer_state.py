@@ -1,0 +1,608 @@
+"""Per-partition producer state: idempotence, fencing and transactions (Kafka's
+`ProducerStateManager`, `ProducerAppendInfo`, `ProducerStateEntry`).
+
+Theory of operation. For each producer id the partition remembers its epoch, the metadata of
+its last 5 batches (sequence range, offsets, max timestamp), the first offset of its ongoing
+transaction, the epoch of the last transaction coordinator that wrote a marker for it, and the
+timestamp of its last write. An append goes through two steps (STYLE rule 6):
+
+1. `prepare_append(header, origin, base_offset=...)` checks one batch against that state and
+   returns a `DuplicateBatch` (a retry of one of the last 5 batches: answer the producer with
+   the original offsets and write nothing) or a `ProducerAppendInfo` holding the would-be state.
+   The manager does not change; a bad batch raises `InvalidProducerEpochError`,
+   `OutOfOrderSequenceNumberError`, `InvalidTxnStateError` or `TransactionCoordinatorFencedError`.
+2. After the segment write succeeded the log calls `update(info)`; then, for each
+   `info.completed_txns`, `last_stable_offset_for(txn)` (the LSO an aborted txn's .txnindex
+   entry stores), the txn index append, `complete_txn(txn)`; finally
+   `update_map_end_offset(log_end_offset)` (Kafka's `UnifiedLog.append` order).
+
+Offsets are taken at prepare time: the log knows the base offset it will assign (its log end
+offset) before validating, as Kafka's `UnifiedLog.append` assigns offsets before
+`analyzeAndValidateProducerState`; a duplicate or a rejected batch writes nothing either way.
+
+A transaction is *ongoing* from its first transactional batch to its marker, then *unreplicated*
+until the high watermark passes the marker. The first unstable offset is the earliest first
+offset among both; the last stable offset is min(first unstable offset, high watermark).
+Snapshots (`producer_snapshot.py`) save the state at the map end offset, so recovery replays
+only the batches after the newest one (`rebuild_from`).
+
+Invariants: `ongoing_txns` holds exactly the entries whose `current_txn_first_offset` is set
+(keyed by it); both txn maps are ordered by first offset.
+Thread-safety: none; the owning log serialises calls.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+
+from sparklog.errors import (
+    InvalidProducerEpochError,
+    InvalidTxnStateError,
+    OutOfOrderSequenceNumberError,
+    TransactionCoordinatorFencedError,
+)
+from sparklog.records.batch import NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader
+from sparklog.records.control import ControlRecordType, EndTransactionMarker
+from sparklog.storage.producer_snapshot import (
+    INT32_MAX,
+    CorruptSnapshot,
+    ProducerStateEntry,
+    SnapshotFiles,
+)
+
+DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000  # producer.id.expiration.ms
+DEFAULT_TRANSACTION_MAX_TIMEOUT_MS = 900_000  # transaction.max.timeout.ms
+LATE_TRANSACTION_BUFFER_MS = 5 * 60 * 1000  # ProducerStateManager.LATE_TRANSACTION_BUFFER_MS
+
+
+class AppendOrigin(enum.StrEnum):
+    """Who appends, which decides how much is checked (Kafka's `AppendOrigin`)."""
+
+    CLIENT = "client"  # a Produce request: epochs, sequences and duplicates
+    REPLICATION = "replication"  # a follower copying the leader, or log recovery: nothing enforced
+    COORDINATOR = "coordinator"  # WriteTxnMarkers from the transaction coordinator: epochs only
+
+
+def in_sequence(last_sequence: int, next_sequence: int) -> bool:
+    """Whether `next_sequence` directly follows `last_sequence` (0 follows INT32_MAX)."""
+    return next_sequence == last_sequence + 1 or (next_sequence == 0 and last_sequence == INT32_MAX)
+
+
+@dataclass(frozen=True, slots=True)
+class DuplicateBatch:
+    """A client batch equal to a retained one: the broker answers with the original offsets."""
+
+    producer_id: int
+    producer_epoch: int
+    first_seq: int
+    last_seq: int
+    base_offset: int
+    last_offset: int
+    max_timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    """A transaction ended by a COMMIT/ABORT marker at `last_offset` (Kafka's `CompletedTxn`)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    is_aborted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TxnMetadata:
+    """An ongoing (`last_offset` None) or unreplicated transaction (Kafka's `TxnMetadata`)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveredTxn:
+    """A transaction completed while replaying the log, with the LSO its txn index entry needs."""
+
+    txn: CompletedTxn
+    last_stable_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerStateReloaded:
+    """What `load` / `truncate_and_reload` did; the log replays its batches from
+    `map_end_offset` up to its log end offset (`rebuild_from`)."""
+
+    map_end_offset: int
+    reloaded: bool  # False: the state already ended at the log end offset and was kept
+    snapshot_offset: int | None  # the snapshot the state came from (None: none used)
+    removed_snapshot_offsets: tuple[int, ...]  # out of range: > log end or <= log start
+    corrupt_snapshots: tuple[CorruptSnapshot, ...]
+
+
+class ProducerAppendInfo:
+    """The pending state change of one producer over one append (Kafka's `ProducerAppendInfo`).
+
+    Built from the producer's committed entry, which it never mutates; it validates each batch
+    against the committed state and the batches appended to it before. After an exception the
+    whole append is rejected and this object must be dropped.
+    """
+
+    __slots__ = ("_completed", "_current", "_started", "_updated", "origin", "producer_id")
+
+    def __init__(
+        self, producer_id: int, current_entry: ProducerStateEntry, origin: AppendOrigin
+    ) -> None:
+        self.producer_id = producer_id
+        self.origin = AppendOrigin(origin)
+        self._current = current_entry
+        self._updated = current_entry.without_batches()
+        self._started: list[TxnMetadata] = []
+        self._completed: list[CompletedTxn] = []
+
+    @property
+    def started_transactions(self) -> tuple[TxnMetadata, ...]:
+        return tuple(self._started)
+
+    @property
+    def completed_txns(self) -> tuple[CompletedTxn, ...]:
+        """Non-empty transactions ended by markers in this append, in offset order."""
+        return tuple(self._completed)
+
+    def to_entry(self) -> ProducerStateEntry:
+        """The pending entry (what `ProducerStateManager.update` merges in)."""
+        return self._updated
+
+    def append(
+        self,
+        header: BatchHeader,
+        *,
+        base_offset: int | None = None,
+        marker: EndTransactionMarker | None = None,
+        transaction_version: int = 0,
+    ) -> CompletedTxn | None:
+        """Validate and add one batch; returns the transaction a marker completed, if any.
+
+        `base_offset` overrides `header.base_offset` (the offset the log assigns); a control batch
+        with records needs its decoded `marker`; `transaction_version` is the marker's (2 = KIP-890).
+        """
+        assert header.producer_id == self.producer_id, (header.producer_id, self.producer_id)
+        first_offset = header.base_offset if base_offset is None else base_offset
+        if not header.is_control:
+            self._append_data_batch(header, first_offset)
+            return None
+        if header.records_count == 0:
+            return None  # the cleaner removed the marker: the txn is already gone from the log
+        assert marker is not None, "a control batch needs its decoded end-transaction marker"
+        return self._append_end_txn_marker(header, marker, first_offset, transaction_version)
+
+    def _append_data_batch(self, header: BatchHeader, first_offset: int) -> None:
+        # Kafka's appendDataBatch.
+        epoch, first_seq = header.producer_epoch, header.base_sequence
+        self._check_producer_epoch(epoch, first_offset, transaction_version=0)
+        if self.origin is AppendOrigin.CLIENT:
+            self._check_sequence(epoch, first_seq, first_offset)
+        updated = self._updated
+        last_offset = first_offset + header.last_offset_delta
+        delta = header.last_offset_delta
+        updated.add_batch(epoch, header.last_sequence, last_offset, delta, header.max_timestamp)
+        if updated.current_txn_first_offset is not None and not header.is_transactional:
+            raise InvalidTxnStateError(
+                f"Expected transactional write from producer {self.producer_id} at offset "
+                f"{first_offset}: its transaction from offset "
+                f"{updated.current_txn_first_offset} is still open"
+            )
+        if updated.current_txn_first_offset is None and header.is_transactional:
+            updated.current_txn_first_offset = first_offset
+            self._started.append(TxnMetadata(self.producer_id, first_offset))
+
+    def _append_end_txn_marker(
+        self,
+        header: BatchHeader,
+        marker: EndTransactionMarker,
+        offset: int,
+        transaction_version: int,
+    ) -> CompletedTxn | None:
+        # Kafka's appendEndTxnMarker: an empty transaction (no data) completes nothing, as it
+        # moves neither the LSO nor the txn index.
+        self._check_producer_epoch(header.producer_epoch, offset, transaction_version)
+        fenced = self._updated.coordinator_epoch > marker.coordinator_epoch
+        if fenced and self.origin is not AppendOrigin.REPLICATION:
+            raise TransactionCoordinatorFencedError(
+                f"Invalid coordinator epoch for producer {self.producer_id} at offset "
+                f"{offset}: {marker.coordinator_epoch} (zombie), "
+                f"{self._updated.coordinator_epoch} (current)"
+            )
+        completed = None
+        if self._updated.current_txn_first_offset is not None:
+            is_aborted = marker.control_type == ControlRecordType.ABORT
+            first_offset = self._updated.current_txn_first_offset
+            completed = CompletedTxn(self.producer_id, first_offset, offset, is_aborted)
+            self._completed.append(completed)
+        self._updated.end_txn(header.producer_epoch, marker.coordinator_epoch, header.max_timestamp)
+        return completed
+
+    def _check_producer_epoch(
+        self, producer_epoch: int, offset: int, transaction_version: int
+    ) -> None:
+        # KIP-890 transactions v2: the coordinator bumps the epoch before each marker, so a marker
+        # must carry a strictly higher epoch; data batches and older versions allow an equal one.
+        current = self._updated.producer_epoch
+        strict = transaction_version >= 2
+        if not (producer_epoch <= current if strict else producer_epoch < current):
+            return
+        if strict and producer_epoch == current and self._updated.current_txn_first_offset is None:
+            return  # KAFKA-19999: a retried marker for a transaction that already ended
+        if self.origin is AppendOrigin.REPLICATION:
+            return  # the leader validated it; a follower follows the leader's log
+        comparison = "<=" if strict else "<"
+        raise InvalidProducerEpochError(
+            f"Epoch of producer {self.producer_id} at offset {offset} is {producer_epoch}, which "
+            f"is {comparison} the last seen epoch {current}"
+        )
+
+    def _check_sequence(self, producer_epoch: int, first_seq: int, offset: int) -> None:
+        # Kafka's ProducerAppendInfo.checkSequence (without KIP-890 verification state).
+        updated, current = self._updated, self._current
+        if producer_epoch != updated.producer_epoch:
+            # A new epoch restarts at 0, unless the producer is unknown here: its state expired or
+            # its batches were all deleted (retention, DeleteRecords), so any sequence is accepted.
+            if first_seq != 0 and updated.producer_epoch != NO_PRODUCER_EPOCH:
+                raise OutOfOrderSequenceNumberError(
+                    f"Invalid sequence number for new epoch of producer {self.producer_id} at "
+                    f"offset {offset}: {producer_epoch} (request epoch), {first_seq} "
+                    f"(seq. number), {updated.producer_epoch} (current producer epoch)"
+                )
+            return
+        if not updated.is_empty:
+            current_last_seq = updated.last_seq
+        elif producer_epoch == current.producer_epoch:
+            current_last_seq = current.last_seq
+        else:
+            current_last_seq = NO_SEQUENCE
+        if current.producer_epoch != NO_PRODUCER_EPOCH and not in_sequence(
+            current_last_seq, first_seq
+        ):
+            raise OutOfOrderSequenceNumberError(
+                f"Out of order sequence number for producer {self.producer_id} at offset "
+                f"{offset}: {first_seq} (incoming seq. number), {current_last_seq} "
+                f"(current end sequence number)"
+            )
+
+    def __repr__(self) -> str:
+        u = self._updated
+        return (
+            f"ProducerAppendInfo(producer_id={self.producer_id}, epoch={u.producer_epoch}, "
+            f"seq={u.first_seq}..{u.last_seq}, txn_first_offset={u.current_txn_first_offset}, "
+            f"started={len(self._started)}, completed={len(self._completed)})"
+        )
+
+
+def _insert_sorted(txns: dict[int, TxnMetadata], txn: TxnMetadata) -> None:
+    """Keep `txns` ordered by first offset; appends come in offset order, so re-sorting is rare."""
+    out_of_order = bool(txns) and txn.first_offset < next(reversed(txns))
+    txns[txn.first_offset] = txn
+    if out_of_order:
+        ordered = sorted(txns.items())
+        txns.clear()
+        txns.update(ordered)
+
+
+class ProducerStateManager:
+    """All producers of one partition log, with snapshots in the partition dir.
+
+    `map_end_offset` is the offset up to which the state reflects the log (exclusive): after a
+    load the log replays its batches from there (`rebuild_from`). Clock-free: time comes in as
+    `now_ms`, only expiration and late-transaction checks need it.
+    """
+
+    def __init__(
+        self,
+        log_dir: str | os.PathLike[str],
+        *,
+        producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+        max_transaction_timeout_ms: int = DEFAULT_TRANSACTION_MAX_TIMEOUT_MS,
+    ) -> None:
+        self.log_dir = Path(log_dir)
+        self.producer_id_expiration_ms = producer_id_expiration_ms
+        self.max_transaction_timeout_ms = max_transaction_timeout_ms
+        self._producers: dict[int, ProducerStateEntry] = {}
+        self._ongoing_txns: dict[int, TxnMetadata] = {}  # by first offset, ascending
+        self._unreplicated_txns: dict[int, TxnMetadata] = {}  # completed, marker >= HW; ascending
+        self._snapshots = SnapshotFiles(self.log_dir)
+        self._map_end_offset = 0
+        self._last_snapshot_offset = 0
+
+    # -- reading state ------------------------------------------------------------------------
+
+    @property
+    def map_end_offset(self) -> int:
+        return self._map_end_offset
+
+    @property
+    def active_producers(self) -> Mapping[int, ProducerStateEntry]:
+        """Read-only view: producer id -> entry (do not mutate the entries)."""
+        return MappingProxyType(self._producers)
+
+    @property
+    def ongoing_txns(self) -> Mapping[int, TxnMetadata]:
+        """Read-only view: first offset -> undecided transaction, ascending."""
+        return MappingProxyType(self._ongoing_txns)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self._producers and not self._unreplicated_txns
+
+    def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
+        return self._producers.get(producer_id)
+
+    def first_undecided_offset(self) -> int | None:
+        """First offset of the earliest transaction without a marker yet."""
+        return next(iter(self._ongoing_txns), None)
+
+    def first_unstable_offset(self) -> int | None:
+        """Earliest first offset of a transaction undecided or decided above the high watermark
+        (the LSO building block, Kafka's `firstUnstableOffset`)."""
+        firsts = [next(iter(t)) for t in (self._ongoing_txns, self._unreplicated_txns) if t]
+        return min(firsts, default=None)
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        """The LSO a read_committed fetch stops at: the first unstable offset if below the high
+        watermark, else the high watermark (Kafka's `UnifiedLog.lastStableOffset`)."""
+        first_unstable = self.first_unstable_offset()
+        if first_unstable is not None and first_unstable < high_watermark:
+            return first_unstable
+        return high_watermark
+
+    def last_stable_offset_for(self, completed_txn: CompletedTxn) -> int:
+        """The LSO once `completed_txn` ends, before `complete_txn` (the value stored in its
+        txn index entry; Kafka's `lastStableOffset(CompletedTxn)`)."""
+        for txn in self._ongoing_txns.values():
+            if txn.producer_id != completed_txn.producer_id:
+                return txn.first_offset
+        return completed_txn.last_offset + 1
+
+    def has_late_transaction(self, now_ms: int) -> bool:
+        """Whether the oldest open transaction outlived transaction.max.timeout.ms plus a buffer
+        (a hanging transaction, KIP-664)."""
+        oldest = next(iter(self._ongoing_txns.values()), None)
+        entry = self._producers.get(oldest.producer_id) if oldest else None
+        last_timestamp = entry.last_timestamp if entry else -1
+        limit_ms = self.max_transaction_timeout_ms + LATE_TRANSACTION_BUFFER_MS
+        return last_timestamp > 0 and now_ms - last_timestamp > limit_ms
+
+    # -- appending ----------------------------------------------------------------------------
+
+    def prepare_update(self, producer_id: int, origin: AppendOrigin | str) -> ProducerAppendInfo:
+        """A pending update for one producer (Kafka's `prepareUpdate`); changes nothing."""
+        current = self._producers.get(producer_id)
+        if current is None:
+            current = ProducerStateEntry(producer_id)
+        return ProducerAppendInfo(producer_id, current, AppendOrigin(origin))
+
+    def prepare_append(
+        self,
+        header: BatchHeader,
+        origin: AppendOrigin | str,
+        *,
+        base_offset: int | None = None,
+        marker: EndTransactionMarker | None = None,
+        transaction_version: int = 0,
+        pending: ProducerAppendInfo | None = None,
+    ) -> ProducerAppendInfo | DuplicateBatch:
+        """Validate one batch of a producer; changes nothing until `update`.
+
+        `base_offset`: the offset the log assigns to the batch (default `header.base_offset`).
+        `marker`: the decoded COMMIT/ABORT record of a control batch. `transaction_version`: of
+        a marker (2 = KIP-890 strict epochs). `pending`: this producer's info from an earlier
+        batch of the same append; the batch is added to it and it is returned.
+        Raises the Kafka error of an invalid batch (see the module doc).
+        """
+        assert header.has_producer_id, "only batches with a producer id have producer state"
+        origin = AppendOrigin(origin)
+        if origin is AppendOrigin.CLIENT:
+            # Kafka's findDuplicateBatch: a producer retries only its last in-flight batches.
+            committed = self._producers.get(header.producer_id)
+            duplicate = None
+            if committed is not None:
+                duplicate = committed.find_duplicate_batch(
+                    header.producer_epoch, header.base_sequence, header.last_sequence
+                )
+            if duplicate is not None:
+                return DuplicateBatch(
+                    header.producer_id,
+                    header.producer_epoch,
+                    duplicate.first_seq,
+                    duplicate.last_seq,
+                    duplicate.first_offset,
+                    duplicate.last_offset,
+                    duplicate.timestamp,
+                )
+        if pending is None:
+            info = self.prepare_update(header.producer_id, origin)
+        else:
+            assert pending.producer_id == header.producer_id and pending.origin is origin
+            info = pending
+        info.append(
+            header, base_offset=base_offset, marker=marker, transaction_version=transaction_version
+        )
+        return info
+
+    def update(self, append_info: ProducerAppendInfo) -> None:
+        """Commit a pending update, after its batches were written (Kafka's `update`)."""
+        updated = append_info.to_entry()
+        current = self._producers.get(append_info.producer_id)
+        if current is not None:
+            current.update(updated)
+        else:
+            self._producers[append_info.producer_id] = updated
+        for txn in append_info.started_transactions:
+            _insert_sorted(self._ongoing_txns, txn)
+
+    def complete_txn(self, completed_txn: CompletedTxn) -> None:
+        """Move an ended transaction to the unreplicated set; it stays unstable until the high
+        watermark passes its marker (`on_high_watermark_updated`)."""
+        txn = self._ongoing_txns.pop(completed_txn.first_offset, None)
+        assert txn is not None, f"completing {completed_txn}, which was never started"
+        _insert_sorted(
+            self._unreplicated_txns,
+            TxnMetadata(txn.producer_id, txn.first_offset, completed_txn.last_offset),
+        )
+
+    def on_high_watermark_updated(self, high_watermark: int) -> None:
+        """Forget completed transactions whose marker is below the high watermark."""
+        self._remove_unreplicated_txns(high_watermark)
+
+    def update_map_end_offset(self, offset: int) -> None:
+        self._map_end_offset = offset
+
+    def replay_batch(
+        self, header: BatchHeader, marker: EndTransactionMarker | None = None
+    ) -> RecoveredTxn | None:
+        """Apply one batch read back from the log with replication semantics, and advance the
+        map end offset past it (Kafka's `LogSegment.updateProducerState`)."""
+        recovered = None
+        if header.has_producer_id:
+            info = self.prepare_update(header.producer_id, AppendOrigin.REPLICATION)
+            completed = info.append(header, marker=marker)
+            self.update(info)
+            if completed is not None:
+                recovered = RecoveredTxn(completed, self.last_stable_offset_for(completed))
+                self.complete_txn(completed)
+        self._map_end_offset = header.next_offset
+        return recovered
+
+    def rebuild_from(
+        self, batches: Iterable[tuple[BatchHeader, EndTransactionMarker | None]]
+    ) -> list[RecoveredTxn]:
+        """Replay `(header, marker)` pairs in offset order (the marker only for control batches);
+        returns the transactions they completed, for rebuilding txn indexes."""
+        recovered = (self.replay_batch(header, marker) for header, marker in batches)
+        return [txn for txn in recovered if txn is not None]
+
+    def remove_expired_producers(
+        self, now_ms: int, producer_id_expiration_ms: int | None = None
+    ) -> list[int]:
+        """Forget producers idle for producer.id.expiration.ms (default: the configured value),
+        never one with an open transaction; returns their ids."""
+        expired = [
+            pid
+            for pid, entry in self._producers.items()
+            if self._is_expired(now_ms, entry, producer_id_expiration_ms)
+        ]
+        for pid in expired:
+            del self._producers[pid]
+        return expired
+
+    def _is_expired(
+        self, now_ms: int, entry: ProducerStateEntry, expiration_ms: int | None = None
+    ) -> bool:
+        limit_ms = self.producer_id_expiration_ms if expiration_ms is None else expiration_ms
+        return entry.current_txn_first_offset is None and now_ms - entry.last_timestamp >= limit_ms
+
+    def _remove_unreplicated_txns(self, offset: int) -> None:
+        for first_offset, txn in list(self._unreplicated_txns.items()):
+            assert txn.last_offset is not None
+            if txn.last_offset < offset:
+                del self._unreplicated_txns[first_offset]
+
+    # -- snapshots, truncation, loading -------------------------------------------------------
+
+    @property
+    def latest_snapshot_offset(self) -> int | None:
+        return self._snapshots.latest_offset
+
+    @property
+    def oldest_snapshot_offset(self) -> int | None:
+        return self._snapshots.oldest_offset
+
+    @property
+    def snapshot_offsets(self) -> tuple[int, ...]:
+        return self._snapshots.offsets
+
+    def fetch_snapshot(self, offset: int) -> Path | None:
+        """The snapshot file taken at exactly `offset`, if there is one."""
+        return self._snapshots.path_for(offset)
+
+    def take_snapshot(self, log_end_offset: int | None = None) -> Path | None:
+        """Write a snapshot at the map end offset unless one exists there; `log_end_offset` first
+        moves the map end offset there (Kafka's roll: `updateMapEndOffset` + `takeSnapshot`)."""
+        if log_end_offset is not None:
+            self.update_map_end_offset(log_end_offset)
+        if self._map_end_offset <= self._last_snapshot_offset:
+            return None
+        entries = [e for _, e in sorted(self._producers.items())]
+        path = self._snapshots.write(self._map_end_offset, entries)
+        self._last_snapshot_offset = self._map_end_offset
+        return path
+
+    def delete_snapshots_before(self, offset: int) -> tuple[int, ...]:
+        """Delete the snapshots taken below `offset` (segments deleted); returns their offsets."""
+        return self._snapshots.delete_where(lambda o: o < offset)
+
+    def remove_stray_snapshots(self, segment_base_offsets: Iterable[int]) -> tuple[int, ...]:
+        """Delete snapshots of no segment, keeping a newest one above them all (clean shutdown)."""
+        return self._snapshots.remove_strays(segment_base_offsets)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Forget everything and delete every snapshot; the state now starts empty at `offset`."""
+        self._clear_state()
+        self._snapshots.delete_where(lambda o: True)
+        self._last_snapshot_offset = 0
+        self._map_end_offset = offset
+
+    def on_log_start_offset_incremented(self, log_start_offset: int) -> None:
+        """The log start moved forward (retention, DeleteRecords)."""
+        self._remove_unreplicated_txns(log_start_offset)
+        self._map_end_offset = max(self._map_end_offset, log_start_offset)
+        latest = self._snapshots.latest_offset
+        self._last_snapshot_offset = log_start_offset if latest is None else latest
+
+    def truncate_and_reload(
+        self, log_start_offset: int, log_end_offset: int, now_ms: int
+    ) -> ProducerStateReloaded:
+        """After the log was truncated to `log_end_offset` (which must be <= the high watermark):
+        delete the snapshots outside (log start, log end], and reload from the newest one left
+        unless the state already ends at the log end (Kafka's `truncateAndReload`)."""
+        return self._reload(log_start_offset, log_end_offset, now_ms, force=False)
+
+    def load(
+        self, log_start_offset: int, log_end_offset: int, now_ms: int
+    ) -> ProducerStateReloaded:
+        """Startup: rescan the partition dir, then load the newest snapshot <= the log end offset
+        (deleting those above it, and corrupt ones, falling back to older ones). Expired
+        producers are dropped. The log then replays batches from the returned map end offset."""
+        self._snapshots.rescan()
+        return self._reload(log_start_offset, log_end_offset, now_ms, force=True)
+
+    def _reload(
+        self, log_start_offset: int, log_end_offset: int, now_ms: int, *, force: bool
+    ) -> ProducerStateReloaded:
+        removed = self._snapshots.delete_where(
+            lambda o: o > log_end_offset or o <= log_start_offset
+        )
+        if not force and log_end_offset == self._map_end_offset:
+            self.on_log_start_offset_incremented(log_start_offset)
+            return ProducerStateReloaded(self._map_end_offset, False, None, removed, ())
+        # The log end is at or below the high watermark, so no unreplicated txn survives.
+        self._clear_state()
+        newest = self._snapshots.read_newest()
+        for entry in newest.entries:
+            if not self._is_expired(now_ms, entry):
+                self._producers[entry.producer_id] = entry
+                if entry.current_txn_first_offset is not None:
+                    txn = TxnMetadata(entry.producer_id, entry.current_txn_first_offset)
+                    _insert_sorted(self._ongoing_txns, txn)
+        start = log_start_offset if newest.offset is None else newest.offset
+        self._last_snapshot_offset = self._map_end_offset = start
+        return ProducerStateReloaded(start, True, newest.offset, removed, newest.corrupt)
+
+    def _clear_state(self) -> None:
+        self._producers.clear()
+        self._ongoing_txns.clear()
+        self._unreplicated_txns.clear()

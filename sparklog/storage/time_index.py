@@ -1,0 +1,181 @@
+"""The sparse time index of a log segment (`<base>.timeindex`), Kafka's `TimeIndex` byte for byte."""
+
+from __future__ import annotations
+
+import os
+import struct
+from array import array
+from bisect import bisect_left, bisect_right
+from typing import NamedTuple
+
+import numpy as np
+
+from sparklog.storage.offset_index import (
+    DEFAULT_MAX_INDEX_SIZE_BYTES,
+    CorruptIndexError,
+    IndexFile,
+    InvalidOffsetError,
+)
+
+__all__ = ["NO_TIMESTAMP", "TimeIndex", "TimestampOffset"]
+
+NO_TIMESTAMP = -1  # RecordBatch.NO_TIMESTAMP
+_ENTRY = struct.Struct(">qi")  # timestamp, relative offset
+_ENTRY_DTYPE = np.dtype([("timestamp", ">i8"), ("relative_offset", ">i4")])
+
+
+class TimestampOffset(NamedTuple):
+    """A timestamp and the offset at or after which every record has a larger timestamp."""
+
+    timestamp: int
+    offset: int
+
+
+class TimeIndex(IndexFile):
+    """Maps timestamps to offsets in a segment: entry (T, O) says the largest timestamp seen
+    before offset O is T, so any record with a timestamp above T comes at or after O.
+
+    On disk: 12-byte big-endian entries `(int64 timestamp, int32 offset - base_offset)`, exactly
+    Kafka's `.timeindex`. Deviation: no preallocation/mmap (see `OffsetIndex`); entries live in
+    memory and are appended to the file as they are added. As in Kafka, the last slot is kept for
+    the entry written when the segment rolls (`is_full` leaves one free; roll passes
+    `skip_full_check=True`).
+
+    Invariants: timestamps strictly increase; relative offsets are non-decreasing and lie in
+    [0, 2**31 - 1]; a timestamp <= the last one (or NO_TIMESTAMP on an empty index) is not added.
+    Thread-safety: none; the owning log serialises access.
+    """
+
+    entry_size_bytes = _ENTRY.size
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        base_offset: int,
+        max_index_size_bytes: int = DEFAULT_MAX_INDEX_SIZE_BYTES,
+    ) -> None:
+        if max_index_size_bytes < self.entry_size_bytes:
+            raise ValueError(f"Invalid max index size: {max_index_size_bytes}")
+        super().__init__(path, base_offset, create=True)
+        self.max_index_size_bytes = max_index_size_bytes
+        data = self._read_file()
+        loaded = np.frombuffer(data, dtype=_ENTRY_DTYPE, count=len(data) // _ENTRY.size)
+        self._timestamps = array("q", loaded["timestamp"].astype(np.int64).tobytes())
+        self._relative_offsets = array("i", loaded["relative_offset"].astype(np.int32).tobytes())
+
+    @property
+    def entries_count(self) -> int:
+        return len(self._timestamps)
+
+    @property
+    def max_entries(self) -> int:
+        return self.max_index_size_bytes // self.entry_size_bytes
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes used by the entries (Kafka's `sizeInBytes`)."""
+        return self.entries_count * self.entry_size_bytes
+
+    @property
+    def last_entry(self) -> TimestampOffset:
+        """The last entry, or `(NO_TIMESTAMP, base_offset)` when the index is empty."""
+        if not self._timestamps:
+            return TimestampOffset(NO_TIMESTAMP, self.base_offset)
+        return TimestampOffset(self._timestamps[-1], self.base_offset + self._relative_offsets[-1])
+
+    def is_full(self) -> bool:
+        """True when only the slot reserved for the roll entry is left (Kafka's override)."""
+        return self.entries_count >= self.max_entries - 1
+
+    def entry(self, n: int) -> TimestampOffset:
+        """The n-th entry (0-based)."""
+        if not 0 <= n < self.entries_count:
+            raise IndexError(
+                f"entry {n} requested from time index {self.path} of {self.entries_count}"
+            )
+        return TimestampOffset(self._timestamps[n], self.base_offset + self._relative_offsets[n])
+
+    def entries(self) -> list[TimestampOffset]:
+        """All entries, oldest first."""
+        return [self.entry(n) for n in range(self.entries_count)]
+
+    def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> None:
+        """Add `(timestamp, offset)` if `timestamp` is above the last entry's (Kafka's `maybeAppend`).
+
+        An offset below the last entry's, or a timestamp below the last entry's, is a caller bug
+        and raises; re-adding the last entry (as a roll does) is a no-op.
+        """
+        if not skip_full_check and self.is_full():
+            raise ValueError(
+                f"Attempt to append to a full time index {self.path} ({self.entries_count})"
+            )
+        last = self.last_entry
+        if self._timestamps and offset < last.offset:
+            raise InvalidOffsetError(
+                f"Attempt to append an offset ({offset}) to slot {self.entries_count} no larger "
+                f"than the last offset appended ({last.offset}) to {self.path}"
+            )
+        if self._timestamps and timestamp < last.timestamp:
+            raise ValueError(
+                f"Attempt to append a timestamp ({timestamp}) to slot {self.entries_count} no "
+                f"larger than the last timestamp appended ({last.timestamp}) to {self.path}"
+            )
+        if timestamp <= last.timestamp:
+            return
+        relative = self.relative_offset(offset)
+        self._append_bytes(_ENTRY.pack(timestamp, relative))
+        self._timestamps.append(timestamp)
+        self._relative_offsets.append(relative)
+
+    def lookup(self, target_timestamp: int) -> TimestampOffset:
+        """The entry with the largest timestamp <= `target_timestamp`; `(-1, base_offset)` if none."""
+        slot = bisect_right(self._timestamps, target_timestamp) - 1
+        if slot < 0:
+            return TimestampOffset(NO_TIMESTAMP, self.base_offset)
+        return self.entry(slot)
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove the entries with offset >= `offset`."""
+        self._truncate_to_entries(bisect_left(self._relative_offsets, offset - self.base_offset))
+
+    def truncate(self) -> None:
+        """Remove all entries."""
+        self._truncate_to_entries(0)
+
+    def reset(self) -> None:
+        """Remove all entries (Kafka's `reset`, used before rebuilding the index)."""
+        self._truncate_to_entries(0)
+
+    def _truncate_to_entries(self, count: int) -> None:
+        size_bytes = count * self.entry_size_bytes
+        if count >= self.entries_count and size_bytes == self._file_size_bytes:
+            return
+        self._truncate_file(size_bytes)
+        del self._timestamps[count:]
+        del self._relative_offsets[count:]
+
+    def sanity_check(self) -> None:
+        """Raise `CorruptIndexError` if the file is torn or its entries break the invariants."""
+        self._check_file_size()
+        if not self._timestamps:
+            return
+        # Copies, not views: see OffsetIndex.sanity_check.
+        timestamps = np.frombuffer(self._timestamps.tobytes(), dtype=np.int64)
+        relative = np.frombuffer(self._relative_offsets.tobytes(), dtype=np.int32)
+        if relative[0] < 0:
+            raise CorruptIndexError(
+                f"Corrupt time index found, time index file {self.path} has an offset "
+                f"{self.base_offset + int(relative[0])} less than the base offset {self.base_offset}"
+            )
+        bad = np.flatnonzero(np.diff(timestamps) <= 0)
+        if bad.size:
+            slot = int(bad[0]) + 1
+            raise CorruptIndexError(
+                f"Corrupt time index found, time index file {self.path} entry {slot} has "
+                f"timestamp {int(timestamps[slot])} not above the previous entry's "
+                f"{int(timestamps[slot - 1])}"
+            )
+        if np.any(np.diff(relative) < 0):
+            raise CorruptIndexError(
+                f"Corrupt time index found, time index file {self.path} has decreasing offsets"
+            )
