@@ -167,17 +167,21 @@ def pack_header(header: BatchHeader) -> bytes:
     )
 
 
-def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
-    """Decode the header at `pos`, checking magic, length fields and codec (not the CRC)."""
-    have = len(buf) - pos
-    # Magic first: an old v0/v1 message set is shorter than 61 bytes and should say so.
-    if have > MAGIC_OFFSET:
+def _check_magic(buf: bytes | bytearray | memoryview, pos: int, end: int) -> None:
+    # Checked before any length: an old v0/v1 message set is shorter than a v2 header.
+    if end - pos > MAGIC_OFFSET:
         (magic,) = _INT8.unpack_from(buf, pos + MAGIC_OFFSET)
         if magic != MAGIC:
             raise CorruptRecordError(
                 pos + MAGIC_OFFSET,
                 f"magic {magic} is not supported (sparklog reads v2 batches, magic 2)",
             )
+
+
+def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
+    """Decode the header at `pos`, checking magic, length fields and codec (not the CRC)."""
+    have = len(buf) - pos
+    _check_magic(buf, pos, len(buf))
     if have < HEADER_SIZE:
         raise CorruptRecordError(pos, f"batch header needs {HEADER_SIZE} bytes, only {have} left")
     header = BatchHeader(*_HEADER.unpack_from(buf, pos))
@@ -300,6 +304,7 @@ def iter_batches(
             raise CorruptRecordError(
                 pos, f"truncated batch: {have} bytes left, batch needs {size or LOG_OVERHEAD}"
             )
+        _check_magic(view, pos, end)
         if size < HEADER_SIZE:
             raise CorruptRecordError(
                 pos + LENGTH_OFFSET, f"batchLength {size - LOG_OVERHEAD} is smaller than the header"

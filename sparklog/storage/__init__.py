@@ -1,0 +1,1 @@
+"""The partition log: segments, indexes, epoch cache, producer state, recovery, retention, compaction."""
