@@ -1,0 +1,129 @@
+"""The APIs and versions sparklog serves, announced through ApiVersions so clients negotiate.
+
+Version ranges are capped where a newer version would change semantics we do not implement
+(Fetch >= 13 and Produce >= 13 address topics by id only; we serve names).
+"""
+
+from __future__ import annotations
+
+import enum
+from types import MappingProxyType
+
+
+class ApiKey(enum.IntEnum):
+    """Kafka API keys (`org.apache.kafka.common.protocol.ApiKeys`) that sparklog uses."""
+
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    DELETE_RECORDS = 21
+    INIT_PRODUCER_ID = 22
+    OFFSET_FOR_LEADER_EPOCH = 23
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    WRITE_TXN_MARKERS = 27
+    TXN_OFFSET_COMMIT = 28
+    DESCRIBE_CONFIGS = 32
+    ALTER_CONFIGS = 33
+    CREATE_PARTITIONS = 37
+    INCREMENTAL_ALTER_CONFIGS = 44
+    ALTER_PARTITION_REASSIGNMENTS = 45
+    LIST_PARTITION_REASSIGNMENTS = 46
+    ALTER_PARTITION = 56
+    DESCRIBE_CLUSTER = 60
+    BROKER_REGISTRATION = 62
+    BROKER_HEARTBEAT = 63
+    UNREGISTER_BROKER = 64
+    ALLOCATE_PRODUCER_IDS = 67
+
+
+VersionRange = tuple[int, int]
+
+#: What a broker serves to clients (and followers).
+BROKER_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
+    {
+        ApiKey.PRODUCE: (3, 11),
+        ApiKey.FETCH: (4, 12),
+        ApiKey.LIST_OFFSETS: (1, 7),
+        ApiKey.METADATA: (1, 12),
+        ApiKey.API_VERSIONS: (0, 3),
+        ApiKey.CREATE_TOPICS: (2, 7),
+        ApiKey.DELETE_TOPICS: (1, 5),
+        ApiKey.DELETE_RECORDS: (0, 2),
+        ApiKey.INIT_PRODUCER_ID: (0, 4),
+        ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
+        ApiKey.DESCRIBE_CONFIGS: (1, 4),
+        ApiKey.ALTER_CONFIGS: (0, 2),
+        ApiKey.CREATE_PARTITIONS: (0, 3),
+        ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+        ApiKey.DESCRIBE_CLUSTER: (0, 1),
+    }
+)
+
+#: What the controller serves to brokers and admin clients.
+CONTROLLER_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
+    {
+        ApiKey.API_VERSIONS: (0, 3),
+        ApiKey.FETCH: (4, 12),
+        ApiKey.METADATA: (1, 12),
+        ApiKey.CREATE_TOPICS: (2, 7),
+        ApiKey.DELETE_TOPICS: (1, 5),
+        ApiKey.CREATE_PARTITIONS: (0, 3),
+        ApiKey.DESCRIBE_CONFIGS: (1, 4),
+        ApiKey.ALTER_CONFIGS: (0, 2),
+        ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+        ApiKey.ALTER_PARTITION: (2, 3),
+        ApiKey.BROKER_REGISTRATION: (0, 4),
+        ApiKey.BROKER_HEARTBEAT: (0, 1),
+        ApiKey.UNREGISTER_BROKER: (0, 0),
+        ApiKey.ALLOCATE_PRODUCER_IDS: (0, 0),
+        ApiKey.DESCRIBE_CLUSTER: (0, 1),
+    }
+)
+
+
+def is_supported(table: MappingProxyType[ApiKey, VersionRange], api_key: int, version: int) -> bool:
+    """Whether `table` serves `api_key` at `version`."""
+    try:
+        low, high = table[ApiKey(api_key)]
+    except (ValueError, KeyError):
+        return False
+    return low <= version <= high
+
+
+def pick_version(ours: VersionRange, theirs: VersionRange | None, api_key: int) -> int:
+    """The highest version both sides speak (client side of negotiation)."""
+    if theirs is None:
+        raise UnsupportedApiError(api_key, ours, None)
+    high = min(ours[1], theirs[1])
+    if high < max(ours[0], theirs[0]):
+        raise UnsupportedApiError(api_key, ours, theirs)
+    return high
+
+
+class UnsupportedApiError(Exception):
+    """No common version of an API between a client and a server."""
+
+    def __init__(self, api_key: int, ours: VersionRange, theirs: VersionRange | None) -> None:
+        try:
+            name = ApiKey(api_key).name
+        except ValueError:
+            name = str(api_key)
+        super().__init__(
+            f"no common version of {name}: we speak {ours[0]}..{ours[1]}, "
+            f"the server {'nothing' if theirs is None else f'{theirs[0]}..{theirs[1]}'}"
+        )

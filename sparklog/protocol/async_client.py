@@ -1,0 +1,124 @@
+"""An asyncio Kafka-protocol client connection (broker -> controller, follower fetchers).
+
+Negotiates versions with ApiVersions on connect, pipelines requests, and matches responses in
+order. `request()` raises `ConnectionError` when the connection breaks; the caller reconnects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import logging
+from typing import Any
+
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i32Timedelta
+
+from sparklog.protocol import codec
+from sparklog.protocol.api_versions import VersionRange
+from sparklog.protocol.connection import NEED_DATA, ClientConnection, ProtocolError
+
+log = logging.getLogger(__name__)
+
+
+class AsyncKafkaConnection:
+    """One connection to one Kafka-protocol server."""
+
+    def __init__(self, host: str, port: int, *, client_id: str = "sparklog") -> None:
+        self.host = host
+        self.port = port
+        self.client_id = client_id
+        self.api_versions: dict[int, VersionRange] = {}
+        self._conn = ClientConnection(client_id)
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._waiters: dict[int, asyncio.Future] = {}
+        self._read_task: asyncio.Task | None = None
+        self._send_lock = asyncio.Lock()
+        self.closed = False
+
+    async def connect(self, timeout_s: float = 10.0) -> AsyncKafkaConnection:
+        async with asyncio.timeout(timeout_s):
+            self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+        self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
+        response = await self.request(
+            ApiVersionsRequest(client_software_name="sparklog", client_software_version="0.1")
+        )
+        if response.error_code != 0:
+            raise ConnectionError(f"ApiVersions failed with error {response.error_code}")
+        self.api_versions = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+        return self
+
+    def version_for(self, api_key: int, ours: VersionRange) -> int:
+        """Highest version both sides speak."""
+        theirs = self.api_versions.get(api_key)
+        if theirs is None or min(ours[1], theirs[1]) < max(ours[0], theirs[0]):
+            raise ConnectionError(f"{self.host}:{self.port} does not serve api {api_key} in {ours}")
+        return min(ours[1], theirs[1])
+
+    async def request(self, body: Any, *, timeout_s: float | None = 30.0) -> Any:
+        """Send a kio request and await its response body."""
+        if self.closed or self._writer is None:
+            raise ConnectionError(f"connection to {self.host}:{self.port} is closed")
+        async with self._send_lock:
+            correlation_id, data = self._conn.send_request(body)
+            future = asyncio.get_running_loop().create_future()
+            self._waiters[correlation_id] = future
+            self._writer.write(data)
+            await self._writer.drain()
+        if timeout_s is None:
+            return await future
+        async with asyncio.timeout(timeout_s):
+            return await future
+
+    async def _read_loop(self) -> None:
+        assert self._reader is not None
+        error: BaseException = ConnectionError(f"connection to {self.host}:{self.port} closed")
+        try:
+            while True:
+                data = await self._reader.read(256 * 1024)
+                if not data:
+                    break
+                self._conn.receive_data(data)
+                while (item := self._conn.next_response()) is not NEED_DATA:
+                    correlation_id, body = item
+                    future = self._waiters.pop(correlation_id, None)
+                    if future is not None and not future.done():
+                        future.set_result(body)
+        except (ProtocolError, ConnectionError, OSError) as e:
+            error = ConnectionError(f"connection to {self.host}:{self.port} failed: {e}")
+        except asyncio.CancelledError:
+            error = ConnectionError(f"connection to {self.host}:{self.port} closed")
+        finally:
+            self.closed = True
+            for future in self._waiters.values():
+                if not future.done():
+                    future.set_exception(error)
+            self._waiters.clear()
+
+    async def close(self) -> None:
+        self.closed = True
+        if self._writer is not None:
+            self._writer.close()
+            with contextlib.suppress(Exception):
+                await self._writer.wait_closed()
+        if self._read_task is not None:
+            self._read_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._read_task
+
+
+def api_versions_response(apis: Any, version: int, error_code: int = 0) -> Any:
+    """The ApiVersions response announcing `apis` (at `version`, or v0 for an unknown one)."""
+    schema = codec.response_schema(18, version)
+    module = __import__(schema.__module__, fromlist=["ApiVersion"])
+    keys = tuple(
+        module.ApiVersion(api_key=int(k), min_version=low, max_version=high)
+        for k, (low, high) in sorted(apis.items())
+    )
+    kwargs: dict[str, Any] = {"error_code": ErrorCode(error_code), "api_keys": keys}
+    if version >= 1:
+        kwargs["throttle_time"] = i32Timedelta.parse(datetime.timedelta(0))
+    return schema(**kwargs)

@@ -1,0 +1,105 @@
+"""Kafka message (de)serialization through `kio`'s generated schemas.
+
+A request frame is `int32 size | header | body`; the header version (v1 or v2 with tagged
+fields) and the response header version (v0 or v1; ApiVersions always v0) follow the message's
+flexible-version flag, which kio's schemas carry.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from functools import cache
+from typing import Any
+
+from kio.index import load_request_schema, load_response_schema
+from kio.serial import entity_reader, entity_writer
+
+_INT32 = struct.Struct(">i")
+_API_KEY_VERSION = struct.Struct(">hh")
+
+
+@cache
+def request_schema(api_key: int, version: int) -> type:
+    """kio's request class for (api_key, version); raises KeyError when kio lacks it."""
+    try:
+        return load_request_schema(api_key, version)
+    except Exception as e:
+        raise KeyError(f"no request schema for api {api_key} v{version}") from e
+
+
+@cache
+def response_schema(api_key: int, version: int) -> type:
+    try:
+        return load_response_schema(api_key, version)
+    except Exception as e:
+        raise KeyError(f"no response schema for api {api_key} v{version}") from e
+
+
+@cache
+def _reader(schema: type):
+    return entity_reader(schema)
+
+
+@cache
+def _writer(schema: type):
+    return entity_writer(schema)
+
+
+def peek_api_key_and_version(frame: bytes | memoryview) -> tuple[int, int]:
+    """The api key and version at the start of a request frame body."""
+    if len(frame) < 4:
+        raise ValueError("request shorter than its api key and version")
+    return _API_KEY_VERSION.unpack_from(frame, 0)
+
+
+def decode_request(frame: bytes | memoryview) -> tuple[Any, Any]:
+    """(header, body) of a request frame (without its size prefix)."""
+    api_key, version = peek_api_key_and_version(frame)
+    schema = request_schema(api_key, version)
+    header, offset = _reader(schema.__header_schema__)(frame, 0)
+    body, size = _reader(schema)(frame, offset)
+    end = offset + size
+    if end != len(frame):
+        raise ValueError(f"{len(frame) - end} bytes left after the request body")
+    return header, body
+
+
+def decode_response(frame: bytes | memoryview, api_key: int, version: int) -> tuple[int, Any]:
+    """(correlation id, body) of a response frame (without its size prefix)."""
+    schema = response_schema(api_key, version)
+    header, offset = _reader(schema.__header_schema__)(frame, 0)
+    body, _end = _reader(schema)(frame, offset)
+    return header.correlation_id, body
+
+
+def encode_request(body: Any, correlation_id: int, client_id: str | None) -> bytes:
+    """A size-prefixed request frame for a kio request entity."""
+    schema = type(body)
+    header_schema = schema.__header_schema__
+    header = header_schema(
+        request_api_key=schema.__api_key__,
+        request_api_version=schema.__version__,
+        correlation_id=correlation_id,
+        client_id=client_id,
+    )
+    buf = io.BytesIO()
+    buf.write(b"\0\0\0\0")
+    _writer(header_schema)(buf, header)
+    _writer(schema)(buf, body)
+    data = buf.getbuffer()
+    _INT32.pack_into(data, 0, len(data) - 4)
+    return bytes(data)
+
+
+def encode_response(body: Any, correlation_id: int) -> bytes:
+    """A size-prefixed response frame for a kio response entity."""
+    schema = type(body)
+    header_schema = schema.__header_schema__
+    buf = io.BytesIO()
+    buf.write(b"\0\0\0\0")
+    _writer(header_schema)(buf, header_schema(correlation_id=correlation_id))
+    _writer(schema)(buf, body)
+    data = buf.getbuffer()
+    _INT32.pack_into(data, 0, len(data) - 4)
+    return bytes(data)

@@ -1,0 +1,188 @@
+"""Kafka framing as sans-IO state machines, one per side of a connection (h11's shape).
+
+Feed bytes in with `receive_data`, pull whole messages out with `next_request` /
+`next_response` (or `NEED_DATA`), and get bytes to send from `send_response` /
+`send_request`. No sockets, no clocks: the asyncio server and the blocking client move bytes.
+
+Two error kinds: `ProtocolError` means the peer broke the protocol (oversize or malformed
+frame, unknown API): the server logs it and closes that connection only. Our own bugs assert.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Final
+
+from sparklog.protocol import codec
+from sparklog.protocol.api_versions import ApiKey, VersionRange, is_supported
+
+_INT32 = struct.Struct(">i")
+
+
+class _NeedData:
+    def __repr__(self) -> str:
+        return "NEED_DATA"
+
+
+NEED_DATA: Final = _NeedData()
+
+DEFAULT_MAX_REQUEST_BYTES = 104_857_600  # socket.request.max.bytes
+DEFAULT_MAX_RESPONSE_BYTES = 1 << 31 - 1
+
+
+class ProtocolError(Exception):
+    """The peer sent something that is not valid Kafka protocol; close the connection."""
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One decoded request. `body` is None for an ApiVersions request at a version we do not
+    know: Kafka answers it with a v0 response carrying UNSUPPORTED_VERSION and its table."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body: Any
+    size_bytes: int
+
+
+class _FrameBuffer:
+    """Accumulates bytes and cuts size-prefixed frames."""
+
+    def __init__(self, max_frame_bytes: int) -> None:
+        self._buf = bytearray()
+        self._start = 0
+        self.max_frame_bytes = max_frame_bytes
+
+    def feed(self, data: bytes) -> None:
+        if self._start and self._start > len(self._buf) // 2:
+            del self._buf[: self._start]
+            self._start = 0
+        self._buf += data
+
+    def next_frame(self) -> memoryview | None:
+        available = len(self._buf) - self._start
+        if available < 4:
+            return None
+        (size,) = _INT32.unpack_from(self._buf, self._start)
+        if size < 0 or size > self.max_frame_bytes:
+            raise ProtocolError(
+                f"frame of {size} bytes is outside [0, {self.max_frame_bytes}] "
+                "(socket.request.max.bytes); closing the connection"
+            )
+        if available < 4 + size:
+            return None
+        frame = bytes(self._buf[self._start + 4 : self._start + 4 + size])
+        self._start += 4 + size
+        return memoryview(frame)
+
+    @property
+    def buffered_bytes(self) -> int:
+        return len(self._buf) - self._start
+
+
+class ServerConnection:
+    """The server side of one connection: bytes in, `Request`s out, responses to bytes."""
+
+    def __init__(
+        self,
+        apis: dict[ApiKey, VersionRange] | Any,
+        max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+    ) -> None:
+        self.apis = apis
+        self._frames = _FrameBuffer(max_request_bytes)
+
+    def receive_data(self, data: bytes) -> None:
+        self._frames.feed(data)
+
+    def next_request(self) -> Request | _NeedData:
+        """The next whole request, or NEED_DATA. Raises ProtocolError on bad input."""
+        frame = self._frames.next_frame()
+        if frame is None:
+            return NEED_DATA
+        try:
+            api_key, version = codec.peek_api_key_and_version(frame)
+        except ValueError as e:
+            raise ProtocolError(str(e)) from None
+        if not is_supported(self.apis, api_key, version):
+            if api_key == ApiKey.API_VERSIONS:
+                correlation_id = _INT32.unpack_from(frame, 4)[0] if len(frame) >= 8 else -1
+                return Request(api_key, version, correlation_id, None, None, len(frame))
+            name = ApiKey(api_key).name if api_key in ApiKey._value2member_map_ else api_key
+            raise ProtocolError(f"unsupported API {name} version {version}; closing the connection")
+        try:
+            header, body = codec.decode_request(frame)
+        except Exception as e:  # kio raises assorted errors for malformed bytes
+            raise ProtocolError(
+                f"malformed {ApiKey(api_key).name} v{version} request: {e}"
+            ) from None
+        return Request(api_key, version, header.correlation_id, header.client_id, body, len(frame))
+
+    def send_response(self, request: Request, body: Any) -> bytes:
+        """Bytes of the response to `request` (the caller keeps per-connection order)."""
+        return codec.encode_response(body, request.correlation_id)
+
+
+@dataclass(frozen=True, slots=True)
+class _InFlight:
+    correlation_id: int
+    api_key: int
+    api_version: int
+    expects_response: bool
+
+
+class ClientConnection:
+    """The client side: requests to bytes, bytes in, (correlation id, response) out.
+
+    Kafka answers requests on a connection in order; `next_response` checks that. A Produce
+    with acks=0 gets no response (`expects_response=False`).
+    """
+
+    def __init__(
+        self, client_id: str | None = "sparklog", max_response_bytes: int = 1 << 30
+    ) -> None:
+        self.client_id = client_id
+        self._frames = _FrameBuffer(max_response_bytes)
+        self._in_flight: deque[_InFlight] = deque()
+        self._next_correlation_id = 0
+
+    @property
+    def in_flight_count(self) -> int:
+        return len(self._in_flight)
+
+    def send_request(self, body: Any, *, expects_response: bool = True) -> tuple[int, bytes]:
+        """(correlation id, bytes to send) for a kio request entity."""
+        correlation_id = self._next_correlation_id
+        self._next_correlation_id = (self._next_correlation_id + 1) & 0x7FFFFFFF
+        schema = type(body)
+        data = codec.encode_request(body, correlation_id, self.client_id)
+        if expects_response:
+            self._in_flight.append(
+                _InFlight(correlation_id, schema.__api_key__, schema.__version__, True)
+            )
+        return correlation_id, data
+
+    def receive_data(self, data: bytes) -> None:
+        self._frames.feed(data)
+
+    def next_response(self) -> tuple[int, Any] | _NeedData:
+        frame = self._frames.next_frame()
+        if frame is None:
+            return NEED_DATA
+        if not self._in_flight:
+            raise ProtocolError("response received with no request in flight")
+        expected = self._in_flight.popleft()
+        try:
+            correlation_id, body = codec.decode_response(
+                frame, expected.api_key, expected.api_version
+            )
+        except Exception as e:
+            raise ProtocolError(f"malformed response to api {expected.api_key}: {e}") from None
+        if correlation_id != expected.correlation_id:
+            raise ProtocolError(
+                f"response correlation id {correlation_id} but {expected.correlation_id} was next"
+            )
+        return correlation_id, body

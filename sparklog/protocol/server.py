@@ -1,0 +1,115 @@
+"""The asyncio edge of a Kafka-protocol server (broker or controller).
+
+Moves bytes between sockets and `ServerConnection`s and hands each decoded request to an async
+handler. Per connection, requests are handled one at a time and answered in order, as Kafka's
+network layer mutes a channel while a request is in flight. A `ProtocolError` from one peer
+closes that connection only; everything else keeps serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from sparklog.protocol.connection import (
+    DEFAULT_MAX_REQUEST_BYTES,
+    NEED_DATA,
+    ProtocolError,
+    Request,
+    ServerConnection,
+)
+
+log = logging.getLogger(__name__)
+
+#: A handler returns the response body, or None when no response is due (Produce acks=0).
+Handler = Callable[[Request], Awaitable[Any | None]]
+
+_READ_BYTES = 256 * 1024
+
+
+class KafkaServer:
+    """Listens on (host, port) and serves Kafka-protocol requests with `handler`."""
+
+    def __init__(
+        self,
+        handler: Handler,
+        apis: Any,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+        name: str = "server",
+    ) -> None:
+        self.handler = handler
+        self.apis = apis
+        self.host = host
+        self.port = port
+        self.max_request_bytes = max_request_bytes
+        self.name = name
+        self._server: asyncio.base_events.Server | None = None
+        self._connections: dict[asyncio.Task, asyncio.StreamWriter] = {}
+
+    async def start(self) -> None:
+        """Bind and start accepting; `port` holds the bound port afterwards."""
+        self._server = await asyncio.start_server(
+            self._serve_connection, self.host, self.port, reuse_address=True
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+        log.info("%s listening on %s:%d", self.name, self.host, self.port)
+
+    async def stop(self) -> None:
+        """Stop accepting, close every connection and wait for their tasks."""
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(Exception):
+                await self._server.wait_closed()
+        for writer in list(self._connections.values()):
+            writer.close()  # the connection loop sees EOF and ends
+        tasks = list(self._connections)
+        if tasks:
+            _done, pending = await asyncio.wait(tasks, timeout=5)
+            for task in pending:  # stuck in a handler: cancel as a backstop
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        self._connections.clear()
+
+    @property
+    def connection_count(self) -> int:
+        return len(self._connections)
+
+    async def _serve_connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections[task] = writer
+        peer = writer.get_extra_info("peername")
+        conn = ServerConnection(self.apis, self.max_request_bytes)
+        try:
+            while True:
+                data = await reader.read(_READ_BYTES)
+                if not data:
+                    return
+                conn.receive_data(data)
+                while (request := conn.next_request()) is not NEED_DATA:
+                    body = await self.handler(request)
+                    if body is not None:
+                        writer.write(conn.send_response(request, body))
+                        await writer.drain()
+        except ProtocolError as e:
+            log.warning("%s: closing connection from %s: %s", self.name, peer, e)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        except asyncio.CancelledError:
+            pass  # server stopping
+        except Exception:
+            log.exception("%s: handler failed; closing connection from %s", self.name, peer)
+        finally:
+            self._connections.pop(task, None)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
