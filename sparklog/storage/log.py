@@ -40,6 +40,7 @@ from sparklog.records.batch import (
 from sparklog.records.control import EndTransactionMarker, decode_end_txn_marker
 from sparklog.records.crc import crc32c
 from sparklog.records.errors import CorruptRecordError
+from sparklog.storage.checkpoint import fsync_dir
 from sparklog.storage.config import LogConfig
 from sparklog.storage.epoch_cache import LeaderEpochFileCache
 from sparklog.storage.producer_state import (
@@ -56,6 +57,10 @@ EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
 EPOCH_CHECKPOINT_FILE = "leader-epoch-checkpoint"
+
+
+class SegmentsChangedError(RuntimeError):
+    """Retention or truncation changed the segments a clean read; the cleaner retries."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,25 +170,31 @@ class Log:
     # -- appends ----------------------------------------------------------------------------
 
     def append_as_leader(
-        self, records: bytes | bytearray | memoryview, leader_epoch: int, now_ms: int
+        self,
+        records: bytes | bytearray | memoryview,
+        leader_epoch: int,
+        now_ms: int,
+        *,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
     ) -> LogAppendInfo:
         """Validate client batches, assign offsets and the leader epoch, append them.
 
         Raises CorruptRecordError (bad bytes), MessageTooLargeError, InvalidTimestampError,
         InvalidRecordError and the producer-state errors; the log is untouched when it raises.
         A retried idempotent batch already in the log returns its original offsets
-        (`duplicate=True`) and writes nothing.
+        (`duplicate=True`) and writes nothing. `origin=COORDINATOR` appends transaction markers
+        (control batches), which clients may not write.
         """
         with self._lock:
             buf = bytearray(records)
-            headers = self._validate_batches(buf, now_ms, from_client=True)
+            headers = self._validate_batches(buf, now_ms, origin=AppendOrigin(origin))
             append_time = now_ms if self.config.log_append_time else -1
             next_offset = self.log_end_offset
             stamped: list[tuple[int, BatchHeader]] = []
             for pos, header in headers:
                 stamped.append((pos, _restamped(header, next_offset, leader_epoch, append_time)))
                 next_offset += header.last_offset_delta + 1
-            pending = self._prepare_producer_state(buf, stamped, AppendOrigin.CLIENT)
+            pending = self._prepare_producer_state(buf, stamped, AppendOrigin(origin))
             if isinstance(pending, DuplicateBatch):
                 return LogAppendInfo(
                     pending.base_offset,
@@ -208,7 +219,7 @@ class Log:
         """Append batches fetched from the leader as they are (offsets and epochs kept)."""
         with self._lock:
             buf = bytes(records)
-            headers = self._validate_batches(buf, now_ms, from_client=False)
+            headers = self._validate_batches(buf, now_ms, origin=AppendOrigin.REPLICATION)
             first = headers[0][1]
             if first.base_offset < self.log_end_offset:
                 raise InvalidRecordError(
@@ -220,7 +231,7 @@ class Log:
             return self._append(buf, headers, pending, now_ms, None, -1)
 
     def _validate_batches(
-        self, buf: bytes | bytearray, now_ms: int, *, from_client: bool
+        self, buf: bytes | bytearray, now_ms: int, *, origin: AppendOrigin
     ) -> list[tuple[int, BatchHeader]]:
         found: list[tuple[int, BatchHeader]] = []
         for batch in iter_batches(buf):
@@ -231,21 +242,27 @@ class Log:
                     f"{self.config.max_message_bytes} of {self.directory.name}"
                 )
             batch.ensure_valid()
-            if from_client:
-                self._validate_client_batch(header, now_ms)
+            if origin is not AppendOrigin.REPLICATION:
+                self._validate_client_batch(header, now_ms, origin)
             found.append((batch.position, header))
         if not found:
             raise InvalidRecordError("an append needs at least one record batch")
         return found
 
-    def _validate_client_batch(self, header: BatchHeader, now_ms: int) -> None:
+    def _validate_client_batch(
+        self, header: BatchHeader, now_ms: int, origin: AppendOrigin
+    ) -> None:
         if header.records_count == 0 or header.records_count != header.last_offset_delta + 1:
             raise InvalidRecordError(
                 f"batch declares {header.records_count} records but lastOffsetDelta "
                 f"{header.last_offset_delta}; client batches hold offset deltas 0..n-1"
             )
-        if header.is_control:
-            raise InvalidRecordError("clients may not write control batches")
+        if header.is_control != (origin is AppendOrigin.COORDINATOR):
+            raise InvalidRecordError(
+                "clients may not write control batches"
+                if header.is_control
+                else "the coordinator appends only control batches"
+            )
         if not self.config.log_append_time and header.records_count:
             if header.max_timestamp - now_ms > self.config.message_timestamp_after_max_ms:
                 raise InvalidTimestampError(
@@ -474,7 +491,17 @@ class Log:
     @property
     def last_stable_offset(self) -> int:
         """The LSO: below the first open transaction and never above the high watermark."""
-        return self.producer_state.last_stable_offset(self.high_watermark)
+        with self._lock:
+            return self.producer_state.last_stable_offset(self.high_watermark)
+
+    def last_records_of_active_producers(self) -> dict[int, tuple[int, int]]:
+        """producer id -> (last data offset or -1, epoch), for the cleaner (Kafka's
+        `lastRecordsOfActiveProducers`)."""
+        with self._lock:
+            return {
+                pid: (entry.last_data_offset, entry.producer_epoch)
+                for pid, entry in self.producer_state.active_producers.items()
+            }
 
     def collect_aborted_transactions(
         self, start_offset: int, upper_bound_offset: int
@@ -600,12 +627,17 @@ class Log:
         `replaceSegments`). The rename to `.swap` is the commit point: after a crash the loader
         completes the swap, before it the `.cleaned` files are discarded."""
         with self._lock:
-            if any(s not in self._segments for s in old_segments):
-                raise RuntimeError("segments changed while cleaning (retention or truncation ran)")
+            if (
+                any(s not in self._segments for s in old_segments)
+                or self.active_segment in old_segments
+            ):
+                raise SegmentsChangedError(
+                    "segments changed while cleaning (retention or truncation ran)"
+                )
             assert cleaned.base_offset == old_segments[0].base_offset
-            assert self.active_segment not in old_segments, "the active segment is never cleaned"
             cleaned.flush()
             cleaned.change_suffix(".swap")
+            fsync_dir(self.directory)  # the rename to .swap is the commit point
             for segment in old_segments:
                 self._segments.remove(segment)
                 segment.delete()

@@ -1,7 +1,8 @@
 """One producer's state (`ProducerStateEntry`) and the snapshot files that persist it.
 
 The entry model lives here, next to its on-disk form, as Kafka's `readSnapshot` returns
-`ProducerStateEntry`s; `producer_state.py` (the manager and the append validation) re-exports it.
+`ProducerStateEntry`s; `producer_state.py` (the manager and the append validation) uses it and
+can be imported from for it. Kept apart so neither module grows past ~600 lines.
 
 Snapshot layout (Kafka's `ProducerStateManager.PID_SNAPSHOT_MAP_SCHEMA`), big-endian::
 

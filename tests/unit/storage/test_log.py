@@ -12,7 +12,13 @@ from sparklog.errors import (
     MessageTooLargeError,
     OffsetOutOfRangeError,
 )
-from sparklog.records import CorruptRecordError, RecordBatch, SimpleRecord, build_batch, iter_batches
+from sparklog.records import (
+    CorruptRecordError,
+    RecordBatch,
+    SimpleRecord,
+    build_batch,
+    iter_batches,
+)
 from sparklog.records.batch import TimestampType
 from sparklog.storage.config import LogConfig
 from sparklog.storage.log import Log
@@ -64,7 +70,9 @@ def test_corrupt_batch_rejected_and_log_untouched(tmp_path):
 
 
 def test_message_too_large_and_timestamps(tmp_path):
-    log = Log.open(tmp_path / "t-0", LogConfig.from_properties({"max.message.bytes": 200}), now_ms=NOW)
+    log = Log.open(
+        tmp_path / "t-0", LogConfig.from_properties({"max.message.bytes": 200}), now_ms=NOW
+    )
     with pytest.raises(MessageTooLargeError, match="max.message.bytes"):
         log.append_as_leader(batch([b"x" * 300]), 0, NOW)
     with pytest.raises(InvalidTimestampError):
@@ -187,7 +195,9 @@ def test_retention_stops_at_high_watermark(tmp_path):
 def test_offset_by_timestamp(tmp_path):
     log = Log.open(tmp_path / "t-0", small(), now_ms=NOW)
     for i in range(10):
-        log.append_as_leader(build_batch([SimpleRecord(b"v", None, NOW + 10 * i + j) for j in range(2)]), 0, NOW)
+        log.append_as_leader(
+            build_batch([SimpleRecord(b"v", None, NOW + 10 * i + j) for j in range(2)]), 0, NOW
+        )
     assert log.fetch_offset_by_timestamp(-2) == (0, -1)
     assert log.fetch_offset_by_timestamp(-1) == (20, -1)
     assert log.fetch_offset_by_timestamp(NOW + 31) == (7, NOW + 31)
@@ -269,7 +279,9 @@ def test_config_rejects_unknown_and_bad_values():
 
 
 def test_defaults_file_matches_code():
-    path = os.path.join(os.path.dirname(__file__), "..", "..", "..", "conf", "sparklog-defaults.conf")
+    path = os.path.join(
+        os.path.dirname(__file__), "..", "..", "..", "conf", "sparklog-defaults.conf"
+    )
     entries = {}
     with open(path) as f:
         for line in f:
@@ -288,3 +300,81 @@ def test_record_batch_reads_back_whole(tmp_path):
     (stored,) = list(iter_batches(log.read(0, 100).records))
     (rec,) = RecordBatch(bytes(stored.data)).records()
     assert (rec.key, rec.value, rec.headers) == (b"k", b"v", (("h", b"1"),))
+
+
+def test_idempotent_retry_returns_original_offsets(tmp_path):
+    from sparklog.errors import InvalidProducerEpochError, OutOfOrderSequenceNumberError
+
+    log = Log.open(tmp_path / "t-0", now_ms=NOW)
+    first = batch([b"a", b"b"], producer_id=7, producer_epoch=0, base_sequence=0)
+    log.append_as_leader(batch([b"other"]), 0, NOW)
+    info = log.append_as_leader(first, 0, NOW)
+    again = log.append_as_leader(first, 0, NOW)
+    assert again.duplicate and (again.first_offset, again.last_offset) == (
+        info.first_offset,
+        info.last_offset,
+    )
+    assert log.log_end_offset == 3
+    with pytest.raises(OutOfOrderSequenceNumberError):
+        log.append_as_leader(
+            batch([b"c"], producer_id=7, producer_epoch=0, base_sequence=5), 0, NOW
+        )
+    log.append_as_leader(batch([b"c"], producer_id=7, producer_epoch=1, base_sequence=0), 0, NOW)
+    with pytest.raises(InvalidProducerEpochError):
+        log.append_as_leader(
+            batch([b"d"], producer_id=7, producer_epoch=0, base_sequence=3), 0, NOW
+        )
+    assert log.log_end_offset == 4
+    log.close()
+    reopened = Log.open(tmp_path / "t-0", now_ms=NOW)
+    assert reopened.append_as_leader(
+        batch([b"c"], producer_id=7, producer_epoch=1, base_sequence=0), 0, NOW
+    ).duplicate
+
+
+def test_transactions_lso_and_aborted_index(tmp_path):
+    from sparklog.records.control import (
+        ControlRecordType,
+        EndTransactionMarker,
+        build_end_txn_marker_batch,
+    )
+    from sparklog.storage.producer_state import AppendOrigin
+
+    def txn(pid, values, seq):
+        return batch(
+            values, producer_id=pid, producer_epoch=0, base_sequence=seq, is_transactional=True
+        )
+
+    def marker(pid, kind):
+        return build_end_txn_marker_batch(
+            EndTransactionMarker(kind, 0), producer_id=pid, producer_epoch=0, timestamp_ms=NOW
+        )
+
+    log = Log.open(tmp_path / "t-0", small(), now_ms=NOW)
+    log.append_as_leader(txn(1, [b"a1", b"a2"], 0), 0, NOW)  # 0-1
+    log.append_as_leader(txn(2, [b"b1"], 0), 0, NOW)  # 2
+    log.update_high_watermark(log.log_end_offset)
+    assert log.last_stable_offset == 0
+    with pytest.raises(InvalidRecordError, match="control"):
+        log.append_as_leader(marker(1, ControlRecordType.ABORT), 0, NOW)
+    log.append_as_leader(
+        marker(1, ControlRecordType.ABORT), 0, NOW, origin=AppendOrigin.COORDINATOR
+    )  # 3
+    log.update_high_watermark(log.log_end_offset)
+    assert log.last_stable_offset == 2
+    log.append_as_leader(
+        marker(2, ControlRecordType.COMMIT), 0, NOW, origin=AppendOrigin.COORDINATOR
+    )  # 4
+    log.update_high_watermark(log.log_end_offset)
+    assert log.last_stable_offset == 5
+    aborted = log.collect_aborted_transactions(0, 5)
+    assert [(a.producer_id, a.first_offset, a.last_offset) for a in aborted] == [(1, 0, 3)]
+    fetched = log.read(0, 1 << 20, upper_bound_offset=log.last_stable_offset, include_aborted=True)
+    assert [a.producer_id for a in fetched.aborted_transactions] == [1]
+    log.close()
+    reopened = Log.open(tmp_path / "t-0", small(), now_ms=NOW)
+    reopened.update_high_watermark(reopened.log_end_offset)
+    assert [
+        (a.producer_id, a.last_offset) for a in reopened.collect_aborted_transactions(0, 5)
+    ] == [(1, 3)]
+    assert reopened.last_stable_offset == 5

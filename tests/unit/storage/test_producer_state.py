@@ -175,11 +175,23 @@ def test_base_offset_is_supplied_by_the_log(psm):
 
 
 def test_several_batches_of_one_producer_in_one_append(psm):
-    info = psm.prepare_append(header(PID, EPOCH, 0, 0, count=2), "client")
-    same = psm.prepare_append(header(PID, EPOCH, 2, 2, count=2), "client", pending=info)
-    assert same is info
+    append(psm, PID, EPOCH, 0, 0)
+    info = psm.prepare_append(header(PID, EPOCH, 1, 1, count=2), "client")
+    same = psm.prepare_append(header(PID, EPOCH, 3, 3, count=2), "client", pending=info)
+    assert same is info and entry(psm).last_seq == 0
     with pytest.raises(OutOfOrderSequenceNumberError):  # checked against the pending batches
-        psm.prepare_append(header(PID, EPOCH, 2, 4), "client", pending=info)
+        psm.prepare_append(header(PID, EPOCH, 3, 5), "client", pending=info)
+    psm.update(info)
+    assert [b.first_seq for b in entry(psm).batch_metadata] == [0, 1, 3]
+
+
+def test_unknown_producer_is_not_sequence_checked_within_its_first_append(psm):
+    # Kafka checks against the committed entry's epoch: none yet, so gaps pass (checkSequence).
+    info = psm.prepare_append(header(PID, EPOCH, 7, 0), "client")
+    psm.prepare_append(header(PID, EPOCH, 20, 1), "client", pending=info)
+    psm.update(info)
+    with pytest.raises(OutOfOrderSequenceNumberError):
+        psm.prepare_append(header(PID, EPOCH, 30, 2), "client")
 
 
 def test_unknown_producer_may_start_at_any_sequence(psm):
@@ -330,8 +342,8 @@ def test_first_unstable_offset_and_last_stable_offset(psm):
     assert end_txn(psm, PID, 5, COMMIT, 109) == (CompletedTxn(PID, 99, 109, False),)
     assert psm.first_undecided_offset() == 105
     assert psm.first_unstable_offset() == 99  # the marker is not replicated yet
-    psm.on_high_watermark_updated(100)
-    assert psm.first_unstable_offset() == 99 and psm.last_stable_offset(100) == 99
+    psm.on_high_watermark_updated(109)  # the marker itself is not below the HW yet
+    assert psm.first_unstable_offset() == 99 and psm.last_stable_offset(109) == 99
     psm.on_high_watermark_updated(110)
     assert psm.first_unstable_offset() == 105 and psm.last_stable_offset(110) == 105
     end_txn(psm, 2, 5, ABORT, 112)

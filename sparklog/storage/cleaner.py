@@ -1,0 +1,562 @@
+"""Log compaction: keep the latest record per key (Kafka's `LogCleaner` and `Cleaner`; what is
+kept of each batch is decided in `offset_map.py`, which log is cleaned in `cleaner_manager.py`).
+
+Theory of operation. A round cleans one log (chosen by `CleanerManager`, see
+`cleaner_manager.py`) in two passes over the segments below the first uncleanable offset:
+
+1. *Offset map.* The dirty section [first dirty offset, first uncleanable offset) is read
+   into an `OffsetMap` key -> latest offset, skipping aborted transactional batches, until the
+   map's memory budget is full. `end_offset` = the map's latest offset + 1 is how far this
+   round cleans; it becomes the log's new first dirty offset.
+2. *Copy.* Every segment from the log start to `end_offset` is re-read (clean section too),
+   in groups whose combined size fits one segment (`group_segments_by_size`). Each group is
+   rewritten into one `<base>.*.cleaned` segment, keeping a record iff it is the latest of its
+   key (or beyond the map), it has a key, and it is not a tombstone whose delete horizon passed.
+   Batches keep their base offset, last offset delta, producer id/epoch, base sequence,
+   attributes and leader epoch (Kafka's `MemoryRecords.filterTo`); the cleaned segment then
+   replaces the group through `Log.replace_segments` (the `.swap` rename is the commit point).
+
+Retention rules, as Kafka's `Cleaner.cleanInto`:
+
+- Tombstones and markers (KIP-534): the first clean that keeps a tombstone, or a marker whose
+  transaction has no data left, rewrites its batch with a delete horizon
+  (now + `delete.retention.ms`) in the base timestamp; a clean after the horizon drops it.
+- Aborted transactional batches are dropped (the aborted ranges come from the txn indexes); an
+  ABORT marker stays, and its entry is copied into the cleaned `.txnindex`, while any batch of
+  its transaction remains; a COMMIT marker stays while the round saw data of its transaction.
+- The batch holding an active producer's last sequence (or, with no data, its last marker) is
+  kept, emptied if need be (`RETAIN_EMPTY`), so idempotence and fencing survive compaction.
+- The last batch of each group is kept (emptied if need be), so a cleaned segment always ends
+  at its group's last offset: the loader's swap completion then replaces exactly the group.
+  Kafka keeps only the round's last batch this way.
+
+Concurrency: the cleaner reads segments with `Log.read_segment_bytes` (the log lock is held per
+chunk) and writes the `.cleaned` segment without any log lock; only `replace_segments` takes
+it. Retention or truncation running meanwhile makes the round give up
+(`LogCleaningAbortedError`) and delete its `.cleaned` files. `LogCleaner` runs rounds on a
+daemon thread; `clean_once(now_ms)` runs one round on the caller's thread (tests).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sparklog.records.batch import (
+    RecordBatch,
+    batch_size_at,
+    iter_batches,
+    read_header,
+)
+from sparklog.records.errors import CorruptRecordError
+from sparklog.storage.cleaner_manager import (
+    CleanerManager,
+    LogCleaningAbortedError,
+    LogToClean,
+    TopicPartition,
+    segments_in_range,
+)
+from sparklog.storage.log import SegmentsChangedError
+from sparklog.storage.offset_map import (
+    BatchFilter,
+    CleanedTransactionMetadata,
+    CleanerStats,
+    LastRecord,
+    OffsetMap,
+)
+from sparklog.storage.segment import LogSegment, file_name
+
+if TYPE_CHECKING:
+    from sparklog.storage.log import Log
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "CleanResult",
+    "CleanedTransactionMetadata",
+    "Cleaner",
+    "CleanerConfig",
+    "CleanerStats",
+    "LastRecord",
+    "LogCleaner",
+    "LogCleaningAbortedError",
+    "group_segments_by_size",
+]
+
+CLEANED_SUFFIX = ".cleaned"
+INT32_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class CleanerConfig:
+    """Broker-level cleaner settings, Kafka's `log.cleaner.*` names and defaults."""
+
+    dedupe_buffer_size: int = 128 * 1024 * 1024  # log.cleaner.dedupe.buffer.size
+    io_buffer_size: int = 512 * 1024  # log.cleaner.io.buffer.size
+    io_buffer_load_factor: float = 0.9  # log.cleaner.io.buffer.load.factor
+    backoff_ms: int = 15_000  # log.cleaner.backoff.ms
+
+    def __post_init__(self) -> None:
+        if self.dedupe_buffer_size <= 0 or self.io_buffer_size <= 0 or self.backoff_ms < 0:
+            raise ValueError(
+                "log.cleaner.dedupe.buffer.size and log.cleaner.io.buffer.size must be positive, "
+                "log.cleaner.backoff.ms >= 0"
+            )
+        if not 0 < self.io_buffer_load_factor <= 1:
+            raise ValueError("log.cleaner.io.buffer.load.factor must be in (0, 1]")
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, object]) -> CleanerConfig:
+        """From broker properties named like Kafka's (`log.cleaner.backoff.ms`, ...)."""
+        fields = {f"log.cleaner.{f.name.replace('_', '.')}": f for f in dataclasses.fields(cls)}
+        values: dict[str, object] = {}
+        for name, raw in props.items():
+            f = fields.get(name)
+            if f is None:
+                raise ValueError(f"unknown cleaner setting {name!r}; known: {', '.join(fields)}")
+            try:
+                values[f.name] = float(raw) if f.type in (float, "float") else int(str(raw))
+            except ValueError:
+                raise ValueError(f"invalid value {raw!r} for {name}: expected {f.type}") from None
+        return cls(**values)
+
+
+@dataclass(frozen=True, slots=True)
+class CleanResult:
+    """One finished round: the log, the dirty range it started from, where the next starts."""
+
+    topic_partition: TopicPartition
+    first_dirty_offset: int
+    end_offset: int
+    stats: CleanerStats
+
+
+# -- grouping ------------------------------------------------------------------------------
+
+
+def group_segments_by_size(
+    segments: Sequence[LogSegment],
+    max_size_bytes: int,
+    max_index_size_bytes: int,
+    first_uncleanable_offset: int,
+) -> list[list[LogSegment]]:
+    """Consecutive segments grouped so each group's log bytes fit `segment.bytes`, its offset
+    and time index bytes fit `segment.index.bytes`, and its offsets fit int32 relative to the
+    group's base (Kafka's `groupSegmentsBySize`); each group becomes one cleaned segment."""
+    groups: list[list[LogSegment]] = []
+    i = 0
+    while i < len(segments):
+        group = [segments[i]]
+        log_bytes = segments[i].size_bytes
+        index_bytes = segments[i].offset_index.size_bytes
+        time_index_bytes = segments[i].time_index.size_bytes
+        i += 1
+        while i < len(segments):
+            candidate = segments[i]
+            # The candidate's last offset, bounded by the next base (or the round's end).
+            last_offset = (
+                segments[i + 1].base_offset - 1
+                if i + 1 < len(segments)
+                else first_uncleanable_offset - 1
+            )
+            if not (
+                log_bytes + candidate.size_bytes <= max_size_bytes
+                and index_bytes + candidate.offset_index.size_bytes <= max_index_size_bytes
+                and time_index_bytes + candidate.time_index.size_bytes <= max_index_size_bytes
+                and (candidate.size_bytes == 0 or last_offset - group[0].base_offset <= INT32_MAX)
+            ):
+                break
+            group.append(candidate)
+            log_bytes += candidate.size_bytes
+            index_bytes += candidate.offset_index.size_bytes
+            time_index_bytes += candidate.time_index.size_bytes
+            i += 1
+        groups.append(group)
+    return groups
+
+
+# -- one log ---------------------------------------------------------------------------------
+
+
+def last_records_of_active_producers(log_: Log) -> dict[int, LastRecord]:
+    """Kafka's `UnifiedLog.lastRecordsOfActiveProducers`, read from the log's producer state."""
+    return {
+        producer_id: LastRecord(last if last >= 0 else None, epoch)
+        for producer_id, (last, epoch) in log_.last_records_of_active_producers().items()
+    }
+
+
+class Cleaner:
+    """Cleans one log per `clean` call (Kafka's `Cleaner`); reusable, owns its offset map.
+
+    `check_done(tp)` runs before each I/O chunk and raises to stop the round.
+    Thread-safety: one thread at a time.
+    """
+
+    def __init__(
+        self,
+        config: CleanerConfig | None = None,
+        check_done: Callable[[TopicPartition], None] | None = None,
+    ) -> None:
+        self.config = config or CleanerConfig()
+        self.offset_map = OffsetMap(
+            self.config.dedupe_buffer_size, self.config.io_buffer_load_factor
+        )
+        self._check_done = check_done or (lambda tp: None)
+
+    def clean(self, cleanable: LogToClean, now_ms: int) -> tuple[int, CleanerStats]:
+        """Clean `cleanable.log`; returns the offset the next round starts at, and stats."""
+        log_ = cleanable.log
+        tp = cleanable.topic_partition
+        stats = CleanerStats()
+        segments = log_.segments
+        upper = cleanable.first_uncleanable_offset
+        self.build_offset_map(tp, log_, segments, cleanable.first_dirty_offset, upper, stats)
+        end_offset = self.offset_map.latest_offset + 1
+        if end_offset <= cleanable.first_dirty_offset:
+            raise ValueError(
+                f"log.cleaner.dedupe.buffer.size ({self.config.dedupe_buffer_size}) cannot hold "
+                f"the keys of one batch of {log_.directory.name} at {cleanable.first_dirty_offset}"
+            )
+        to_clean = segments_in_range(segments, 0, end_offset)
+        groups = group_segments_by_size(
+            to_clean, log_.config.segment_bytes, log_.config.segment_index_bytes, upper
+        )
+        txn = CleanedTransactionMetadata()
+        for group in groups:
+            # The segment after the group exists: the active one is never cleaned.
+            group_end = segments[segments.index(group[-1]) + 1].base_offset
+            self.clean_segments(tp, log_, group, group_end, now_ms, stats, txn, upper)
+            stats.groups_cleaned += 1
+        stats.buffer_utilization = self.offset_map.utilization
+        return end_offset, stats
+
+    # -- pass 1: the offset map ---------------------------------------------------------------
+
+    def build_offset_map(
+        self,
+        tp: TopicPartition,
+        log_: Log,
+        segments: Sequence[LogSegment],
+        start_offset: int,
+        end_offset: int,
+        stats: CleanerStats,
+    ) -> None:
+        """Fill the offset map from [start, end), stopping where its budget runs out."""
+        self.offset_map.clear()
+        dirty = segments_in_range(segments, start_offset, end_offset)
+        txn = CleanedTransactionMetadata()
+        txn.add_aborted_transactions(log_.collect_aborted_transactions(start_offset, end_offset))
+        for i, segment in enumerate(dirty):
+            next_start = dirty[i + 1].base_offset if i + 1 < len(dirty) else end_offset
+            if self._map_segment(tp, log_, segment, start_offset, next_start, txn, stats):
+                log.debug("offset map full in segment %d of %s", segment.base_offset, tp)
+                return
+
+    def _map_segment(
+        self,
+        tp: TopicPartition,
+        log_: Log,
+        segment: LogSegment,
+        start_offset: int,
+        next_segment_start: int,
+        txn: CleanedTransactionMetadata,
+        stats: CleanerStats,
+    ) -> bool:
+        """Add one segment's keys; True when the map filled up inside it."""
+        offset_map = self.offset_map
+        for batch in self._read_batches(tp, log_, segment):
+            header = batch.header
+            stats.map_bytes_read += header.size_in_bytes
+            if header.last_offset < start_offset:
+                continue
+            if header.is_control:
+                txn.on_control_batch_read(header, batch.records())
+                stats.map_messages_read += header.records_count
+            elif txn.on_batch_read(header):
+                stats.map_messages_read += header.records_count  # aborted: keys do not count
+            else:
+                for record in batch.records():
+                    stats.map_messages_read += 1
+                    if record.key is None or record.offset < start_offset:
+                        continue
+                    if not offset_map.put(record.key, record.offset):
+                        return True
+            offset_map.update_latest_offset(header.last_offset)
+        # Offsets may have gaps (an earlier clean): the whole segment has been read.
+        offset_map.update_latest_offset(next_segment_start - 1)
+        return False
+
+    # -- pass 2: copying ----------------------------------------------------------------------
+
+    def clean_segments(
+        self,
+        tp: TopicPartition,
+        log_: Log,
+        group: list[LogSegment],
+        group_end_offset: int,
+        now_ms: int,
+        stats: CleanerStats,
+        txn: CleanedTransactionMetadata,
+        round_upper_offset: int,
+    ) -> None:
+        """Rewrite `group` (ending before `group_end_offset`) into one segment and swap it in."""
+        cleaned = _new_cleaned_segment(log_, group)
+        txn.cleaned_index = cleaned.txn_index
+        batch_filter = BatchFilter(
+            self.offset_map,
+            txn,
+            last_records_of_active_producers(log_),
+            now_ms=now_ms,
+            delete_retention_ms=log_.config.delete_retention_ms,
+            round_upper_offset=round_upper_offset,
+            stats=stats,
+        )
+        try:
+            for i, segment in enumerate(group):
+                upper = group[i + 1].base_offset if i + 1 < len(group) else group_end_offset
+                # The whole segment's range: the cleaned .txnindex is rebuilt from these.
+                txn.add_aborted_transactions(
+                    log_.collect_aborted_transactions(segment.base_offset, upper)
+                )
+                last = i == len(group) - 1
+                self._clean_into(tp, log_, segment, cleaned, batch_filter, last_in_group=last)
+            cleaned.on_becoming_inactive()
+            cleaned.flush()  # fsync here, not under the log lock inside replace_segments
+            try:
+                log_.replace_segments(cleaned, group)
+            except SegmentsChangedError as e:  # retention or truncation changed the group
+                raise LogCleaningAbortedError(str(e)) from e
+        except BaseException:
+            if cleaned.suffix == CLEANED_SUFFIX:  # past the swap commit point the loader owns it
+                cleaned.delete()
+            raise
+
+    def _clean_into(
+        self,
+        tp: TopicPartition,
+        log_: Log,
+        source: LogSegment,
+        dest: LogSegment,
+        batch_filter: BatchFilter,
+        *,
+        last_in_group: bool,
+    ) -> None:
+        stats = batch_filter.stats
+        out: list[bytes] = []
+        out_bytes = 0
+        source_size = source.size_bytes
+        for batch in self._read_batches(tp, log_, source, source_size):
+            header = batch.header
+            is_last = last_in_group and batch.position + header.size_in_bytes == source_size
+            kept = batch_filter.filter(batch, last_in_group=is_last)
+            stats.bytes_read += header.size_in_bytes
+            if kept is None:
+                continue
+            assert dest.can_hold(header.last_offset), "groups keep offsets within int32"
+            out.append(kept)
+            out_bytes += len(kept)
+            stats.bytes_written += len(kept)
+            if out_bytes >= self.config.io_buffer_size:
+                _append_batches(dest, out)
+                out, out_bytes = [], 0
+        _append_batches(dest, out)
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def _read_batches(
+        self, tp: TopicPartition, log_: Log, segment: LogSegment, size: int | None = None
+    ) -> Iterator[RecordBatch]:
+        """The batches of a non-active segment, CRC-checked, read a chunk at a time."""
+        size = segment.size_bytes if size is None else size
+        position = 0
+        chunk_bytes = self.config.io_buffer_size
+        while position < size:
+            self._check_done(tp)
+            wanted = min(chunk_bytes, size - position)
+            data = log_.read_segment_bytes(segment, position, wanted)
+            if data is None or len(data) < wanted:
+                raise LogCleaningAbortedError(
+                    f"segment {segment.base_offset} of {tp} was removed or truncated while "
+                    "being cleaned"
+                )
+            consumed = 0
+            for batch in iter_batches(data, allow_partial_tail=True):
+                batch.position += position
+                batch.ensure_valid()
+                consumed = batch.position - position + batch.header.size_in_bytes
+                yield batch
+            if consumed == 0:
+                # One batch larger than the buffer: read exactly that batch next.
+                needed = batch_size_at(data, 0)
+                if needed is None or needed > size - position:
+                    raise CorruptRecordError(
+                        position, f"batch at {position} of {tp} runs past the segment"
+                    )
+                chunk_bytes = max(chunk_bytes, needed)
+                continue
+            chunk_bytes = self.config.io_buffer_size
+            position += consumed
+
+
+def _append_batches(dest: LogSegment, batches: list[bytes]) -> None:
+    if not batches:
+        return
+    headers = [read_header(b) for b in batches]
+    dest.append(b"".join(batches), headers)
+
+
+def _new_cleaned_segment(log_: Log, group: list[LogSegment]) -> LogSegment:
+    """An empty `<base>.*.cleaned` segment, removing leftovers of an earlier failed round
+    (Kafka's `createNewCleanedSegment`)."""
+    base = group[0].base_offset
+    for kind in (".log", ".index", ".timeindex", ".txnindex"):
+        (log_.directory / file_name(base, kind + CLEANED_SUFFIX)).unlink(missing_ok=True)
+    return LogSegment(
+        log_.directory, base, log_.config, created_ms=group[-1].created_ms, suffix=CLEANED_SUFFIX
+    )
+
+
+# -- the background thread ----------------------------------------------------------------------
+
+
+class _CleanerShutdown(Exception):
+    """`stop()` was called while a round ran (Kafka's `ThreadShutdownException`)."""
+
+
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class LogCleaner:
+    """Compacts the logs it is given on a background thread (Kafka's `LogCleaner` with one
+    `CleanerThread`): each round cleans the dirtiest compacted log, then runs retention
+    (`delete_old_segments`) on the compacted logs, so cleaning and retention of a compacted log
+    never overlap. With nothing to clean it sleeps `log.cleaner.backoff.ms`.
+
+    A failed round marks its partition uncleanable (Kafka does the same) and is counted in
+    `statistics()`; the thread keeps running.
+    """
+
+    def __init__(
+        self,
+        config: CleanerConfig | None = None,
+        *,
+        persist_checkpoints: bool = True,
+        clock_ms: Callable[[], int] = _wall_clock_ms,
+    ) -> None:
+        self.config = config or CleanerConfig()
+        self.manager = CleanerManager(persist_checkpoints=persist_checkpoints)
+        self.cleaner = Cleaner(self.config, check_done=self._check_done)
+        self._clock_ms = clock_ms
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._rounds = 0
+        self._aborted_rounds = 0
+        self._errors: list[str] = []
+        self.last_result: CleanResult | None = None
+
+    # -- logs (delegated to the manager) -------------------------------------------------------
+
+    def add_log(self, log_: Log, topic_partition: TopicPartition | None = None) -> TopicPartition:
+        return self.manager.add_log(log_, topic_partition)
+
+    def remove_log(self, topic_partition: TopicPartition) -> None:
+        self.manager.remove_log(topic_partition)
+
+    def abort_and_pause_cleaning(self, topic_partition: TopicPartition) -> None:
+        self.manager.abort_and_pause_cleaning(topic_partition)
+
+    def resume_cleaning(self, topic_partition: TopicPartition) -> None:
+        self.manager.resume_cleaning([topic_partition])
+
+    # -- running -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the background thread."""
+        assert self._thread is None, "LogCleaner.start called twice"
+        self._stopping.clear()
+        self._thread = threading.Thread(
+            target=self._run, name="kafka-log-cleaner-thread-0", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread and wait for it; a round in progress is abandoned cleanly."""
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                result = self.clean_once(self._clock_ms())
+            except _CleanerShutdown:
+                return
+            except Exception as e:  # noqa: BLE001 - the thread must survive any one failure
+                log.exception("log cleaner round failed")
+                self._errors.append(repr(e))
+                result = None
+            if result is None:
+                self._stopping.wait(self.config.backoff_ms / 1000)
+
+    def clean_once(self, now_ms: int) -> CleanResult | None:
+        """One round: clean the dirtiest log if any qualifies, then retention of compacted logs."""
+        result = None
+        cleanable = self.manager.grab_filthiest_compacted_log(now_ms)
+        if cleanable is not None:
+            result = self._clean(cleanable, now_ms)
+        deletable = self.manager.deletable_logs()
+        try:
+            for tp, log_ in deletable:
+                try:
+                    log_.delete_old_segments(now_ms)
+                except Exception as e:  # noqa: BLE001 - one log's failure must not stop others
+                    log.exception("retention of %s failed", tp)
+                    self._errors.append(repr(e))
+        finally:
+            self.manager.done_deleting(tp for tp, _ in deletable)
+        return result
+
+    def _clean(self, cleanable: LogToClean, now_ms: int) -> CleanResult | None:
+        tp = cleanable.topic_partition
+        end_offset = cleanable.first_dirty_offset
+        result = None
+        try:
+            end_offset, stats = self.cleaner.clean(cleanable, now_ms)
+            result = CleanResult(tp, cleanable.first_dirty_offset, end_offset, stats)
+            self.last_result = result
+            self._rounds += 1
+        except LogCleaningAbortedError as e:
+            log.info("cleaning of %s given up: %s", tp, e)
+            self._aborted_rounds += 1
+        except _CleanerShutdown:
+            raise
+        except Exception as e:  # noqa: BLE001 - Kafka marks the partition uncleanable
+            log.exception("cleaning of %s failed; marking it uncleanable", tp)
+            self._errors.append(repr(e))
+            self.manager.mark_partition_uncleanable(tp)
+        finally:
+            self.manager.done_cleaning(tp, end_offset)
+        return result
+
+    def _check_done(self, topic_partition: TopicPartition) -> None:
+        if self._stopping.is_set():
+            raise _CleanerShutdown()
+        self.manager.check_cleaning_aborted(topic_partition)
+
+    def statistics(self) -> dict[str, object]:
+        """Rounds done and given up, errors seen, the dirtiest ratio of the last round."""
+        return {
+            "rounds": self._rounds,
+            "aborted_rounds": self._aborted_rounds,
+            "errors": list(self._errors),
+            "max_dirty_ratio": self.manager.dirtiest_log_cleanable_ratio,
+            "uncleanable_partitions": sorted(self.manager.uncleanable_partitions()),
+        }

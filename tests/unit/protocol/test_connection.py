@@ -1,0 +1,105 @@
+"""Sans-IO framing: requests and responses cut from arbitrary byte chunks, bad frames refused."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+
+from sparklog.protocol.api_versions import BROKER_APIS, ApiKey, UnsupportedApiError, pick_version
+from sparklog.protocol.async_client import api_versions_response
+from sparklog.protocol.connection import (
+    NEED_DATA,
+    ClientConnection,
+    ProtocolError,
+    ServerConnection,
+)
+
+
+def metadata_request(*names: str) -> MetadataRequest:
+    return MetadataRequest(
+        topics=tuple(MetadataRequestTopic(topic_id=None, name=n) for n in names),
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
+
+
+def test_requests_survive_any_chunking():
+    client = ClientConnection("tester")
+    wire = b"".join(client.send_request(metadata_request(f"t{i}"))[1] for i in range(5))
+    for chunk_size in (1, 3, 7, len(wire)):
+        server = ServerConnection(BROKER_APIS)
+        got = []
+        for i in range(0, len(wire), chunk_size):
+            server.receive_data(wire[i : i + chunk_size])
+            while (req := server.next_request()) is not NEED_DATA:
+                got.append(req)
+        assert [r.correlation_id for r in got] == [0, 1, 2, 3, 4]
+        assert [r.body.topics[0].name for r in got] == [f"t{i}" for i in range(5)]
+        assert all(r.client_id == "tester" and r.api_key == ApiKey.METADATA for r in got)
+
+
+def test_round_trip_through_both_sides():
+    client = ClientConnection()
+    server = ServerConnection(BROKER_APIS)
+    _, data = client.send_request(
+        ApiVersionsRequest(client_software_name="x", client_software_version="1")
+    )
+    server.receive_data(data)
+    request = server.next_request()
+    assert request.api_key == ApiKey.API_VERSIONS and request.api_version == 3
+    client.receive_data(server.send_response(request, api_versions_response(BROKER_APIS, 3)))
+    correlation_id, body = client.next_response()
+    assert correlation_id == 0
+    assert {k.api_key: (k.min_version, k.max_version) for k in body.api_keys} == {
+        int(k): v for k, v in BROKER_APIS.items()
+    }
+    assert client.next_response() is NEED_DATA
+
+
+def test_oversize_frame_is_a_protocol_error():
+    server = ServerConnection(BROKER_APIS, max_request_bytes=100)
+    server.receive_data(struct.pack(">i", 101) + b"x" * 10)
+    with pytest.raises(ProtocolError, match="socket.request.max.bytes"):
+        server.next_request()
+
+
+def test_unknown_api_and_garbage_are_protocol_errors():
+    server = ServerConnection(BROKER_APIS)
+    server.receive_data(struct.pack(">ihhi", 8, 999, 0, 1))
+    with pytest.raises(ProtocolError, match="unsupported API"):
+        server.next_request()
+    server = ServerConnection(BROKER_APIS)
+    body = struct.pack(">hhi", int(ApiKey.METADATA), 12, 5) + b"\xff\xff\xff"
+    server.receive_data(struct.pack(">i", len(body)) + body)
+    with pytest.raises(ProtocolError, match="malformed"):
+        server.next_request()
+
+
+def test_api_versions_at_unknown_version_is_answered_not_dropped():
+    server = ServerConnection(BROKER_APIS)
+    body = struct.pack(">hhi", int(ApiKey.API_VERSIONS), 99, 42) + b"\x00\x00"
+    server.receive_data(struct.pack(">i", len(body)) + body)
+    request = server.next_request()
+    assert request.body is None and request.correlation_id == 42
+
+
+def test_responses_out_of_order_are_refused():
+    client = ClientConnection()
+    client.send_request(metadata_request("a"))
+    server = ServerConnection(BROKER_APIS)
+    from sparklog.protocol.codec import encode_response
+
+    client.receive_data(encode_response(api_versions_response(BROKER_APIS, 0), 7))
+    with pytest.raises(ProtocolError):
+        client.next_response()
+
+
+def test_version_negotiation():
+    assert pick_version((0, 12), (1, 9), 3) == 9
+    with pytest.raises(UnsupportedApiError, match="METADATA"):
+        pick_version((10, 12), (1, 9), 3)
+    with pytest.raises(UnsupportedApiError):
+        pick_version((0, 1), None, 0)
