@@ -89,7 +89,6 @@ def test_api_versions_at_unknown_version_is_answered_not_dropped():
 def test_responses_out_of_order_are_refused():
     client = ClientConnection()
     client.send_request(metadata_request("a"))
-    server = ServerConnection(BROKER_APIS)
     from sparklog.protocol.codec import encode_response
 
     client.receive_data(encode_response(api_versions_response(BROKER_APIS, 0), 7))
