@@ -112,6 +112,9 @@ FetchSessionIdNotFoundError = _error("FetchSessionIdNotFoundError", 70, retriabl
 InvalidFetchSessionEpochError = _error("InvalidFetchSessionEpochError", 71, retriable=True)
 UnknownTopicIdError = _error("UnknownTopicIdError", 100, retriable=True)
 InvalidUpdateVersionError = _error("InvalidUpdateVersionError", 95)
+DuplicateBrokerRegistrationError = _error("DuplicateBrokerRegistrationError", 101)
+BrokerIdNotRegisteredError = _error("BrokerIdNotRegisteredError", 102)
+InconsistentClusterIdError = _error("InconsistentClusterIdError", 104)
 
 
 def error_for_code(code: int) -> type[KafkaError]:

@@ -79,6 +79,7 @@ CONTROLLER_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
     {
         ApiKey.API_VERSIONS: (0, 3),
         ApiKey.FETCH: (4, 12),
+        ApiKey.LIST_OFFSETS: (1, 7),
         ApiKey.METADATA: (1, 12),
         ApiKey.CREATE_TOPICS: (2, 7),
         ApiKey.DELETE_TOPICS: (1, 5),

@@ -378,3 +378,23 @@ def test_transactions_lso_and_aborted_index(tmp_path):
         (a.producer_id, a.last_offset) for a in reopened.collect_aborted_transactions(0, 5)
     ] == [(1, 3)]
     assert reopened.last_stable_offset == 5
+
+
+def test_defaults_file_matches_controller_defaults():
+    from sparklog.controller.configs import ControllerConfig
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "..", "conf", "sparklog-defaults.conf")
+    with open(path) as f:
+        entries = dict(
+            line.strip().split("=", 1) for line in f if line.strip() and not line.startswith("#")
+        )
+    defaults = ControllerConfig()
+    for name in (
+        "num.partitions",
+        "default.replication.factor",
+        "broker.session.timeout.ms",
+        "broker.heartbeat.interval.ms",
+        "metadata.log.snapshot.records",
+    ):
+        assert int(entries[name]) == getattr(defaults, name.replace(".", "_")), name
+    assert entries["auto.create.topics.enable"] == str(defaults.auto_create_topics_enable).lower()

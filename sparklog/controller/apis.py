@@ -1,0 +1,531 @@
+"""The controller's Kafka-protocol handlers (Kafka's `ControllerApis`): kio request in, core
+call, records committed, kio response out — one handler per API.
+
+Responses are built for the request's version (`responses.Response` drops the fields that
+version does not have), so one handler serves every version in `CONTROLLER_APIS`.
+Per-resource errors carry Kafka's codes and messages; a bad request never stops the server.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from sparklog.controller.cluster_control import (
+    BrokerHeartbeat,
+    BrokerRegistrationRequest,
+    InconsistentClusterIdError,
+    parse_broker_client_id,
+)
+from sparklog.controller.configs import (
+    AlterConfigOp,
+    ConfigResource,
+    describe_topic_configs,
+)
+from sparklog.controller.image import NO_LEADER, MetadataImage, TopicImage
+from sparklog.controller.metadata_log import METADATA_PARTITION, METADATA_TOPIC
+from sparklog.controller.replication_control import (
+    CreateTopicResult,
+    NewPartitions,
+    NewTopic,
+    validate_topic_name,
+)
+from sparklog.controller.responses import (
+    AUTHORIZED_OPERATIONS_OMITTED,
+    Response,
+    alter_configs_response,
+    described_config,
+    missing_topic,
+    to_ms,
+)
+from sparklog.errors import (
+    InvalidRequestError,
+    InvalidTopicError,
+    KafkaError,
+    LeaderNotAvailableError,
+    OffsetOutOfRangeError,
+    UnknownTopicOrPartitionError,
+    UnsupportedVersionError,
+)
+from sparklog.protocol.api_versions import CONTROLLER_APIS, ApiKey
+from sparklog.protocol.async_client import api_versions_response
+from sparklog.protocol.connection import Request
+
+if TYPE_CHECKING:
+    from sparklog.controller.server import ControllerServer
+
+log = logging.getLogger(__name__)
+
+#: The controller's node id in DescribeCluster(endpoint_type=2) answers (KIP-919).
+CONTROLLER_NODE_ID = 3000
+_MAX_FETCH_WAIT_MS = 60_000
+_BROKERS_ENDPOINT, _CONTROLLERS_ENDPOINT = 1, 2
+
+
+class ControllerApis:
+    """Dispatches requests to handlers; `server` persists records and owns the core."""
+
+    def __init__(self, server: ControllerServer) -> None:
+        self.server = server
+        self._handlers: dict[int, Callable[[Request], Any]] = {
+            ApiKey.API_VERSIONS: self.handle_api_versions,
+            ApiKey.FETCH: self.handle_fetch,
+            ApiKey.LIST_OFFSETS: self.handle_list_offsets,
+            ApiKey.METADATA: self.handle_metadata,
+            ApiKey.CREATE_TOPICS: self.handle_create_topics,
+            ApiKey.DELETE_TOPICS: self.handle_delete_topics,
+            ApiKey.CREATE_PARTITIONS: self.handle_create_partitions,
+            ApiKey.DESCRIBE_CONFIGS: self.handle_describe_configs,
+            ApiKey.ALTER_CONFIGS: self.handle_alter_configs,
+            ApiKey.INCREMENTAL_ALTER_CONFIGS: self.handle_incremental_alter_configs,
+            ApiKey.ALTER_PARTITION: self.handle_alter_partition,
+            ApiKey.BROKER_REGISTRATION: self.handle_broker_registration,
+            ApiKey.BROKER_HEARTBEAT: self.handle_broker_heartbeat,
+            ApiKey.UNREGISTER_BROKER: self.handle_unregister_broker,
+            ApiKey.ALLOCATE_PRODUCER_IDS: self.handle_allocate_producer_ids,
+            ApiKey.DESCRIBE_CLUSTER: self.handle_describe_cluster,
+        }
+
+    async def handle(self, request: Request) -> Any:
+        handler = self._handlers.get(request.api_key)
+        assert handler is not None, (
+            f"CONTROLLER_APIS announces api {request.api_key} without a handler"
+        )
+        response = handler(request)
+        if inspect.isawaitable(response):
+            response = await response
+        return response
+
+    @property
+    def controller(self) -> Any:
+        return self.server.controller
+
+    @property
+    def image(self) -> MetadataImage:
+        return self.server.controller.image
+
+    # -- cluster membership -----------------------------------------------------------------
+
+    def handle_api_versions(self, request: Request) -> Any:
+        if request.body is None:  # a version we do not speak: answer v0 with our table
+            return api_versions_response(CONTROLLER_APIS, 0, UnsupportedVersionError.code)
+        return api_versions_response(CONTROLLER_APIS, request.api_version)
+
+    def handle_broker_registration(self, request: Request) -> Any:
+        body, respond = request.body, Response(request)
+        listeners = sorted(body.listeners, key=lambda listener: listener.name != "PLAINTEXT")
+        try:
+            if not listeners or body.incarnation_id is None:
+                raise InvalidRequestError(
+                    "BrokerRegistration needs a listener and an incarnation id"
+                )
+            core_request = BrokerRegistrationRequest(
+                broker_id=body.broker_id,
+                cluster_id=body.cluster_id,
+                incarnation_id=str(body.incarnation_id),
+                host=listeners[0].host,
+                port=listeners[0].port,
+                rack=body.rack,
+                facts=parse_broker_client_id(request.client_id),
+            )
+            broker_epoch = self.server.commit(
+                self.controller.register_broker(self.server.now_ms(), core_request)
+            )
+        except KafkaError as e:
+            log.warning("refused registration of broker %d: %s", body.broker_id, e)
+            return respond(error_code=e.code, broker_epoch=-1)
+        log.info("registered broker %d at epoch %d", body.broker_id, broker_epoch)
+        return respond(error_code=0, broker_epoch=broker_epoch)
+
+    def handle_broker_heartbeat(self, request: Request) -> Any:
+        body = request.body
+        heartbeat = BrokerHeartbeat(
+            broker_id=body.broker_id,
+            broker_epoch=body.broker_epoch,
+            current_metadata_offset=body.current_metadata_offset,
+            want_fence=body.want_fence,
+            want_shut_down=body.want_shut_down,
+        )
+        reply = self.server.commit(self.controller.heartbeat(self.server.now_ms(), heartbeat))
+        if reply.error_code:
+            log.info("heartbeat of broker %d refused: %s", body.broker_id, reply.error_message)
+        return Response(request)(
+            error_code=reply.error_code,
+            is_caught_up=reply.is_caught_up,
+            is_fenced=reply.is_fenced,
+            should_shut_down=reply.should_shut_down,
+        )
+
+    def handle_unregister_broker(self, request: Request) -> Any:
+        respond = Response(request)
+        try:
+            self.server.commit(self.controller.unregister_broker(request.body.broker_id))
+        except KafkaError as e:
+            return respond(error_code=e.code, error_message=str(e))
+        return respond(error_code=0, error_message=None)
+
+    def handle_allocate_producer_ids(self, request: Request) -> Any:
+        body, respond = request.body, Response(request)
+        try:
+            block = self.server.commit(
+                self.controller.allocate_producer_ids(body.broker_id, body.broker_epoch)
+            )
+        except KafkaError as e:
+            return respond(error_code=e.code, producer_id_start=-1, producer_id_len=0)
+        return respond(
+            error_code=0,
+            producer_id_start=block.producer_id_start,
+            producer_id_len=block.producer_id_len,
+        )
+
+    def handle_alter_partition(self, request: Request) -> Any:
+        # ISR changes arrive with replication; until then the request is refused as a whole.
+        return Response(request)(error_code=UnsupportedVersionError.code, topics=())
+
+    def handle_describe_cluster(self, request: Request) -> Any:
+        respond = Response(request)
+        endpoint_type = getattr(request.body, "endpoint_type", _BROKERS_ENDPOINT)
+        if endpoint_type == _CONTROLLERS_ENDPOINT:
+            nodes = [(CONTROLLER_NODE_ID, self.server.host, self.server.port, None)]
+            controller_id = CONTROLLER_NODE_ID
+        elif endpoint_type == _BROKERS_ENDPOINT:
+            nodes = [(b.broker_id, b.host, b.port, b.rack) for b in self.image.unfenced_brokers()]
+            controller_id = self._controller_id()
+        else:
+            return respond(
+                error_code=InvalidRequestError.code,
+                error_message=f"Unsupported endpoint type {endpoint_type}",
+                cluster_id=self.server.cluster_id,
+                brokers=(),
+            )
+        brokers = tuple(
+            respond.nested("DescribeClusterBroker", broker_id=i, host=h, port=p, rack=r)
+            for i, h, p, r in nodes
+        )
+        return respond(
+            error_code=0,
+            error_message=None,
+            endpoint_type=endpoint_type,
+            cluster_id=self.server.cluster_id,
+            controller_id=controller_id,
+            brokers=brokers,
+            cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+        )
+
+    def _controller_id(self) -> int:
+        """What clients see as the controller: a live broker, which forwards admin requests
+        here (Kafka's KRaft brokers answer the same way)."""
+        brokers = self.image.unfenced_brokers()
+        return brokers[0].broker_id if brokers else NO_LEADER
+
+    # -- the metadata log -------------------------------------------------------------------
+
+    async def handle_fetch(self, request: Request) -> Any:
+        body, respond = request.body, Response(request)
+        cluster_id = getattr(body, "cluster_id", None)
+        if cluster_id is not None and cluster_id != self.server.cluster_id:
+            error = InconsistentClusterIdError.code
+            return respond(error_code=error, session_id=0, responses=())
+        wanted = self._metadata_fetch_offset(body)
+        max_wait_ms = min(to_ms(body.max_wait), _MAX_FETCH_WAIT_MS)
+        if wanted == self.server.metadata_log.end_offset and max_wait_ms > 0:
+            await self.server.wait_for_metadata(wanted, max_wait_ms / 1000)
+        responses = tuple(
+            respond.nested(
+                "FetchableTopicResponse",
+                topic=topic.topic,
+                partitions=tuple(
+                    self._fetch_partition(respond, topic.topic, p, body.max_bytes)
+                    for p in topic.partitions
+                ),
+            )
+            for topic in body.topics
+        )
+        return respond(error_code=0, session_id=0, responses=responses)
+
+    @staticmethod
+    def _metadata_fetch_offset(body: Any) -> int | None:
+        for topic in body.topics:
+            for p in topic.partitions:
+                if topic.topic == METADATA_TOPIC and p.partition == METADATA_PARTITION:
+                    return p.fetch_offset
+        return None
+
+    def _fetch_partition(self, respond: Response, topic: str, p: Any, max_bytes: int) -> Any:
+        metadata_log = self.server.metadata_log
+        values: dict[str, Any] = {
+            "partition_index": p.partition,
+            "high_watermark": metadata_log.end_offset,
+            "last_stable_offset": metadata_log.end_offset,
+            "log_start_offset": metadata_log.start_offset,
+            "aborted_transactions": None,
+            "records": None,
+        }
+        if topic != METADATA_TOPIC or p.partition != METADATA_PARTITION:
+            return respond.nested(
+                "PartitionData", error_code=UnknownTopicOrPartitionError.code, **values
+            )
+        try:
+            data = metadata_log.read(p.fetch_offset, min(p.partition_max_bytes, max_bytes))
+        except OffsetOutOfRangeError:
+            return respond.nested("PartitionData", error_code=OffsetOutOfRangeError.code, **values)
+        values["records"] = data.records
+        return respond.nested("PartitionData", error_code=0, **values)
+
+    def handle_list_offsets(self, request: Request) -> Any:
+        respond = Response(request)
+        topics = []
+        for topic in request.body.topics:
+            partitions = tuple(self._list_offset(respond, topic.name, p) for p in topic.partitions)
+            topics.append(
+                respond.nested("ListOffsetsTopicResponse", name=topic.name, partitions=partitions)
+            )
+        return respond(topics=tuple(topics))
+
+    def _list_offset(self, respond: Response, topic: str, p: Any) -> Any:
+        name = "ListOffsetsPartitionResponse"
+        if topic != METADATA_TOPIC or p.partition_index != METADATA_PARTITION:
+            return respond.nested(
+                name,
+                partition_index=p.partition_index,
+                error_code=UnknownTopicOrPartitionError.code,
+            )
+        found = self.server.metadata_log.offset_for_timestamp(p.timestamp)
+        offset, timestamp = found if found is not None else (-1, -1)
+        return respond.nested(
+            name,
+            partition_index=p.partition_index,
+            error_code=0,
+            timestamp=timestamp,
+            offset=offset,
+            leader_epoch=0,
+        )
+
+    # -- Metadata ---------------------------------------------------------------------------
+
+    def handle_metadata(self, request: Request) -> Any:
+        body, respond = request.body, Response(request)
+        if body.topics is None:
+            wanted = [self.image.topic(name) for name in self.image.topic_names()]
+            entries = [topic for topic in wanted if topic is not None]
+        else:
+            allow_auto = getattr(body, "allow_auto_topic_creation", True)
+            entries = self._requested_topics(body.topics, allow_auto)
+        brokers = tuple(
+            respond.nested(
+                "MetadataResponseBroker", node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack
+            )
+            for b in self.image.unfenced_brokers()
+        )
+        topics = tuple(
+            self._metadata_topic(respond, entry)
+            if isinstance(entry, TopicImage)
+            else entry(respond)
+            for entry in entries
+        )
+        return respond(
+            brokers=brokers,
+            cluster_id=self.server.cluster_id,
+            controller_id=self._controller_id(),
+            topics=topics,
+            cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+        )
+
+    def _requested_topics(self, requested: Any, allow_auto: bool) -> list[Any]:
+        """TopicImages, or callables building an error entry, in request order."""
+        missing = [
+            t.name for t in requested if t.name is not None and self.image.topic(t.name) is None
+        ]
+        if missing and allow_auto and self.server.config.auto_create_topics_enable:
+            self._auto_create(missing)
+        entries: list[Any] = []
+        for t in requested:
+            topic = (
+                self.image.topic(t.name)
+                if t.name is not None
+                else self.image.topic_by_id(t.topic_id)
+            )
+            entries.append(topic if topic is not None else missing_topic(t.name, t.topic_id))
+        return entries
+
+    def _auto_create(self, names: list[str]) -> None:
+        valid = []
+        for name in dict.fromkeys(names):
+            try:
+                validate_topic_name(name)
+            except InvalidTopicError:
+                continue
+            valid.append(NewTopic(name))
+        if valid:
+            results = self.server.commit(self.controller.create_topics(valid))
+            for result in results:
+                if not result.error.is_success:
+                    log.info("auto-creating topic %s failed: %s", result.name, result.error.message)
+
+    def _metadata_topic(self, respond: Response, topic: TopicImage) -> Any:
+        partitions = tuple(
+            respond.nested(
+                "MetadataResponsePartition",
+                error_code=0 if p.is_online else LeaderNotAvailableError.code,
+                partition_index=p.partition,
+                leader_id=p.leader,
+                leader_epoch=p.leader_epoch,
+                replica_nodes=p.replicas,
+                isr_nodes=p.isr,
+                offline_replicas=tuple(r for r in p.replicas if not self.image.is_unfenced(r)),
+            )
+            for _, p in sorted(topic.partitions.items())
+        )
+        return respond.nested(
+            "MetadataResponseTopic",
+            error_code=0,
+            name=topic.name,
+            topic_id=topic.topic_id,
+            is_internal=False,
+            partitions=partitions,
+            topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+        )
+
+    # -- topic admin ------------------------------------------------------------------------
+
+    def handle_create_topics(self, request: Request) -> Any:
+        body, respond = request.body, Response(request)
+        topics = [
+            NewTopic(
+                name=t.name,
+                num_partitions=t.num_partitions,
+                replication_factor=t.replication_factor,
+                assignments=tuple((a.partition_index, tuple(a.broker_ids)) for a in t.assignments),
+                configs={c.name: c.value for c in t.configs},
+            )
+            for t in body.topics
+        ]
+        results = self.server.commit(
+            self.controller.create_topics(topics, validate_only=body.validate_only)
+        )
+        requested = {t.name: t for t in topics}
+        return respond(topics=tuple(self._created(respond, r, requested[r.name]) for r in results))
+
+    def _created(self, respond: Response, result: CreateTopicResult, topic: NewTopic) -> Any:
+        configs = None
+        if result.error.is_success and respond.has("CreatableTopicConfigs"):
+            entries = describe_topic_configs(
+                {k: v for k, v in topic.configs.items() if v is not None}, self.server.config
+            )
+            configs = tuple(
+                respond.nested(
+                    "CreatableTopicConfigs",
+                    name=e.name,
+                    value=e.value,
+                    read_only=e.read_only,
+                    config_source=int(e.source),
+                    is_sensitive=e.is_sensitive,
+                )
+                for e in entries
+            )
+        return respond.nested(
+            "CreatableTopicResult",
+            name=result.name,
+            topic_id=result.topic_id,
+            error_code=result.error.code,
+            error_message=result.error.message,
+            num_partitions=result.num_partitions,
+            replication_factor=result.replication_factor,
+            configs=configs,
+        )
+
+    def handle_delete_topics(self, request: Request) -> Any:
+        respond = Response(request)
+        names = list(request.body.topic_names)
+        results = self.server.commit(self.controller.delete_topics(names))
+        return respond(
+            responses=tuple(
+                respond.nested(
+                    "DeletableTopicResult",
+                    name=name,
+                    error_code=error.code,
+                    error_message=error.message,
+                )
+                for name, error in results
+            )
+        )
+
+    def handle_create_partitions(self, request: Request) -> Any:
+        body, respond = request.body, Response(request)
+        topics = [
+            NewPartitions(
+                name=t.name,
+                count=t.count,
+                assignments=None
+                if t.assignments is None
+                else tuple(tuple(a.broker_ids) for a in t.assignments),
+            )
+            for t in body.topics
+        ]
+        results = self.server.commit(
+            self.controller.create_partitions(topics, validate_only=body.validate_only)
+        )
+        return respond(
+            results=tuple(
+                respond.nested(
+                    "CreatePartitionsTopicResult",
+                    name=name,
+                    error_code=error.code,
+                    error_message=error.message,
+                )
+                for name, error in results
+            )
+        )
+
+    # -- configs ----------------------------------------------------------------------------
+
+    def handle_describe_configs(self, request: Request) -> Any:
+        body, respond = request.body, Response(request)
+        include_synonyms = getattr(body, "include_synonyms", False)
+        results = []
+        for resource in body.resources:
+            keys = resource.configuration_keys
+            error, entries = self.controller.describe_configs(
+                ConfigResource(resource.resource_type, resource.resource_name),
+                None if keys is None else list(keys),
+                include_synonyms=include_synonyms,
+            )
+            results.append(
+                respond.nested(
+                    "DescribeConfigsResult",
+                    error_code=error.code,
+                    error_message=error.message,
+                    resource_type=resource.resource_type,
+                    resource_name=resource.resource_name,
+                    configs=tuple(described_config(respond, e) for e in entries),
+                )
+            )
+        return respond(results=tuple(results))
+
+    def handle_alter_configs(self, request: Request) -> Any:
+        body = request.body
+        resources = [
+            (ConfigResource(r.resource_type, r.resource_name), {c.name: c.value for c in r.configs})
+            for r in body.resources
+        ]
+        result = self.controller.alter_configs(resources, validate_only=body.validate_only)
+        return alter_configs_response(request, self.server.commit(result))
+
+    def handle_incremental_alter_configs(self, request: Request) -> Any:
+        body = request.body
+        resources = [
+            (
+                ConfigResource(r.resource_type, r.resource_name),
+                [AlterConfigOp(c.name, c.config_operation, c.value) for c in r.configs],
+            )
+            for r in body.resources
+        ]
+        result = self.controller.incremental_alter_configs(
+            resources, validate_only=body.validate_only
+        )
+        return alter_configs_response(request, self.server.commit(result))
+
+
+__all__ = ["CONTROLLER_NODE_ID", "ControllerApis"]

@@ -1,0 +1,358 @@
+"""The sans-IO controller core (Kafka's `QuorumController`, single node).
+
+Theory of operation: every operation reads the current `MetadataImage`, validates, and returns
+a `ControllerResult` = the response plus the metadata records that make it true. The caller
+(`server.py`, or a test) appends those records to the metadata log as ONE batch, then calls
+`replay(records)`, then announces the response — persisted before announced. Operations never
+mutate the image themselves, so a refused request changes nothing; only the in-memory lease
+table (`heartbeats`) and the launcher's shutdown requests live outside the log.
+
+Records of one result are computed against the image before any of them is applied, so an
+operation that would need to see its own effects is split: `tick` fences at most one broker
+per call (like Kafka's `maybeFenceOneStaleBroker`); the caller repeats it until it returns no
+records. Broker epochs are the offsets of RegisterBroker records: the core computes them as
+`image.offset + position in the batch`, which holds because the caller appends at the log end,
+and the log end always equals `image.offset`.
+
+Time comes in as `now_ms`; nothing here reads a clock, opens a file or a socket.
+Not thread-safe: one owner (the controller's event loop) drives it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sparklog.controller.cluster_control import (
+    BrokerHeartbeat,
+    BrokerHeartbeatManager,
+    BrokerHeartbeatReply,
+    BrokerIdNotRegisteredError,
+    BrokerRegistrationRequest,
+    check_broker_epoch,
+    check_registration,
+    register_broker_record,
+)
+from sparklog.controller.configs import (
+    AlterConfigOp,
+    ConfigEntry,
+    ConfigResource,
+    ConfigResourceType,
+    ControllerConfig,
+    describe_configs,
+    incremental_changes,
+    legacy_changes,
+)
+from sparklog.controller.image import (
+    CONFIG,
+    FENCE_BROKER,
+    PRODUCER_IDS,
+    TOPIC_RESOURCE,
+    UNFENCE_BROKER,
+    UNREGISTER_BROKER,
+    MetadataImage,
+)
+from sparklog.controller.replication_control import (
+    CreateTopicResult,
+    NewPartitions,
+    NewTopic,
+    ReplicationControl,
+)
+from sparklog.controller.results import NONE, ApiError, ControllerResult
+from sparklog.errors import (
+    InvalidRequestError,
+    KafkaError,
+    StaleBrokerEpochError,
+    UnknownServerError,
+    UnknownTopicOrPartitionError,
+)
+
+#: Producer ids per AllocateProducerIds block (Kafka's `ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE`).
+PRODUCER_ID_BLOCK_SIZE = 1000
+_LONG_MAX = 2**63 - 1
+
+Records = tuple[dict[str, Any], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerIdsBlock:
+    broker_id: int
+    producer_id_start: int
+    producer_id_len: int
+
+
+class QuorumController:
+    """Registration, leases, topic admin, configs and producer ids over one metadata image."""
+
+    def __init__(
+        self,
+        config: ControllerConfig,
+        cluster_id: str,
+        image: MetadataImage | None = None,
+        *,
+        topic_id_factory: Callable[[], uuid.UUID] = uuid.uuid4,
+    ) -> None:
+        self.config = config
+        self.cluster_id = cluster_id
+        self.image = image if image is not None else MetadataImage()
+        self.heartbeats = BrokerHeartbeatManager(config.broker_session_timeout_ms)
+        self.replication = ReplicationControl(self.image, config, topic_id_factory)
+        self._next_node_id = 0
+        self._shutdown_all = False
+        self._shutdown_brokers: set[int] = set()
+
+    def replay(self, records: Iterable[Mapping[str, Any]]) -> None:
+        """Apply persisted records to the image (call after the metadata log append)."""
+        for record in records:
+            self.image.apply(record)
+
+    # -- launcher hooks ---------------------------------------------------------------------
+
+    def next_node_id(self) -> int:
+        """A fresh broker id: one above every id registered or handed out before."""
+        node_id = max(self._next_node_id, self.image.highest_broker_id + 1)
+        self._next_node_id = node_id + 1
+        return node_id
+
+    def request_shutdown(self, broker_id: int | None = None) -> None:
+        """Make heartbeats of `broker_id` (every broker when None) answer should_shut_down."""
+        if broker_id is None:
+            self._shutdown_all = True
+        else:
+            self._shutdown_brokers.add(broker_id)
+
+    def should_shut_down(self, broker_id: int) -> bool:
+        return self._shutdown_all or broker_id in self._shutdown_brokers
+
+    # -- brokers ----------------------------------------------------------------------------
+
+    def register_broker(
+        self, now_ms: int, request: BrokerRegistrationRequest
+    ) -> ControllerResult[int]:
+        """BrokerRegistration: the new broker epoch. Raises DuplicateBrokerRegistrationError,
+        InconsistentClusterIdError or BrokerIdNotRegisteredError (negative id)."""
+        check_registration(self.image, self.heartbeats, self.cluster_id, request, now_ms)
+        existing = self.image.broker(request.broker_id)
+        records: list[dict[str, Any]] = []
+        if existing is not None and not existing.fenced:
+            # The old registration goes away: its leaderships and ISR places first.
+            records.extend(self.replication.on_broker_fenced(request.broker_id))
+        if existing is not None and existing.incarnation_id != request.incarnation_id:
+            self._shutdown_brokers.discard(request.broker_id)
+        broker_epoch = self.image.offset + len(records)
+        records.append(register_broker_record(request, broker_epoch))
+        self.heartbeats.touch(request.broker_id, now_ms)
+        return ControllerResult(broker_epoch, tuple(records))
+
+    def heartbeat(
+        self, now_ms: int, request: BrokerHeartbeat
+    ) -> ControllerResult[BrokerHeartbeatReply]:
+        """BrokerHeartbeat: renew the lease; unfence a caught-up broker, fence one that asks."""
+        broker_id = request.broker_id
+        broker = self.image.broker(broker_id)
+        if broker is None or broker.broker_epoch != request.broker_epoch:
+            try:
+                check_broker_epoch(self.image, broker_id, request.broker_epoch)
+            except StaleBrokerEpochError as e:
+                # An older epoch means a newer registration took the id: that process must go.
+                older = broker is not None and request.broker_epoch < broker.broker_epoch
+                reply = BrokerHeartbeatReply(
+                    should_shut_down=older, error_code=e.code, error_message=str(e)
+                )
+                return ControllerResult(reply)
+        assert broker is not None
+        self.heartbeats.touch(broker_id, now_ms)
+        should_shut_down = self.should_shut_down(broker_id) or request.want_shut_down
+        caught_up = request.current_metadata_offset > broker.broker_epoch
+        records: list[dict[str, Any]] = []
+        fenced = broker.fenced
+        if request.want_fence or request.want_shut_down:
+            if not broker.fenced:
+                records = self._fence(broker_id)
+            fenced = True
+        elif broker.fenced and caught_up and not should_shut_down:
+            records = self._unfence(broker_id)
+            fenced = False
+        reply = BrokerHeartbeatReply(
+            is_caught_up=caught_up, is_fenced=fenced, should_shut_down=should_shut_down
+        )
+        return ControllerResult(reply, tuple(records))
+
+    def unregister_broker(self, broker_id: int) -> ControllerResult[None]:
+        """UnregisterBroker: forget the broker (its partitions lose it as leader)."""
+        broker = self.image.broker(broker_id)
+        if broker is None:
+            raise BrokerIdNotRegisteredError(f"Broker ID {broker_id} is not currently registered")
+        records = self.replication.on_broker_fenced(broker_id)
+        records.append(
+            {"type": UNREGISTER_BROKER, "broker_id": broker_id, "broker_epoch": broker.broker_epoch}
+        )
+        self.heartbeats.remove(broker_id)
+        return ControllerResult(None, tuple(records))
+
+    def tick(self, now_ms: int) -> ControllerResult[int | None]:
+        """Fence at most one unfenced broker whose lease expired; returns its id. Call again
+        (after persisting) until the response is None."""
+        unfenced = [b.broker_id for b in self.image.unfenced_brokers()]
+        stale = self.heartbeats.first_stale(now_ms, unfenced)
+        if stale is None:
+            return ControllerResult(None)
+        return ControllerResult(stale, tuple(self._fence(stale)))
+
+    def _fence(self, broker_id: int) -> list[dict[str, Any]]:
+        broker = self.image.broker(broker_id)
+        assert broker is not None and not broker.fenced
+        records = self.replication.on_broker_fenced(broker_id)
+        records.append(
+            {"type": FENCE_BROKER, "broker_id": broker_id, "broker_epoch": broker.broker_epoch}
+        )
+        return records
+
+    def _unfence(self, broker_id: int) -> list[dict[str, Any]]:
+        broker = self.image.broker(broker_id)
+        assert broker is not None and broker.fenced
+        record = {
+            "type": UNFENCE_BROKER,
+            "broker_id": broker_id,
+            "broker_epoch": broker.broker_epoch,
+        }
+        return [record, *self.replication.on_broker_unfenced(broker_id)]
+
+    # -- topics -----------------------------------------------------------------------------
+
+    def create_topics(
+        self, topics: Sequence[NewTopic], *, validate_only: bool = False
+    ) -> ControllerResult[list[CreateTopicResult]]:
+        """CreateTopics: per-topic results in request order."""
+        results, records = self.replication.create_topics(topics, validate_only=validate_only)
+        return ControllerResult(results, tuple(records))
+
+    def delete_topics(self, names: Sequence[str]) -> ControllerResult[list[tuple[str, ApiError]]]:
+        """DeleteTopics: per-name results in request order."""
+        results, records = self.replication.delete_topics(names)
+        return ControllerResult(results, tuple(records))
+
+    def create_partitions(
+        self, topics: Sequence[NewPartitions], *, validate_only: bool = False
+    ) -> ControllerResult[list[tuple[str, ApiError]]]:
+        """CreatePartitions: per-topic results in request order."""
+        results, records = self.replication.create_partitions(topics, validate_only=validate_only)
+        return ControllerResult(results, tuple(records))
+
+    # -- configs ----------------------------------------------------------------------------
+
+    def describe_configs(
+        self,
+        resource: ConfigResource,
+        keys: Sequence[str] | None = None,
+        *,
+        include_synonyms: bool = False,
+    ) -> tuple[ApiError, list[ConfigEntry]]:
+        try:
+            entries = describe_configs(
+                self.image, self.config, resource, keys, include_synonyms=include_synonyms
+            )
+        except KafkaError as e:
+            return ApiError.of(e), []
+        return NONE, entries
+
+    def incremental_alter_configs(
+        self,
+        resources: Sequence[tuple[ConfigResource, Sequence[AlterConfigOp]]],
+        *,
+        validate_only: bool = False,
+    ) -> ControllerResult[list[tuple[ConfigResource, ApiError]]]:
+        """IncrementalAlterConfigs (SET/DELETE/APPEND/SUBTRACT): per-resource results."""
+
+        def changes(
+            resource: ConfigResource, ops: Sequence[AlterConfigOp]
+        ) -> dict[str, str | None]:
+            current = self.image.topic_config(resource.resource_name)
+            return incremental_changes(current, ops, self.config.topic_defaults)
+
+        return self._alter_configs(resources, changes, validate_only)
+
+    def alter_configs(
+        self,
+        resources: Sequence[tuple[ConfigResource, Mapping[str, str | None]]],
+        *,
+        validate_only: bool = False,
+    ) -> ControllerResult[list[tuple[ConfigResource, ApiError]]]:
+        """AlterConfigs (legacy): the given configs replace all of a resource's overrides."""
+
+        def changes(
+            resource: ConfigResource, configs: Mapping[str, str | None]
+        ) -> dict[str, str | None]:
+            current = self.image.topic_config(resource.resource_name)
+            return legacy_changes(current, configs, self.config.topic_defaults)
+
+        return self._alter_configs(resources, changes, validate_only)
+
+    def _alter_configs(
+        self,
+        resources: Sequence[tuple[ConfigResource, Any]],
+        changes: Callable,
+        validate_only: bool,
+    ) -> ControllerResult[list[tuple[ConfigResource, ApiError]]]:
+        seen = [resource for resource, _ in resources]
+        results: list[tuple[ConfigResource, ApiError]] = []
+        records: list[dict[str, Any]] = []
+        for resource, alterations in resources:
+            try:
+                if seen.count(resource) > 1:
+                    raise InvalidRequestError("Duplicate resource in the request.")
+                self._check_alterable(resource)
+                resource_changes = changes(resource, alterations)
+            except KafkaError as e:
+                results.append((resource, ApiError.of(e)))
+                continue
+            results.append((resource, NONE))
+            if not validate_only:
+                records.extend(
+                    {
+                        "type": CONFIG,
+                        "resource_type": TOPIC_RESOURCE,
+                        "resource_name": resource.resource_name,
+                        "name": name,
+                        "value": value,
+                    }
+                    for name, value in sorted(resource_changes.items())
+                )
+        return ControllerResult(results, tuple(records))
+
+    def _check_alterable(self, resource: ConfigResource) -> None:
+        if resource.resource_type == ConfigResourceType.BROKER:
+            raise InvalidRequestError(
+                "sparklog has no dynamic broker configs; set broker and cluster settings in the "
+                "cluster's properties (conf/sparklog-defaults.conf) and restart."
+            )
+        if resource.resource_type != ConfigResourceType.TOPIC:
+            raise InvalidRequestError(f"Unsupported resource type {resource.resource_type}")
+        if not resource.resource_name:
+            raise InvalidRequestError("Default topic resources are not allowed.")
+        if self.image.topic(resource.resource_name) is None:
+            raise UnknownTopicOrPartitionError(
+                f"The topic '{resource.resource_name}' does not exist."
+            )
+
+    # -- producer ids -----------------------------------------------------------------------
+
+    def allocate_producer_ids(
+        self, broker_id: int, broker_epoch: int
+    ) -> ControllerResult[ProducerIdsBlock]:
+        """AllocateProducerIds: the next block of PRODUCER_ID_BLOCK_SIZE ids for a broker."""
+        check_broker_epoch(self.image, broker_id, broker_epoch)
+        start = self.image.next_producer_id
+        if start > _LONG_MAX - PRODUCER_ID_BLOCK_SIZE:
+            raise UnknownServerError(
+                "Exhausted all producerIds as the next block's end would overflow"
+            )
+        record = {
+            "type": PRODUCER_IDS,
+            "broker_id": broker_id,
+            "next_producer_id": start + PRODUCER_ID_BLOCK_SIZE,
+        }
+        block = ProducerIdsBlock(broker_id, start, PRODUCER_ID_BLOCK_SIZE)
+        return ControllerResult(block, (record,))

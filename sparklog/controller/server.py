@@ -1,0 +1,349 @@
+"""The controller as a server: the sans-IO `QuorumController` behind Kafka's protocol.
+
+Every write goes: core call -> `commit` (append ONE batch to `__cluster_metadata-0`, fsync,
+`replay` into the image, maybe snapshot, wake metadata fetchers) -> response. All of it runs
+on the controller's event loop without awaiting in between, so writes are serialized and the
+log end offset always equals the image offset. A tick task fences brokers whose lease expired.
+
+Embedding: `start_in_thread()` runs the loop in a daemon thread and returns once listening;
+`stop()` shuts down and joins it. The launcher calls `next_node_id()`, `request_shutdown()`,
+`unregister_broker()`, `metadata_image()`, `live_brokers()`, `describe_brokers()` and
+`describe_topics()` from any thread; they run on the loop.
+
+The controller's data dir holds `meta.properties` (`cluster.id`), `__cluster_metadata-0/` and
+`metadata.snapshot.json`; restarting on the same dir restores everything (brokers fenced until
+they heartbeat again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import concurrent.futures
+import contextlib
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sparklog.controller.apis import CONTROLLER_NODE_ID, ControllerApis
+from sparklog.controller.configs import ControllerConfig, read_properties
+from sparklog.controller.image import MetadataImage
+from sparklog.controller.metadata_log import MetadataLog
+from sparklog.controller.quorum_controller import QuorumController
+from sparklog.controller.results import ControllerResult
+from sparklog.protocol.api_versions import CONTROLLER_APIS
+from sparklog.protocol.server import KafkaServer
+from sparklog.storage.checkpoint import write_atomically
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+META_PROPERTIES = "meta.properties"
+_CALL_TIMEOUT_S = 30.0
+
+
+def new_cluster_id() -> str:
+    """A Kafka-style cluster id: a random UUID in URL-safe base64 without padding."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+def load_or_format_cluster_id(data_dir: Path, cluster_id: str | None = None) -> str:
+    """The cluster id in `data_dir/meta.properties`, written there first if absent.
+
+    Raises ValueError when the dir belongs to another cluster than `cluster_id`.
+    """
+    path = data_dir / META_PROPERTIES
+    if path.exists():
+        found = read_properties(path).get("cluster.id")
+        if not found:
+            raise ValueError(f"{path} has no cluster.id")
+        if cluster_id is not None and cluster_id != found:
+            raise ValueError(
+                f"{path} belongs to cluster {found}, not {cluster_id}; use another controller "
+                "data dir or the matching cluster id"
+            )
+        return found
+    cluster_id = cluster_id or new_cluster_id()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    text = f"version=1\ncluster.id={cluster_id}\nnode.id={CONTROLLER_NODE_ID}\n"
+    write_atomically(path, text.encode())
+    return cluster_id
+
+
+class ControllerServer:
+    """The driver-side controller: Kafka-protocol server over the metadata log."""
+
+    def __init__(
+        self,
+        data_dir: str | Path,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        config: ControllerConfig | Mapping[str, object] | None = None,
+        *,
+        cluster_id: str | None = None,
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.host = host
+        self.port = port
+        if config is None or isinstance(config, ControllerConfig):
+            self.config = config or ControllerConfig()
+        else:
+            self.config = ControllerConfig.from_properties(config)
+        self.cluster_id = load_or_format_cluster_id(self.data_dir, cluster_id)
+        self.controller: QuorumController | None = None
+        self.metadata_log: MetadataLog | None = None
+        self._server: KafkaServer | None = None
+        self._tick_task: asyncio.Task | None = None
+        self._appended: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread_id: int | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    # -- lifecycle (on the loop) ------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Open the metadata log, fence brokers without a lease, and start listening."""
+        assert self._loop is None, "a ControllerServer starts once"
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread_id = threading.get_ident()
+        self.metadata_log, image = MetadataLog.open(
+            self.data_dir,
+            now_ms=_wall_ms(),
+            snapshot_records=self.config.metadata_log_snapshot_records,
+        )
+        self.controller = QuorumController(self.config, self.cluster_id, image)
+        self._appended = asyncio.Event()
+        self.fence_expired_brokers()  # after a restart no broker holds a lease
+        self._server = KafkaServer(
+            ControllerApis(self).handle,
+            CONTROLLER_APIS,
+            host=self.host,
+            port=self.port,
+            name="controller",
+        )
+        try:
+            await self._server.start()
+        except BaseException:
+            self.metadata_log.close()
+            raise
+        self.port = self._server.port
+        self._tick_task = asyncio.create_task(self._tick_loop(), name="controller-tick")
+        log.info(
+            "controller of cluster %s listening on %s (metadata offset %d)",
+            self.cluster_id,
+            self.bootstrap,
+            image.offset,
+        )
+
+    async def shutdown(self) -> None:
+        """Stop ticking and serving, snapshot the image and close the metadata log."""
+        if self._stopping:
+            return
+        self._stopping = True
+        self._wake_fetchers()
+        if self._tick_task is not None:
+            self._tick_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._tick_task
+        if self._server is not None:
+            await self._server.stop()
+        if self.metadata_log is not None and self.controller is not None:
+            if self.controller.image.offset > self.metadata_log.snapshot_offset:
+                self.metadata_log.write_snapshot(self.controller.image)
+            self.metadata_log.close()
+        log.info("controller on %s stopped", self.bootstrap)
+
+    def start_in_thread(self, timeout_s: float = 30.0) -> ControllerServer:
+        """Run the controller's loop in a daemon thread; returns once it is listening."""
+        ready = threading.Event()
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            try:
+                loop.run_until_complete(self.start())
+            except BaseException as e:
+                failure.append(e)
+            ready.set()
+            if not failure:
+                loop.run_forever()
+            loop.run_until_complete(loop.shutdown_default_executor())
+            loop.close()
+
+        self._thread = threading.Thread(target=run, name="sparklog-controller", daemon=True)
+        self._thread.start()
+        if not ready.wait(timeout_s):
+            raise TimeoutError(f"controller did not start listening within {timeout_s} s")
+        if failure:
+            self._thread.join()
+            raise failure[0]
+        return self
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Shut down from another thread (and join the loop thread of `start_in_thread`)."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        assert threading.get_ident() != self._loop_thread_id, (
+            "stop() from the loop: await shutdown()"
+        )
+        asyncio.run_coroutine_threadsafe(self.shutdown(), loop).result(timeout_s)
+        if self._thread is not None:
+            loop.call_soon_threadsafe(loop.stop)
+            self._thread.join(timeout_s)
+            self._thread = None
+
+    # -- writes (on the loop) ---------------------------------------------------------------
+
+    def commit(self, result: ControllerResult[T]) -> T:
+        """Persist `result.records` as one batch, apply them, then hand back the response."""
+        assert self.controller is not None and self.metadata_log is not None
+        assert self._loop_thread_id == threading.get_ident(), "writes happen on the loop"
+        if result.records:
+            assert self.metadata_log.end_offset == self.controller.image.offset
+            self.metadata_log.append(result.records, _wall_ms())
+            self.controller.replay(result.records)
+            self.metadata_log.maybe_snapshot(self.controller.image)
+            self._wake_fetchers()
+        return result.response
+
+    def fence_expired_brokers(self) -> list[int]:
+        """Fence every unfenced broker whose lease expired, one write each; their ids."""
+        assert self.controller is not None
+        fenced = []
+        while True:
+            result = self.controller.tick(self.now_ms())
+            if result.response is None:
+                return fenced
+            self.commit(result)
+            fenced.append(result.response)
+            log.info("fenced broker %d: no heartbeat within the session timeout", result.response)
+
+    async def _tick_loop(self) -> None:
+        interval_s = max(10, min(500, self.config.broker_session_timeout_ms // 4)) / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                self.fence_expired_brokers()
+            except Exception:
+                log.exception("controller tick failed; retrying")
+
+    def now_ms(self) -> int:
+        """The lease clock (monotonic)."""
+        return time.monotonic_ns() // 1_000_000
+
+    # -- metadata fetchers ------------------------------------------------------------------
+
+    async def wait_for_metadata(self, offset: int, timeout_s: float) -> bool:
+        """Wait until the metadata log holds `offset` (or `timeout_s`); whether it does."""
+        assert self.metadata_log is not None
+        try:
+            async with asyncio.timeout(timeout_s):
+                while self.metadata_log.end_offset <= offset and not self._stopping:
+                    assert self._appended is not None
+                    await self._appended.wait()
+        except TimeoutError:
+            pass
+        return self.metadata_log.end_offset > offset
+
+    def _wake_fetchers(self) -> None:
+        if self._appended is not None:
+            self._appended.set()
+            self._appended = asyncio.Event()
+
+    # -- launcher API (any thread) ----------------------------------------------------------
+
+    def next_node_id(self) -> int:
+        """A fresh broker id for a new broker (Kafka's protocol has no id-allocation API)."""
+        return self._call(lambda: self._require_controller().next_node_id())
+
+    def request_shutdown(self, broker_id: int | None = None) -> None:
+        """Make heartbeats of `broker_id` (every broker when None) answer should_shut_down."""
+        self._call(lambda: self._require_controller().request_shutdown(broker_id))
+
+    def unregister_broker(self, broker_id: int) -> None:
+        """Forget a broker (e.g. before relaunching its identity in a new Spark job)."""
+        self._call(lambda: self.commit(self._require_controller().unregister_broker(broker_id)))
+
+    def metadata_image(self) -> MetadataImage:
+        """A copy of the current image (brokers, topics, partitions, configs)."""
+        return self._call(
+            lambda: MetadataImage.from_dict(self._require_controller().image.to_dict())
+        )
+
+    def live_brokers(self) -> list[dict[str, Any]]:
+        """Unfenced brokers, sorted by id: `broker_id`, `host`, `port`, `rack`."""
+
+        def view() -> list[dict[str, Any]]:
+            image = self._require_controller().image
+            return [
+                {"broker_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack}
+                for b in image.unfenced_brokers()
+            ]
+
+        return self._call(view)
+
+    def describe_brokers(self) -> list[dict[str, Any]]:
+        """Every registered broker with its launch facts and `fenced` flag, sorted by id."""
+        return self._call(lambda: self.metadata_image().to_dict()["brokers"])
+
+    def describe_topics(self) -> list[dict[str, Any]]:
+        """Every topic: `name`, `topic_id`, `partitions` (leader, epochs, replicas, ISR), `configs`."""
+
+        def view() -> list[dict[str, Any]]:
+            image = self._require_controller().image
+            topics = []
+            for name in image.topic_names():
+                topic = image.topic(name)
+                assert topic is not None
+                partitions = [topic.partitions[i].to_record() for i in sorted(topic.partitions)]
+                for p in partitions:
+                    del p["type"], p["topic_id"]
+                configs = dict(image.topic_config(name))
+                topics.append(
+                    {
+                        "name": name,
+                        "topic_id": str(topic.topic_id),
+                        "partitions": partitions,
+                        "configs": configs,
+                    }
+                )
+            return topics
+
+        return self._call(view)
+
+    def _require_controller(self) -> QuorumController:
+        if self.controller is None:
+            raise RuntimeError("the controller is not started")
+        return self.controller
+
+    def _call(self, fn: Callable[[], T]) -> T:
+        loop = self._loop
+        if loop is None or self._stopping:
+            raise RuntimeError("the controller is not running")
+        if threading.get_ident() == self._loop_thread_id:
+            return fn()
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+        def run() -> None:
+            try:
+                future.set_result(fn())
+            except BaseException as e:
+                future.set_exception(e)
+
+        loop.call_soon_threadsafe(run)
+        return future.result(_CALL_TIMEOUT_S)
+
+
+def _wall_ms() -> int:
+    """Record timestamps in the metadata log (wall clock)."""
+    return time.time_ns() // 1_000_000
