@@ -1,0 +1,266 @@
+"""Admin APIs on a broker: forwarding to the controller, DescribeConfigs, topic auto-creation.
+
+CreateTopics, DeleteTopics, CreatePartitions, AlterConfigs and IncrementalAlterConfigs are sent
+to the controller as they came (Kafka's forwarding, KIP-590); before the controller's answer is
+returned the broker waits until its own image holds everything the controller has written
+(architecture.md §3), so a client that creates a topic through any broker sees it in that
+broker's Metadata right after. DescribeConfigs is answered from the broker's image with the
+controller's own describe functions, so both answer alike.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from sparklog.broker import kio_build
+from sparklog.broker.config import BrokerConfig
+from sparklog.broker.controller_client import ControllerClient
+from sparklog.broker.metadata import BrokerMetadata
+from sparklog.controller.configs import (
+    ConfigEntry,
+    ConfigResourceType,
+    ConfigSource,
+    ConfigType,
+    describe_broker_configs,
+    describe_topic_configs,
+)
+from sparklog.errors import (
+    InvalidRequestError,
+    LeaderNotAvailableError,
+    RequestTimedOutError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+from sparklog.protocol import codec
+from sparklog.protocol.api_versions import ApiKey
+from sparklog.protocol.connection import Request
+
+log = logging.getLogger(__name__)
+
+#: How long a Metadata request waits for an auto-created topic to reach this broker's image.
+AUTO_CREATE_WAIT_S = 5.0
+_NETWORK_ERRORS = (ConnectionError, OSError, TimeoutError)
+
+
+class AdminApis:
+    """Forwarded admin requests, DescribeConfigs and auto-creation for one broker."""
+
+    def __init__(
+        self,
+        *,
+        config: BrokerConfig,
+        metadata: BrokerMetadata,
+        controller: ControllerClient,
+    ) -> None:
+        self.config = config
+        self.metadata = metadata
+        self.controller = controller
+
+    # -- forwarding ---------------------------------------------------------------------------
+
+    async def handle_forwarded(self, request: Request) -> Any:
+        body = request.body
+        timeout_s = self._timeout_s(body)
+        try:
+            response = await self.controller.forward(body, timeout_s=timeout_s + 5)
+        except _NETWORK_ERRORS as e:
+            log.warning(
+                "forwarding %s to the controller failed: %s", ApiKey(request.api_key).name, e
+            )
+            return forward_error_response(
+                request, RequestTimedOutError.code, f"the controller did not answer: {e}"
+            )
+        await self.wait_for_controller_metadata(timeout_s)
+        return response
+
+    def _timeout_s(self, body: Any) -> float:
+        timeout = getattr(body, "timeout", None)
+        if timeout is None:
+            return self.config.controller_socket_timeout_ms / 1000
+        return max(0.0, kio_build.millis(timeout) / 1000)
+
+    async def wait_for_controller_metadata(self, timeout_s: float) -> bool:
+        """Wait until this broker published everything in the controller's metadata log."""
+        try:
+            end_offset = await self.controller.metadata_end_offset()
+        except _NETWORK_ERRORS as e:
+            log.warning("cannot read the controller's metadata end offset: %s", e)
+            return False
+        caught_up = await self.metadata.wait_for_offset(end_offset, timeout_s)
+        if not caught_up:
+            log.warning(
+                "metadata at offset %d, the controller at %d after %.1f s",
+                self.metadata.published_offset,
+                end_offset,
+                timeout_s,
+            )
+        return caught_up
+
+    async def auto_create_topics(self, names: list[str]) -> dict[str, int]:
+        """Create missing topics with the cluster defaults (Kafka's `AutoTopicCreationManager`);
+        returns the error code to show for each topic that is still missing afterwards."""
+        version = await self.controller.version_for(ApiKey.CREATE_TOPICS, (2, 7))
+        request = kio_build.build(
+            codec.request_schema(ApiKey.CREATE_TOPICS, version),
+            {
+                "topics": [
+                    {
+                        "name": n,
+                        "num_partitions": -1,
+                        "replication_factor": -1,
+                        "assignments": [],
+                        "configs": [],
+                    }
+                    for n in names
+                ],
+                "timeout": int(AUTO_CREATE_WAIT_S * 1000),
+                "validate_only": False,
+            },
+        )
+        try:
+            response = await self.controller.forward(request, timeout_s=AUTO_CREATE_WAIT_S + 5)
+        except _NETWORK_ERRORS as e:
+            log.warning("auto-creating %s failed: %s", names, e)
+            return {n: LeaderNotAvailableError.code for n in names}
+        errors = {}
+        for topic in response.topics:
+            code = int(topic.error_code)
+            if code not in (0, TopicAlreadyExistsError.code):
+                errors[topic.name] = code  # e.g. INVALID_TOPIC_EXCEPTION for a bad name
+            else:
+                log.info("auto-created topic %s", topic.name)
+        await self.wait_for_controller_metadata(AUTO_CREATE_WAIT_S)
+        return {n: errors.get(n, LeaderNotAvailableError.code) for n in names}
+
+    # -- DescribeConfigs ----------------------------------------------------------------------
+
+    async def handle_describe_configs(self, request: Request) -> Any:
+        body = request.body
+        synonyms = bool(getattr(body, "include_synonyms", False))
+        results = [self._describe_resource(r, synonyms) for r in body.resources]
+        return kio_build.response(request, {"throttle_time": 0, "results": results})
+
+    def _describe_resource(self, resource: Any, include_synonyms: bool) -> dict[str, Any]:
+        kind = int(resource.resource_type)
+        name = str(resource.resource_name)
+        keys = None if resource.configuration_keys is None else list(resource.configuration_keys)
+        keys = keys or None  # Kafka: null or empty = every config
+        answer: dict[str, Any] = {
+            "resource_type": kind,
+            "resource_name": name,
+            "error_message": None,
+        }
+        try:
+            entries = self._entries(kind, name, keys, include_synonyms)
+        except (InvalidRequestError, UnknownTopicOrPartitionError) as e:
+            answer.update(error_code=e.code, error_message=str(e), configs=[])
+            return answer
+        answer.update(error_code=0, configs=[_entry_data(e) for e in entries])
+        return answer
+
+    def _entries(
+        self, kind: int, name: str, keys: list[str] | None, include_synonyms: bool
+    ) -> list[ConfigEntry]:
+        if kind == ConfigResourceType.TOPIC:
+            if self.metadata.image.topic(name) is None:
+                raise UnknownTopicOrPartitionError(f"topic {name} does not exist")
+            overrides = self.metadata.image.topic_config(name)
+            return describe_topic_configs(
+                overrides, self.config.cluster, keys, include_synonyms=include_synonyms
+            )
+        if kind == ConfigResourceType.BROKER:
+            if name and not name.lstrip("-").isdigit():
+                raise InvalidRequestError(f"broker resource name {name!r} is not a broker id")
+            return self._broker_entries(keys, include_synonyms)
+        raise InvalidRequestError(f"DescribeConfigs of resource type {kind} is not supported")
+
+    def _broker_entries(self, keys: list[str] | None, include_synonyms: bool) -> list[ConfigEntry]:
+        entries = describe_broker_configs(
+            self.config.cluster, keys, include_synonyms=include_synonyms
+        )
+        known = {e.name for e in entries}
+        for name, value in sorted(self.config.broker_properties().items()):
+            if name in known or (keys is not None and name not in keys):
+                continue
+            source = (
+                ConfigSource.STATIC_BROKER_CONFIG
+                if name in self.config.originals
+                else ConfigSource.DEFAULT_CONFIG
+            )
+            entries.append(ConfigEntry(name, value, source, _guess_type(value), read_only=True))
+        return sorted(entries, key=lambda e: e.name)
+
+
+def _guess_type(value: str) -> ConfigType:
+    if value in ("true", "false"):
+        return ConfigType.BOOLEAN
+    try:
+        int(value)
+        return ConfigType.LONG
+    except ValueError:
+        pass
+    try:
+        float(value)
+        return ConfigType.DOUBLE
+    except ValueError:
+        return ConfigType.STRING
+
+
+def _entry_data(entry: ConfigEntry) -> dict[str, Any]:
+    return {
+        "name": entry.name,
+        "value": entry.value,
+        "read_only": entry.read_only,
+        "config_source": int(entry.source),
+        "is_sensitive": entry.is_sensitive,
+        "synonyms": [
+            {"name": s.name, "value": s.value, "source": int(s.source)} for s in entry.synonyms
+        ],
+        "config_type": int(entry.config_type),
+        "documentation": None,
+    }
+
+
+def forward_error_response(request: Request, code: int, message: str) -> Any:
+    """The response to a forwarded admin request that never reached the controller."""
+    body = request.body
+    key = ApiKey(request.api_key)
+    if key == ApiKey.CREATE_TOPICS:
+        data = {
+            "topics": [
+                {
+                    "name": t.name,
+                    "topic_id": None,
+                    "error_code": code,
+                    "error_message": message,
+                    "configs": None,
+                }
+                for t in body.topics
+            ]
+        }
+    elif key == ApiKey.DELETE_TOPICS:
+        names = getattr(body, "topic_names", ()) or [t.name for t in getattr(body, "topics", ())]
+        data = {
+            "responses": [{"name": n, "error_code": code, "error_message": message} for n in names]
+        }
+    elif key == ApiKey.CREATE_PARTITIONS:
+        data = {
+            "results": [
+                {"name": t.name, "error_code": code, "error_message": message} for t in body.topics
+            ]
+        }
+    else:  # AlterConfigs, IncrementalAlterConfigs
+        data = {
+            "responses": [
+                {
+                    "error_code": code,
+                    "error_message": message,
+                    "resource_type": r.resource_type,
+                    "resource_name": r.resource_name,
+                }
+                for r in body.resources
+            ]
+        }
+    data["throttle_time"] = 0
+    return kio_build.response(request, data)

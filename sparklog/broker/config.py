@@ -1,0 +1,170 @@
+"""Broker settings with Kafka's names and defaults (Kafka's `KafkaConfig`, the broker part).
+
+`BrokerConfig.from_properties({"log.retention.check.interval.ms": "100", ...})` parses the
+settings a broker uses. The cluster settings and topic defaults (`num.partitions`,
+`log.retention.ms` or `retention.ms`, `message.max.bytes`, ...) are read by the controller's
+`ControllerConfig` from the same dict, so a broker and its controller agree on them; a broker
+keeps that object as `cluster`. Settings no part of sparklog knows are kept in `unknown` and
+logged once, as Kafka logs "supplied but isn't a known config"; a bad value raises ValueError.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from sparklog.controller.configs import TOPIC_CONFIG_SYNONYMS, ControllerConfig
+from sparklog.storage.cleaner import CleanerConfig
+from sparklog.storage.config import LONG_MAX, LogConfig
+
+log = logging.getLogger(__name__)
+
+#: Settings read by the controller or other parts of sparklog (accepted without a warning).
+_OTHER_NAMES = frozenset(
+    {
+        "num.partitions",
+        "default.replication.factor",
+        "metadata.log.snapshot.records",
+        "log.retention.minutes",
+        "log.retention.hours",
+        "log.roll.hours",
+        "log.roll.jitter.hours",
+        # Kafka settings that do not apply to sparklog's design (one listener, asyncio)
+        "node.id",
+        "log.dirs",
+        "log.dir",
+        "process.roles",
+        "controller.quorum.voters",
+        "num.network.threads",
+        "num.io.threads",
+        "num.replica.fetchers",
+        "num.recovery.threads.per.data.dir",
+        "advertised.listeners",
+        "listener.security.protocol.map",
+        "inter.broker.listener.name",
+        *TOPIC_CONFIG_SYNONYMS,
+        *TOPIC_CONFIG_SYNONYMS.values(),
+    }
+)
+_OTHER_PREFIXES = ("group.", "transaction.", "offsets.", "metadata.", "controller.", "sparklog.")
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    """One broker's settings; attribute = Kafka name with dots as underscores."""
+
+    listeners: str = "PLAINTEXT://127.0.0.1:0"
+    broker_rack: str | None = None
+    socket_request_max_bytes: int = 104_857_600
+    replica_fetch_max_bytes: int = 1_048_576
+    fetch_max_bytes: int = 57_671_680
+    replica_lag_time_max_ms: int = 30_000
+    log_retention_check_interval_ms: int = 300_000
+    log_flush_scheduler_interval_ms: int = LONG_MAX
+    log_flush_offset_checkpoint_interval_ms: int = 60_000
+    log_flush_start_offset_checkpoint_interval_ms: int = 60_000
+    log_cleaner_enable: bool = True
+    broker_heartbeat_interval_ms: int = 2_000
+    broker_session_timeout_ms: int = 9_000
+    initial_broker_registration_timeout_ms: int = 60_000
+    controller_socket_timeout_ms: int = 30_000
+    auto_create_topics_enable: bool = True
+    producer_id_expiration_ms: int = 86_400_000
+    #: cluster settings and topic defaults, parsed as the controller parses them
+    cluster: ControllerConfig = field(default_factory=ControllerConfig)
+    cleaner: CleanerConfig = field(default_factory=CleanerConfig)
+    #: every property as given
+    originals: Mapping[str, str] = field(default_factory=dict)
+    unknown: tuple[str, ...] = ()
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, object] | None = None) -> BrokerConfig:
+        """Parse Kafka-named broker properties; raises ValueError naming a bad value."""
+        props = {str(k): str(v) for k, v in (props or {}).items()}
+        fields = {f.name: f for f in dataclasses.fields(cls) if f.name not in _NON_SETTINGS}
+        values: dict[str, object] = {}
+        cleaner_props: dict[str, str] = {}
+        unknown: list[str] = []
+        for name, raw in props.items():
+            attr = name.replace(".", "_")
+            if attr in fields:
+                values[attr] = _parse(name, fields[attr].type, raw)
+            elif name.startswith("log.cleaner.") and name[12:].replace(".", "_") in _CLEANER:
+                cleaner_props[name] = raw
+            elif name == "listeners.host":  # the Spark launcher's bind host (sparklog only)
+                values["listeners"] = f"PLAINTEXT://{raw}:0"
+            elif name not in _OTHER_NAMES and not name.startswith(_OTHER_PREFIXES):
+                unknown.append(name)
+        if unknown:
+            log.info("broker settings not known to sparklog (ignored): %s", ", ".join(unknown))
+        return cls(
+            **values,
+            cluster=ControllerConfig.from_properties(props),
+            cleaner=CleanerConfig.from_properties(cleaner_props),
+            originals=props,
+            unknown=tuple(unknown),
+        )
+
+    @property
+    def default_log_config(self) -> LogConfig:
+        """The topic defaults this broker applies to topics without overrides."""
+        return self.cluster.topic_defaults
+
+    @property
+    def message_max_bytes(self) -> int:
+        return self.cluster.topic_defaults.max_message_bytes
+
+    def log_config_for(self, overrides: Mapping[str, str]) -> LogConfig:
+        """A topic's effective LogConfig: its overrides on top of the defaults."""
+        return LogConfig.from_properties(overrides, base=self.cluster.topic_defaults)
+
+    @property
+    def listener_host_port(self) -> tuple[str, int]:
+        """(host, port) of the PLAINTEXT listener (port 0 = any free port)."""
+        first = self.listeners.split(",")[0].strip()
+        _proto, _sep, address = first.rpartition("://")
+        host, _sep, port = address.rpartition(":")
+        if not port.isdigit():
+            raise ValueError(f"listeners {self.listeners!r}: expected PLAINTEXT://host:port")
+        return host or "127.0.0.1", int(port)
+
+    def broker_properties(self) -> dict[str, str]:
+        """The broker's own settings by Kafka name (DescribeConfigs of a BROKER resource adds
+        these to the cluster settings)."""
+        out: dict[str, str] = {}
+        for f in dataclasses.fields(self):
+            if f.name in _NON_SETTINGS:
+                continue
+            value = getattr(self, f.name)
+            out[f.name.replace("_", ".")] = _format(value)
+        for f in dataclasses.fields(self.cleaner):
+            out[f"log.cleaner.{f.name.replace('_', '.')}"] = _format(getattr(self.cleaner, f.name))
+        return out
+
+
+_NON_SETTINGS = frozenset({"cluster", "cleaner", "originals", "unknown"})
+_CLEANER = frozenset(f.name for f in dataclasses.fields(CleanerConfig))
+
+
+def _format(value: object) -> str:
+    if value is None:
+        return ""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _parse(name: str, type_name: object, raw: str) -> object:
+    text = raw.strip()
+    if type_name in (bool, "bool"):
+        if text.lower() not in ("true", "false"):
+            raise ValueError(f"invalid value {raw!r} for {name}: expected true or false")
+        return text.lower() == "true"
+    if type_name in (int, "int"):
+        try:
+            return int(text)
+        except ValueError:
+            raise ValueError(f"invalid value {raw!r} for {name}: expected an integer") from None
+    if type_name == "str | None" and text in ("", "null"):
+        return None
+    return text

@@ -1,0 +1,426 @@
+"""The broker's request handlers, one per Kafka API (Kafka's `KafkaApis`).
+
+`KafkaApis.handle(request)` dispatches a decoded request to `handle_<api>` and returns the kio
+response body (None for Produce with acks=0). Handlers read the request, call the replica
+manager or the metadata image, and answer with Kafka's per-partition error codes; the response
+for each API version is built once with `kio_build`, fields a version lacks being dropped. Admin
+APIs that change the cluster are forwarded to the controller (`admin_apis.AdminApis`).
+
+Request parsing lives in plain functions (`produce_entries`, `fetch_partitions`, ...) so it can
+be tested without sockets.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from sparklog.broker import kio_build
+from sparklog.broker.admin_apis import AdminApis
+from sparklog.broker.config import BrokerConfig
+from sparklog.broker.controller_client import ProducerIdManager
+from sparklog.broker.log_manager import TopicPartition
+from sparklog.broker.metadata import BrokerMetadata
+from sparklog.broker.replica_manager import (
+    FetchParams,
+    FetchPartition,
+    FetchResult,
+    ReplicaManager,
+    error_code_of,
+)
+from sparklog.errors import (
+    CoordinatorNotAvailableError,
+    FetchSessionIdNotFoundError,
+    InvalidRequestError,
+    KafkaError,
+    LeaderNotAvailableError,
+    NotLeaderOrFollowerError,
+    UnsupportedVersionError,
+)
+from sparklog.protocol.api_versions import BROKER_APIS, ApiKey
+from sparklog.protocol.async_client import api_versions_response
+from sparklog.protocol.connection import ProtocolError, Request
+
+log = logging.getLogger(__name__)
+
+_LEADER_HINT_ERRORS = frozenset({NotLeaderOrFollowerError.code, 74, 75})  # + FENCED/UNKNOWN epoch
+
+
+# -- request parsing (pure) -------------------------------------------------------------------
+
+
+def produce_entries(body: Any) -> dict[TopicPartition, bytes | None]:
+    """(topic, partition) -> records of a Produce request, in request order."""
+    entries: dict[TopicPartition, bytes | None] = {}
+    for topic in body.topic_data:
+        for p in topic.partition_data:
+            entries[(topic.name, int(p.index))] = None if p.records is None else bytes(p.records)
+    return entries
+
+
+def fetch_params(body: Any) -> FetchParams:
+    return FetchParams(
+        replica_id=int(getattr(body, "replica_id", -1)),
+        max_wait_ms=max(0, kio_build.millis(body.max_wait)),
+        min_bytes=int(body.min_bytes),
+        max_bytes=int(getattr(body, "max_bytes", 2**31 - 1)),
+        isolation_level=int(getattr(body, "isolation_level", 0)),
+    )
+
+
+def fetch_partitions(body: Any) -> list[FetchPartition]:
+    """The partitions of a Fetch request, in request order."""
+    return [
+        FetchPartition(
+            topic=t.topic,
+            partition=int(p.partition),
+            fetch_offset=int(p.fetch_offset),
+            partition_max_bytes=int(p.partition_max_bytes),
+            current_leader_epoch=int(getattr(p, "current_leader_epoch", -1)),
+        )
+        for t in body.topics
+        for p in t.partitions
+    ]
+
+
+def group_by_topic(items: Iterable[tuple[str, dict[str, Any]]], key: str) -> list[dict[str, Any]]:
+    """[(topic, partition dict)] -> [{"<key>": topic, "partitions": [...]}], first-seen order."""
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for topic, partition in items:
+        grouped.setdefault(topic, []).append(partition)
+    return [{key: topic, "partitions": parts} for topic, parts in grouped.items()]
+
+
+def fetch_partition_data(p: FetchPartition, r: FetchResult, isolation_level: int) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "partition_index": p.partition,
+        "error_code": r.error_code,
+        "high_watermark": r.high_watermark,
+        "last_stable_offset": r.last_stable_offset,
+        "log_start_offset": r.log_start_offset,
+        "aborted_transactions": None,
+        "preferred_read_replica": -1,
+        "records": r.records,
+    }
+    if isolation_level == 1 and r.error_code == 0:
+        data["aborted_transactions"] = [
+            {"producer_id": a.producer_id, "first_offset": a.first_offset}
+            for a in r.aborted_transactions or ()
+        ]
+    if r.error_code in _LEADER_HINT_ERRORS:
+        data["current_leader"] = {"leader_id": r.leader_id, "leader_epoch": r.leader_epoch}
+    return data
+
+
+# -- handlers ---------------------------------------------------------------------------------
+
+
+class KafkaApis:
+    """Handlers for every API in `BROKER_APIS`."""
+
+    def __init__(
+        self,
+        *,
+        node_id: int,
+        config: BrokerConfig,
+        metadata: BrokerMetadata,
+        replica_manager: ReplicaManager,
+        admin: AdminApis,
+        producer_ids: ProducerIdManager,
+    ) -> None:
+        self.node_id = node_id
+        self.config = config
+        self.metadata = metadata
+        self.replica_manager = replica_manager
+        self.admin = admin
+        self.producer_ids = producer_ids
+        self._handlers = {
+            ApiKey.API_VERSIONS: self.handle_api_versions,
+            ApiKey.PRODUCE: self.handle_produce,
+            ApiKey.FETCH: self.handle_fetch,
+            ApiKey.LIST_OFFSETS: self.handle_list_offsets,
+            ApiKey.METADATA: self.handle_metadata,
+            ApiKey.OFFSET_FOR_LEADER_EPOCH: self.handle_offset_for_leader_epoch,
+            ApiKey.INIT_PRODUCER_ID: self.handle_init_producer_id,
+            ApiKey.DELETE_RECORDS: self.handle_delete_records,
+            ApiKey.DESCRIBE_CLUSTER: self.handle_describe_cluster,
+            ApiKey.DESCRIBE_CONFIGS: admin.handle_describe_configs,
+            ApiKey.CREATE_TOPICS: admin.handle_forwarded,
+            ApiKey.DELETE_TOPICS: admin.handle_forwarded,
+            ApiKey.CREATE_PARTITIONS: admin.handle_forwarded,
+            ApiKey.ALTER_CONFIGS: admin.handle_forwarded,
+            ApiKey.INCREMENTAL_ALTER_CONFIGS: admin.handle_forwarded,
+        }
+        assert set(self._handlers) == set(BROKER_APIS), "every announced API has a handler"
+
+    async def handle(self, request: Request) -> Any | None:
+        """The response body for `request` (None: no response, Produce acks=0)."""
+        handler = self._handlers.get(ApiKey(request.api_key))
+        if handler is None:  # KafkaServer only passes announced APIs
+            raise ProtocolError(f"no handler for api {request.api_key}")
+        return await handler(request)
+
+    async def handle_api_versions(self, request: Request) -> Any:
+        if request.body is None:  # a version we do not know: v0 answer listing ours (Kafka)
+            return api_versions_response(BROKER_APIS, 0, UnsupportedVersionError.code)
+        return api_versions_response(BROKER_APIS, request.api_version)
+
+    # -- produce ------------------------------------------------------------------------------
+
+    async def handle_produce(self, request: Request) -> Any | None:
+        body = request.body
+        acks = int(body.acks)
+        entries = produce_entries(body)
+        results = await self.replica_manager.append_records(
+            acks, kio_build.millis(body.timeout), entries
+        )
+        if acks == 0:
+            failed = [
+                f"{t}-{p}: {r.error_message}" for (t, p), r in results.items() if r.error_code
+            ]
+            if failed:  # Kafka closes the connection so an acks=0 client notices
+                raise ProtocolError(f"acks=0 produce failed ({'; '.join(failed)})")
+            return None
+        items, leaders = [], set()
+        for (topic, partition), r in results.items():
+            data: dict[str, Any] = {
+                "index": partition,
+                "error_code": r.error_code,
+                "base_offset": r.base_offset,
+                "log_append_time": r.log_append_time_ms,
+                "log_start_offset": r.log_start_offset,
+                "record_errors": [],
+                "error_message": r.error_message,
+            }
+            if r.error_code == NotLeaderOrFollowerError.code:
+                leader, epoch = self.replica_manager.leader_of(topic, partition)
+                data["current_leader"] = {"leader_id": leader, "leader_epoch": epoch}
+                leaders.add(leader)
+            items.append((topic, data))
+        responses = [
+            {"name": g["name"], "partition_responses": g["partitions"]}
+            for g in group_by_topic(items, "name")
+        ]
+        endpoints = [b for b in self._alive_brokers() if b["node_id"] in leaders]
+        return kio_build.response(
+            request, {"responses": responses, "throttle_time": 0, "node_endpoints": endpoints}
+        )
+
+    # -- fetch --------------------------------------------------------------------------------
+
+    async def handle_fetch(self, request: Request) -> Any:
+        body = request.body
+        if int(getattr(body, "session_id", 0)) != 0:
+            # KIP-227 lets a broker refuse sessions; we never hand out a session id.
+            return kio_build.response(
+                request,
+                {
+                    "throttle_time": 0,
+                    "error_code": FetchSessionIdNotFoundError.code,
+                    "session_id": 0,
+                    "responses": [],
+                },
+            )
+        params = fetch_params(body)
+        partitions = fetch_partitions(body)
+        results = await self.replica_manager.fetch_messages(params, partitions)
+        items = [
+            (p.topic, fetch_partition_data(p, r, params.isolation_level))
+            for p, r in zip(partitions, results, strict=True)
+        ]
+        return kio_build.response(
+            request,
+            {
+                "throttle_time": 0,
+                "error_code": 0,
+                "session_id": 0,
+                "responses": group_by_topic(items, "topic"),
+            },
+        )
+
+    # -- offsets ------------------------------------------------------------------------------
+
+    async def handle_list_offsets(self, request: Request) -> Any:
+        body = request.body
+        isolation_level = int(getattr(body, "isolation_level", 0))
+        seen: set[TopicPartition] = set()
+        items = []
+        for topic in body.topics:
+            for p in topic.partitions:
+                tp = (topic.name, int(p.partition_index))
+                data: dict[str, Any] = {"partition_index": tp[1]}
+                try:
+                    if tp in seen:
+                        raise InvalidRequestError(f"{tp[0]}-{tp[1]} appears twice")
+                    seen.add(tp)
+                    offset, timestamp, epoch = self.replica_manager.list_offset(
+                        *tp,
+                        int(p.timestamp),
+                        isolation_level=isolation_level,
+                        current_leader_epoch=int(getattr(p, "current_leader_epoch", -1)),
+                    )
+                    data.update(
+                        error_code=0, offset=offset, timestamp=timestamp, leader_epoch=epoch
+                    )
+                except Exception as e:  # noqa: BLE001 - a per-partition error code
+                    data["error_code"] = error_code_of(e, f"ListOffsets {tp}")[0]
+                items.append((topic.name, data))
+        return kio_build.response(
+            request, {"throttle_time": 0, "topics": group_by_topic(items, "name")}
+        )
+
+    async def handle_offset_for_leader_epoch(self, request: Request) -> Any:
+        items = []
+        for topic in request.body.topics:
+            for p in topic.partitions:
+                data: dict[str, Any] = {"partition": int(p.partition)}
+                try:
+                    epoch, end_offset = self.replica_manager.end_offset_for_epoch(
+                        topic.topic,
+                        int(p.partition),
+                        int(p.leader_epoch),
+                        int(getattr(p, "current_leader_epoch", -1)),
+                    )
+                    data.update(error_code=0, leader_epoch=epoch, end_offset=end_offset)
+                except Exception as e:  # noqa: BLE001
+                    data["error_code"] = error_code_of(e, f"OffsetForLeaderEpoch {topic.topic}")[0]
+                items.append((topic.topic, data))
+        return kio_build.response(
+            request, {"throttle_time": 0, "topics": group_by_topic(items, "topic")}
+        )
+
+    async def handle_delete_records(self, request: Request) -> Any:
+        items = []
+        for topic in request.body.topics:
+            for p in topic.partitions:
+                data: dict[str, Any] = {
+                    "partition_index": int(p.partition_index),
+                    "low_watermark": -1,
+                }
+                try:
+                    low = self.replica_manager.delete_records(
+                        topic.name, int(p.partition_index), int(p.offset)
+                    )
+                    data.update(error_code=0, low_watermark=low)
+                except Exception as e:  # noqa: BLE001
+                    data["error_code"] = error_code_of(e, f"DeleteRecords {topic.name}")[0]
+                items.append((topic.name, data))
+        return kio_build.response(
+            request, {"throttle_time": 0, "topics": group_by_topic(items, "name")}
+        )
+
+    # -- producer ids -------------------------------------------------------------------------
+
+    async def handle_init_producer_id(self, request: Request) -> Any:
+        body = request.body
+        answer: dict[str, Any] = {"throttle_time": 0, "producer_id": -1, "producer_epoch": -1}
+        if body.transactional_id is not None:
+            log.info(
+                "InitProducerId for transactional id %r refused: transactions are not served yet",
+                body.transactional_id,
+            )
+            answer["error_code"] = CoordinatorNotAvailableError.code
+            return kio_build.response(request, answer)
+        try:
+            answer.update(
+                error_code=0, producer_id=await self.producer_ids.next_id(), producer_epoch=0
+            )
+        except (KafkaError, ConnectionError, OSError, TimeoutError) as e:
+            log.warning("no producer id for InitProducerId: %s", e)
+            answer["error_code"] = 14  # COORDINATOR_LOAD_IN_PROGRESS: retriable, as Kafka answers
+        return kio_build.response(request, answer)
+
+    # -- metadata -----------------------------------------------------------------------------
+
+    def _alive_brokers(self) -> list[dict[str, Any]]:
+        return [
+            {"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack}
+            for b in self.metadata.image.unfenced_brokers()
+        ]
+
+    def _controller_id_for_clients(self) -> int:
+        """Kafka (KRaft) tells clients a live broker id; brokers forward controller requests."""
+        alive = [b.broker_id for b in self.metadata.image.unfenced_brokers()]
+        if self.node_id in alive or not alive:
+            return self.node_id
+        return alive[0]
+
+    async def handle_metadata(self, request: Request) -> Any:
+        body = request.body
+        image = self.metadata.image
+        if body.topics is None:
+            names = image.topic_names()
+        else:
+            names = [t.name for t in body.topics if t.name is not None]
+            names += self._names_for_ids(t.topic_id for t in body.topics if t.name is None)
+        allow_create = bool(getattr(body, "allow_auto_topic_creation", True))
+        missing = [n for n in names if image.topic(n) is None]
+        create_errors: dict[str, int] = {}
+        if missing and allow_create and self.config.auto_create_topics_enable:
+            create_errors = await self.admin.auto_create_topics(missing)
+        topics = [self._topic_metadata(name, create_errors) for name in dict.fromkeys(names)]
+        return kio_build.response(
+            request,
+            {
+                "throttle_time": 0,
+                "brokers": self._alive_brokers(),
+                "cluster_id": self.metadata.cluster_id,
+                "controller_id": self._controller_id_for_clients(),
+                "topics": topics,
+            },
+        )
+
+    def _names_for_ids(self, topic_ids: Iterable[Any]) -> list[str]:
+        names = []
+        for topic_id in topic_ids:
+            topic = self.metadata.image.topic_by_id(topic_id) if topic_id is not None else None
+            if topic is not None:
+                names.append(topic.name)
+        return names
+
+    def _topic_metadata(self, name: str, create_errors: dict[str, int]) -> dict[str, Any]:
+        image = self.metadata.image
+        topic = image.topic(name)
+        if topic is None:
+            code = create_errors.get(name, 3)  # UNKNOWN_TOPIC_OR_PARTITION
+            return {"error_code": code, "name": name, "topic_id": None, "partitions": []}
+        partitions = []
+        for index in sorted(topic.partitions):
+            p = topic.partitions[index]
+            leader_alive = image.is_unfenced(p.leader)
+            partitions.append(
+                {
+                    "error_code": 0 if leader_alive else LeaderNotAvailableError.code,
+                    "partition_index": index,
+                    "leader_id": p.leader if leader_alive else -1,
+                    "leader_epoch": p.leader_epoch,
+                    "replica_nodes": list(p.replicas),
+                    "isr_nodes": list(p.isr),
+                    "offline_replicas": [b for b in p.replicas if not image.is_unfenced(b)],
+                }
+            )
+        return {
+            "error_code": 0,
+            "name": name,
+            "topic_id": topic.topic_id,
+            "is_internal": False,
+            "partitions": partitions,
+        }
+
+    async def handle_describe_cluster(self, request: Request) -> Any:
+        endpoint_type = int(getattr(request.body, "endpoint_type", 1))
+        answer: dict[str, Any] = {
+            "throttle_time": 0,
+            "error_code": 0,
+            "endpoint_type": endpoint_type,
+            "cluster_id": self.metadata.cluster_id or "",
+            "controller_id": self._controller_id_for_clients(),
+            "brokers": [
+                {"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"]}
+                for b in self._alive_brokers()
+            ],
+        }
+        if endpoint_type != 1:
+            answer.update(error_code=119, error_message="brokers list brokers only", brokers=[])
+        return kio_build.response(request, answer)

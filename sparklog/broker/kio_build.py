@@ -1,0 +1,110 @@
+"""Build kio messages of any version from plain Python values.
+
+kio generates one class per (message, version); a handler serving Fetch v4..v12 would otherwise
+need nine code paths. `build(cls, data)` fills a kio dataclass from a dict, converting plain
+values to kio's field types (error codes, millisecond durations, timestamps, nested entities)
+and dropping keys the version lacks, so a handler describes its answer once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import types
+import typing
+from collections.abc import Mapping
+from functools import cache
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import TZAware, i32Timedelta, i64Timedelta
+
+from sparklog.protocol import codec
+
+_MISSING = dataclasses.MISSING
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _FieldPlan:
+    name: str
+    convert: Any  # callable(value) -> kio value
+    required: bool
+
+
+def build(cls: type, data: Mapping[str, Any]) -> Any:
+    """An instance of kio class `cls` from `data` (missing keys take the schema defaults)."""
+    kwargs: dict[str, Any] = {}
+    for plan in _plan(cls):
+        if plan.name in data:
+            kwargs[plan.name] = plan.convert(data[plan.name])
+        else:
+            assert not plan.required, f"{cls.__qualname__} v{cls.__version__} needs {plan.name}"
+    return cls(**kwargs)
+
+
+def response(request: Any, data: Mapping[str, Any]) -> Any:
+    """The response to a decoded `Request` (its api key and version), built from `data`."""
+    return build(codec.response_schema(request.api_key, request.api_version), data)
+
+
+def has_field(cls: type, name: str) -> bool:
+    return any(f.name == name for f in dataclasses.fields(cls))
+
+
+@cache
+def _plan(cls: type) -> tuple[_FieldPlan, ...]:
+    hints = typing.get_type_hints(cls)
+    plans = []
+    for f in dataclasses.fields(cls):
+        required = f.default is _MISSING and f.default_factory is _MISSING
+        plans.append(_FieldPlan(f.name, _converter(hints[f.name]), required))
+    return tuple(plans)
+
+
+def _converter(hint: Any) -> Any:
+    optional = False
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        optional = len(args) < len(typing.get_args(hint))
+        hint = args[0] if len(args) == 1 else Any
+        origin = typing.get_origin(hint)
+    inner = _base_converter(hint, origin)
+    if optional:
+        return lambda v: None if v is None else inner(v)
+    return inner
+
+
+def _base_converter(hint: Any, origin: Any) -> Any:
+    if origin is tuple:
+        args = typing.get_args(hint)
+        item = _converter(args[0]) if args else (lambda v: v)
+        return lambda v: tuple(item(x) for x in v)
+    if hint is ErrorCode:
+        return lambda v: v if isinstance(v, ErrorCode) else ErrorCode(int(v))
+    if hint is i32Timedelta or hint is i64Timedelta:
+        return lambda v: v if isinstance(v, datetime.timedelta) else hint.parse(_ms(v))
+    if hint is TZAware:
+        return _to_datetime
+    if dataclasses.is_dataclass(hint):
+        return lambda v: v if isinstance(v, hint) else build(hint, v)
+    return lambda v: v
+
+
+def _ms(value: int) -> datetime.timedelta:
+    return datetime.timedelta(milliseconds=int(value))
+
+
+def _to_datetime(value: Any) -> Any:
+    if isinstance(value, datetime.datetime):
+        return value
+    if int(value) < 0:  # Kafka's -1 = no timestamp; kio writes None as -1
+        return None
+    return datetime.datetime.fromtimestamp(int(value) / 1000, tz=datetime.UTC)
+
+
+def millis(value: datetime.timedelta | int) -> int:
+    """A kio duration field (or a plain int) in milliseconds."""
+    if isinstance(value, datetime.timedelta):
+        return int(value / datetime.timedelta(milliseconds=1))
+    return int(value)

@@ -1,0 +1,159 @@
+"""The broker's copy of the cluster metadata (Kafka's `MetadataCache` + `BrokerMetadataListener`
++ `BrokerMetadataPublisher`).
+
+`MetadataFollower.run()` long-polls the controller's metadata log, applies each fetched batch to
+a `MetadataImage` and then publishes it: the replica manager reconciles its partitions, and
+requests waiting for the image to reach an offset (forwarded admin requests, auto-created
+topics) are released. `published_offset` only moves after publishing, so a waiter released at
+offset N finds the logs of every partition created below N.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from types import MappingProxyType
+
+from sparklog.broker.config import BrokerConfig
+from sparklog.broker.controller_client import ControllerClient
+from sparklog.broker.partition import PartitionRegistration
+from sparklog.broker.replica_manager import TopicMetadata
+from sparklog.controller.image import MetadataImage, MetadataRecordError
+from sparklog.errors import KafkaError, OffsetOutOfRangeError
+from sparklog.storage.config import LogConfig
+
+log = logging.getLogger(__name__)
+
+METADATA_FETCH_MAX_WAIT_MS = 500
+_RETRY_BACKOFF_S = 0.1
+
+
+def topics_from_image(image: MetadataImage, config: BrokerConfig) -> dict[str, TopicMetadata]:
+    """What the replica manager needs from `image`: each topic's partitions and LogConfig."""
+    topics: dict[str, TopicMetadata] = {}
+    for name in image.topic_names():
+        topic = image.topic(name)
+        assert topic is not None
+        partitions = {
+            index: PartitionRegistration(
+                p.replicas, p.isr, p.leader, p.leader_epoch, p.partition_epoch
+            )
+            for index, p in topic.partitions.items()
+        }
+        topics[name] = TopicMetadata(
+            name, topic.topic_id, MappingProxyType(partitions), _config(image, name, config)
+        )
+    return topics
+
+
+def _config(image: MetadataImage, name: str, config: BrokerConfig) -> LogConfig:
+    overrides = dict(image.topic_config(name))
+    try:
+        return config.log_config_for(overrides)
+    except ValueError as e:  # the controller validated it; a newer controller may know more
+        log.warning("topic %s: ignoring configs this broker cannot apply (%s)", name, e)
+        return config.default_log_config
+
+
+class BrokerMetadata:
+    """The image a broker serves from, and waits on its progress."""
+
+    def __init__(self) -> None:
+        self.image = MetadataImage()
+        self.cluster_id: str | None = None
+        self.published_offset = 0
+        self.controller_high_watermark = -1
+        self._changed = asyncio.Event()
+
+    def on_published(self) -> None:
+        self.published_offset = self.image.offset
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def wait_for_offset(self, offset: int, timeout_s: float) -> bool:
+        """Wait until everything below metadata `offset` is published; False on timeout."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self.published_offset < offset:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            try:
+                async with asyncio.timeout(remaining):
+                    await self._changed.wait()
+            except TimeoutError:
+                return self.published_offset >= offset
+        return True
+
+
+class MetadataFollower:
+    """Fetches the metadata log forever, applying and publishing what arrives."""
+
+    def __init__(
+        self,
+        metadata: BrokerMetadata,
+        controller: ControllerClient,
+        publish: Callable[[MetadataImage], None],
+        *,
+        max_wait_ms: int = METADATA_FETCH_MAX_WAIT_MS,
+    ) -> None:
+        self.metadata = metadata
+        self.controller = controller
+        self.publish = publish
+        self.max_wait_ms = max_wait_ms
+        self.failures = 0
+        self._unpublished = False
+
+    async def poll_once(self, max_wait_ms: int | None = None) -> int:
+        """One Fetch: apply and publish the records it brings; returns how many."""
+        image = self.metadata.image
+        fetched = await self.controller.fetch_metadata(
+            image.offset, self.max_wait_ms if max_wait_ms is None else max_wait_ms
+        )
+        if fetched.error_code == OffsetOutOfRangeError.code:
+            raise MetadataRecordError(
+                f"the controller's metadata log no longer holds offset {image.offset}"
+            )
+        if fetched.error_code != 0:
+            raise ConnectionError(f"metadata fetch failed with error {fetched.error_code}")
+        self.metadata.controller_high_watermark = fetched.high_watermark
+        applied = image.apply_batches(fetched.records) if fetched.records else 0
+        if applied or self._unpublished:
+            # Reconciliation is idempotent: a failed publish is simply retried next poll.
+            self._unpublished = True
+            self.publish(image)
+            self._unpublished = False
+        self.metadata.on_published()
+        return applied
+
+    async def catch_up(self, end_offset: int, timeout_s: float) -> None:
+        """Fetch without waiting until the image reaches `end_offset`."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self.metadata.image.offset < end_offset:
+            if loop.time() > deadline:
+                raise TimeoutError(
+                    f"metadata reached offset {self.metadata.image.offset} of {end_offset} "
+                    f"within {timeout_s:.0f} s"
+                )
+            await self.poll_once(max_wait_ms=0)
+
+    async def run(self) -> None:
+        """Follow the log until cancelled; connection problems are retried with a backoff."""
+        while True:
+            try:
+                await self.poll_once()
+                self.failures = 0
+            except asyncio.CancelledError:
+                raise
+            except MetadataRecordError:
+                log.exception("cannot apply the metadata log; the broker stops following it")
+                raise
+            except (ConnectionError, OSError, TimeoutError, KafkaError) as e:
+                self.failures += 1
+                if self.failures in (1, 10) or self.failures % 100 == 0:
+                    log.warning(
+                        "metadata fetch from the controller failed (%d times): %s", self.failures, e
+                    )
+                await asyncio.sleep(min(2.0, _RETRY_BACKOFF_S * self.failures))

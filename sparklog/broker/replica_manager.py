@@ -1,0 +1,448 @@
+"""The partitions a broker hosts and the reads and writes on them (Kafka's `ReplicaManager`).
+
+`apply_metadata` reconciles the hosted partitions with the metadata image: it opens or creates
+the log of every partition assigned here, hands the registration to the sans-IO `Partition`
+(leader, follower), applies the events it returns (high watermark to the log, waiting requests
+woken) and deletes the logs of partitions that left. Produce appends through the leader's log;
+acks=all waits until the high watermark passes the batch. Fetch reads up to the high watermark
+(read_uncommitted), the last stable offset (read_committed) or the log end (followers) and
+long-polls through `DelayedOperations` until `min_bytes` are there or `max_wait_ms` passed.
+
+Errors are per partition, as Kafka answers them: every `KafkaError` becomes its code, a corrupt
+batch CORRUPT_MESSAGE, anything unexpected UNKNOWN_SERVER_ERROR (logged). Thread-safety: use from
+the broker's event loop only (logs guard themselves against the background threads).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from sparklog.broker.delayed import DelayedOperations, wait_until
+from sparklog.broker.log_manager import LogManager, TopicPartition
+from sparklog.broker.partition import (
+    BecameLeader,
+    Event,
+    HighWatermarkAdvanced,
+    Partition,
+    PartitionRegistration,
+)
+from sparklog.errors import (
+    CorruptMessageError,
+    InvalidRequiredAcksError,
+    KafkaError,
+    NotLeaderOrFollowerError,
+    OffsetOutOfRangeError,
+    RequestTimedOutError,
+    UnknownServerError,
+    UnknownTopicOrPartitionError,
+)
+from sparklog.records.errors import CorruptRecordError
+from sparklog.storage.config import LogConfig
+from sparklog.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Log
+from sparklog.storage.producer_state import AppendOrigin
+from sparklog.storage.txn_index import AbortedTxn
+
+log = logging.getLogger(__name__)
+
+READ_COMMITTED = 1
+DELETE_TO_HIGH_WATERMARK = -1  # DeleteRecords offset -1 = up to the high watermark
+
+
+@dataclass(frozen=True, slots=True)
+class TopicMetadata:
+    """What the replica manager needs to know about one topic from the image."""
+
+    name: str
+    topic_id: uuid.UUID
+    partitions: Mapping[int, PartitionRegistration]
+    config: LogConfig
+
+
+@dataclass(slots=True)
+class HostedPartition:
+    partition: Partition
+    log: Log
+    topic_id: uuid.UUID
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceResult:
+    error_code: int = 0
+    base_offset: int = -1
+    log_append_time_ms: int = -1
+    log_start_offset: int = -1
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FetchPartition:
+    topic: str
+    partition: int
+    fetch_offset: int
+    partition_max_bytes: int
+    current_leader_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class FetchParams:
+    replica_id: int
+    max_wait_ms: int
+    min_bytes: int
+    max_bytes: int
+    isolation_level: int = 0
+
+    @property
+    def is_from_follower(self) -> bool:
+        return self.replica_id >= 0
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    error_code: int = 0
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    records: bytes = b""
+    aborted_transactions: tuple[AbortedTxn, ...] | None = None
+    leader_id: int = -1
+    leader_epoch: int = -1
+
+
+def error_code_of(e: Exception, what: str) -> tuple[int, str]:
+    """Kafka's error code (and message) for an exception raised while serving `what`."""
+    if isinstance(e, KafkaError):
+        return e.code, str(e)
+    if isinstance(e, CorruptRecordError):
+        return CorruptMessageError.code, str(e)
+    log.exception("unexpected error serving %s", what)
+    return UnknownServerError.code, f"{type(e).__name__}: {e}"
+
+
+class ReplicaManager:
+    """Hosted partitions of broker `node_id`, backed by `log_manager`."""
+
+    def __init__(
+        self,
+        node_id: int,
+        log_manager: LogManager,
+        *,
+        clock_ms: Callable[[], int],
+        fetch_max_bytes: int = 57_671_680,
+        delayed: DelayedOperations | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.log_manager = log_manager
+        self.fetch_max_bytes = fetch_max_bytes
+        self._clock_ms = clock_ms
+        self.delayed = delayed or DelayedOperations()
+        self._partitions: dict[TopicPartition, HostedPartition] = {}
+        self._topics: dict[str, TopicMetadata] = {}
+
+    # -- metadata ---------------------------------------------------------------------------
+
+    @property
+    def partitions(self) -> dict[TopicPartition, HostedPartition]:
+        return dict(self._partitions)
+
+    def apply_metadata(self, topics: Mapping[str, TopicMetadata]) -> None:
+        """Make the hosted partitions match the image (see module doc)."""
+        self._topics = dict(topics)
+        wanted: dict[TopicPartition, tuple[TopicMetadata, PartitionRegistration]] = {}
+        for topic in topics.values():
+            for index, registration in topic.partitions.items():
+                if self.node_id in registration.replicas:
+                    wanted[(topic.name, index)] = (topic, registration)
+        for tp, hosted in list(self._partitions.items()):
+            found = wanted.get(tp)
+            if found is None or found[0].topic_id != hosted.topic_id:
+                self._remove(tp)
+        now_ms = self._clock_ms()
+        for tp, (topic, registration) in wanted.items():
+            hosted = self._partitions.get(tp) or self._host(tp, topic)
+            self.log_manager.update_config(*tp, topic.config)
+            events = hosted.partition.apply_registration(
+                registration, now_ms, hosted.log.log_end_offset
+            )
+            self._apply_events(tp, hosted, events)
+
+    def _host(self, tp: TopicPartition, topic: TopicMetadata) -> HostedPartition:
+        opened = self.log_manager.get_or_create_log(*tp, topic.topic_id, topic.config)
+        partition = Partition(tp[0], tp[1], self.node_id)
+        partition.reset_high_watermark(opened.high_watermark)
+        hosted = HostedPartition(partition, opened, topic.topic_id)
+        self._partitions[tp] = hosted
+        return hosted
+
+    def _remove(self, tp: TopicPartition) -> None:
+        hosted = self._partitions.pop(tp)
+        hosted.partition.mark_deleted()
+        self.log_manager.delete_log(*tp)
+        self.delayed.notify(tp)
+
+    def _apply_events(
+        self, tp: TopicPartition, hosted: HostedPartition, events: list[Event]
+    ) -> None:
+        for event in events:
+            if isinstance(event, HighWatermarkAdvanced):
+                kept = hosted.log.update_high_watermark(event.high_watermark)
+                assert kept == event.high_watermark, (tp, kept, event)
+            elif isinstance(event, BecameLeader):
+                # Kafka's maybeAssignEpochStartOffset: the epoch starts at the current log end,
+                # so OffsetForLeaderEpoch answers for it before the first append.
+                latest = hosted.log.latest_epoch
+                if latest is None or event.leader_epoch > latest:
+                    hosted.log.epoch_cache.assign(event.leader_epoch, hosted.log.log_end_offset)
+            # BecameFollower / IsrChangeProposed: the follower fetcher and AlterPartition
+            # arrive with replication; a follower here only keeps its log.
+        if events:
+            self.delayed.notify(tp)
+
+    def hosted(self, topic: str, partition: int) -> HostedPartition:
+        """The hosted partition, or the error Kafka gives for it."""
+        found = self._partitions.get((topic, partition))
+        if found is not None:
+            return found
+        meta = self._topics.get(topic)
+        if meta is None or partition not in meta.partitions:
+            raise UnknownTopicOrPartitionError(
+                f"this broker knows no partition {topic}-{partition}"
+            )
+        leader = meta.partitions[partition].leader
+        raise NotLeaderOrFollowerError(
+            f"broker {self.node_id} does not host {topic}-{partition} (leader is {leader})"
+        )
+
+    def leader_of(self, topic: str, partition: int) -> tuple[int, int]:
+        """(leader id, leader epoch) per the image, (-1, -1) when unknown."""
+        meta = self._topics.get(topic)
+        registration = meta.partitions.get(partition) if meta else None
+        if registration is None:
+            return -1, -1
+        return registration.leader, registration.leader_epoch
+
+    # -- produce ----------------------------------------------------------------------------
+
+    async def append_records(
+        self,
+        acks: int,
+        timeout_ms: int,
+        entries: Mapping[TopicPartition, bytes | None],
+        *,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+    ) -> dict[TopicPartition, ProduceResult]:
+        """Append each partition's batches as leader; acks=-1 waits for the high watermark.
+        `origin=COORDINATOR` appends transaction markers (WriteTxnMarkers)."""
+        if acks not in (0, 1, -1):
+            message = f"acks={acks}: Kafka accepts 0, 1 or -1 (all)"
+            return {
+                tp: ProduceResult(InvalidRequiredAcksError.code, error_message=message)
+                for tp in entries
+            }
+        now_ms = self._clock_ms()
+        results: dict[TopicPartition, ProduceResult] = {}
+        required: dict[TopicPartition, int] = {}
+        for tp, records in entries.items():
+            results[tp], next_offset = self._append_one(tp, records, acks, now_ms, origin)
+            if acks == -1 and next_offset is not None:
+                required[tp] = next_offset
+        if required:
+            await self._await_acks_all(required, results, timeout_ms)
+        return results
+
+    def _append_one(
+        self,
+        tp: TopicPartition,
+        records: bytes | None,
+        acks: int,
+        now_ms: int,
+        origin: AppendOrigin,
+    ) -> tuple[ProduceResult, int | None]:
+        try:
+            hosted = self.hosted(*tp)
+            hosted.partition.check_leader()
+            if acks == -1:
+                hosted.partition.check_enough_replicas(hosted.log.config.min_insync_replicas)
+            if records is None:
+                raise CorruptMessageError(f"produce to {tp[0]}-{tp[1]} carried null records")
+            info = hosted.log.append_as_leader(
+                records, hosted.partition.leader_epoch, now_ms, origin=origin
+            )
+        except Exception as e:  # noqa: BLE001 - becomes this partition's error code
+            code, message = error_code_of(e, f"produce to {tp[0]}-{tp[1]}")
+            return ProduceResult(code, error_message=message), None
+        if not info.duplicate:
+            self._apply_events(
+                tp, hosted, hosted.partition.on_leader_append(hosted.log.log_end_offset)
+            )
+        result = ProduceResult(
+            0, info.first_offset, info.log_append_time_ms, hosted.log.log_start_offset
+        )
+        return result, info.last_offset + 1
+
+    async def _await_acks_all(
+        self,
+        required: dict[TopicPartition, int],
+        results: dict[TopicPartition, ProduceResult],
+        timeout_ms: int,
+    ) -> None:
+        """Kafka's `DelayedProduce`: done when every partition's HW passed its batch."""
+        pending = dict(required)
+
+        def check() -> bool:
+            for tp, offset in list(pending.items()):
+                try:
+                    hosted = self.hosted(*tp)
+                    min_isr = hosted.log.config.min_insync_replicas
+                    if not hosted.partition.acks_all_satisfied(offset, min_isr):
+                        continue
+                except KafkaError as e:
+                    results[tp] = ProduceResult(e.code, error_message=str(e))
+                del pending[tp]
+            return not pending
+
+        await wait_until(self.delayed, list(pending), check, timeout_ms / 1000)
+        for tp in pending:
+            results[tp] = ProduceResult(
+                RequestTimedOutError.code,
+                error_message=f"{tp[0]}-{tp[1]}: the ISR did not reach the batch in {timeout_ms} ms",
+            )
+
+    # -- fetch ------------------------------------------------------------------------------
+
+    async def fetch_messages(
+        self, params: FetchParams, partitions: list[FetchPartition]
+    ) -> list[FetchResult]:
+        """Read every partition, long-polling until `min_bytes` are there (Kafka's DelayedFetch)."""
+        results = self._read_all(params, partitions)
+        if self._fetch_satisfied(params, results):
+            return results
+        keys = [(p.topic, p.partition) for p in partitions]
+
+        def check() -> bool:
+            nonlocal results
+            results = self._read_all(params, partitions)
+            return self._fetch_satisfied(params, results)
+
+        await wait_until(self.delayed, keys, check, params.max_wait_ms / 1000)
+        return results
+
+    @staticmethod
+    def _fetch_satisfied(params: FetchParams, results: list[FetchResult]) -> bool:
+        if params.max_wait_ms <= 0 or not results:
+            return True
+        if any(r.error_code for r in results):
+            return True
+        return sum(len(r.records) for r in results) >= params.min_bytes
+
+    def _read_all(self, params: FetchParams, partitions: list[FetchPartition]) -> list[FetchResult]:
+        budget = min(params.max_bytes, self.fetch_max_bytes)
+        min_one_batch = True
+        results = []
+        for p in partitions:
+            result = self._read_one(
+                params, p, max(0, min(p.partition_max_bytes, budget)), min_one_batch
+            )
+            if result.records:
+                budget -= len(result.records)
+                min_one_batch = False
+            results.append(result)
+        return results
+
+    def _read_one(
+        self, params: FetchParams, p: FetchPartition, max_bytes: int, min_one_batch: bool
+    ) -> FetchResult:
+        try:
+            hosted = self.hosted(p.topic, p.partition)
+            hosted.partition.check_leader(p.current_leader_epoch)
+            log_ = hosted.log
+            if params.is_from_follower:
+                upper = None
+            elif params.isolation_level == READ_COMMITTED:
+                upper = log_.last_stable_offset
+            else:
+                upper = log_.high_watermark
+            data = log_.read(
+                p.fetch_offset,
+                max_bytes,
+                upper_bound_offset=upper,
+                min_one_batch=min_one_batch and max_bytes > 0,
+                include_aborted=params.isolation_level == READ_COMMITTED,
+            )
+            if params.is_from_follower:
+                events = hosted.partition.on_follower_fetch(
+                    self._clock_ms(), params.replica_id, p.fetch_offset, log_.log_end_offset
+                )
+                self._apply_events((p.topic, p.partition), hosted, events)
+        except Exception as e:  # noqa: BLE001 - becomes this partition's error code
+            code, _message = error_code_of(e, f"fetch from {p.topic}-{p.partition}")
+            leader_id, leader_epoch = self.leader_of(p.topic, p.partition)
+            return FetchResult(code, leader_id=leader_id, leader_epoch=leader_epoch)
+        return FetchResult(
+            0,
+            high_watermark=log_.high_watermark,
+            last_stable_offset=log_.last_stable_offset,
+            log_start_offset=log_.log_start_offset,
+            records=data.records,
+            aborted_transactions=data.aborted_transactions,
+        )
+
+    # -- offsets ----------------------------------------------------------------------------
+
+    def list_offset(
+        self,
+        topic: str,
+        partition: int,
+        timestamp: int,
+        *,
+        isolation_level: int = 0,
+        current_leader_epoch: int = -1,
+    ) -> tuple[int, int, int]:
+        """ListOffsets for one partition: (offset, timestamp, leader epoch), -1s when no record
+        is that late. Raises the partition's KafkaError."""
+        hosted = self.hosted(topic, partition)
+        hosted.partition.check_leader(current_leader_epoch)
+        log_ = hosted.log
+        last_fetchable = (
+            log_.last_stable_offset if isolation_level == READ_COMMITTED else log_.high_watermark
+        )
+        if timestamp == LATEST_TIMESTAMP:
+            return last_fetchable, -1, hosted.partition.leader_epoch
+        found = log_.fetch_offset_by_timestamp(timestamp)
+        if found is None:
+            return -1, -1, -1
+        offset, found_timestamp = found
+        if timestamp != EARLIEST_TIMESTAMP and offset >= last_fetchable:
+            return -1, -1, -1  # Kafka answers only with offsets a consumer could fetch
+        epoch = log_.epoch_cache.epoch_for_offset(offset)
+        return offset, found_timestamp, -1 if epoch is None else epoch
+
+    def end_offset_for_epoch(
+        self, topic: str, partition: int, leader_epoch: int, current_leader_epoch: int = -1
+    ) -> tuple[int, int]:
+        """OffsetForLeaderEpoch: (epoch, end offset) from the leader's epoch cache."""
+        hosted = self.hosted(topic, partition)
+        hosted.partition.check_leader(current_leader_epoch)
+        return hosted.log.epoch_cache.end_offset_for(leader_epoch, hosted.log.log_end_offset)
+
+    def delete_records(self, topic: str, partition: int, offset: int) -> int:
+        """DeleteRecords: move the log start offset up; returns the new low watermark."""
+        hosted = self.hosted(topic, partition)
+        hosted.partition.check_leader()
+        log_ = hosted.log
+        if offset == DELETE_TO_HIGH_WATERMARK:
+            offset = log_.high_watermark
+        if offset < 0:
+            raise OffsetOutOfRangeError(f"cannot delete records before negative offset {offset}")
+        low_watermark = log_.delete_records_before(offset)
+        hosted.partition.reset_high_watermark(log_.high_watermark)
+        self.delayed.notify((topic, partition))
+        return low_watermark
+
+    # -- shutdown ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Answer every waiting request now and let no new one wait (shutdown)."""
+        self.delayed.close()

@@ -1,0 +1,533 @@
+"""A sparklog broker: Kafka's protocol on one port, logs on one data dir (Kafka's `BrokerServer`).
+
+Startup (Kafka's order, KRaft): ask the controller for the cluster id, claim the data dir
+(`meta.properties` + lock), bind the listener, catch the metadata image up with the controller's
+log, load (and recover) the logs the image assigns here, start following the metadata log and
+the background threads, register (BrokerRegistration) and heartbeat until the controller
+unfences the broker. `start()` returns then. A heartbeat answer `should_shut_down` (the launcher
+stopped the cluster, or a newer incarnation took this id) stops the broker gracefully.
+
+Shutdown: one heartbeat with `want_shut_down` so the controller fences us at once, then stop
+serving (waiting requests are woken and answered), stop the threads, flush and close every log,
+write the checkpoints and release the data dir. `kill()` skips the goodbye and the flush, as a
+crash would (tests use it to exercise recovery).
+
+Hosting: `await start()` / `await shutdown()` on a running loop; `start_in_thread()` / `stop()`
+run the broker on its own loop thread (tests, the embedded cluster); `run_broker(...)` blocks until
+the broker stops (the Spark task, `python -m sparklog serve`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import threading
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from sparklog.broker.admin_apis import AdminApis
+from sparklog.broker.config import BrokerConfig
+from sparklog.broker.controller_client import (
+    ControllerClient,
+    ProducerIdManager,
+    launcher_client_id,
+)
+from sparklog.broker.kafka_apis import KafkaApis
+from sparklog.broker.log_manager import LogManager, wall_clock_ms
+from sparklog.broker.meta_properties import (
+    DataDirLock,
+    MetaProperties,
+    claim_data_dir,
+    read_meta_properties,
+    resolve_data_dir,
+)
+from sparklog.broker.metadata import BrokerMetadata, MetadataFollower, topics_from_image
+from sparklog.broker.replica_manager import ReplicaManager
+from sparklog.controller.image import MetadataImage
+from sparklog.errors import StaleBrokerEpochError
+from sparklog.protocol.api_versions import BROKER_APIS
+from sparklog.protocol.server import KafkaServer
+
+log = logging.getLogger(__name__)
+
+DUPLICATE_BROKER_REGISTRATION = 101
+BROKER_ID_NOT_REGISTERED = 102
+_FENCED_HEARTBEAT_INTERVAL_S = 0.05  # heartbeat fast until unfenced (Kafka: "immediately")
+_GOODBYE_TIMEOUT_S = 2.0
+
+
+class BrokerState(enum.Enum):
+    """Kafka's `BrokerState`, the parts a sparklog broker goes through."""
+
+    NOT_RUNNING = "not running"
+    STARTING = "starting"
+    RECOVERY = "recovery"  # registered, fenced until caught up
+    RUNNING = "running"
+    PENDING_CONTROLLED_SHUTDOWN = "pending controlled shutdown"
+    SHUTTING_DOWN = "shutting down"
+
+
+class BrokerServer:
+    """One broker. `node_id=None` takes the id stored in `data_dir`'s meta.properties."""
+
+    def __init__(
+        self,
+        node_id: int | None,
+        data_dir: str | Path,
+        controller_bootstrap: str,
+        config: Mapping[str, object] | None = None,
+        *,
+        cluster_id: str | None = None,
+        executor_id: str | None = None,
+        task_attempt: int = 0,
+        claimed: tuple[MetaProperties, DataDirLock] | None = None,
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.controller_bootstrap = controller_bootstrap
+        self.config = BrokerConfig.from_properties(config)
+        self.node_id = node_id if node_id is not None else _stored_node_id(self.data_dir)
+        self.expected_cluster_id = cluster_id
+        self.executor_id = executor_id
+        self.task_attempt = task_attempt
+        self.state = BrokerState.NOT_RUNNING
+        self.broker_epoch = -1
+        self.incarnation_id = uuid.uuid4()
+        self.stop_reason: str | None = None
+        self._claimed = claimed
+        self._lock: DataDirLock | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._unfenced: asyncio.Event | None = None
+        self._shutdown_requested: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._logs_loaded = False
+        self._stop_task: asyncio.Task | None = None
+        self._build()
+
+    def _build(self) -> None:
+        client_id = launcher_client_id(self.executor_id, self.task_attempt, str(self.data_dir))
+        self.controller = ControllerClient(
+            self.controller_bootstrap,
+            client_id=client_id,
+            timeout_ms=self.config.controller_socket_timeout_ms,
+        )
+        self.metadata = BrokerMetadata()
+        self.log_manager = LogManager(self.data_dir, self.config)
+        self.replica_manager = ReplicaManager(
+            self.node_id,
+            self.log_manager,
+            clock_ms=wall_clock_ms,
+            fetch_max_bytes=self.config.fetch_max_bytes,
+        )
+        self.follower = MetadataFollower(self.metadata, self.controller, self._publish)
+        self.producer_ids = ProducerIdManager(self.controller, self.node_id)
+        self.admin = admin = AdminApis(
+            config=self.config,
+            metadata=self.metadata,
+            controller=self.controller,
+        )
+        self.apis = KafkaApis(
+            node_id=self.node_id,
+            config=self.config,
+            metadata=self.metadata,
+            replica_manager=self.replica_manager,
+            admin=admin,
+            producer_ids=self.producer_ids,
+        )
+        host, port = self.config.listener_host_port
+        self.server = KafkaServer(
+            self.apis.handle,
+            BROKER_APIS,
+            host=host,
+            port=port,
+            max_request_bytes=self.config.socket_request_max_bytes,
+            name=f"broker-{self.node_id}",
+        )
+
+    def __repr__(self) -> str:
+        return f"BrokerServer(node_id={self.node_id}, {self.state.value}, {self.bootstrap})"
+
+    @property
+    def host(self) -> str:
+        return self.server.host
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    @property
+    def bootstrap(self) -> str:
+        """`host:port` of this broker's listener (valid once started)."""
+        return f"{self.server.host}:{self.server.port}"
+
+    @property
+    def cluster_id(self) -> str | None:
+        return self.metadata.cluster_id
+
+    @property
+    def is_fenced(self) -> bool:
+        return not self.metadata.image.is_unfenced(self.node_id)
+
+    # -- start ------------------------------------------------------------------------------
+
+    async def start(self, timeout_s: float | None = None) -> None:
+        """Start and return once registered and unfenced (see module doc)."""
+        assert self.state is BrokerState.NOT_RUNNING, f"{self!r} started twice"
+        self.state = BrokerState.STARTING
+        self._unfenced = asyncio.Event()
+        self._shutdown_requested = asyncio.Event()
+        timeout_s = timeout_s or self.config.initial_broker_registration_timeout_ms / 1000
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._start_steps()
+        except BaseException:
+            await self._teardown(clean=False)
+            raise
+
+    async def _start_steps(self) -> None:
+        cluster_id, _controller_id = await self._retry(self.controller.describe_cluster)
+        if self.expected_cluster_id is not None and cluster_id != self.expected_cluster_id:
+            raise RuntimeError(
+                f"controller {self.controller_bootstrap} runs cluster {cluster_id!r}, "
+                f"expected {self.expected_cluster_id!r}"
+            )
+        self.metadata.cluster_id = cluster_id
+        _meta, self._lock = self._claimed or claim_data_dir(self.data_dir, cluster_id, self.node_id)
+        await self.server.start()
+        end_offset = await self._retry(self.controller.metadata_end_offset)
+        await self.follower.catch_up(
+            end_offset, self.config.initial_broker_registration_timeout_ms / 1000
+        )
+        self.log_manager.load_logs(self._hosted_lookup(self.metadata.image))
+        self._logs_loaded = True
+        self._publish(self.metadata.image)
+        self.log_manager.start_background()
+        self._spawn(self.follower.run(), "metadata-follower")
+        await self._register()
+        self.state = BrokerState.RECOVERY
+        self._spawn(self._heartbeat_loop(), "heartbeat")
+        await self._wait_unfenced()
+        # The unfencing commit also elected this broker leader where it may lead; serve only
+        # once that is applied, so a client's first request does not meet NOT_LEADER.
+        await self.admin.wait_for_controller_metadata(
+            self.config.initial_broker_registration_timeout_ms / 1000
+        )
+        self.state = BrokerState.RUNNING
+        self._spawn(self._watch_shutdown(), "shutdown-watch")
+        log.info(
+            "broker %d running at %s (epoch %d)", self.node_id, self.bootstrap, self.broker_epoch
+        )
+
+    async def _wait_unfenced(self) -> None:
+        """Until the controller unfences us; a stop requested meanwhile fails the start."""
+        assert self._unfenced is not None and self._shutdown_requested is not None
+        unfenced = asyncio.ensure_future(self._unfenced.wait())
+        stopping = asyncio.ensure_future(self._shutdown_requested.wait())
+        try:
+            await asyncio.wait([unfenced, stopping], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            unfenced.cancel()
+            stopping.cancel()
+        if not self._unfenced.is_set():
+            raise RuntimeError(f"broker {self.node_id} stopped while starting: {self.stop_reason}")
+
+    def _spawn(self, coro: Any, name: str) -> None:
+        task = asyncio.get_running_loop().create_task(coro, name=f"broker-{self.node_id}-{name}")
+        task.add_done_callback(self._on_task_done)
+        self._tasks.append(task)
+
+    def _on_task_done(self, task: asyncio.Task) -> None:
+        if task.cancelled() or task.exception() is None:
+            return
+        log.error(
+            "broker %d: %s failed: %r; stopping", self.node_id, task.get_name(), task.exception()
+        )
+        self.stop_reason = f"{task.get_name()} failed: {task.exception()!r}"
+        if self._shutdown_requested is not None:
+            self._shutdown_requested.set()
+
+    async def _retry(self, call: Any) -> Any:
+        """Call the controller until it answers (it may still be starting)."""
+        delay = 0.05
+        while True:
+            try:
+                return await call()
+            except (ConnectionError, OSError) as e:
+                log.debug("controller %s not reachable yet: %s", self.controller_bootstrap, e)
+                await asyncio.sleep(delay)
+                delay = min(1.0, delay * 2)
+
+    def _hosted_lookup(self, image: MetadataImage) -> Any:
+        topics = topics_from_image(image, self.config)
+
+        def hosted(topic: str, partition: int) -> Any:
+            meta = topics.get(topic)
+            registration = meta.partitions.get(partition) if meta else None
+            if registration is None or self.node_id not in registration.replicas:
+                return None
+            return meta.topic_id, meta.config
+
+        return hosted
+
+    def _publish(self, image: MetadataImage) -> None:
+        if self._logs_loaded:
+            self.replica_manager.apply_metadata(topics_from_image(image, self.config))
+
+    # -- lifecycle with the controller ------------------------------------------------------
+
+    async def _register(self) -> None:
+        """BrokerRegistration; a live older incarnation makes us retry until its lease ends."""
+        host, port = self.server.host, self.server.port
+        while True:
+            code, epoch = await self._retry(
+                lambda: self.controller.register(
+                    broker_id=self.node_id,
+                    cluster_id=self.metadata.cluster_id or "",
+                    incarnation_id=self.incarnation_id,
+                    host=host,
+                    port=port,
+                    rack=self.config.broker_rack,
+                    previous_broker_epoch=self.broker_epoch,
+                )
+            )
+            if code == 0:
+                self.broker_epoch = epoch
+                self.producer_ids.broker_epoch = epoch
+                log.info("broker %d registered with epoch %d", self.node_id, epoch)
+                return
+            if code != DUPLICATE_BROKER_REGISTRATION:
+                raise RuntimeError(f"broker {self.node_id}: registration refused with error {code}")
+            log.info("broker %d: an older incarnation still holds the id; retrying", self.node_id)
+            await asyncio.sleep(self.config.broker_heartbeat_interval_ms / 1000)
+
+    async def _heartbeat_loop(self) -> None:
+        assert self._unfenced is not None and self._shutdown_requested is not None
+        interval_s = self.config.broker_heartbeat_interval_ms / 1000
+        failures = 0
+        while True:
+            try:
+                response = await self.controller.heartbeat(
+                    broker_id=self.node_id,
+                    broker_epoch=self.broker_epoch,
+                    metadata_offset=self.metadata.published_offset,
+                    want_shut_down=False,
+                )
+            except (ConnectionError, OSError, TimeoutError) as e:
+                failures += 1
+                if failures == 1 or failures % 50 == 0:
+                    log.warning(
+                        "broker %d: heartbeat failed (%d times): %s", self.node_id, failures, e
+                    )
+                await asyncio.sleep(interval_s)
+                continue
+            failures = 0
+            if response.should_shut_down:  # asked to, or a newer incarnation took our id
+                self.stop_reason = "the controller asked this broker to shut down"
+                if response.error_code:
+                    self.stop_reason += f" (error {response.error_code}: a newer registration)"
+                self._shutdown_requested.set()
+                return
+            if response.error_code in (StaleBrokerEpochError.code, BROKER_ID_NOT_REGISTERED):
+                log.warning("broker %d: registration lost; registering again", self.node_id)
+                await self._register()
+                continue
+            if response.error_code:
+                log.warning(
+                    "broker %d: heartbeat refused (error %d)", self.node_id, response.error_code
+                )
+                await asyncio.sleep(interval_s)
+                continue
+            if not response.is_fenced:
+                self._unfenced.set()
+            await asyncio.sleep(
+                interval_s if not response.is_fenced else _FENCED_HEARTBEAT_INTERVAL_S
+            )
+
+    async def _watch_shutdown(self) -> None:
+        assert self._shutdown_requested is not None
+        await self._shutdown_requested.wait()
+        if self._stop_task is None:
+            self._stop_task = asyncio.get_running_loop().create_task(self._stop(clean=True))
+
+    async def _say_goodbye(self) -> None:
+        """Controlled shutdown, reduced: tell the controller so it fences us right away."""
+        if self.broker_epoch < 0:
+            return
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(_GOODBYE_TIMEOUT_S):
+                await self.controller.heartbeat(
+                    broker_id=self.node_id,
+                    broker_epoch=self.broker_epoch,
+                    metadata_offset=self.metadata.published_offset,
+                    want_shut_down=True,
+                )
+
+    # -- stop -------------------------------------------------------------------------------
+
+    async def shutdown(self) -> None:
+        """Graceful stop (see module doc); concurrent or repeated calls wait for the first."""
+        await self._stop_once(clean=True)
+
+    async def kill(self) -> None:
+        """Stop as a crash would: no goodbye, no flush, no checkpoints."""
+        await self._stop_once(clean=False)
+
+    async def _stop_once(self, *, clean: bool) -> None:
+        if self._stop_task is None:
+            if self.state is BrokerState.NOT_RUNNING:
+                return
+            self._stop_task = asyncio.get_running_loop().create_task(self._stop(clean))
+        await asyncio.shield(self._stop_task)
+
+    async def _stop(self, clean: bool) -> None:
+        if clean:
+            self.state = BrokerState.PENDING_CONTROLLED_SHUTDOWN
+            await self._say_goodbye()
+        await self._teardown(clean=clean)
+
+    async def _teardown(self, *, clean: bool) -> None:
+        self.state = BrokerState.SHUTTING_DOWN
+        current = asyncio.current_task()
+        tasks = [t for t in self._tasks if t is not current]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+        self.replica_manager.close()  # waiting fetches and produces answer now
+        await self.controller.close()  # forwarded requests fail fast instead of waiting
+        await self.server.stop()
+        self.log_manager.shutdown(clean=clean)
+        if self._lock is not None:
+            self._lock.release()
+        self.state = BrokerState.NOT_RUNNING
+        if self._shutdown_requested is not None:
+            self._shutdown_requested.set()
+        log.info("broker %d stopped (%s)", self.node_id, "clean" if clean else "killed")
+
+    # -- hosting on a thread ----------------------------------------------------------------
+
+    def start_in_thread(self, timeout_s: float | None = None) -> BrokerServer:
+        """Run the broker on its own loop thread; returns once it is registered and unfenced."""
+        assert self._thread is None, f"{self!r} already has a thread"
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        self._thread = threading.Thread(
+            target=loop.run_forever, name=f"sparklog-broker-{self.node_id}", daemon=True
+        )
+        self._thread.start()
+        try:
+            asyncio.run_coroutine_threadsafe(self.start(timeout_s), loop).result()
+        except BaseException:
+            self._stop_thread()
+            raise
+        return self
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Graceful stop of a broker started with `start_in_thread`, joining its thread."""
+        self._run_in_thread(self.shutdown(), timeout_s)
+
+    def kill_in_thread(self, timeout_s: float = 30.0) -> None:
+        self._run_in_thread(self.kill(), timeout_s)
+
+    def _run_in_thread(self, coro: Any, timeout_s: float) -> None:
+        if self._loop is None:
+            coro.close()
+            return
+        try:
+            asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout_s)
+        finally:
+            self._stop_thread()
+
+    def _stop_thread(self) -> None:
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join()
+        loop.close()
+        self._loop = self._thread = None
+
+    def run_forever(self, stop_event: threading.Event | None = None) -> str:
+        """Start, serve until `stop_event` is set or the controller says stop; returns why."""
+        return asyncio.run(self._serve(stop_event))
+
+    async def _serve(self, stop_event: threading.Event | None) -> str:
+        await self.start()
+        assert self._shutdown_requested is not None
+        while not self._shutdown_requested.is_set():
+            if stop_event is not None and stop_event.is_set():
+                self.stop_reason = "stop_event set"
+                break
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(0.1):
+                    await self._shutdown_requested.wait()
+        await self.shutdown()
+        return self.stop_reason or "stopped"
+
+
+def _stored_node_id(data_dir: Path) -> int:
+    meta = read_meta_properties(data_dir)
+    if meta is None:
+        raise ValueError(
+            f"node_id=None needs an existing identity, but {data_dir} has no meta.properties"
+        )
+    return meta.node_id
+
+
+def run_broker(
+    node_id: int,
+    base_dir: str | Path,
+    controller_bootstrap: str,
+    config: Mapping[str, object] | None = None,
+    stop_event: threading.Event | None = None,
+    *,
+    cluster_id: str | None = None,
+    executor_id: str | None = None,
+    task_attempt: int = 0,
+) -> str:
+    """Run a broker until it is told to stop (the Spark task's body); returns why it stopped.
+
+    D6: the broker adopts an unclaimed identity of this cluster found under `base_dir`, else it
+    takes `node_id` in `<base_dir>/broker-<node_id>`.
+    """
+    if cluster_id is None:
+        cluster_id = asyncio.run(_ask_cluster_id(controller_bootstrap))
+    data_dir, meta, lock = resolve_data_dir(Path(base_dir), cluster_id, node_id)
+    try:
+        broker = BrokerServer(
+            meta.node_id,
+            data_dir,
+            controller_bootstrap,
+            config,
+            cluster_id=cluster_id,
+            executor_id=executor_id,
+            task_attempt=task_attempt,
+            claimed=(meta, lock),
+        )
+        return broker.run_forever(stop_event)
+    finally:
+        lock.release()
+
+
+async def _ask_cluster_id(controller_bootstrap: str, timeout_s: float = 60.0) -> str:
+    """The controller's cluster id, waiting up to `timeout_s` for it to answer."""
+    client = ControllerClient(controller_bootstrap)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    try:
+        while True:
+            try:
+                cluster_id, _controller_id = await client.describe_cluster()
+                return cluster_id
+            except (ConnectionError, OSError):
+                if loop.time() > deadline:
+                    raise
+                await asyncio.sleep(0.2)
+    finally:
+        await client.close()

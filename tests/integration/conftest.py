@@ -1,0 +1,39 @@
+"""Embedded clusters on loopback for integration tests (module-scoped: one per test file)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from sparklog.broker.embedded import EmbeddedCluster
+
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+#: Short background intervals so retention, flushes and leases happen within a test.
+TEST_CONFIG = {
+    "log.retention.check.interval.ms": "100",
+    "log.flush.offset.checkpoint.interval.ms": "200",
+    "log.flush.start.offset.checkpoint.interval.ms": "200",
+    "log.cleaner.backoff.ms": "100",
+    "broker.heartbeat.interval.ms": "100",
+    "broker.session.timeout.ms": "1500",
+}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A controller and one broker."""
+    with EmbeddedCluster(
+        brokers=1, data_dir=tmp_path_factory.mktemp("cluster"), config=TEST_CONFIG
+    ) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def cluster3(tmp_path_factory):
+    """A controller and three brokers."""
+    with EmbeddedCluster(
+        brokers=3, data_dir=tmp_path_factory.mktemp("cluster3"), config=TEST_CONFIG
+    ) as running:
+        yield running

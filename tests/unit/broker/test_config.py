@@ -1,0 +1,51 @@
+"""Broker settings: Kafka names, topic defaults shared with the controller, bad values."""
+
+from __future__ import annotations
+
+import pytest
+
+from sparklog.broker.config import BrokerConfig
+
+
+def test_defaults_are_kafkas():
+    c = BrokerConfig.from_properties({})
+    assert c.socket_request_max_bytes == 104_857_600
+    assert c.message_max_bytes == 1_048_588
+    assert c.fetch_max_bytes == 57_671_680
+    assert c.log_retention_check_interval_ms == 300_000
+    assert c.broker_heartbeat_interval_ms == 2000 and c.broker_session_timeout_ms == 9000
+    assert c.listener_host_port == ("127.0.0.1", 0)
+
+
+def test_topic_defaults_by_broker_or_topic_name():
+    c = BrokerConfig.from_properties({"log.retention.ms": "5", "segment.bytes": "4096"})
+    assert c.default_log_config.retention_ms == 5
+    assert c.default_log_config.segment_bytes == 4096
+    c = BrokerConfig.from_properties({"log.retention.hours": "2", "message.max.bytes": "100"})
+    assert c.default_log_config.retention_ms == 7_200_000
+    assert c.message_max_bytes == 100
+    assert c.log_config_for({"retention.ms": "9"}).retention_ms == 9
+
+
+def test_unknown_names_are_kept_not_fatal_and_bad_values_are():
+    c = BrokerConfig.from_properties(
+        {"no.such.setting": "1", "group.initial.rebalance.delay.ms": "0"}
+    )
+    assert c.unknown == ("no.such.setting",)
+    with pytest.raises(ValueError, match="socket.request.max.bytes"):
+        BrokerConfig.from_properties({"socket.request.max.bytes": "lots"})
+    with pytest.raises(ValueError, match="log.cleaner.enable"):
+        BrokerConfig.from_properties({"log.cleaner.enable": "maybe"})
+
+
+def test_listeners_and_cleaner_settings():
+    c = BrokerConfig.from_properties(
+        {"listeners": "PLAINTEXT://10.0.0.5:9092", "log.cleaner.backoff.ms": "50"}
+    )
+    assert c.listener_host_port == ("10.0.0.5", 9092)
+    assert c.cleaner.backoff_ms == 50
+    props = c.broker_properties()
+    assert (
+        props["log.cleaner.backoff.ms"] == "50"
+        and props["listeners"] == "PLAINTEXT://10.0.0.5:9092"
+    )

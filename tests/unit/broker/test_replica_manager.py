@@ -1,0 +1,258 @@
+"""The replica manager on real logs in a temp dir, no sockets: produce, fetch, offsets, metadata."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from sparklog.broker.config import BrokerConfig
+from sparklog.broker.log_manager import LogManager
+from sparklog.broker.partition import PartitionRegistration
+from sparklog.broker.replica_manager import (
+    FetchParams,
+    FetchPartition,
+    ReplicaManager,
+    TopicMetadata,
+)
+from sparklog.records import SimpleRecord, build_batch, iter_batches
+from sparklog.records.control import (
+    ControlRecordType,
+    EndTransactionMarker,
+    build_end_txn_marker_batch,
+)
+from sparklog.storage.config import LogConfig
+from sparklog.storage.producer_state import AppendOrigin
+
+NOW = 1_700_000_000_000
+NODE = 1
+NONE, OFFSET_OUT_OF_RANGE, CORRUPT_MESSAGE, UNKNOWN_TOPIC, NOT_LEADER = 0, 1, 2, 3, 6
+REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS, INVALID_REQUIRED_ACKS = 7, 19, 21
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = NOW
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def topic_meta(name="t", topic_id=None, partitions=None, **configs):
+    regs = partitions or {0: PartitionRegistration((NODE,), (NODE,), NODE, 0, 0)}
+    return TopicMetadata(name, topic_id or uuid.uuid4(), regs, LogConfig.from_properties(configs))
+
+
+@pytest.fixture
+def manager(tmp_path):
+    log_manager = LogManager(tmp_path, BrokerConfig.from_properties({}), clock_ms=Clock())
+    rm = ReplicaManager(NODE, log_manager, clock_ms=Clock())
+    yield rm
+    log_manager.shutdown()
+
+
+def batch(*values: bytes, **kwargs) -> bytes:
+    return build_batch([SimpleRecord(v) for v in values], now_ms=NOW, **kwargs)
+
+
+def values(data: bytes) -> list[bytes | None]:
+    return [r.value for b in iter_batches(data) for r in b.records()]
+
+
+def fetch(rm, offset=0, topic="t", max_wait_ms=0, min_bytes=1, isolation=0, replica_id=-1, **kw):
+    params = FetchParams(
+        replica_id, max_wait_ms, min_bytes, kw.pop("max_bytes", 1 << 20), isolation
+    )
+    parts = [
+        FetchPartition(
+            topic, kw.pop("partition", 0), offset, kw.pop("partition_max_bytes", 1 << 20)
+        )
+    ]
+    return asyncio.run(rm.fetch_messages(params, parts))[0]
+
+
+def produce(rm, records, acks=1, tp=("t", 0), timeout_ms=1000):
+    return asyncio.run(rm.append_records(acks, timeout_ms, {tp: records}))[tp]
+
+
+def test_produce_then_fetch_up_to_the_high_watermark(manager):
+    manager.apply_metadata({"t": topic_meta()})
+    first = produce(manager, batch(b"a", b"b"))
+    second = produce(manager, batch(b"c"), acks=-1)
+    assert (first.error_code, first.base_offset, second.base_offset) == (NONE, 0, 2)
+    got = fetch(manager)
+    assert (got.error_code, got.high_watermark, got.log_start_offset) == (NONE, 3, 0)
+    assert values(got.records) == [b"a", b"b", b"c"]
+    assert fetch(manager, 3).records == b""
+    assert fetch(manager, 4).error_code == OFFSET_OUT_OF_RANGE
+
+
+def test_produce_errors_leave_the_log_untouched(manager):
+    manager.apply_metadata({"t": topic_meta()})
+    corrupt = bytearray(batch(b"x"))
+    corrupt[-1] ^= 0xFF
+    assert produce(manager, bytes(corrupt)).error_code == CORRUPT_MESSAGE
+    assert produce(manager, None).error_code == CORRUPT_MESSAGE
+    assert produce(manager, batch(b"x"), acks=5).error_code == INVALID_REQUIRED_ACKS
+    assert produce(manager, batch(b"x"), tp=("nope", 0)).error_code == UNKNOWN_TOPIC
+    assert produce(manager, batch(b"x"), tp=("t", 3)).error_code == UNKNOWN_TOPIC
+    assert manager.hosted("t", 0).log.log_end_offset == 0
+
+
+def test_partitions_led_elsewhere_answer_not_leader(manager):
+    regs = {
+        0: PartitionRegistration((2,), (2,), 2, 0, 0),  # not hosted here
+        1: PartitionRegistration((2, NODE), (2, NODE), 2, 0, 0),  # we follow
+    }
+    manager.apply_metadata({"t": topic_meta(partitions=regs)})
+    assert produce(manager, batch(b"x"), tp=("t", 0)).error_code == NOT_LEADER
+    assert produce(manager, batch(b"x"), tp=("t", 1)).error_code == NOT_LEADER
+    assert fetch(manager, partition=1).error_code == NOT_LEADER
+    assert manager.hosted("t", 1).log.log_end_offset == 0  # a follower keeps its log
+
+
+def test_acks_all_waits_for_the_isr_and_follower_fetches_release_it(manager):
+    regs = {0: PartitionRegistration((NODE, 2), (NODE, 2), NODE, 0, 0)}
+    manager.apply_metadata({"t": topic_meta(partitions=regs)})
+
+    async def go():
+        waiting = asyncio.create_task(manager.append_records(-1, 10_000, {("t", 0): batch(b"a")}))
+        await asyncio.sleep(0)  # the append happened; the produce now waits for the HW
+        assert not waiting.done()
+        consumer = await manager.fetch_messages(
+            FetchParams(-1, 0, 1, 1 << 20), [FetchPartition("t", 0, 0, 1 << 20)]
+        )
+        follower = await manager.fetch_messages(
+            FetchParams(2, 0, 1, 1 << 20), [FetchPartition("t", 0, 0, 1 << 20)]
+        )
+        await manager.fetch_messages(
+            FetchParams(2, 0, 1, 1 << 20), [FetchPartition("t", 0, 1, 1 << 20)]
+        )
+        return consumer[0], follower[0], await waiting
+
+    consumer, follower, produced = asyncio.run(go())
+    assert consumer.records == b"", "consumers see nothing above the high watermark"
+    assert values(follower.records) == [b"a"], "followers read up to the log end"
+    assert produced[("t", 0)].error_code == NONE
+    assert manager.hosted("t", 0).log.high_watermark == 1
+
+
+def test_acks_all_times_out_or_is_refused_below_min_isr(manager):
+    regs = {0: PartitionRegistration((NODE, 2), (NODE, 2), NODE, 0, 0)}
+    manager.apply_metadata({"t": topic_meta(partitions=regs)})
+    assert produce(manager, batch(b"a"), acks=-1, timeout_ms=20).error_code == REQUEST_TIMED_OUT
+    shrunk = {0: PartitionRegistration((NODE, 2), (NODE,), NODE, 0, 1)}
+    manager.apply_metadata(
+        {
+            "t": topic_meta(
+                partitions=shrunk,
+                topic_id=manager.hosted("t", 0).topic_id,
+                **{"min.insync.replicas": "2"},
+            )
+        }
+    )
+    assert produce(manager, batch(b"b"), acks=-1).error_code == NOT_ENOUGH_REPLICAS
+    assert produce(manager, batch(b"b"), acks=1).error_code == NONE
+
+
+def test_long_poll_returns_when_an_append_arrives(manager):
+    manager.apply_metadata({"t": topic_meta()})
+
+    async def go():
+        params = FetchParams(-1, 30_000, 1, 1 << 20)
+        waiting = asyncio.create_task(
+            manager.fetch_messages(params, [FetchPartition("t", 0, 0, 1 << 20)])
+        )
+        await asyncio.sleep(0)
+        assert not waiting.done() and manager.delayed.waiting_count == 1
+        await manager.append_records(1, 1000, {("t", 0): batch(b"wake")})
+        return await asyncio.wait_for(waiting, 5)
+
+    (result,) = asyncio.run(go())
+    assert values(result.records) == [b"wake"]
+    assert manager.delayed.waiting_count == 0
+
+
+def test_fetch_max_bytes_is_shared_but_the_first_batch_always_comes(manager):
+    manager.apply_metadata(
+        {
+            "t": topic_meta(
+                partitions={
+                    i: PartitionRegistration((NODE,), (NODE,), NODE, 0, 0) for i in range(3)
+                }
+            )
+        }
+    )
+    for i in range(3):
+        produce(manager, batch(b"x" * 300), tp=("t", i))
+        produce(manager, batch(b"y" * 300), tp=("t", i))
+    params = FetchParams(-1, 0, 1, 100)  # smaller than one batch
+    parts = [FetchPartition("t", i, 0, 1 << 20) for i in range(3)]
+    results = asyncio.run(manager.fetch_messages(params, parts))
+    assert [len(values(r.records)) for r in results] == [1, 0, 0]
+
+
+def test_read_committed_stops_at_the_lso_and_lists_aborted_transactions(manager):
+    manager.apply_metadata({"t": topic_meta()})
+    produce(manager, batch(b"plain"))
+    txn = dict(producer_id=7, producer_epoch=0, is_transactional=True)
+    produce(manager, batch(b"t1", b"t2", base_sequence=0, **txn))
+    assert values(fetch(manager, isolation=1).records) == [b"plain"]
+    assert manager.list_offset("t", 0, -1, isolation_level=1)[0] == 1
+    assert manager.list_offset("t", 0, -1)[0] == 3
+    marker = build_end_txn_marker_batch(
+        EndTransactionMarker(ControlRecordType.ABORT, 0),
+        producer_id=7,
+        producer_epoch=0,
+        timestamp_ms=NOW,
+    )
+    result = asyncio.run(
+        manager.append_records(1, 1000, {("t", 0): marker}, origin=AppendOrigin.COORDINATOR)
+    )
+    assert result[("t", 0)].error_code == NONE
+    committed = fetch(manager, isolation=1)
+    assert committed.last_stable_offset == 4
+    assert [(a.producer_id, a.first_offset) for a in committed.aborted_transactions] == [(7, 1)]
+    assert fetch(manager).aborted_transactions is None
+
+
+def test_list_offsets_and_delete_records(manager):
+    manager.apply_metadata({"t": topic_meta()})
+    for i in range(4):
+        produce(manager, build_batch([SimpleRecord(b"x", timestamp=NOW + i)]))
+    assert manager.list_offset("t", 0, -2) == (0, -1, 0)
+    assert manager.list_offset("t", 0, -1) == (4, -1, 0)
+    assert manager.list_offset("t", 0, -3) == (3, NOW + 3, 0)
+    assert manager.list_offset("t", 0, NOW + 2) == (2, NOW + 2, 0)
+    assert manager.list_offset("t", 0, NOW + 9) == (-1, -1, -1)
+    assert manager.end_offset_for_epoch("t", 0, 0) == (0, 4)
+    assert manager.delete_records("t", 0, 2) == 2
+    assert manager.delete_records("t", 0, -1) == 4  # -1 = up to the high watermark
+    assert fetch(manager, 1).error_code == OFFSET_OUT_OF_RANGE
+
+
+def test_metadata_changes_delete_and_recreate_logs(manager, tmp_path):
+    first = topic_meta(**{"retention.ms": "1000"})
+    manager.apply_metadata({"t": first})
+    produce(manager, batch(b"old"))
+    assert manager.hosted("t", 0).log.config.retention_ms == 1000
+    manager.apply_metadata({"t": topic_meta(topic_id=first.topic_id, **{"retention.ms": "2000"})})
+    assert manager.hosted("t", 0).log.config.retention_ms == 2000
+    manager.apply_metadata({})
+    assert produce(manager, batch(b"x")).error_code == UNKNOWN_TOPIC
+    assert not (tmp_path / "t-0").exists()
+    manager.apply_metadata({"t": topic_meta()})  # re-created: a new, empty log
+    assert produce(manager, batch(b"new")).base_offset == 0
+
+
+def test_a_new_leader_epoch_starts_in_the_epoch_cache(manager):
+    manager.apply_metadata({"t": topic_meta()})
+    produce(manager, batch(b"a", b"b"))
+    topic_id = manager.hosted("t", 0).topic_id
+    regs = {0: PartitionRegistration((NODE,), (NODE,), NODE, 3, 1)}
+    manager.apply_metadata({"t": topic_meta(topic_id=topic_id, partitions=regs)})
+    assert manager.end_offset_for_epoch("t", 0, 0) == (0, 2)
+    assert manager.end_offset_for_epoch("t", 0, 3) == (3, 2)
+    produce(manager, batch(b"c"))
+    assert [b.header.partition_leader_epoch for b in iter_batches(fetch(manager).records)] == [0, 3]

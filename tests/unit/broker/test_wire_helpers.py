@@ -1,0 +1,157 @@
+"""Building kio messages from plain values, request parsing, and delayed operations."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+
+from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v4.response import FetchResponse as FetchResponseV4
+from kio.schema.fetch.v12.request import FetchRequest as FetchRequestV12
+from kio.schema.fetch.v12.response import FetchResponse as FetchResponseV12
+from kio.schema.produce.v9.request import ProduceRequest
+
+from sparklog.broker import kio_build
+from sparklog.broker.delayed import DelayedOperations, wait_until
+from sparklog.broker.kafka_apis import (
+    fetch_params,
+    fetch_partition_data,
+    fetch_partitions,
+    group_by_topic,
+    produce_entries,
+)
+from sparklog.broker.replica_manager import FetchPartition, FetchResult
+from sparklog.protocol import codec
+from sparklog.storage.txn_index import AbortedTxn
+
+
+def fetch_response(cls):
+    partition = fetch_partition_data(
+        FetchPartition("t", 0, 0, 100),
+        FetchResult(6, leader_id=2, leader_epoch=5),
+        isolation_level=0,
+    )
+    return kio_build.build(
+        cls,
+        {
+            "throttle_time": 3,
+            "error_code": 0,
+            "session_id": 0,
+            "responses": group_by_topic([("t", partition)], "topic"),
+        },
+    )
+
+
+def test_one_description_builds_every_version():
+    old, new = fetch_response(FetchResponseV4), fetch_response(FetchResponseV12)
+    assert old.throttle_time == datetime.timedelta(milliseconds=3)
+    assert not hasattr(old, "session_id")
+    p = new.responses[0].partitions[0]
+    assert p.error_code == ErrorCode.not_leader_or_follower
+    assert (p.current_leader.leader_id, p.current_leader.leader_epoch) == (2, 5)
+    for body in (old, new):  # both encode
+        assert codec.encode_response(body, 1)
+
+
+def test_log_append_time_minus_one_is_null():
+    from kio.schema.produce.v9.response import PartitionProduceResponse
+
+    data = {
+        "index": 0,
+        "error_code": 0,
+        "base_offset": 1,
+        "log_append_time": -1,
+        "record_errors": [],
+    }
+    assert kio_build.build(PartitionProduceResponse, data).log_append_time is None
+    data["log_append_time"] = 1_700_000_000_123
+    stamped = kio_build.build(PartitionProduceResponse, data).log_append_time
+    assert round(stamped.timestamp() * 1000) == 1_700_000_000_123
+
+
+def test_request_parsing_keeps_request_order():
+    produce = kio_build.build(
+        ProduceRequest,
+        {
+            "acks": 1,
+            "timeout": 100,
+            "topic_data": [
+                {
+                    "name": "b",
+                    "partition_data": [
+                        {"index": 1, "records": b"x"},
+                        {"index": 0, "records": None},
+                    ],
+                },
+                {"name": "a", "partition_data": [{"index": 0, "records": b"y"}]},
+            ],
+        },
+    )
+    assert list(produce_entries(produce).items()) == [
+        (("b", 1), b"x"),
+        (("b", 0), None),
+        (("a", 0), b"y"),
+    ]
+    fetch = kio_build.build(
+        FetchRequestV12,
+        {
+            "max_wait": 500,
+            "min_bytes": 1,
+            "isolation_level": 1,
+            "topics": [
+                {
+                    "topic": "t",
+                    "partitions": [
+                        {
+                            "partition": 2,
+                            "fetch_offset": 7,
+                            "partition_max_bytes": 9,
+                            "current_leader_epoch": 4,
+                        }
+                    ],
+                }
+            ],
+            "forgotten_topics_data": [],
+        },
+    )
+    params = fetch_params(fetch)
+    assert (params.max_wait_ms, params.isolation_level, params.replica_id) == (500, 1, -1)
+    assert fetch_partitions(fetch) == [FetchPartition("t", 2, 7, 9, 4)]
+
+
+def test_aborted_transactions_only_for_read_committed():
+    result = FetchResult(0, 5, 3, 0, b"", (AbortedTxn(7, 1, 2, 3),))
+    committed = fetch_partition_data(FetchPartition("t", 0, 0, 1), result, isolation_level=1)
+    assert committed["aborted_transactions"] == [{"producer_id": 7, "first_offset": 1}]
+    assert (
+        fetch_partition_data(FetchPartition("t", 0, 0, 1), result, 0)["aborted_transactions"]
+        is None
+    )
+
+
+def test_delayed_operations_wake_time_out_and_bound():
+    async def go():
+        ops = DelayedOperations(max_waiters=1)
+        waiter = asyncio.create_task(ops.wait_any(["a", "b"], 30))
+        await asyncio.sleep(0)
+        refused = await ops.wait_any(["c"], 30)  # over max_waiters: no wait at all
+        assert ops.notify("zzz") == 0
+        assert ops.notify("b") == 1
+        woken = await waiter
+        timed_out = await ops.wait_any(["a"], 0.01)
+        state = {"done": False}
+        checker = asyncio.create_task(wait_until(ops, ["k"], lambda: state["done"], 30))
+        await asyncio.sleep(0)
+        ops.notify("k")  # a spurious wake: the condition still does not hold
+        await asyncio.sleep(0)
+        assert not checker.done()
+        state["done"] = True
+        ops.notify("k")
+        satisfied = await checker
+        ops.close()
+        after_close = await ops.wait_any(["a"], 30)
+        return refused, woken, timed_out, satisfied, after_close, ops.statistics()
+
+    refused, woken, timed_out, satisfied, after_close, stats = asyncio.run(go())
+    assert (refused, woken, timed_out, satisfied, after_close) == (False, True, False, True, False)
+    assert stats["waiting"] == 0 and stats["keys"] == 0
