@@ -55,7 +55,9 @@ def murmur2_array(keys: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     n = len(keys)
     valid = np.ones(n, dtype=bool) if keys.null_count == 0 else _valid_mask(keys)
     offsets_type = np.int32 if pa.types.is_binary(keys.type) else np.int64
-    offsets = np.frombuffer(keys.buffers()[1], dtype=offsets_type)[keys.offset : keys.offset + n + 1]
+    offsets = np.frombuffer(keys.buffers()[1], dtype=offsets_type)[
+        keys.offset : keys.offset + n + 1
+    ]
     starts = offsets[:-1].astype(np.int64)
     lengths = np.where(valid, offsets[1:] - starts, 0)
     words = _words_view(keys.buffers()[2])
@@ -100,7 +102,9 @@ def partitions_for_keys(keys: pa.Array, num_partitions: int) -> np.ndarray:
 
 def _words_view(data_buf: pa.Buffer | None) -> np.ndarray:
     """Every byte position of `data_buf` as the start of an unaligned little-endian uint32."""
-    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    data = (
+        np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    )
     if len(data) < 4:
         data = np.concatenate([data, np.zeros(4 - len(data), np.uint8)])
     return np.ndarray(shape=(len(data) - 3,), dtype="<u4", buffer=data, strides=(1,))

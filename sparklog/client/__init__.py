@@ -1,0 +1,71 @@
+"""sparklog's Kafka clients: producer, consumer (manual assignment) and admin, speaking the
+Kafka protocol over blocking sockets with background threads, configured with Kafka's
+setting names (`{"bootstrap.servers": "127.0.0.1:9092", "linger.ms": 5, ...}`).
+"""
+
+from .accumulator import BatchMetadata, RecordMetadata
+from .admin import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+    AdminClient,
+    AlterConfigOp,
+    ClusterDescription,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    OffsetAndTimestamp,
+    TopicDescription,
+)
+from .config import (
+    ADMIN_SETTINGS,
+    CONSUMER_SETTINGS,
+    PRODUCER_SETTINGS,
+    ClientConfig,
+    ConfigError,
+    admin_config,
+    consumer_config,
+    producer_config,
+)
+from .consumer import GroupsNotSupportedError, KafkaConsumer, NoOffsetForPartitionError
+from .fetcher import ConsumerRecord, arrow_schema
+from .metadata import BrokerNode, PartitionInfo, TopicPartition
+from .partitioner import BuiltInPartitioner, RoundRobinPartitioner
+from .producer import ClientClosedError, KafkaProducer, ProducerRecord
+
+__all__ = [
+    "ADMIN_SETTINGS",
+    "CONSUMER_SETTINGS",
+    "EARLIEST_TIMESTAMP",
+    "LATEST_TIMESTAMP",
+    "MAX_TIMESTAMP",
+    "PRODUCER_SETTINGS",
+    "AdminClient",
+    "AlterConfigOp",
+    "BatchMetadata",
+    "BrokerNode",
+    "BuiltInPartitioner",
+    "ClientClosedError",
+    "ClientConfig",
+    "ClusterDescription",
+    "ConfigEntry",
+    "ConfigError",
+    "ConfigResource",
+    "ConsumerRecord",
+    "GroupsNotSupportedError",
+    "KafkaConsumer",
+    "KafkaProducer",
+    "NewTopic",
+    "NoOffsetForPartitionError",
+    "OffsetAndTimestamp",
+    "PartitionInfo",
+    "ProducerRecord",
+    "RecordMetadata",
+    "RoundRobinPartitioner",
+    "TopicDescription",
+    "TopicPartition",
+    "admin_config",
+    "arrow_schema",
+    "consumer_config",
+    "producer_config",
+]

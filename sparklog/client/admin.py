@@ -1,0 +1,605 @@
+"""The admin client: topics, partitions, configs, offsets, records, cluster (Kafka's `Admin`).
+
+Blocking calls; each retries retriable errors (a lost connection, NOT_CONTROLLER, a moving
+leader) with `retry.backoff.ms` until `default.api.timeout.ms` (or the call's `timeout_ms`),
+then raises. Broker errors are raised as `sparklog.errors` exceptions carrying the broker's
+message and naming the topic or partition. `list_offsets` is shared with the consumer.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from sparklog.errors import (
+    InvalidRequestError,
+    KafkaError,
+    RequestTimedOutError,
+    UnknownTopicOrPartitionError,
+    error_for_code,
+)
+from sparklog.protocol.api_versions import ApiKey
+
+from .config import admin_config
+from .metadata import (
+    REFRESH_ERROR_CODES,
+    BrokerNode,
+    Cluster,
+    Metadata,
+    PartitionInfo,
+    TopicPartition,
+    group_by_leader,
+)
+from .network import NetworkClient, now_ms
+
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+
+_RESOURCE_TYPES = {"topic": 2, "broker": 4, "broker_logger": 8}
+_RESOURCE_NAMES = {v: k for k, v in _RESOURCE_TYPES.items()}
+_OPS = {"set": 0, "delete": 1, "append": 2, "subtract": 3}
+_CONFIG_SOURCES = {
+    1: "DYNAMIC_TOPIC_CONFIG",
+    2: "DYNAMIC_BROKER_CONFIG",
+    3: "DYNAMIC_DEFAULT_BROKER_CONFIG",
+    4: "STATIC_BROKER_CONFIG",
+    5: "DEFAULT_CONFIG",
+    6: "DYNAMIC_BROKER_LOGGER_CONFIG",
+    7: "CLIENT_METRICS_CONFIG",
+    8: "GROUP_CONFIG",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class NewTopic:
+    """A topic to create; -1 partitions/replication factor take the broker defaults."""
+
+    name: str
+    num_partitions: int = -1
+    replication_factor: int = -1
+    configs: Mapping[str, str] = field(default_factory=dict)
+    replica_assignment: Mapping[int, list[int]] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDescription:
+    name: str
+    topic_id: Any
+    is_internal: bool
+    partitions: tuple[PartitionInfo, ...]
+
+
+class ConfigResource(NamedTuple):
+    """A config resource: type "topic" or "broker" and its name (a broker's is its id)."""
+
+    type: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigEntry:
+    name: str
+    value: str | None
+    source: str
+    read_only: bool
+    is_sensitive: bool
+
+
+@dataclass(frozen=True, slots=True)
+class AlterConfigOp:
+    """An incremental config change: op "set", "delete", "append" or "subtract"."""
+
+    name: str
+    value: str | None
+    op: str = "set"
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetAndTimestamp:
+    """An offset lookup's answer; offset -1 when no record matches (e.g. a later timestamp)."""
+
+    offset: int
+    timestamp: int
+    leader_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterDescription:
+    cluster_id: str | None
+    controller_id: int
+    brokers: tuple[BrokerNode, ...]
+
+
+#: Result errors an admin call retries (Kafka's `KafkaAdminClient` reschedules on these); other
+#: errors in a result are final even when their class is retriable (e.g. an unknown topic).
+_ADMIN_RETRY_CODES = frozenset({7, 14, 15, 41, 89})
+
+
+def _error(code: int, what: str, message: str | None = None, *, final: bool = False) -> KafkaError:
+    cls = error_for_code(code)
+    error = cls(f"{cls.__name__} for {what}" + (f": {message}" if message else ""))
+    if final:
+        error.retriable = False
+    return error
+
+
+def retry_until(deadline_ms: int, backoff_ms: int, attempt: Callable[[], Any]) -> Any:
+    """Call `attempt` until it returns without a retriable KafkaError or the deadline passes."""
+    while True:
+        try:
+            return attempt()
+        except KafkaError as e:
+            if not e.retriable:
+                raise
+            if now_ms() + backoff_ms >= deadline_ms:
+                raise RequestTimedOutError(f"gave up at the api timeout; last error: {e}") from e
+        time.sleep(backoff_ms / 1000)
+
+
+def list_offsets(
+    network: NetworkClient,
+    metadata: Metadata,
+    specs: Mapping[TopicPartition, int],
+    *,
+    isolation_level: int,
+    deadline_ms: int,
+) -> dict[TopicPartition, OffsetAndTimestamp]:
+    """ListOffsets at each partition's leader: a timestamp, or EARLIEST/LATEST/MAX_TIMESTAMP."""
+    remaining = {TopicPartition(*tp): ts for tp, ts in specs.items()}
+    results: dict[TopicPartition, OffsetAndTimestamp] = {}
+    metadata.add_topics(tp.topic for tp in remaining)
+
+    def attempt() -> None:
+        by_node, unknown = group_by_leader(_cluster_for(metadata, remaining), remaining)
+        futures = []
+        for node, tps in by_node.items():
+            topics: dict[str, list[dict]] = {}
+            for tp in tps:
+                topics.setdefault(tp.topic, []).append(
+                    {
+                        "partition_index": tp.partition,
+                        "current_leader_epoch": -1,
+                        "timestamp": remaining[tp],
+                    }
+                )
+            fields = {
+                "replica_id": -1,
+                "isolation_level": isolation_level,
+                "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
+            }
+            futures.append(network.send(node, ApiKey.LIST_OFFSETS, fields))
+        retry: KafkaError | None = None
+        for future in futures:
+            try:
+                response = future.result()
+            except KafkaError as e:
+                retry = e
+                continue
+            for topic in response.topics:
+                for p in topic.partitions:
+                    tp = TopicPartition(topic.name, int(p.partition_index))
+                    code = int(p.error_code)
+                    if code == 0:
+                        results[tp] = OffsetAndTimestamp(
+                            int(p.offset), int(p.timestamp), int(getattr(p, "leader_epoch", -1))
+                        )
+                        remaining.pop(tp, None)
+                    elif code in REFRESH_ERROR_CODES or error_for_code(code).retriable:
+                        retry = _error(code, f"{tp.topic}-{tp.partition}")
+                    else:
+                        raise _error(code, f"{tp.topic}-{tp.partition}")
+        if unknown or retry is not None:
+            metadata.request_update()
+            raise retry or _error(5, ", ".join(f"{tp.topic}-{tp.partition}" for tp in unknown))
+
+    retry_until(deadline_ms, metadata.state.retry_backoff_ms, attempt)
+    return results
+
+
+def _cluster_for(metadata: Metadata, partitions: Iterable[TopicPartition]) -> Cluster:
+    """Fresh-enough metadata for `partitions`; raises when a topic or partition does not exist."""
+    if metadata.state.time_to_next_update_ms(now_ms()) == 0:
+        metadata.refresh()
+    cluster = metadata.cluster
+    for tp in partitions:
+        code = cluster.topic_errors.get(tp.topic)
+        if code is not None and code not in (5,):
+            raise _error(code, f"topic {tp.topic!r}", final=True)
+        count = cluster.partition_count(tp.topic)
+        if count is not None and tp.partition >= count:
+            error = UnknownTopicOrPartitionError(
+                f"partition {tp.partition} of topic {tp.topic!r} does not exist ({count} partitions)"
+            )
+            error.retriable = False
+            raise error
+    return cluster
+
+
+class AdminClient:
+    """Blocking cluster administration over the Kafka protocol. Thread-safe."""
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        self.config = admin_config(config)
+        self._network = NetworkClient(self.config)
+        self._metadata = Metadata(self._network, self.config, allow_auto_create=False)
+
+    def __enter__(self) -> AdminClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._network.close()
+
+    # ---------------------------------------------------------------- plumbing
+
+    def _deadline(self, timeout_ms: int | None) -> int:
+        return now_ms() + (
+            self.config["default.api.timeout.ms"] if timeout_ms is None else timeout_ms
+        )
+
+    def _timeout_field(self, timeout_ms: int | None) -> int:
+        return self.config["request.timeout.ms"] if timeout_ms is None else timeout_ms
+
+    def _retry(self, deadline_ms: int, attempt: Callable[[], Any]) -> Any:
+        return retry_until(deadline_ms, self.config["retry.backoff.ms"], attempt)
+
+    def _any_node(self) -> int:
+        node = self._network.least_loaded_node(self._metadata.candidates())
+        if node is None:
+            raise InvalidRequestError("no broker address is known")
+        return node
+
+    def _controller_node(self) -> int:
+        """Where topic changes go: the controller Metadata names, else any broker (which
+        forwards them to the controller)."""
+        cluster = self._metadata.cluster
+        if cluster.controller_id in cluster.brokers:
+            return cluster.controller_id
+        return self._any_node()
+
+    def _request(
+        self, node: int, api_key: int, fields: Mapping[str, Any], timeout_ms: int | None = None
+    ) -> Any:
+        future = self._network.send(node, api_key, fields, timeout_ms=timeout_ms)
+        try:
+            return future.result()
+        except KafkaError:
+            self._metadata.request_update()
+            raise
+
+    # ------------------------------------------------------------------ topics
+
+    def create_topics(
+        self,
+        topics: Iterable[NewTopic | str],
+        *,
+        validate_only: bool = False,
+        timeout_ms: int | None = None,
+    ) -> None:
+        """Create topics; raises the first topic's error (e.g. TopicAlreadyExistsError)."""
+        new = [NewTopic(t) if isinstance(t, str) else t for t in topics]
+        fields = {
+            "topics": [
+                {
+                    "name": t.name,
+                    "num_partitions": t.num_partitions,
+                    "replication_factor": t.replication_factor,
+                    "assignments": [
+                        {"partition_index": p, "broker_ids": list(ids)}
+                        for p, ids in (t.replica_assignment or {}).items()
+                    ],
+                    "configs": [{"name": k, "value": v} for k, v in t.configs.items()],
+                }
+                for t in new
+            ],
+            "timeout": self._timeout_field(timeout_ms),
+            "validate_only": validate_only,
+        }
+
+        def attempt() -> None:
+            response = self._request(
+                self._controller_node(), ApiKey.CREATE_TOPICS, fields, timeout_ms
+            )
+            _raise_first(
+                ((t.name, t.error_code, t.error_message) for t in response.topics), "topic"
+            )
+
+        self._retry(self._deadline(timeout_ms), attempt)
+        self._metadata.request_update()
+
+    def delete_topics(self, names: Iterable[str], *, timeout_ms: int | None = None) -> None:
+        """Delete topics; raises the first error (UnknownTopicOrPartitionError when missing)."""
+        fields = {"topic_names": list(names), "timeout": self._timeout_field(timeout_ms)}
+
+        def attempt() -> None:
+            response = self._request(
+                self._controller_node(), ApiKey.DELETE_TOPICS, fields, timeout_ms
+            )
+            _raise_first(
+                (
+                    (r.name, r.error_code, getattr(r, "error_message", None))
+                    for r in response.responses
+                ),
+                "topic",
+            )
+
+        self._retry(self._deadline(timeout_ms), attempt)
+        self._metadata.request_update()
+
+    def list_topics(
+        self, *, include_internal: bool = False, timeout_ms: int | None = None
+    ) -> list[str]:
+        """Names of all topics, sorted."""
+        response = self._retry(
+            self._deadline(timeout_ms), lambda: self._metadata.request_metadata(None)
+        )
+        return sorted(t.name for t in response.topics if include_internal or not t.is_internal)
+
+    def describe_topics(
+        self, names: Iterable[str], *, timeout_ms: int | None = None
+    ) -> dict[str, TopicDescription]:
+        """Partitions, leaders, replicas and ISRs of `names`; a missing topic raises."""
+        names = list(names)
+        response = self._retry(
+            self._deadline(timeout_ms), lambda: self._metadata.request_metadata(names)
+        )
+        cluster = Cluster.from_response(response)
+        out = {}
+        for name in names:
+            code = cluster.topic_errors.get(name)
+            if code is not None and name not in cluster.topics:
+                raise _error(code, f"topic {name!r}")
+            info = cluster.topics[name]
+            out[name] = TopicDescription(name, info.topic_id, info.is_internal, info.partitions)
+        return out
+
+    def create_partitions(
+        self,
+        new_totals: Mapping[str, int],
+        *,
+        validate_only: bool = False,
+        timeout_ms: int | None = None,
+    ) -> None:
+        """Grow each topic to the given total partition count."""
+        fields = {
+            "topics": [{"name": t, "count": n, "assignments": None} for t, n in new_totals.items()],
+            "timeout": self._timeout_field(timeout_ms),
+            "validate_only": validate_only,
+        }
+
+        def attempt() -> None:
+            response = self._request(
+                self._controller_node(), ApiKey.CREATE_PARTITIONS, fields, timeout_ms
+            )
+            _raise_first(
+                ((r.name, r.error_code, r.error_message) for r in response.results), "topic"
+            )
+
+        self._retry(self._deadline(timeout_ms), attempt)
+        self._metadata.request_update()
+
+    # ----------------------------------------------------------------- configs
+
+    def describe_configs(
+        self,
+        resources: Iterable[ConfigResource | tuple[str, str]],
+        *,
+        timeout_ms: int | None = None,
+    ) -> dict[ConfigResource, dict[str, ConfigEntry]]:
+        """Current config values of topics or brokers (broker resources ask that broker)."""
+        resources = [ConfigResource(*r) for r in resources]
+        out: dict[ConfigResource, dict[str, ConfigEntry]] = {}
+        for resource in resources:
+            fields = {
+                "resources": [
+                    {
+                        "resource_type": _resource_type(resource),
+                        "resource_name": resource.name,
+                        "configuration_keys": None,
+                    }
+                ],
+                "include_synonyms": False,
+                "include_documentation": False,
+            }
+
+            def attempt(resource: ConfigResource = resource, fields: dict = fields) -> Any:
+                node = int(resource.name) if resource.type == "broker" else self._any_node()
+                if resource.type == "broker":
+                    self._ensure_broker_address(node)
+                return self._request(node, ApiKey.DESCRIBE_CONFIGS, fields, timeout_ms)
+
+            response = self._retry(self._deadline(timeout_ms), attempt)
+            for r in response.results:
+                _raise_first([(r.resource_name, r.error_code, r.error_message)], resource.type)
+                out[resource] = {
+                    c.name: ConfigEntry(
+                        c.name,
+                        c.value,
+                        _CONFIG_SOURCES.get(int(getattr(c, "config_source", -1)), "UNKNOWN"),
+                        bool(c.read_only),
+                        bool(c.is_sensitive),
+                    )
+                    for c in r.configs
+                }
+        return out
+
+    def incremental_alter_configs(
+        self,
+        changes: Mapping[
+            ConfigResource | tuple[str, str], Mapping[str, str | None] | Iterable[AlterConfigOp]
+        ],
+        *,
+        validate_only: bool = False,
+        timeout_ms: int | None = None,
+    ) -> None:
+        """Change configs: {resource: {name: value or None to delete}} or AlterConfigOp lists."""
+        resources = []
+        for resource, ops in changes.items():
+            resource = ConfigResource(*resource)
+            if isinstance(ops, Mapping):
+                ops = [
+                    AlterConfigOp(k, v, "delete" if v is None else "set") for k, v in ops.items()
+                ]
+            resources.append(
+                {
+                    "resource_type": _resource_type(resource),
+                    "resource_name": resource.name,
+                    "configs": [
+                        {"name": o.name, "config_operation": _op(o.op), "value": o.value}
+                        for o in ops
+                    ],
+                }
+            )
+        fields = {"resources": resources, "validate_only": validate_only}
+
+        def attempt() -> None:
+            response = self._request(
+                self._controller_node(), ApiKey.INCREMENTAL_ALTER_CONFIGS, fields, timeout_ms
+            )
+            _raise_first(
+                ((r.resource_name, r.error_code, r.error_message) for r in response.responses),
+                "resource",
+            )
+
+        self._retry(self._deadline(timeout_ms), attempt)
+
+    # ----------------------------------------------------------------- offsets
+
+    def list_offsets(
+        self,
+        specs: Mapping[TopicPartition | tuple[str, int], int],
+        *,
+        isolation_level: str = "read_uncommitted",
+        timeout_ms: int | None = None,
+    ) -> dict[TopicPartition, OffsetAndTimestamp]:
+        """Offsets by spec: EARLIEST_TIMESTAMP (-2), LATEST_TIMESTAMP (-1), MAX_TIMESTAMP (-3),
+        or a timestamp in ms (the first offset whose timestamp is >= it; -1 when none)."""
+        level = 1 if isolation_level == "read_committed" else 0
+        return list_offsets(
+            self._network,
+            self._metadata,
+            specs,
+            isolation_level=level,
+            deadline_ms=self._deadline(timeout_ms),
+        )
+
+    def delete_records(
+        self,
+        before: Mapping[TopicPartition | tuple[str, int], int],
+        *,
+        timeout_ms: int | None = None,
+    ) -> dict[TopicPartition, int]:
+        """Delete records below the given offsets (-1 = the high watermark); returns each
+        partition's new low watermark (log start offset)."""
+        remaining = {TopicPartition(*tp): o for tp, o in before.items()}
+        self._metadata.add_topics(tp.topic for tp in remaining)
+        results: dict[TopicPartition, int] = {}
+
+        def attempt() -> None:
+            by_node, unknown = group_by_leader(_cluster_for(self._metadata, remaining), remaining)
+            retry: KafkaError | None = None
+            for node, tps in by_node.items():
+                topics: dict[str, list[dict]] = {}
+                for tp in tps:
+                    topics.setdefault(tp.topic, []).append(
+                        {"partition_index": tp.partition, "offset": remaining[tp]}
+                    )
+                fields = {
+                    "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
+                    "timeout": self._timeout_field(timeout_ms),
+                }
+                try:
+                    response = self._request(node, ApiKey.DELETE_RECORDS, fields, timeout_ms)
+                except KafkaError as e:
+                    retry = e
+                    continue
+                for topic in response.topics:
+                    for p in topic.partitions:
+                        tp = TopicPartition(topic.name, int(p.partition_index))
+                        code = int(p.error_code)
+                        if code == 0:
+                            results[tp] = int(p.low_watermark)
+                            remaining.pop(tp, None)
+                        elif error_for_code(code).retriable:
+                            retry = _error(code, f"{tp.topic}-{tp.partition}")
+                        else:
+                            raise _error(code, f"{tp.topic}-{tp.partition}")
+            if unknown or retry is not None:
+                self._metadata.request_update()
+                raise retry or _error(5, ", ".join(f"{tp.topic}-{tp.partition}" for tp in unknown))
+
+        self._retry(self._deadline(timeout_ms), attempt)
+        return results
+
+    # ----------------------------------------------------------------- cluster
+
+    def describe_cluster(self, *, timeout_ms: int | None = None) -> ClusterDescription:
+        """Cluster id, controller and brokers (DescribeCluster)."""
+        fields = {"include_cluster_authorized_operations": False, "endpoint_type": 1}
+
+        def attempt() -> Any:
+            return self._request(self._any_node(), ApiKey.DESCRIBE_CLUSTER, fields, timeout_ms)
+
+        response = self._retry(self._deadline(timeout_ms), attempt)
+        if int(response.error_code) != 0:
+            raise _error(int(response.error_code), "DescribeCluster", response.error_message)
+        brokers = tuple(
+            sorted(
+                (
+                    BrokerNode(int(b.broker_id), b.host, int(b.port), b.rack)
+                    for b in response.brokers
+                ),
+                key=lambda b: b.node_id,
+            )
+        )
+        return ClusterDescription(response.cluster_id, int(response.controller_id), brokers)
+
+    def _ensure_broker_address(self, node_id: int) -> None:
+        if node_id not in self._network.nodes():
+            self._metadata.request_metadata([])
+        if node_id not in self._network.nodes():
+            raise InvalidRequestError(f"broker {node_id} is not in the cluster")
+
+
+def _resource_type(resource: ConfigResource) -> int:
+    try:
+        return _RESOURCE_TYPES[resource.type]
+    except KeyError:
+        raise ValueError(
+            f"config resource type must be one of {sorted(_RESOURCE_TYPES)}, got {resource.type!r}"
+        ) from None
+
+
+def _op(name: str) -> int:
+    try:
+        return _OPS[name]
+    except KeyError:
+        raise ValueError(f"config op must be one of {sorted(_OPS)}, got {name!r}") from None
+
+
+def _raise_first(results: Iterable[tuple[str, Any, str | None]], what: str) -> None:
+    for name, code, message in results:
+        if int(code) != 0:
+            final = int(code) not in _ADMIN_RETRY_CODES
+            raise _error(int(code), f"{what} {name!r}", message, final=final)
+
+
+__all__ = [
+    "EARLIEST_TIMESTAMP",
+    "LATEST_TIMESTAMP",
+    "MAX_TIMESTAMP",
+    "AdminClient",
+    "AlterConfigOp",
+    "ClusterDescription",
+    "ConfigEntry",
+    "ConfigResource",
+    "NewTopic",
+    "OffsetAndTimestamp",
+    "TopicDescription",
+    "list_offsets",
+]

@@ -1,0 +1,355 @@
+"""The Kafka consumer with manual assignment (Kafka's `KafkaConsumer` without groups).
+
+`assign()` partitions, then `poll()`: positions without an offset are reset with ListOffsets
+(`auto.offset.reset`), one Fetch per leader is kept in flight between polls (so the next
+poll's data is usually already there), and records come out of the `Fetcher` buffer at most
+`max.poll.records` at a time. `poll_arrow()` returns the same records as one Arrow batch,
+decoded vectorized. Consumer groups (subscribe, commits) come later and raise a clear error.
+
+Not thread-safe, like Kafka's consumer: use it from one thread.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from typing import Any
+
+import pyarrow as pa
+
+from sparklog.errors import KafkaError, OffsetOutOfRangeError, RequestTimedOutError
+from sparklog.protocol.api_versions import ApiKey
+
+from .admin import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, OffsetAndTimestamp, list_offsets
+from .config import consumer_config
+from .fetcher import READ_COMMITTED, ConsumerRecord, Fetcher, SubscriptionState
+from .metadata import Metadata, TopicPartition
+from .network import NetworkClient, now_ms
+from .producer import ClientClosedError
+
+_GROUPS_NOT_SUPPORTED = (
+    "consumer groups are not supported by sparklog yet: {what} needs a group. "
+    "Use assign([(topic, partition), ...]) with seek()/auto.offset.reset instead"
+)
+
+
+class NoOffsetForPartitionError(OffsetOutOfRangeError):
+    """A partition has no position and `auto.offset.reset` is none (Kafka's
+    `NoOffsetForPartitionException`)."""
+
+
+class GroupsNotSupportedError(NotImplementedError):
+    """A group feature (subscribe, commit) was called; only manual assignment works yet."""
+
+
+def _tp(tp: TopicPartition | tuple[str, int]) -> TopicPartition:
+    return tp if isinstance(tp, TopicPartition) else TopicPartition(tp[0], int(tp[1]))
+
+
+class KafkaConsumer:
+    """A consumer of assigned partitions. Use as a context manager, or call `close()`."""
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        self.config = consumer_config(config)
+        c = self.config
+        self._network = NetworkClient(c)
+        self._metadata = Metadata(self._network, c, allow_auto_create=c["allow.auto.create.topics"])
+        self._subscriptions = SubscriptionState(c["auto.offset.reset"])
+        self._isolation_level = READ_COMMITTED if c["isolation.level"] == "read_committed" else 0
+        self._fetcher = Fetcher(
+            self._subscriptions,
+            fetch_min_bytes=c["fetch.min.bytes"],
+            fetch_max_bytes=c["fetch.max.bytes"],
+            fetch_max_wait_ms=c["fetch.max.wait.ms"],
+            max_partition_fetch_bytes=c["max.partition.fetch.bytes"],
+            isolation_level=self._isolation_level,
+            check_crcs=c["check.crcs"],
+            client_rack=c["client.rack"],
+        )
+        self._in_flight: dict[int, tuple[Future, dict[TopicPartition, int]]] = {}
+        self._errors: list[BaseException] = []
+        self._closed = False
+
+    def __enter__(self) -> KafkaConsumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------- assignment
+
+    def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
+        """Consume exactly these partitions (replacing any previous assignment)."""
+        self._check_open()
+        tps = [_tp(tp) for tp in partitions]
+        self._subscriptions.assign(tps)
+        self._fetcher.clear_buffer(set(self._fetcher.buffered_partitions()) - set(tps))
+        self._metadata.add_topics(tp.topic for tp in tps)
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._subscriptions.assignment())
+
+    def subscribe(self, topics: Any = None, pattern: Any = None, listener: Any = None) -> None:
+        raise GroupsNotSupportedError(_GROUPS_NOT_SUPPORTED.format(what="subscribe()"))
+
+    def unsubscribe(self) -> None:
+        """Drop the assignment (Kafka's unsubscribe also clears manual assignments)."""
+        self.assign([])
+
+    def commit(self, *args: Any, **kwargs: Any) -> None:
+        raise GroupsNotSupportedError(_GROUPS_NOT_SUPPORTED.format(what="commit()"))
+
+    def committed(self, *args: Any, **kwargs: Any) -> None:
+        raise GroupsNotSupportedError(_GROUPS_NOT_SUPPORTED.format(what="committed()"))
+
+    # -------------------------------------------------------------- positions
+
+    def seek(self, partition: TopicPartition | tuple[str, int], offset: int) -> None:
+        """Fetch from `offset` on the next poll."""
+        tp = _tp(partition)
+        self._subscriptions.seek(tp, offset)
+        self._fetcher.clear_buffer([tp])
+
+    def seek_to_beginning(
+        self, partitions: Iterable[TopicPartition | tuple[str, int]] | None = None
+    ) -> None:
+        """Move to the log start offset (looked up lazily, on the next poll or position)."""
+        self._request_reset(partitions, "earliest")
+
+    def seek_to_end(
+        self, partitions: Iterable[TopicPartition | tuple[str, int]] | None = None
+    ) -> None:
+        """Move to the end: the high watermark, or the last stable offset with read_committed."""
+        self._request_reset(partitions, "latest")
+
+    def _request_reset(self, partitions: Iterable[Any] | None, strategy: str) -> None:
+        tps = (
+            self._subscriptions.assignment()
+            if partitions is None
+            else [_tp(tp) for tp in partitions]
+        )
+        for tp in tps:
+            self._subscriptions.request_reset(tp, strategy)
+        self._fetcher.clear_buffer(tps)
+
+    def position(
+        self, partition: TopicPartition | tuple[str, int], timeout_ms: int | None = None
+    ) -> int:
+        """The offset of the next record `poll()` returns for `partition` (looked up if unset)."""
+        tp = _tp(partition)
+        state = self._subscriptions.state(tp)
+        if state.position is None:
+            self._update_positions(self._deadline(timeout_ms), only=[tp])
+        assert state.position is not None
+        return state.position
+
+    def pause(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
+        """Stop returning and fetching records of `partitions` until `resume()`."""
+        for tp in partitions:
+            self._subscriptions.state(_tp(tp)).paused = True
+
+    def resume(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
+        for tp in partitions:
+            self._subscriptions.state(_tp(tp)).paused = False
+
+    def paused(self) -> set[TopicPartition]:
+        return {
+            tp for tp in self._subscriptions.assignment() if self._subscriptions.state(tp).paused
+        }
+
+    # ------------------------------------------------------------- lookups
+
+    def offsets_for_times(
+        self,
+        timestamps: Mapping[TopicPartition | tuple[str, int], int],
+        timeout_ms: int | None = None,
+    ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        """The first offset whose timestamp is >= the given one, per partition (None when no
+        record is that recent)."""
+        for ts in timestamps.values():
+            if ts < 0:
+                raise ValueError(f"timestamps must be >= 0, got {ts}")
+        found = self._list_offsets(timestamps, timeout_ms)
+        return {tp: (None if r.offset < 0 else r) for tp, r in found.items()}
+
+    def beginning_offsets(
+        self, partitions: Iterable[Any], timeout_ms: int | None = None
+    ) -> dict[TopicPartition, int]:
+        found = self._list_offsets({_tp(tp): EARLIEST_TIMESTAMP for tp in partitions}, timeout_ms)
+        return {tp: r.offset for tp, r in found.items()}
+
+    def end_offsets(
+        self, partitions: Iterable[Any], timeout_ms: int | None = None
+    ) -> dict[TopicPartition, int]:
+        found = self._list_offsets({_tp(tp): LATEST_TIMESTAMP for tp in partitions}, timeout_ms)
+        return {tp: r.offset for tp, r in found.items()}
+
+    def _list_offsets(
+        self, specs: Mapping[Any, int], timeout_ms: int | None
+    ) -> dict[TopicPartition, OffsetAndTimestamp]:
+        self._check_open()
+        return list_offsets(
+            self._network,
+            self._metadata,
+            {_tp(tp): ts for tp, ts in specs.items()},
+            isolation_level=self._isolation_level,
+            deadline_ms=self._deadline(timeout_ms),
+        )
+
+    def _deadline(self, timeout_ms: int | None) -> int:
+        return now_ms() + (
+            self.config["default.api.timeout.ms"] if timeout_ms is None else timeout_ms
+        )
+
+    # ------------------------------------------------------------------ poll
+
+    def poll(self, timeout_ms: int = 0) -> list[ConsumerRecord]:
+        """Records of the assigned partitions, waiting up to `timeout_ms` for some."""
+        pairs = self._poll(timeout_ms, lambda n: self._fetcher.drain(n), lambda got: bool(got))
+        kd, vd = self.config["key.deserializer"], self.config["value.deserializer"]
+        return [
+            ConsumerRecord(
+                tp.topic,
+                tp.partition,
+                r.offset,
+                r.timestamp,
+                int(r.timestamp_type),
+                r.key if kd is None else _deserialize(kd, tp.topic, r.key),
+                r.value if vd is None else _deserialize(vd, tp.topic, r.value),
+                r.headers,
+            )
+            for tp, r in pairs
+        ]
+
+    def poll_arrow(self, timeout_ms: int = 0, *, include_headers: bool = False) -> pa.RecordBatch:
+        """Like `poll()`, as one Arrow batch with Spark's Kafka source columns: key, value,
+        topic, partition, offset, timestamp (epoch ms), timestampType[, headers]."""
+        batch = self._poll(
+            timeout_ms,
+            lambda n: self._fetcher.drain_arrow(n, include_headers),
+            lambda got: len(got) > 0,
+        )
+        return batch
+
+    def _poll(self, timeout_ms: int, drain: Any, has_data: Any) -> Any:
+        self._check_open()
+        if not self._subscriptions.assignment():
+            raise ValueError(
+                "the consumer has no partitions assigned: call assign([(topic, partition), ...])"
+            )
+        deadline = now_ms() + max(0, timeout_ms)
+        while True:
+            self._collect_fetches(0)
+            self._raise_errors()
+            self._metadata.maybe_refresh()
+            self._update_positions(deadline, best_effort=True)
+            got = drain(self.config["max.poll.records"])
+            self._send_fetches()
+            remaining = deadline - now_ms()
+            if has_data(got) or remaining <= 0:
+                return got
+            if self._in_flight:
+                self._collect_fetches(remaining)
+            else:  # nothing to fetch yet (no leader, no position): back off briefly
+                time.sleep(min(remaining, self.config["retry.backoff.ms"]) / 1000)
+
+    def _send_fetches(self) -> None:
+        requests, no_leader = self._fetcher.fetch_requests(
+            self._metadata.cluster, set(self._in_flight)
+        )
+        if no_leader:
+            self._metadata.add_topics(no_leader)
+            self._metadata.request_update()
+        timeout = self.config["request.timeout.ms"] + self.config["fetch.max.wait.ms"]
+        for node, (fields, offsets) in requests.items():
+            future = self._network.send(node, ApiKey.FETCH, fields, timeout_ms=timeout)
+            self._in_flight[node] = (future, offsets)
+
+    def _collect_fetches(self, timeout_ms: int) -> None:
+        """Apply finished fetches, waiting up to `timeout_ms` for the first."""
+        if not self._in_flight:
+            return
+        futures = [f for f, _ in self._in_flight.values()]
+        if timeout_ms > 0:
+            wait(futures, timeout=timeout_ms / 1000, return_when=FIRST_COMPLETED)
+        for node, (future, offsets) in list(self._in_flight.items()):
+            if not future.done():
+                continue
+            del self._in_flight[node]
+            try:
+                response = future.result()
+            except KafkaError:
+                self._metadata.request_update()
+                continue
+            result = self._fetcher.on_fetch_response(offsets, response)
+            if result.refresh_metadata:
+                self._metadata.request_update()
+            if result.out_of_range:
+                self._errors.append(self._fetcher.out_of_range_error(result.out_of_range))
+            self._errors.extend(result.errors)
+
+    def _raise_errors(self) -> None:
+        if self._errors:
+            error, self._errors = self._errors[0], []
+            raise error
+
+    def _update_positions(
+        self,
+        deadline_ms: int,
+        *,
+        only: list[TopicPartition] | None = None,
+        best_effort: bool = False,
+    ) -> None:
+        """Reset positions that have none with ListOffsets (`auto.offset.reset`)."""
+        needing = self._subscriptions.needing_reset()
+        if only is not None:
+            needing = {tp: s for tp, s in needing.items() if tp in only}
+        if not needing:
+            return
+        none = [tp for tp, s in needing.items() if s == "none"]
+        if none:
+            names = ", ".join(f"{tp.topic}-{tp.partition}" for tp in none)
+            raise NoOffsetForPartitionError(
+                f"no position for {names} and auto.offset.reset=none: seek() to an offset first"
+            )
+        specs = {
+            tp: EARLIEST_TIMESTAMP if s == "earliest" else LATEST_TIMESTAMP
+            for tp, s in needing.items()
+        }
+        try:
+            found = list_offsets(
+                self._network,
+                self._metadata,
+                specs,
+                isolation_level=self._isolation_level,
+                deadline_ms=deadline_ms,
+            )
+        except RequestTimedOutError:
+            if best_effort:  # poll() tries again next time
+                return
+            raise
+        for tp, result in found.items():
+            if (
+                self._subscriptions.is_assigned(tp)
+                and self._subscriptions.state(tp).position is None
+            ):
+                self._subscriptions.seek(tp, result.offset)
+
+    # -------------------------------------------------------------- lifecycle
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._network.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientClosedError("the consumer is closed")
+
+
+def _deserialize(deserializer: Any, topic: str, data: bytes | None) -> Any:
+    if hasattr(deserializer, "deserialize"):
+        return deserializer.deserialize(topic, data)
+    return deserializer(data)

@@ -1,0 +1,446 @@
+"""Fetch positions and fetched data of a consumer, sans-IO (Kafka's `SubscriptionState`,
+`AbstractFetch`/`FetchCollector` and `CompletedFetch`).
+
+Theory of operation. Every assigned partition has a position: the offset of the next record
+to return (None until it is set by `seek` or reset by `auto.offset.reset`). `fetch_requests()`
+builds one sessionless Fetch per leader for the partitions that are assigned, not paused,
+have a position, have nothing buffered, and whose leader has no fetch in flight.
+`on_fetch_response()` buffers each partition's record bytes as a `CompletedFetch`, provided the
+partition is still assigned and its position still equals the fetch offset (a `seek` in the
+meantime makes the data stale). `drain()` / `drain_arrow()` hand out records from the buffer
+at the position, at most `max.poll.records`, advancing positions; control batches and, with
+read_committed, aborted transactions are skipped. Paused partitions keep their buffered data.
+
+Not thread-safe: the consumer calls it from the thread that calls `poll()`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from sparklog.errors import OffsetOutOfRangeError, error_for_code
+from sparklog.records import iter_batches
+from sparklog.records.arrow_codec import HEADERS_TYPE, read_batches
+from sparklog.records.batch import RecordBatch
+from sparklog.records.control import ControlRecordType, control_type_of
+
+from .metadata import REFRESH_ERROR_CODES, Cluster, TopicPartition
+
+OFFSET_OUT_OF_RANGE = 1
+READ_COMMITTED = 1
+
+ARROW_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType")
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerRecord:
+    """One record as `poll()` returns it (Kafka's `ConsumerRecord`)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    timestamp_type: int
+    key: Any
+    value: Any
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+
+
+@dataclass(slots=True)
+class PartitionState:
+    """Fetch state of one assigned partition; -1 marks an unknown watermark."""
+
+    position: int | None = None
+    paused: bool = False
+    reset_strategy: str | None = None
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+
+
+class SubscriptionState:
+    """Assigned partitions and their positions (manual assignment only, for now)."""
+
+    def __init__(self, default_reset: str) -> None:
+        self.default_reset = default_reset  # "earliest", "latest" or "none"
+        self._states: dict[TopicPartition, PartitionState] = {}
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Replace the assignment; partitions kept keep their positions."""
+        new = list(dict.fromkeys(partitions))
+        self._states = {tp: self._states.get(tp) or PartitionState() for tp in new}
+
+    def assignment(self) -> list[TopicPartition]:
+        return list(self._states)
+
+    def state(self, tp: TopicPartition) -> PartitionState:
+        try:
+            return self._states[tp]
+        except KeyError:
+            raise ValueError(
+                f"{tp.topic}-{tp.partition} is not assigned to this consumer"
+            ) from None
+
+    def is_assigned(self, tp: TopicPartition) -> bool:
+        return tp in self._states
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        if offset < 0:
+            raise ValueError(f"seek offset must not be negative, got {offset}")
+        state = self.state(tp)
+        state.position = offset
+        state.reset_strategy = None
+
+    def request_reset(self, tp: TopicPartition, strategy: str) -> None:
+        state = self.state(tp)
+        state.position = None
+        state.reset_strategy = strategy
+
+    def needing_reset(self) -> dict[TopicPartition, str]:
+        """Partitions without a position and the strategy to find one ("none" when unset)."""
+        return {
+            tp: s.reset_strategy or self.default_reset
+            for tp, s in self._states.items()
+            if s.position is None
+        }
+
+    def is_fetchable(self, tp: TopicPartition) -> bool:
+        state = self._states.get(tp)
+        return state is not None and not state.paused and state.position is not None
+
+
+@dataclass(slots=True)
+class CompletedFetch:
+    """The records one Fetch returned for one partition, consumed as positions advance."""
+
+    tp: TopicPartition
+    fetch_offset: int
+    records: memoryview
+    aborted: list[tuple[int, int]] | None
+    check_crcs: bool
+    _batches: Iterator[RecordBatch] | None = None
+    _batch_end: int = -1
+    _pending: deque = field(default_factory=deque)
+    _aborted_active: set[int] = field(default_factory=set)
+    _aborted_queue: list[tuple[int, int]] = field(default_factory=list)
+    _arrow: pa.RecordBatch | None = None
+    _arrow_next_offset: int = -1
+    exhausted: bool = False
+
+    def next_records(self, position: int, limit: int) -> tuple[list[Any], int]:
+        """Up to `limit` records at or after `position` and the position after them."""
+        if self._batches is None:
+            self._batches = iter_batches(self.records, allow_partial_tail=True)
+            self._aborted_queue = sorted(self.aborted or (), key=lambda t: t[1])
+        out: list[Any] = []
+        while len(out) < limit:
+            if self._pending:
+                record = self._pending.popleft()
+                if record.offset >= position:
+                    out.append(record)
+                    position = record.offset + 1
+                continue
+            # The current batch is used up: move past its end (compacted gaps, control batches).
+            position = max(position, self._batch_end)
+            batch = next(self._batches, None)
+            if batch is None:
+                self.exhausted = True
+                break
+            if self.check_crcs:
+                batch.ensure_valid()
+            self._batch_end = batch.header.next_offset
+            if not self._skip(batch):
+                self._pending.extend(batch.records())
+        if not self._pending:
+            position = max(position, self._batch_end)
+        return out, position
+
+    def _skip(self, batch: RecordBatch) -> bool:
+        """Control batches always; with read_committed, batches of aborted transactions."""
+        h = batch.header
+        if self.aborted is not None and h.has_producer_id:
+            while self._aborted_queue and self._aborted_queue[0][1] <= h.last_offset:
+                self._aborted_active.add(self._aborted_queue.pop(0)[0])
+            if h.is_control:
+                records = batch.records()
+                if records and control_type_of(records[0].key) == ControlRecordType.ABORT:
+                    self._aborted_active.discard(h.producer_id)
+            elif h.is_transactional and h.producer_id in self._aborted_active:
+                return True
+        return h.is_control
+
+    def next_arrow(
+        self, position: int, limit: int, include_headers: bool
+    ) -> tuple[pa.RecordBatch, int]:
+        """Up to `limit` records at or after `position` as Arrow, and the position after them."""
+        if self._arrow is None:
+            decoded = read_batches(
+                self.records,
+                include_headers=include_headers,
+                check_crcs=self.check_crcs,
+                aborted=self.aborted,
+            )
+            self._arrow = decoded.records
+            self._arrow_next_offset = decoded.next_offset
+        table = self._arrow
+        offsets = table.column("offset")
+        start = int(np.searchsorted(offsets.to_numpy(), position)) if len(table) else 0
+        rows = table.slice(start, limit)
+        if start + len(rows) >= len(table):
+            self.exhausted = True
+            end = max(position, self._arrow_next_offset)
+            if len(rows):
+                end = max(end, int(rows.column("offset")[-1].as_py()) + 1)
+            return rows, end
+        return rows, int(rows.column("offset")[-1].as_py()) + 1
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    """What a Fetch response asks of the consumer."""
+
+    refresh_metadata: bool = False
+    out_of_range: dict[TopicPartition, int] = field(default_factory=dict)
+    errors: list[BaseException] = field(default_factory=list)
+
+
+class Fetcher:
+    """Builds Fetch requests and turns responses into records (see the module docstring)."""
+
+    def __init__(
+        self,
+        subscriptions: SubscriptionState,
+        *,
+        fetch_min_bytes: int,
+        fetch_max_bytes: int,
+        fetch_max_wait_ms: int,
+        max_partition_fetch_bytes: int,
+        isolation_level: int,
+        check_crcs: bool = True,
+        client_rack: str = "",
+    ) -> None:
+        self.subscriptions = subscriptions
+        self.fetch_min_bytes = fetch_min_bytes
+        self.fetch_max_bytes = fetch_max_bytes
+        self.fetch_max_wait_ms = fetch_max_wait_ms
+        self.max_partition_fetch_bytes = max_partition_fetch_bytes
+        self.isolation_level = isolation_level
+        self.check_crcs = check_crcs
+        self.client_rack = client_rack
+        self._buffer: deque[CompletedFetch] = deque()
+
+    def buffered_partitions(self) -> set[TopicPartition]:
+        return {cf.tp for cf in self._buffer}
+
+    def clear_buffer(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        """Drop buffered data (all, or of `partitions`), e.g. after a seek."""
+        if partitions is None:
+            self._buffer.clear()
+            return
+        drop = set(partitions)
+        self._buffer = deque(cf for cf in self._buffer if cf.tp not in drop)
+
+    def fetch_requests(
+        self, cluster: Cluster, busy_nodes: set[int]
+    ) -> tuple[dict[int, tuple[dict, dict[TopicPartition, int]]], set[str]]:
+        """({leader: (Fetch fields, {partition: fetch offset})}, topics lacking a leader)."""
+        buffered = self.buffered_partitions()
+        by_node: dict[int, dict[TopicPartition, int]] = {}
+        no_leader: set[str] = set()
+        for tp in self.subscriptions.assignment():
+            if tp in buffered or not self.subscriptions.is_fetchable(tp):
+                continue
+            leader = cluster.leader_for(tp)
+            if leader is None:
+                no_leader.add(tp.topic)
+                continue
+            if leader in busy_nodes:
+                continue
+            position = self.subscriptions.state(tp).position
+            assert position is not None
+            by_node.setdefault(leader, {})[tp] = position
+        return {
+            node: (self._fields(offsets), offsets) for node, offsets in by_node.items()
+        }, no_leader
+
+    def _fields(self, offsets: dict[TopicPartition, int]) -> dict:
+        topics: dict[str, list[dict]] = {}
+        for tp, offset in offsets.items():
+            topics.setdefault(tp.topic, []).append(
+                {
+                    "partition": tp.partition,
+                    "current_leader_epoch": -1,
+                    "fetch_offset": offset,
+                    "last_fetched_epoch": -1,
+                    "log_start_offset": -1,
+                    "partition_max_bytes": self.max_partition_fetch_bytes,
+                }
+            )
+        return {
+            "replica_id": -1,
+            "max_wait": self.fetch_max_wait_ms,
+            "min_bytes": self.fetch_min_bytes,
+            "max_bytes": self.fetch_max_bytes,
+            "isolation_level": self.isolation_level,
+            "session_id": 0,
+            "session_epoch": -1,  # FINAL_EPOCH: a sessionless full fetch (KIP-227)
+            "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
+            "forgotten_topics_data": [],
+            "rack_id": self.client_rack,
+        }
+
+    def on_fetch_response(self, offsets: dict[TopicPartition, int], response: Any) -> FetchResult:
+        """Buffer the data of partitions whose position did not move since the request."""
+        refresh = False
+        out_of_range: dict[TopicPartition, int] = {}
+        errors: list[BaseException] = []
+        if int(getattr(response, "error_code", 0)) != 0:
+            code = int(response.error_code)
+            return FetchResult(True, {}, [error_for_code(code)(f"Fetch failed with error {code}")])
+        for topic in response.responses:
+            for p in topic.partitions:
+                tp = TopicPartition(topic.topic, int(p.partition_index))
+                fetch_offset = offsets.get(tp)
+                if fetch_offset is None or not self.subscriptions.is_assigned(tp):
+                    continue
+                state = self.subscriptions.state(tp)
+                if state.position != fetch_offset:
+                    continue  # a seek happened while the fetch was in flight
+                code = int(p.error_code)
+                if code == 0:
+                    self._on_partition_data(tp, fetch_offset, state, p)
+                elif code == OFFSET_OUT_OF_RANGE:
+                    if self.subscriptions.default_reset == "none" and state.reset_strategy is None:
+                        out_of_range[tp] = fetch_offset
+                    else:
+                        self.subscriptions.request_reset(
+                            tp, state.reset_strategy or self.subscriptions.default_reset
+                        )
+                elif code in REFRESH_ERROR_CODES or error_for_code(code).retriable:
+                    refresh = True
+                else:
+                    cls = error_for_code(code)
+                    errors.append(cls(f"{cls.__name__} fetching {tp.topic}-{tp.partition}"))
+        return FetchResult(refresh, out_of_range, errors)
+
+    def _on_partition_data(
+        self, tp: TopicPartition, fetch_offset: int, state: PartitionState, p: Any
+    ) -> None:
+        state.high_watermark = int(p.high_watermark)
+        state.last_stable_offset = int(getattr(p, "last_stable_offset", -1))
+        state.log_start_offset = int(getattr(p, "log_start_offset", -1))
+        records = p.records
+        if not records:
+            return
+        aborted = None
+        if self.isolation_level == READ_COMMITTED:
+            aborted = [
+                (int(a.producer_id), int(a.first_offset)) for a in (p.aborted_transactions or ())
+            ]
+        self._buffer.append(
+            CompletedFetch(tp, fetch_offset, memoryview(records), aborted, self.check_crcs)
+        )
+
+    def out_of_range_error(self, out_of_range: dict[TopicPartition, int]) -> OffsetOutOfRangeError:
+        where = ", ".join(f"{tp.topic}-{tp.partition} at {o}" for tp, o in out_of_range.items())
+        return OffsetOutOfRangeError(
+            f"fetch positions out of range with no reset policy (auto.offset.reset=none): {where}"
+        )
+
+    # ---------------------------------------------------------------- draining
+
+    def _drainable(self) -> Iterator[CompletedFetch]:
+        """Buffered fetches of assigned, unpaused partitions whose position matches."""
+        for cf in list(self._buffer):
+            if not self.subscriptions.is_assigned(cf.tp):
+                self._buffer.remove(cf)
+                continue
+            state = self.subscriptions.state(cf.tp)
+            if state.position is None:
+                self._buffer.remove(cf)
+                continue
+            if not state.paused:
+                yield cf
+
+    def drain(self, max_records: int) -> list[tuple[TopicPartition, Any]]:
+        """Up to `max_records` (partition, Record) pairs in buffer order, advancing positions."""
+        out: list[tuple[TopicPartition, Any]] = []
+        for cf in self._drainable():
+            if len(out) >= max_records:
+                break
+            state = self.subscriptions.state(cf.tp)
+            assert state.position is not None
+            records, state.position = cf.next_records(state.position, max_records - len(out))
+            out.extend((cf.tp, r) for r in records)
+            if cf.exhausted:
+                self._buffer.remove(cf)
+        return out
+
+    def drain_arrow(self, max_records: int, include_headers: bool) -> pa.RecordBatch:
+        """Up to `max_records` records as one Arrow batch with Spark's Kafka source columns."""
+        parts: list[pa.RecordBatch] = []
+        count = 0
+        for cf in self._drainable():
+            if count >= max_records:
+                break
+            state = self.subscriptions.state(cf.tp)
+            assert state.position is not None
+            rows, state.position = cf.next_arrow(
+                state.position, max_records - count, include_headers
+            )
+            if cf.exhausted:
+                self._buffer.remove(cf)
+            if len(rows):
+                parts.append(_with_topic_partition(rows, cf.tp, include_headers))
+                count += len(rows)
+        if not parts:
+            return _empty(include_headers)
+        if len(parts) == 1:
+            return parts[0]
+        return pa.Table.from_batches(parts).combine_chunks().to_batches()[0]
+
+
+def arrow_schema(include_headers: bool) -> pa.Schema:
+    """The schema of `poll_arrow()` batches (Spark's Kafka source columns)."""
+    fields = [
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("topic", pa.string(), nullable=False),
+        pa.field("partition", pa.int32(), nullable=False),
+        pa.field("offset", pa.int64(), nullable=False),
+        pa.field("timestamp", pa.int64(), nullable=False),
+        pa.field("timestampType", pa.int32(), nullable=False),
+    ]
+    if include_headers:
+        fields.append(pa.field("headers", HEADERS_TYPE))
+    return pa.schema(fields)
+
+
+def _empty(include_headers: bool) -> pa.RecordBatch:
+    schema = arrow_schema(include_headers)
+    return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in schema], schema=schema)
+
+
+def _with_topic_partition(
+    rows: pa.RecordBatch, tp: TopicPartition, include_headers: bool
+) -> pa.RecordBatch:
+    n = len(rows)
+    schema = arrow_schema(include_headers)
+    arrays = [
+        rows.column("key"),
+        rows.column("value"),
+        pa.repeat(pa.scalar(tp.topic, pa.string()), n),
+        pa.repeat(pa.scalar(tp.partition, pa.int32()), n),
+        rows.column("offset"),
+        rows.column("timestamp"),
+        rows.column("timestampType"),
+    ]
+    if include_headers:
+        arrays.append(rows.column("headers"))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)

@@ -1,0 +1,549 @@
+"""Blocking Kafka connections for the clients: one socket per broker, a reader thread each.
+
+`BrokerConnection` wraps the sans-IO `ClientConnection`: any thread may `send()` (a lock keeps
+correlation ids and bytes in wire order) and gets a `concurrent.futures.Future`; the reader
+thread completes the futures in order as responses arrive (Kafka answers in order per
+connection). A request older than its timeout (`request.timeout.ms`) closes the connection and
+fails everything in flight, as Kafka's `NetworkClient` does. `NetworkClient` holds the
+connections by node id, negotiates versions through ApiVersions (the highest version both
+sides speak from `CLIENT_APIS`), and waits `reconnect.backoff.ms` (doubling up to
+`reconnect.backoff.max.ms`) between attempts to a node that failed.
+
+Requests are built by name: `build_request(api_key, version, fields)` turns a dict tree into
+the kio entity of that version, dropping fields the version lacks, so one builder serves every
+negotiated version.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import enum
+import logging
+import selectors
+import socket
+import threading
+import time
+import types
+import typing
+from collections import deque
+from collections.abc import Mapping
+from concurrent.futures import Future
+from functools import cache
+from typing import Any
+
+from kio.static.primitive import TZAware, i32Timedelta, i64Timedelta
+
+from sparklog.errors import (
+    KafkaError,
+    NetworkExceptionError,
+    RequestTimedOutError,
+    UnsupportedVersionError,
+)
+from sparklog.protocol import codec
+from sparklog.protocol.api_versions import ApiKey, UnsupportedApiError, VersionRange, pick_version
+from sparklog.protocol.connection import NEED_DATA, ClientConnection, ProtocolError
+
+log = logging.getLogger(__name__)
+
+#: The versions of each API this client speaks (negotiated down to what a broker serves).
+CLIENT_APIS: Mapping[ApiKey, VersionRange] = types.MappingProxyType(
+    {
+        ApiKey.PRODUCE: (3, 11),
+        ApiKey.FETCH: (4, 12),
+        ApiKey.LIST_OFFSETS: (1, 7),
+        ApiKey.METADATA: (1, 12),
+        ApiKey.API_VERSIONS: (3, 3),
+        ApiKey.CREATE_TOPICS: (2, 7),
+        ApiKey.DELETE_TOPICS: (1, 5),
+        ApiKey.DELETE_RECORDS: (0, 2),
+        ApiKey.INIT_PRODUCER_ID: (0, 4),
+        ApiKey.DESCRIBE_CONFIGS: (1, 4),
+        ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+        ApiKey.CREATE_PARTITIONS: (0, 3),
+        ApiKey.DESCRIBE_CLUSTER: (0, 1),
+    }
+)
+
+_RECV_BYTES = 256 * 1024
+_READER_WAKEUP_S = 0.25  # how late a request timeout may be noticed at worst
+
+
+def now_ms() -> int:
+    """Monotonic milliseconds: the clock the blocking edges pass into the sans-IO cores."""
+    return time.monotonic_ns() // 1_000_000
+
+
+# ------------------------------------------------------------------------- request building
+
+
+def build_request(api_key: int, version: int, fields: Mapping[str, Any]) -> Any:
+    """The kio request entity of `api_key` at `version` from a dict tree of field values.
+
+    Nested entities are dicts (or lists of dicts); `*_ms` durations are plain ints; fields the
+    version does not have are dropped.
+    """
+    return _build(codec.request_schema(api_key, version), fields)
+
+
+def build_response(api_key: int, version: int, fields: Mapping[str, Any]) -> Any:
+    """The kio response entity of `api_key` at `version` (for tests and fake brokers)."""
+    return _build(codec.response_schema(api_key, version), fields)
+
+
+@cache
+def _field_types(cls: type) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def _build(cls: type, fields: Mapping[str, Any]) -> Any:
+    types_ = _field_types(cls)
+    kwargs = {
+        name: _coerce(types_[name], value) for name, value in fields.items() if name in types_
+    }
+    return cls(**kwargs)
+
+
+def _coerce(hint: Any, value: Any) -> Any:
+    if value is None:
+        return None
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        hint = next(a for a in args if a is not type(None))
+        args = typing.get_args(hint)
+    if dataclasses.is_dataclass(hint) and isinstance(value, Mapping):
+        return _build(hint, value)
+    if typing.get_origin(hint) is tuple:
+        item = args[0]
+        if dataclasses.is_dataclass(item):
+            return tuple(_build(item, v) for v in value)
+        return tuple(value)
+    if hint is i32Timedelta or hint is i64Timedelta:
+        return hint.parse(datetime.timedelta(milliseconds=value))
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return hint(value)  # kio's ErrorCode
+    if hint is TZAware and isinstance(value, int):
+        return None if value < 0 else datetime.datetime.fromtimestamp(value / 1000, datetime.UTC)
+    return value
+
+
+def duration_ms(value: Any) -> int:
+    """A kio duration (timedelta) or int as milliseconds."""
+    if isinstance(value, datetime.timedelta):
+        return value // datetime.timedelta(milliseconds=1)
+    return int(value)
+
+
+def timestamp_ms(value: Any) -> int:
+    """A kio timestamp (datetime or None) or int as epoch milliseconds; -1 when absent."""
+    if value is None:
+        return -1
+    if isinstance(value, datetime.datetime):
+        return round(value.timestamp() * 1000)
+    return int(value)
+
+
+# ------------------------------------------------------------------------------ backoff
+
+
+class ReconnectBackoff:
+    """Exponential reconnect backoff for one node (Kafka's `ClusterConnectionStates`).
+
+    Sans-IO: time is passed in. After n consecutive failures the next attempt waits
+    `base_ms * 2**(n-1)`, capped at `max_ms`; a success resets it.
+    """
+
+    __slots__ = ("base_ms", "max_ms", "failures", "next_attempt_ms")
+
+    def __init__(self, base_ms: int, max_ms: int) -> None:
+        self.base_ms = base_ms
+        self.max_ms = max(max_ms, base_ms)
+        self.failures = 0
+        self.next_attempt_ms = 0
+
+    def on_failure(self, now_ms: int) -> None:
+        self.failures += 1
+        delay = min(self.max_ms, self.base_ms * (1 << min(self.failures - 1, 30)))
+        self.next_attempt_ms = now_ms + delay
+
+    def on_success(self) -> None:
+        self.failures = 0
+        self.next_attempt_ms = 0
+
+    def delay_ms(self, now_ms: int) -> int:
+        """How long to wait before the next attempt may start."""
+        return max(0, self.next_attempt_ms - now_ms)
+
+
+# --------------------------------------------------------------------------- connection
+
+
+@dataclasses.dataclass(slots=True)
+class _Pending:
+    future: Future
+    deadline_ms: int
+    api_key: int
+
+
+class BrokerConnection:
+    """One socket to one broker. Thread-safe `send`; a reader thread completes futures in order.
+
+    A closed connection stays closed: `NetworkClient` makes a new one. Every pending future
+    fails with `NetworkExceptionError` when the connection breaks and with
+    `RequestTimedOutError` when a request outlives its timeout.
+    """
+
+    def __init__(
+        self,
+        node_id: int,
+        host: str,
+        port: int,
+        *,
+        client_id: str = "sparklog",
+        request_timeout_ms: int = 30_000,
+        send_buffer_bytes: int = -1,
+        receive_buffer_bytes: int = -1,
+    ) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.request_timeout_ms = request_timeout_ms
+        self.versions: dict[int, int] = {}
+        self._conn = ClientConnection(client_id or None)
+        self._sock: socket.socket | None = None
+        self._send_buffer_bytes = send_buffer_bytes
+        self._receive_buffer_bytes = receive_buffer_bytes
+        self._lock = threading.Lock()
+        self._send_lock = threading.Lock()
+        self._pending: deque[_Pending] = deque()
+        self._reader: threading.Thread | None = None
+        self._closed = False
+        self._close_reason: BaseException | None = None
+
+    def __repr__(self) -> str:
+        return f"BrokerConnection(node {self.node_id} at {self.host}:{self.port})"
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def in_flight_count(self) -> int:
+        return len(self._pending)
+
+    def connect(self, timeout_ms: int) -> None:
+        """Open the socket and negotiate versions (ApiVersions); raises NetworkExceptionError."""
+        try:
+            sock = socket.create_connection((self.host, self.port), timeout=timeout_ms / 1000)
+        except OSError as e:
+            self._closed = True
+            raise NetworkExceptionError(
+                f"cannot connect to node {self.node_id} at {self.host}:{self.port}: {e}"
+            ) from None
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self._send_buffer_bytes > 0:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._send_buffer_bytes)
+        if self._receive_buffer_bytes > 0:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._receive_buffer_bytes)
+        sock.settimeout(None)
+        self._sock = sock
+        self._reader = threading.Thread(
+            target=self._read_loop, name=f"sparklog-reader-{self.node_id}", daemon=True
+        )
+        self._reader.start()
+        fields = {"client_software_name": "sparklog", "client_software_version": "0.1"}
+        future = self._send_built(build_request(ApiKey.API_VERSIONS, 3, fields), True, timeout_ms)
+        try:
+            response = future.result()
+        except Exception:
+            self.close()
+            raise
+        if response.error_code != 0:
+            self.close()
+            raise UnsupportedVersionError(
+                f"node {self.node_id} refused ApiVersions v3 (error {int(response.error_code)})"
+            )
+        theirs = {
+            int(k.api_key): (int(k.min_version), int(k.max_version)) for k in response.api_keys
+        }
+        for api_key, ours in CLIENT_APIS.items():
+            try:
+                self.versions[int(api_key)] = pick_version(ours, theirs.get(int(api_key)), api_key)
+            except UnsupportedApiError:
+                continue  # fails later, only if this API is used
+
+    def version(self, api_key: int) -> int:
+        """The negotiated version of `api_key`; UnsupportedVersionError when there is none."""
+        try:
+            return self.versions[api_key]
+        except KeyError:
+            raise UnsupportedVersionError(
+                f"node {self.node_id} ({self.host}:{self.port}) speaks no version of "
+                f"{ApiKey(api_key).name} in {CLIENT_APIS[ApiKey(api_key)]}"
+            ) from None
+
+    def send(
+        self,
+        api_key: int,
+        fields: Mapping[str, Any],
+        *,
+        expects_response: bool = True,
+        timeout_ms: int | None = None,
+    ) -> Future:
+        """Send a request built at the negotiated version; the future gets the response body
+        (None when no response is expected, e.g. Produce with acks=0)."""
+        body = build_request(api_key, self.version(api_key), fields)
+        return self._send_built(body, expects_response, timeout_ms)
+
+    def _send_built(self, body: Any, expects_response: bool, timeout_ms: int | None) -> Future:
+        future: Future = Future()
+        timeout_ms = self.request_timeout_ms if timeout_ms is None else timeout_ms
+        # Two locks: `_send_lock` keeps correlation ids, pending order and bytes in wire order;
+        # the reader only takes `_lock`, so a send blocked on a full socket never stops reads.
+        with self._send_lock:
+            with self._lock:
+                if self._closed or self._sock is None:
+                    future.set_exception(self._closed_error())
+                    return future
+                _cid, data = self._conn.send_request(body, expects_response=expects_response)
+                if expects_response:
+                    deadline_ms = now_ms() + timeout_ms
+                    self._pending.append(_Pending(future, deadline_ms, type(body).__api_key__))
+                sock = self._sock
+            try:
+                sock.sendall(data)
+            except OSError as e:
+                self.close(NetworkExceptionError(f"send to node {self.node_id} failed: {e}"))
+                if not future.done():
+                    future.set_exception(self._closed_error())
+                return future
+        if not expects_response:
+            future.set_result(None)
+        return future
+
+    def close(self, reason: BaseException | None = None) -> None:
+        """Close the socket and fail whatever is still in flight."""
+        reason = reason or NetworkExceptionError(f"connection to node {self.node_id} closed")
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._close_reason = reason
+            pending, self._pending = list(self._pending), deque()
+            sock = self._sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+        for p in pending:  # outside the lock: done-callbacks may send again
+            if not p.future.done():
+                p.future.set_exception(self._closed_error())
+        reader = self._reader
+        if reader is not None and reader is not threading.current_thread():
+            reader.join(timeout=5)
+
+    def _closed_error(self) -> BaseException:
+        reason = self._close_reason
+        if isinstance(reason, RequestTimedOutError):
+            return RequestTimedOutError(str(reason))
+        return NetworkExceptionError(
+            str(reason) if reason else f"connection to node {self.node_id} closed"
+        )
+
+    def _read_loop(self) -> None:
+        sock = self._sock
+        assert sock is not None
+        selector = selectors.DefaultSelector()
+        selector.register(sock, selectors.EVENT_READ)
+        try:
+            while not self._closed:
+                if not selector.select(self._wait_s()):
+                    self._expire_requests()
+                    continue
+                data = sock.recv(_RECV_BYTES)
+                if not data:
+                    self.close(NetworkExceptionError(f"node {self.node_id} closed the connection"))
+                    return
+                self._conn.receive_data(data)
+                while (item := self._conn.next_response()) is not NEED_DATA:
+                    self._complete(item[1])
+                self._expire_requests()
+        except (OSError, ValueError) as e:
+            if not self._closed:
+                self.close(NetworkExceptionError(f"connection to node {self.node_id} failed: {e}"))
+        except ProtocolError as e:
+            self.close(NetworkExceptionError(f"node {self.node_id} broke the protocol: {e}"))
+        finally:
+            selector.close()
+
+    def _wait_s(self) -> float:
+        with self._lock:
+            if not self._pending:
+                return _READER_WAKEUP_S
+            wait_ms = min(p.deadline_ms for p in self._pending) - now_ms()
+        return min(_READER_WAKEUP_S, max(0.0, wait_ms / 1000))
+
+    def _complete(self, body: Any) -> None:
+        with self._lock:
+            pending = self._pending.popleft() if self._pending else None
+        if pending is not None and not pending.future.done():
+            pending.future.set_result(body)
+
+    def _expire_requests(self) -> None:
+        now = now_ms()
+        with self._lock:
+            late = next((p for p in self._pending if p.deadline_ms <= now), None)
+        if late is not None:
+            name = (
+                ApiKey(late.api_key).name
+                if late.api_key in ApiKey._value2member_map_
+                else late.api_key
+            )
+            self.close(
+                RequestTimedOutError(
+                    f"{name} request to node {self.node_id} timed out "
+                    f"(request.timeout.ms={self.request_timeout_ms}); disconnecting"
+                )
+            )
+
+
+# ----------------------------------------------------------------------------- client
+
+
+class NetworkClient:
+    """Connections to brokers by node id, made on demand; thread-safe.
+
+    Bootstrap servers get node ids -1, -2, ... until metadata names the real brokers.
+    """
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        self._config = config
+        self._client_id = config["client.id"] or "sparklog"
+        self._lock = threading.RLock()
+        self._addresses: dict[int, tuple[str, int]] = {}
+        self._connections: dict[int, BrokerConnection] = {}
+        self._backoff: dict[int, ReconnectBackoff] = {}
+        self._node_locks: dict[int, threading.Lock] = {}
+        self._closed = False
+
+    def set_address(self, node_id: int, host: str, port: int) -> None:
+        """Record where `node_id` listens; a moved node's old connection is closed."""
+        with self._lock:
+            old = self._addresses.get(node_id)
+            self._addresses[node_id] = (host, port)
+            conn = self._connections.get(node_id)
+        if old is not None and old != (host, port) and conn is not None:
+            conn.close()
+
+    def nodes(self) -> list[int]:
+        with self._lock:
+            return list(self._addresses)
+
+    def least_loaded_node(self, candidates: list[int] | None = None) -> int | None:
+        """A connected node with the fewest requests in flight, else any node not backing off
+        (Kafka's `leastLoadedNode`)."""
+        now = now_ms()
+        with self._lock:
+            ids = candidates if candidates is not None else list(self._addresses)
+            ids = [i for i in ids if i in self._addresses]
+            if not ids:
+                return None
+            live = [
+                (c.in_flight_count, i)
+                for i in ids
+                if (c := self._connections.get(i)) and not c.closed
+            ]
+            if live:
+                return min(live)[1]
+            ready = [
+                i for i in ids if i not in self._backoff or self._backoff[i].delay_ms(now) == 0
+            ]
+            return ready[0] if ready else min(ids, key=lambda i: self._backoff[i].next_attempt_ms)
+
+    def connection(self, node_id: int) -> BrokerConnection:
+        """The open connection to `node_id`, connecting (after any backoff) when needed."""
+        with self._lock:
+            if self._closed:
+                raise NetworkExceptionError("the client is closed")
+            conn = self._connections.get(node_id)
+            if conn is not None and not conn.closed:
+                return conn
+            if node_id not in self._addresses:
+                raise NetworkExceptionError(f"node {node_id} is not known (no metadata names it)")
+            node_lock = self._node_locks.setdefault(node_id, threading.Lock())
+        with node_lock:  # one thread connects; the others wait for its connection
+            with self._lock:
+                conn = self._connections.get(node_id)
+                if conn is not None and not conn.closed:
+                    return conn
+                host, port = self._addresses[node_id]
+                backoff = self._backoff.setdefault(
+                    node_id,
+                    ReconnectBackoff(
+                        self._config["reconnect.backoff.ms"],
+                        self._config["reconnect.backoff.max.ms"],
+                    ),
+                )
+            delay = backoff.delay_ms(now_ms())
+            if delay:
+                time.sleep(delay / 1000)
+            conn = BrokerConnection(
+                node_id,
+                host,
+                port,
+                client_id=self._client_id,
+                request_timeout_ms=self._config["request.timeout.ms"],
+                send_buffer_bytes=self._config["send.buffer.bytes"],
+                receive_buffer_bytes=self._config["receive.buffer.bytes"],
+            )
+            try:
+                conn.connect(self._config["socket.connection.setup.timeout.ms"])
+            except Exception:
+                backoff.on_failure(now_ms())
+                raise
+            backoff.on_success()
+            with self._lock:
+                if self._closed:
+                    conn.close()
+                    raise NetworkExceptionError("the client is closed")
+                self._connections[node_id] = conn
+            return conn
+
+    def send(
+        self,
+        node_id: int,
+        api_key: int,
+        fields: Mapping[str, Any],
+        *,
+        expects_response: bool = True,
+        timeout_ms: int | None = None,
+    ) -> Future:
+        """Send to `node_id`; connection failures and a missing common version come back as a
+        failed future."""
+        try:
+            conn = self.connection(node_id)
+            return conn.send(
+                api_key, fields, expects_response=expects_response, timeout_ms=timeout_ms
+            )
+        except KafkaError as e:
+            future: Future = Future()
+            future.set_exception(e)
+            return future
+
+    def in_flight_count(self, node_id: int) -> int:
+        with self._lock:
+            conn = self._connections.get(node_id)
+        return 0 if conn is None or conn.closed else conn.in_flight_count
+
+    def is_connected(self, node_id: int) -> bool:
+        with self._lock:
+            conn = self._connections.get(node_id)
+        return conn is not None and not conn.closed
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            connections, self._connections = list(self._connections.values()), {}
+        for conn in connections:
+            conn.close(NetworkExceptionError("the client is closing"))

@@ -1,0 +1,511 @@
+"""Kafka v2 record batches -> Arrow columns, vectorized (the consumer's and source's hot path).
+
+Theory of operation. Batches are walked one by one (a 12-byte peek each); their 61-byte headers
+are then read all at once through a big-endian numpy record dtype, CRCs checked, control and
+aborted batches dropped. The records of the remaining batches are found and parsed by
+`arrow_scan` over work groups of whole batches of about `_WORK_BYTES` (sections decompressed
+group by group, so they are still in cache when scanned), without a loop per record, and
+written into per-record output arrays allocated once for the whole buffer.
+
+Keys and values are cut out of the data by one `take` per column over binary arrays whose
+offsets interleave [key_start, key_end, next_key_start, ...]: every other element is a key.
+A batch `arrow_scan` cannot resolve goes through the per-record decoder, which raises the
+CorruptRecordError a sequential reader would (or decodes a legal oddity); results equal
+`RecordBatch.records()` exactly, and bad bytes never yield partial data.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from sparklog.records.arrow_encode import HEADER_DTYPE
+from sparklog.records.arrow_scan import Fields, Marks, scan_group, walk_headers
+from sparklog.records.batch import (
+    ATTRIBUTES_OFFSET,
+    COMPRESSION_MASK,
+    CONTROL_MASK,
+    CRC_OFFSET,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC,
+    NO_PRODUCER_ID,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_MASK,
+    RecordBatch,
+    read_header,
+)
+from sparklog.records.compression import CompressionType, decompress
+from sparklog.records.control import ControlRecordType, control_type_of
+from sparklog.records.crc import crc32c
+from sparklog.records.errors import CorruptRecordError
+
+HEADERS_TYPE = pa.list_(
+    pa.struct([pa.field("key", pa.string(), nullable=False), pa.field("value", pa.binary())])
+)
+RECORDS_SCHEMA = pa.schema(
+    [
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("offset", pa.int64(), nullable=False),
+        pa.field("timestamp", pa.int64(), nullable=False),
+        pa.field("timestampType", pa.int32(), nullable=False),
+    ]
+)
+RECORDS_WITH_HEADERS_SCHEMA = RECORDS_SCHEMA.append(pa.field("headers", HEADERS_TYPE))
+
+_WORK_BYTES = 1 << 20
+_BATCH_LENGTH = struct.Struct(">i")  # at byte 8 of a batch
+_MAGIC_OFFSET = 16
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedBatches:
+    """What `read_batches` found: the records, and where the caller's next read starts.
+
+    `next_offset` is the offset after the last complete batch (control and aborted batches
+    included), or -1 when there was none; `valid_bytes` the size of the complete batches (a
+    partial batch at the end, as a Fetch may return, is not counted).
+    """
+
+    records: pa.RecordBatch
+    next_offset: int
+    valid_bytes: int
+
+
+def decode_batches(
+    buf: bytes | bytearray | memoryview,
+    *,
+    include_headers: bool = False,
+    skip_control: bool = True,
+    allow_partial_tail: bool = True,
+    check_crcs: bool = True,
+    aborted: list[tuple[int, int]] | None = None,
+) -> pa.RecordBatch:
+    """Records of all batches in `buf` as Arrow columns `key, value, offset, timestamp,
+    timestampType` (+ `headers` when asked; null for a record without headers, like Spark).
+
+    `aborted` switches on read_committed filtering: the (producer_id, first_offset) pairs of a
+    Fetch response's aborted transactions; their data batches are dropped as Kafka's consumer
+    does. Bad bytes raise CorruptRecordError; see `read_batches` for the flags.
+    """
+    return read_batches(
+        buf,
+        include_headers=include_headers,
+        skip_control=skip_control,
+        allow_partial_tail=allow_partial_tail,
+        check_crcs=check_crcs,
+        aborted=aborted,
+    ).records
+
+
+def read_batches(
+    buf: bytes | bytearray | memoryview,
+    *,
+    include_headers: bool = False,
+    skip_control: bool = True,
+    allow_partial_tail: bool = True,
+    check_crcs: bool = True,
+    aborted: list[tuple[int, int]] | None = None,
+) -> DecodedBatches:
+    """`decode_batches` plus the next offset to fetch and the bytes used.
+
+    `allow_partial_tail` ignores a batch cut short at the end (else it raises); `check_crcs`
+    verifies each batch's CRC-32C (Kafka's `check.crcs`); control batches are dropped unless
+    `skip_control` is False.
+    """
+    view = memoryview(buf).cast("B")
+    schema = RECORDS_WITH_HEADERS_SCHEMA if include_headers else RECORDS_SCHEMA
+    positions, valid_bytes = _walk(view, allow_partial_tail)
+    if not positions:
+        return DecodedBatches(_empty(schema), -1, 0)
+    u8 = np.frombuffer(view, dtype=np.uint8)
+    pos = np.asarray(positions, dtype=np.int64)
+    headers = _read_headers(view, u8, pos)
+    sizes = headers["batch_length"].astype(np.int64) + LOG_OVERHEAD
+    if check_crcs:
+        _check_crcs(view, pos, sizes, headers["crc"])
+    last = headers[-1]
+    next_offset = int(last["base_offset"]) + int(last["last_offset_delta"]) + 1
+    keep = _select(view, pos, sizes, headers, skip_control, aborted)
+    headers = headers[keep]
+    codecs = headers["attributes"] & COMPRESSION_MASK
+    batches = _Batches(view, u8, pos[keep], sizes[keep], headers, codecs)
+    return DecodedBatches(_decode(batches, include_headers, schema), next_offset, valid_bytes)
+
+
+def _empty(schema: pa.Schema) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in schema], schema=schema)
+
+
+# ----------------------------------------------------------------------------------- batches
+
+
+def _walk(view: memoryview, allow_partial_tail: bool) -> tuple[list[int], int]:
+    """Start of every complete batch, and where the complete batches end (as `iter_batches`)."""
+    end = len(view)
+    pos = 0
+    positions = []
+    unpack = _BATCH_LENGTH.unpack_from
+    while pos < end:
+        size = LOG_OVERHEAD + unpack(view, pos + 8)[0] if end - pos >= LOG_OVERHEAD else None
+        if size is None or pos + size > end:
+            if allow_partial_tail:
+                break
+            raise CorruptRecordError(
+                pos, f"truncated batch: {end - pos} bytes left, batch needs {size or LOG_OVERHEAD}"
+            )
+        if size < HEADER_SIZE or view[pos + _MAGIC_OFFSET] != MAGIC:
+            read_header(view[:end], pos)  # raises what iter_batches would
+            raise AssertionError("read_header accepted a batch _walk rejected")
+        positions.append(pos)
+        pos += size
+    return positions, pos
+
+
+def _read_headers(view: memoryview, u8: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """All batch headers as one structured array; an invalid one raises as `read_header`."""
+    rows = np.lib.stride_tricks.as_strided(
+        u8, shape=(len(u8) - HEADER_SIZE + 1, HEADER_SIZE), strides=(1, 1), writeable=False
+    )
+    headers = np.ascontiguousarray(rows[pos]).view(HEADER_DTYPE).reshape(len(pos))
+    bad = (
+        (headers["records_count"] < 0)
+        | (headers["last_offset_delta"] < 0)
+        | ((headers["attributes"] & COMPRESSION_MASK) > max(CompressionType))
+    )
+    if bad.any():
+        read_header(view, int(pos[np.argmax(bad)]))
+        raise AssertionError("read_header accepted a header the vectorized check rejected")
+    return headers
+
+
+def _check_crcs(view: memoryview, pos: np.ndarray, sizes: np.ndarray, crcs: np.ndarray) -> None:
+    """Raise CorruptRecordError for the first batch whose CRC-32C does not match."""
+    for p, size, stored in zip(pos.tolist(), sizes.tolist(), crcs.tolist(), strict=True):
+        actual = crc32c(view[p + ATTRIBUTES_OFFSET : p + size])
+        if actual != stored:
+            raise CorruptRecordError(
+                p + CRC_OFFSET,
+                f"CRC-32C mismatch: stored {stored:#010x}, computed {actual:#010x}",
+            )
+
+
+def _select(
+    view: memoryview,
+    pos: np.ndarray,
+    sizes: np.ndarray,
+    headers: np.ndarray,
+    skip_control: bool,
+    aborted: list[tuple[int, int]] | None,
+) -> np.ndarray:
+    """Which batches to decode: control batches out unless asked, aborted ones out."""
+    is_control = (headers["attributes"] & CONTROL_MASK) != 0
+    keep = ~is_control if skip_control else np.ones(len(pos), dtype=bool)
+    if aborted is not None:
+        keep &= ~_aborted_batches(view, pos, sizes, headers, is_control, aborted)
+    return keep
+
+
+def _aborted_batches(
+    view: memoryview,
+    pos: np.ndarray,
+    sizes: np.ndarray,
+    headers: np.ndarray,
+    is_control: np.ndarray,
+    aborted: list[tuple[int, int]],
+) -> np.ndarray:
+    """read_committed: batches of aborted transactions (Kafka's `CompletedFetch` logic).
+
+    An aborted transaction (producer_id, first_offset) becomes active once a batch's last
+    offset reaches first_offset; that producer's transactional batches are dropped until its
+    ABORT marker.
+    """
+    pending = sorted(aborted, key=lambda t: t[1])
+    active: set[int] = set()
+    dropped = np.zeros(len(pos), dtype=bool)
+    i = 0
+    with_pid = np.flatnonzero(headers["producer_id"] != NO_PRODUCER_ID)
+    for b in with_pid.tolist():
+        h = headers[b]
+        last_offset = int(h["base_offset"]) + int(h["last_offset_delta"])
+        while i < len(pending) and pending[i][1] <= last_offset:
+            active.add(pending[i][0])
+            i += 1
+        producer_id = int(h["producer_id"])
+        if is_control[b]:
+            if _is_abort_marker(view, int(pos[b]), int(sizes[b])):
+                active.discard(producer_id)
+        elif int(h["attributes"]) & TRANSACTIONAL_MASK and producer_id in active:
+            dropped[b] = True
+    return dropped
+
+
+def _is_abort_marker(view: memoryview, pos: int, size: int) -> bool:
+    """Whether a control batch's first record is an ABORT marker (`ControlRecordType.parse`)."""
+    records = RecordBatch(view[pos : pos + size], pos).records()
+    return bool(records) and control_type_of(records[0].key) == ControlRecordType.ABORT
+
+
+@dataclass(frozen=True, slots=True)
+class _Batches:
+    """The batches to decode: positions, sizes and headers in the input, and their codecs."""
+
+    view: memoryview
+    u8: np.ndarray
+    positions: np.ndarray
+    sizes: np.ndarray
+    headers: np.ndarray
+    codecs: np.ndarray
+
+    def sections(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(data, starts, ends): the records sections of batches lo..hi-1 as data[starts[i]:
+        ends[i]]. Uncompressed, `data` is the input itself; else the decompressed sections."""
+        pos, sizes = self.positions[lo:hi], self.sizes[lo:hi]
+        codecs = self.codecs[lo:hi]
+        if not codecs.any():
+            return self.u8, pos + HEADER_SIZE, pos + sizes
+        sections = []
+        for p, size, codec in zip(pos.tolist(), sizes.tolist(), codecs.tolist(), strict=True):
+            raw = self.view[p + HEADER_SIZE : p + size]
+            sections.append(
+                decompress(CompressionType(codec), raw, p + HEADER_SIZE) if codec else raw
+            )
+        lengths = np.fromiter((len(x) for x in sections), dtype=np.int64, count=len(sections))
+        ends = np.cumsum(lengths)
+        joined = sections[0] if len(sections) == 1 else b"".join(sections)
+        return np.frombuffer(joined, dtype=np.uint8), ends - lengths, ends
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+
+# ------------------------------------------------------------------------------------ arrow
+
+
+class _Columns:
+    """Per-record outputs, preallocated for every record and filled group by group in batch
+    order: offsets, timestamps, and key/value bounds interleaved as [start, end, start, ...]
+    within the data of their group (see `_cut`)."""
+
+    def __init__(self, total: int, include_headers: bool, bound: type = np.int32) -> None:
+        self.offset = np.empty(total, dtype=np.int64)
+        self.timestamp = np.empty(total, dtype=np.int64)
+        self.timestamp_type = np.empty(total, dtype=np.int32)
+        self.key_bounds = np.empty(2 * total, dtype=bound)
+        self.value_bounds = np.empty(2 * total, dtype=bound)
+        self.key_null = np.empty(total, dtype=bool)
+        self.value_null = np.empty(total, dtype=bool)
+        self.header_count = np.empty(total, dtype=np.int64) if include_headers else None
+        self.headers_start = np.empty(total, dtype=np.int64) if include_headers else None
+        self.chunks: list[tuple[np.ndarray, int, int]] = []  # (data, first, end record)
+        self.n = 0
+
+    def add(self, headers: np.ndarray, data: np.ndarray, f: Fields, owner: np.ndarray) -> None:
+        a, b = self.n, self.n + len(f)
+        if len(data) > np.iinfo(self.key_bounds.dtype).max:  # a > 2 GiB section: int64 bounds
+            self.key_bounds = self.key_bounds.astype(np.int64)
+            self.value_bounds = self.value_bounds.astype(np.int64)
+        self.offset[a:b] = headers["base_offset"].take(owner) + f.offset_delta
+        ts = headers["base_timestamp"].take(owner) + f.ts_delta
+        log_append = (headers["attributes"].take(owner) & TIMESTAMP_TYPE_MASK) != 0
+        self.timestamp[a:b] = np.where(log_append, headers["max_timestamp"].take(owner), ts)
+        self.timestamp_type[a:b] = log_append
+        self.key_bounds[2 * a : 2 * b : 2] = f.key_start
+        self.key_bounds[2 * a + 1 : 2 * b : 2] = f.key_start + np.maximum(f.key_len, 0)
+        self.value_bounds[2 * a : 2 * b : 2] = f.value_start
+        self.value_bounds[2 * a + 1 : 2 * b : 2] = f.value_start + np.maximum(f.value_len, 0)
+        self.key_null[a:b] = f.key_len < 0
+        self.value_null[a:b] = f.value_len < 0
+        if self.header_count is not None:
+            self.header_count[a:b] = f.header_count
+            self.headers_start[a:b] = f.headers_start
+        if self.chunks and self.chunks[-1][0] is data:
+            self.chunks[-1] = (data, self.chunks[-1][1], b)
+        else:
+            self.chunks.append((data, a, b))
+        self.n = b
+
+
+def _decode(batches: _Batches, include_headers: bool, schema: pa.Schema) -> pa.RecordBatch:
+    """All records of `batches` as one Arrow record batch."""
+    if len(batches) == 0:
+        return _empty(schema)
+    counts = batches.headers["records_count"].astype(np.int64)
+    bound = np.int32 if len(batches.u8) <= np.iinfo(np.int32).max else np.int64
+    out = _Columns(int(counts.sum()), include_headers, bound)
+    marks = Marks(_WORK_BYTES)
+    slow: list[int] = []
+    for lo, hi in _work_groups(batches):
+        data, starts, ends = batches.sections(lo, hi)
+        marks.ensure(int(ends[-1] - starts[0]) + 1)
+        fields, owner, slow_here = scan_group(data, starts, ends, counts[lo:hi], marks)
+        out.add(batches.headers, data, fields, owner + lo)
+        slow.extend(lo + b for b in slow_here)
+    records = _to_arrow(out, schema)
+    if slow:
+        records = _merge_slow(batches, records, counts, slow, include_headers, schema)
+    return records
+
+
+def _work_groups(batches: _Batches) -> list[tuple[int, int]]:
+    """Runs of whole batches holding about `_WORK_BYTES` of input each."""
+    ends = np.cumsum(batches.sizes)
+    groups = []
+    lo = 0
+    while lo < len(batches):
+        limit = int(ends[lo] - batches.sizes[lo]) + _WORK_BYTES
+        hi = max(int(np.searchsorted(ends, limit, side="right")), lo + 1)
+        groups.append((lo, hi))
+        lo = hi
+    return groups
+
+
+def _to_arrow(out: _Columns, schema: pa.Schema) -> pa.RecordBatch:
+    n = out.n
+    columns = [
+        _cut(out.chunks, out.key_bounds, out.key_null[:n]),
+        _cut(out.chunks, out.value_bounds, out.value_null[:n]),
+        pa.array(out.offset[:n]),
+        pa.array(out.timestamp[:n]),
+        pa.array(out.timestamp_type[:n]),
+    ]
+    if out.header_count is not None:
+        columns.append(_headers_column(out))
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def _cut(chunks: list, bounds: np.ndarray, nulls: np.ndarray) -> pa.Array:
+    """Binary array of record i's slice data[bounds[2i]:bounds[2i+1]] (null where `nulls`),
+    `data` being the data of the chunk (data, first, end record) holding record i.
+
+    Bounds are monotonic within a chunk, so element 2i of a binary array over the chunk's data
+    with them as offsets is slice i, and one `take` of the even elements copies them out.
+    """
+    n = len(nulls)
+    if n == 0:
+        return pa.array([], pa.binary())
+    kind = pa.binary() if bounds.dtype == np.int32 else pa.large_binary()
+    spans = [
+        pa.Array.from_buffers(
+            kind,
+            2 * (end - first) - 1,
+            [None, pa.py_buffer(bounds[2 * first : 2 * end]), pa.py_buffer(data)],
+        )
+        for data, first, end in chunks
+    ]
+    if len(spans) == 1:
+        out = spans[0].take(_even(n))
+    else:  # chunk c's record i is element 2 * i - c of the chunked spans
+        sizes = [end - first for _, first, end in chunks]
+        index = np.arange(0, 2 * n, 2, dtype=np.int64)
+        index -= np.repeat(np.arange(len(chunks), dtype=np.int64), sizes)
+        out = pa.chunked_array(spans).take(pa.array(index)).combine_chunks()
+    if kind != pa.binary():
+        out = out.cast(pa.binary())
+    null_count = int(np.count_nonzero(nulls))
+    if null_count:
+        validity = pa.py_buffer(np.packbits(~nulls, bitorder="little"))
+        out = pa.Array.from_buffers(pa.binary(), n, [validity, *out.buffers()[1:]], null_count)
+    return out
+
+
+def _even(n: int) -> pa.Array:
+    """Arrow int64 0, 2, 4, ... (n of them), from a cached range grown on demand."""
+    global _EVENS
+    if len(_EVENS) < n:
+        _EVENS = pa.array(np.arange(0, 2 * max(n, 2 * len(_EVENS)), 2, dtype=np.int64))
+    return _EVENS.slice(0, n)
+
+
+_EVENS = pa.array(np.arange(0, 1 << 17, 2, dtype=np.int64))
+
+
+def _headers_column(out: _Columns) -> pa.Array:
+    """`headers` as list<struct<key, value>>, null for records without headers (as Spark)."""
+    n = out.n
+    count = out.header_count[:n]
+    has = count > 0
+    if not has.any():
+        return pa.nulls(n, HEADERS_TYPE)
+    list_offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(count, out=list_offsets[1:])
+    total = int(list_offsets[-1])
+    key_bounds = np.empty(2 * total, dtype=out.key_bounds.dtype)
+    value_bounds = np.empty(2 * total, dtype=out.key_bounds.dtype)
+    value_null = np.empty(total, dtype=bool)
+    entry_chunks = []
+    for data, first, end in out.chunks:
+        f = Fields()
+        f.header_count, f.headers_start = count[first:end], out.headers_start[first:end]
+        f.end, f.ok = f.headers_start.copy(), np.ones(end - first, dtype=bool)
+        rows = np.flatnonzero(f.header_count > 0)
+        limit = np.full(len(rows), np.iinfo(np.int64).max)
+        entry = list_offsets[first:end].astype(np.int64)
+        for h, (at, k_start, k_len, v_start, v_len) in enumerate(
+            walk_headers(data, f, rows, limit, max_rounds=int(count.max()))
+        ):
+            e = entry.take(at) + h
+            key_bounds[2 * e], key_bounds[2 * e + 1] = k_start, k_start + k_len
+            value_bounds[2 * e] = v_start
+            value_bounds[2 * e + 1] = v_start + np.maximum(v_len, 0)
+            value_null[e] = v_len < 0
+        entry_chunks.append((data, int(list_offsets[first]), int(list_offsets[end])))
+    keys = _cut(entry_chunks, key_bounds, np.zeros(total, dtype=bool))
+    try:
+        keys = keys.cast(pa.string())
+    except pa.ArrowInvalid:  # the per-record decoder replaces bad UTF-8; so do we
+        keys = pa.array([k.decode("utf-8", "replace") for k in keys.to_pylist()], pa.string())
+    entries = pa.StructArray.from_arrays(
+        [keys, _cut(entry_chunks, value_bounds, value_null)], fields=list(HEADERS_TYPE.value_type)
+    )
+    return pa.ListArray.from_arrays(
+        pa.array(list_offsets), entries, HEADERS_TYPE, mask=pa.array(~has)
+    )
+
+
+def _merge_slow(
+    batches: _Batches,
+    records: pa.RecordBatch,
+    counts: np.ndarray,
+    slow: list[int],
+    include_headers: bool,
+    schema: pa.Schema,
+) -> pa.RecordBatch:
+    """Insert the batches decoded by the per-record decoder at their place."""
+    fast = counts.copy()
+    fast[slow] = 0
+    before = np.concatenate([[0], np.cumsum(fast)])  # fast records ahead of each batch
+    pieces = []
+    done = 0
+    for b in sorted(slow):
+        cut = int(before[b])
+        pieces.append(records.slice(done, cut - done))
+        pieces.append(_decode_slowly(batches, b, include_headers, schema))
+        done = cut
+    pieces.append(records.slice(done))
+    return pa.concat_batches(pieces)
+
+
+def _decode_slowly(
+    batches: _Batches, b: int, include_headers: bool, schema: pa.Schema
+) -> pa.RecordBatch:
+    """One batch through `RecordBatch.records()`: raises exactly what a sequential reader would."""
+    pos, size = int(batches.positions[b]), int(batches.sizes[b])
+    records = RecordBatch(batches.view[pos : pos + size], pos).records()
+    columns = {
+        "key": pa.array([r.key for r in records], pa.binary()),
+        "value": pa.array([r.value for r in records], pa.binary()),
+        "offset": pa.array([r.offset for r in records], pa.int64()),
+        "timestamp": pa.array([r.timestamp for r in records], pa.int64()),
+        "timestampType": pa.array([int(r.timestamp_type) for r in records], pa.int32()),
+    }
+    if include_headers:
+        columns["headers"] = pa.array(
+            [[{"key": k, "value": v} for k, v in r.headers] or None for r in records],
+            HEADERS_TYPE,
+        )
+    return pa.RecordBatch.from_pydict(columns, schema=schema)

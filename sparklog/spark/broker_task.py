@@ -1,0 +1,76 @@
+"""What runs inside a broker's Spark task on an executor (D5, D6).
+
+`broker_task` is the `mapPartitions` function of a one-task job: it finds out which executor
+it runs on, then runs a broker until the controller tells it to stop (heartbeat
+`should_shut_down`) or the task is killed. Its data lives on the executor's local disk under
+the cluster's base dir, so a task relaunched on the same worker adopts its identity and data.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class BrokerTaskSpec:
+    """Everything a broker task needs (pickled to the executor)."""
+
+    node_id: int
+    cluster_id: str
+    controller_bootstrap: str
+    base_dir: str
+    config: dict[str, str] = field(default_factory=dict)
+    bind_host: str = "127.0.0.1"
+    launch: int = 1  # the launcher's job count for this broker; attempts stay monotonic across jobs
+
+
+def executor_id() -> str:
+    """The Spark executor this process serves: the `--executor-id` of the JVM above us,
+    "driver" in local mode (the JVM is the driver)."""
+    pid = os.getppid()
+    for _ in range(6):
+        try:
+            args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            break
+        if b"--executor-id" in args:
+            return args[args.index(b"--executor-id") + 1].decode()
+        if any(a.endswith(b"java") for a in args[:1]):
+            return "driver"
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            pid = int(stat.rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+        if pid <= 1:
+            break
+    return "unknown"
+
+
+def broker_task(specs: Iterator[BrokerTaskSpec]) -> Iterator[dict]:
+    """Run one broker per spec (the launcher sends exactly one) and report how it ended."""
+    from pyspark import TaskContext
+
+    from sparklog.broker.server import run_broker
+
+    context = TaskContext.get()
+    task_attempt = context.attemptNumber() if context is not None else 0
+    for spec in specs:
+        # The controller refuses a registration from an older attempt than the one it knows;
+        # Spark restarts attempt numbers in every new job, so the launch count leads.
+        attempt = spec.launch * 1000 + task_attempt
+        config = dict(spec.config)
+        config.setdefault("listeners.host", spec.bind_host)
+        result = run_broker(
+            node_id=spec.node_id,
+            base_dir=spec.base_dir,
+            controller_bootstrap=spec.controller_bootstrap,
+            config=config,
+            cluster_id=spec.cluster_id,
+            executor_id=executor_id(),
+            task_attempt=attempt,
+        )
+        yield {"node_id": spec.node_id, "attempt": attempt, "result": str(result)}

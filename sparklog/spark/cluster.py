@@ -1,0 +1,267 @@
+"""Brokers as Spark tasks: `sparklog.start(spark, brokers=N)` (D5, D6, D7).
+
+The controller runs in the driver. Each broker is a one-task Spark job in its own job group,
+launched from a driver thread; when the job ends (the task failed past Spark's retries, or its
+executor was lost) the launcher launches it again, so the broker comes back on whatever
+executor Spark picks and adopts its identity from that disk. `stop()` asks every broker to shut
+down through its heartbeat, waits for the jobs to finish, and cancels job groups as a backstop.
+
+Placement: in `local[N]` every broker shares the driver's executor (dev mode) and the launcher
+refuses to take every task slot; on `local-cluster`/standalone it needs one executor per
+broker (it waits for them, then refuses with a message naming the fix).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sparklog.spark.broker_task import BrokerTaskSpec, broker_task
+
+log = logging.getLogger(__name__)
+
+_LOCAL = re.compile(r"^local(?:\[(\*|\d+)(?:,\d+)?\])?$")
+_LOCAL_CLUSTER = re.compile(r"^local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\]$")
+_JOB_GROUP = "sparklog-broker-{node_id}"
+_RELAUNCH_BACKOFF_S = 1.0
+
+
+class ClusterStartError(RuntimeError):
+    """sparklog.start() cannot place or start the brokers; the message names the fix."""
+
+
+@dataclass
+class _Slot:
+    node_id: int
+    thread: threading.Thread | None = None
+    launches: int = 0
+    last_error: str | None = None
+
+
+def _settings(config: dict[str, Any] | None, kwargs: dict[str, Any]) -> dict[str, str]:
+    """Kafka-named settings from a dict and from kwargs (`num_partitions=3` -> num.partitions)."""
+    out = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in (config or {}).items()}
+    for key, value in kwargs.items():
+        out[key.replace("_", ".")] = str(value).lower() if isinstance(value, bool) else str(value)
+    return out
+
+
+def task_slots(master: str, default_parallelism: int) -> tuple[str, int, int]:
+    """(mode, executors, cores per executor) for a master URL; mode local|local-cluster|cluster."""
+    if m := _LOCAL.match(master):
+        cores = m.group(1)
+        slots = (os.cpu_count() or 1) if cores == "*" else int(cores or 1)
+        return "local", 1, slots
+    if m := _LOCAL_CLUSTER.match(master):
+        return "local-cluster", int(m.group(1)), int(m.group(2))
+    return "cluster", 0, 0
+
+
+class SparkLogCluster:
+    """A running sparklog cluster inside this Spark application."""
+
+    def __init__(self, spark: Any, brokers: int, settings: dict[str, str], data_dir: Path) -> None:
+        from sparklog.controller.server import ControllerServer
+
+        self.spark = spark
+        self.sc = spark.sparkContext
+        self.settings = settings
+        self.data_dir = data_dir
+        self.broker_count = brokers
+        self.controller = ControllerServer(data_dir / "controller", config=settings)
+        self.cluster_id = self.controller.cluster_id
+        self._slots: list[_Slot] = []
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def _start(self, timeout_s: float) -> None:
+        self.controller.start_in_thread()
+        for _ in range(self.broker_count):
+            slot = _Slot(self.controller.next_node_id())
+            self._slots.append(slot)
+            self._launch(slot)
+        self._wait_for_brokers(self.broker_count, timeout_s)
+
+    def _launch(self, slot: _Slot) -> None:
+        from pyspark import InheritableThread
+
+        slot.thread = InheritableThread(
+            target=self._run_slot, args=(slot,), name=f"sparklog-broker-{slot.node_id}", daemon=True
+        )
+        slot.thread.start()
+
+    def _spec(self, slot: _Slot) -> BrokerTaskSpec:
+        base = self.settings.get("log.dirs") or str(
+            Path(tempfile.gettempdir()) / "sparklog" / self.cluster_id
+        )
+        return BrokerTaskSpec(
+            node_id=slot.node_id,
+            cluster_id=self.cluster_id,
+            controller_bootstrap=self.controller.bootstrap,
+            base_dir=base,
+            config=self.settings,
+            bind_host=os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),
+            launch=slot.launches,
+        )
+
+    def _run_slot(self, slot: _Slot) -> None:
+        """Driver thread: run the broker job, relaunch it whenever it ends, until stop()."""
+        group = _JOB_GROUP.format(node_id=slot.node_id)
+        while not self._stopping.is_set():
+            slot.launches += 1
+            self.sc.setJobGroup(group, f"sparklog broker {slot.node_id}", interruptOnCancel=True)
+            self.sc.setLocalProperty("spark.job.description", f"sparklog broker {slot.node_id}")
+            try:
+                rdd = self.sc.parallelize([self._spec(slot)], 1)
+                result = rdd.mapPartitions(broker_task).collect()
+                log.info("broker %d job ended: %s", slot.node_id, result)
+            except Exception as e:  # task failed past spark.task.maxFailures, or cancelled
+                slot.last_error = str(e).strip().splitlines()[0][:500] if str(e) else repr(e)
+                if not self._stopping.is_set():
+                    log.warning(
+                        "broker %d job failed, relaunching: %s", slot.node_id, slot.last_error
+                    )
+            if self._stopping.wait(_RELAUNCH_BACKOFF_S):
+                break
+
+    def _wait_for_brokers(self, count: int, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if len(self.controller.live_brokers()) >= count:
+                return
+            time.sleep(0.1)
+        errors = "; ".join(
+            f"broker {s.node_id}: {s.last_error}" for s in self._slots if s.last_error
+        )
+        self.stop(timeout_s=10)
+        raise ClusterStartError(
+            f"only {len(self.controller.live_brokers())} of {count} brokers registered within "
+            f"{timeout_s:.0f}s{' (' + errors + ')' if errors else ''}; check the executor logs, "
+            "or raise sparklog.start.timeout.ms"
+        )
+
+    def stop(self, timeout_s: float = 60) -> None:
+        """Ask every broker to shut down, wait for their jobs, cancel leftovers, stop the controller."""
+        with self._lock:
+            if self._stopping.is_set():
+                return
+            self._stopping.set()
+        self.controller.request_shutdown(None)
+        deadline = time.monotonic() + timeout_s
+        for slot in self._slots:
+            if slot.thread is not None:
+                slot.thread.join(max(0.0, deadline - time.monotonic()))
+        for slot in self._slots:
+            if slot.thread is not None and slot.thread.is_alive():
+                log.warning(
+                    "broker %d did not stop in time; cancelling its job group", slot.node_id
+                )
+                self.sc.cancelJobGroup(_JOB_GROUP.format(node_id=slot.node_id))
+                slot.thread.join(10)
+        self.controller.stop()
+
+    def __enter__(self) -> SparkLogCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- views -----------------------------------------------------------------------------
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """`host:port,...` of the live brokers, for `kafka.bootstrap.servers`."""
+        return ",".join(f"{b['host']}:{b['port']}" for b in self.controller.live_brokers())
+
+    def describe(self) -> dict[str, Any]:
+        """Brokers (id, host, port, executor, data dir, attempt, fenced), launches and topics."""
+        brokers = self.controller.describe_brokers()
+        for b in brokers:
+            slot = next((s for s in self._slots if s.node_id == b["broker_id"]), None)
+            if slot is not None:
+                b["launches"] = slot.launches
+                b["last_error"] = slot.last_error
+        return {
+            "cluster_id": self.cluster_id,
+            "controller": self.controller.bootstrap,
+            "bootstrap_servers": self.bootstrap_servers,
+            "brokers": brokers,
+            "topics": self.controller.describe_topics(),
+        }
+
+
+_active: SparkLogCluster | None = None
+
+
+def active_cluster() -> SparkLogCluster | None:
+    """The cluster `start()` launched in this driver, if it is running."""
+    return _active if _active is not None and not _active._stopping.is_set() else None
+
+
+def start(
+    spark: Any,
+    brokers: int = 1,
+    *,
+    config: dict[str, Any] | None = None,
+    data_dir: str | os.PathLike[str] | None = None,
+    timeout_s: float = 120.0,
+    **kwargs: Any,
+) -> SparkLogCluster:
+    """Start a controller in the driver and `brokers` brokers as Spark tasks; returns once
+    every broker registered. Settings use Kafka's names (`config={"num.partitions": 6}` or
+    `num_partitions=6`)."""
+    global _active
+    if brokers < 1:
+        raise ClusterStartError(f"brokers={brokers}: a cluster needs at least one broker")
+    sc = spark.sparkContext
+    if (sc.getConf().get("spark.speculation", "false") or "false").lower() == "true":
+        raise ClusterStartError(
+            "spark.speculation=true would run a second copy of a broker task; "
+            "start Spark with spark.speculation=false to run sparklog brokers"
+        )
+    _check_capacity(sc, brokers, timeout_s)
+    settings = _settings(config, kwargs)
+    root = Path(data_dir) if data_dir is not None else Path(tempfile.mkdtemp(prefix="sparklog-"))
+    cluster = SparkLogCluster(spark, brokers, settings, root)
+    cluster._start(timeout_s)
+    _active = cluster
+    return cluster
+
+
+def _check_capacity(sc: Any, brokers: int, timeout_s: float) -> None:
+    mode, executors, cores = task_slots(sc.master, sc.defaultParallelism)
+    if mode == "local":
+        if brokers >= cores:
+            raise ClusterStartError(
+                f"{brokers} broker(s) on {sc.master} would take every one of its {cores} task "
+                f"slot(s) and leave none for Spark jobs; use local[{brokers + 1}] or more, or "
+                "fewer brokers"
+            )
+        return
+    deadline = time.monotonic() + timeout_s
+    while True:
+        registered = sc._jsc.sc().getExecutorMemoryStatus().size() - 1
+        wanted = executors if mode == "local-cluster" else brokers
+        if registered >= min(wanted, brokers):
+            break
+        if time.monotonic() > deadline:
+            raise ClusterStartError(
+                f"{brokers} broker(s) need {brokers} executor(s), one broker each; only "
+                f"{registered} registered within {timeout_s:.0f}s. Start Spark with at least "
+                f"{brokers} executors (e.g. local-cluster[{brokers},1,1024]) or fewer brokers"
+            )
+        time.sleep(0.2)
+    if mode == "local-cluster" and executors < brokers:
+        raise ClusterStartError(
+            f"{brokers} broker(s) need one executor each but {sc.master} has {executors}; "
+            f"use local-cluster[{brokers},{cores},1024] or fewer brokers"
+        )

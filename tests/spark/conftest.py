@@ -1,0 +1,43 @@
+"""Spark fixtures: one SparkSession per module, bound to loopback.
+
+A module picks its master with a module-level `SPARK_MASTER` (default local[4]).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+def build_session(master: str, app_name: str):
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        active.stop()
+    return (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.ui.enabled", "false")
+        .config("spark.speculation", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.executor.memory", "1g")
+        .config("spark.python.worker.reuse", "true")
+        .getOrCreate()
+    )
+
+
+@pytest.fixture(scope="module")
+def spark(request):
+    master = getattr(request.module, "SPARK_MASTER", "local[4]")
+    session = build_session(master, request.module.__name__)
+    yield session
+    session.stop()

@@ -1,0 +1,59 @@
+"""sparklog.start on local[4]: brokers run as Spark tasks in the driver's executor."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from sparklog.spark.cluster import ClusterStartError, start, task_slots
+
+from .kafka_helpers import consume_all, create_topic, produce
+
+SPARK_MASTER = "local[4]"
+pytestmark = pytest.mark.spark
+
+
+def test_task_slots_parse_masters():
+    assert task_slots("local[4]", 4) == ("local", 1, 4)
+    assert task_slots("local", 1) == ("local", 1, 1)
+    assert task_slots("local-cluster[3,1,1024]", 3) == ("local-cluster", 3, 1)
+    assert task_slots("spark://h:7077", 8)[0] == "cluster"
+
+
+def test_refuses_to_take_every_task_slot(spark):
+    with pytest.raises(ClusterStartError, match=r"local\[5\]"):
+        start(spark, brokers=4)
+
+
+def test_two_brokers_round_trip_and_clean_stop(spark, tmp_path):
+    threads_before = {t.name for t in threading.enumerate()}
+    cluster = start(
+        spark,
+        brokers=2,
+        data_dir=tmp_path,
+        broker_heartbeat_interval_ms=500,
+        broker_session_timeout_ms=3000,
+    )
+    try:
+        info = cluster.describe()
+        assert len(info["brokers"]) == 2
+        assert {b["executor_id"] for b in info["brokers"]} == {"driver"}
+        assert all(not b["fenced"] for b in info["brokers"])
+        bootstrap = cluster.bootstrap_servers
+        assert len(bootstrap.split(",")) == 2 and all(
+            h.startswith("127.0.0.1:") for h in bootstrap.split(",")
+        )
+        create_topic(bootstrap, "orders", partitions=4)
+        records = [(b"k%d" % i, b"v%d" % i) for i in range(500)]
+        produce(bootstrap, "orders", records)
+        got = consume_all(bootstrap, "orders", len(records))
+        assert sorted((k, v) for _, _, k, v in got) == sorted(records)
+        leaders = {p["leader"] for t in cluster.describe()["topics"] for p in t["partitions"]}
+        assert leaders == {0, 1}
+    finally:
+        cluster.stop()
+    tracker = spark.sparkContext.statusTracker()
+    assert tracker.getActiveJobsIds() == []
+    leftover = {t.name for t in threading.enumerate()} - threads_before
+    assert not [n for n in leftover if n.startswith("sparklog")], leftover
