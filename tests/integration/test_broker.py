@@ -8,7 +8,7 @@ import time
 import uuid
 
 import pytest
-from broker_wire import (
+from .broker_wire import (
     batch,
     call,
     closed_by_peer,
@@ -25,7 +25,7 @@ from broker_wire import (
     records_of,
     run,
 )
-from conftest import TEST_CONFIG
+from .conftest import TEST_CONFIG
 
 from sparklog.broker.embedded import EmbeddedCluster
 from sparklog.protocol.api_versions import BROKER_APIS, ApiKey
