@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(PY))
 
-.PHONY: venv demo test test-unit test-fast lint bench kcat clean
+.PHONY: venv demo storage-demo test test-unit test-fast lint bench kcat clean
 
 venv: $(STAMP)
 
@@ -26,8 +26,13 @@ kcat:
 	  echo "installing Debian's kcat"; \
 	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null; }
 
+# The quickstart runs through spark-submit from the venv (SPARK_CONF_DIR=conf: quiet logs).
 demo: $(STAMP)
-	$(PY) jobs/quickstart.py
+	PATH="$(abspath $(VENV))/bin:$$PATH" SPARK_CONF_DIR="$(abspath conf)" \
+	  $(VENV)/bin/spark-submit --master "local[4]" jobs/quickstart.py
+
+storage-demo: $(STAMP)
+	$(PY) jobs/storage_demo.py
 
 test: $(STAMP) kcat
 	$(PY) -m pytest $(PYTEST_ARGS)

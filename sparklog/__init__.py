@@ -1,0 +1,41 @@
+"""sparklog: Apache Kafka's log rebuilt in Python, living inside Spark.
+
+`sparklog.start(spark, brokers=N)` runs a cluster in this Spark application and
+`sparklog.register(spark)` makes `format("sparklog")` known to a session (done automatically
+by `start`, and at import when a SparkSession is already active). Importing sparklog does not
+import pyspark.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def register(spark: Any = None, *, bootstrap_servers: str | None = None) -> type:
+    """Register `format("sparklog")` with `spark` (default: the active session)."""
+    from sparklog.spark.register import register as _register
+
+    return _register(spark, bootstrap_servers=bootstrap_servers)
+
+
+def start(spark: Any, brokers: int = 1, **kwargs: Any) -> Any:
+    """Start a sparklog cluster in this Spark application (controller in the driver, brokers
+    as Spark tasks) and register `format("sparklog")` to use it by default."""
+    from sparklog.spark.cluster import start as _start
+    from sparklog.spark.register import register as _register
+
+    cluster = _start(spark, brokers, **kwargs)
+    _register(spark)
+    return cluster
+
+
+def _register_at_import() -> None:
+    import sys
+
+    if "pyspark.sql" in sys.modules:
+        from sparklog.spark.register import maybe_register_active_session
+
+        maybe_register_active_session()
+
+
+_register_at_import()

@@ -17,6 +17,7 @@ CorruptRecordError a sequential reader would (or decodes a legal oddity); result
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -131,9 +132,10 @@ def read_batches(
     last = headers[-1]
     next_offset = int(last["base_offset"]) + int(last["last_offset_delta"]) + 1
     keep = _select(view, pos, sizes, headers, skip_control, aborted)
-    headers = headers[keep]
+    if keep is not None:
+        headers, pos, sizes = headers[keep], pos[keep], sizes[keep]
     codecs = headers["attributes"] & COMPRESSION_MASK
-    batches = _Batches(view, u8, pos[keep], sizes[keep], headers, codecs)
+    batches = _Batches(view, u8, pos, sizes, headers, codecs)
     return DecodedBatches(_decode(batches, include_headers, schema), next_offset, valid_bytes)
 
 
@@ -201,9 +203,11 @@ def _select(
     headers: np.ndarray,
     skip_control: bool,
     aborted: list[tuple[int, int]] | None,
-) -> np.ndarray:
-    """Which batches to decode: control batches out unless asked, aborted ones out."""
+) -> np.ndarray | None:
+    """Which batches to decode (None: all): control batches out unless asked, aborted ones out."""
     is_control = (headers["attributes"] & CONTROL_MASK) != 0
+    if aborted is None and not (skip_control and is_control.any()):
+        return None
     keep = ~is_control if skip_control else np.ones(len(pos), dtype=bool)
     if aborted is not None:
         keep &= ~_aborted_batches(view, pos, sizes, headers, is_control, aborted)
@@ -261,23 +265,45 @@ class _Batches:
     headers: np.ndarray
     codecs: np.ndarray
 
-    def sections(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(data, starts, ends): the records sections of batches lo..hi-1 as data[starts[i]:
-        ends[i]]. Uncompressed, `data` is the input itself; else the decompressed sections."""
-        pos, sizes = self.positions[lo:hi], self.sizes[lo:hi]
-        codecs = self.codecs[lo:hi]
-        if not codecs.any():
-            return self.u8, pos + HEADER_SIZE, pos + sizes
-        sections = []
-        for p, size, codec in zip(pos.tolist(), sizes.tolist(), codecs.tolist(), strict=True):
-            raw = self.view[p + HEADER_SIZE : p + size]
-            sections.append(
-                decompress(CompressionType(codec), raw, p + HEADER_SIZE) if codec else raw
-            )
-        lengths = np.fromiter((len(x) for x in sections), dtype=np.int64, count=len(sections))
-        ends = np.cumsum(lengths)
-        joined = sections[0] if len(sections) == 1 else b"".join(sections)
-        return np.frombuffer(joined, dtype=np.uint8), ends - lengths, ends
+    def groups(self) -> Iterator[tuple[int, int, np.ndarray, np.ndarray, np.ndarray]]:
+        """Work groups: (lo, hi, data, starts, ends) for runs of whole batches holding about
+        `_WORK_BYTES` of records, batch lo + i's records being data[starts[i]:ends[i]].
+
+        Uncompressed, `data` is the input itself; compressed batches are decompressed one by
+        one into a group until it holds `_WORK_BYTES`, just before it is scanned.
+        """
+        ends = np.cumsum(self.sizes)
+        compressed = np.flatnonzero(self.codecs)
+        lo = 0
+        while lo < len(self):
+            if self.codecs[lo] == 0:  # a run of uncompressed batches, cut by input bytes
+                run_end = (
+                    int(compressed[np.searchsorted(compressed, lo)])
+                    if compressed.size and compressed[-1] > lo
+                    else len(self)
+                )
+                limit = int(ends[lo] - self.sizes[lo]) + _WORK_BYTES
+                hi = min(max(int(np.searchsorted(ends, limit, side="right")), lo + 1), run_end)
+                pos = self.positions[lo:hi]
+                yield lo, hi, self.u8, pos + HEADER_SIZE, pos + self.sizes[lo:hi]
+                lo = hi
+                continue
+            sections = []
+            held = 0
+            hi = lo
+            while hi < len(self) and self.codecs[hi] and held < _WORK_BYTES:
+                p, size = int(self.positions[hi]), int(self.sizes[hi])
+                raw = self.view[p + HEADER_SIZE : p + size]
+                sections.append(
+                    decompress(CompressionType(int(self.codecs[hi])), raw, p + HEADER_SIZE)
+                )
+                held += len(sections[-1])
+                hi += 1
+            lengths = np.fromiter(map(len, sections), dtype=np.int64, count=len(sections))
+            group_ends = np.cumsum(lengths)
+            joined = sections[0] if len(sections) == 1 else b"".join(sections)
+            yield lo, hi, np.frombuffer(joined, dtype=np.uint8), group_ends - lengths, group_ends
+            lo = hi
 
     def __len__(self) -> int:
         return len(self.positions)
@@ -287,28 +313,45 @@ class _Batches:
 
 
 class _Columns:
-    """Per-record outputs, preallocated for every record and filled group by group in batch
-    order: offsets, timestamps, and key/value bounds interleaved as [start, end, start, ...]
-    within the data of their group (see `_cut`)."""
+    """Per-record outputs, filled group by group in batch order: offsets, timestamps, and
+    key/value bounds interleaved as [start, end, start, ...] within the data of their group
+    (see `_cut`). Capacity grows with the records found, never with what headers claim."""
 
-    def __init__(self, total: int, include_headers: bool, bound: type = np.int32) -> None:
-        self.offset = np.empty(total, dtype=np.int64)
-        self.timestamp = np.empty(total, dtype=np.int64)
-        self.timestamp_type = np.empty(total, dtype=np.int32)
-        self.key_bounds = np.empty(2 * total, dtype=bound)
-        self.value_bounds = np.empty(2 * total, dtype=bound)
-        self.key_null = np.empty(total, dtype=bool)
-        self.value_null = np.empty(total, dtype=bool)
-        self.header_count = np.empty(total, dtype=np.int64) if include_headers else None
-        self.headers_start = np.empty(total, dtype=np.int64) if include_headers else None
+    _NAMES = ("offset", "timestamp", "timestamp_type", "key_null", "value_null")
+
+    def __init__(
+        self, capacity: int, include_headers: bool, shared: np.ndarray, bound: type = np.int32
+    ) -> None:
+        self.shared = shared  # the input buffer: its records are cut once, at the end
+        self.cut: dict[int, tuple[pa.Array, pa.Array]] = {}  # first record -> (keys, values)
+        self.offset = np.empty(capacity, dtype=np.int64)
+        self.timestamp = np.empty(capacity, dtype=np.int64)
+        self.timestamp_type = np.empty(capacity, dtype=np.int32)
+        self.key_null = np.empty(capacity, dtype=bool)
+        self.value_null = np.empty(capacity, dtype=bool)
+        self.key_bounds = np.empty(2 * capacity, dtype=bound)
+        self.value_bounds = np.empty(2 * capacity, dtype=bound)
+        self.header_count = np.empty(capacity, dtype=np.int64) if include_headers else None
+        self.headers_start = np.empty(capacity, dtype=np.int64) if include_headers else None
         self.chunks: list[tuple[np.ndarray, int, int]] = []  # (data, first, end record)
         self.n = 0
 
+    def _grow(self, need: int, bound: type) -> None:
+        capacity = max(need, 2 * len(self.offset))
+        for name in (*self._NAMES, "header_count", "headers_start"):
+            old = getattr(self, name)
+            if old is not None:
+                setattr(self, name, np.resize(old, capacity))
+        for name in ("key_bounds", "value_bounds"):
+            setattr(self, name, np.resize(getattr(self, name).astype(bound), 2 * capacity))
+
     def add(self, headers: np.ndarray, data: np.ndarray, f: Fields, owner: np.ndarray) -> None:
         a, b = self.n, self.n + len(f)
-        if len(data) > np.iinfo(self.key_bounds.dtype).max:  # a > 2 GiB section: int64 bounds
-            self.key_bounds = self.key_bounds.astype(np.int64)
-            self.value_bounds = self.value_bounds.astype(np.int64)
+        bound = self.key_bounds.dtype
+        if len(data) > np.iinfo(bound).max:  # a section over 2 GiB: int64 bounds
+            bound = np.dtype(np.int64)
+        if b > len(self.offset) or bound != self.key_bounds.dtype:
+            self._grow(b, bound)
         self.offset[a:b] = headers["base_offset"].take(owner) + f.offset_delta
         ts = headers["base_timestamp"].take(owner) + f.ts_delta
         log_append = (headers["attributes"].take(owner) & TIMESTAMP_TYPE_MASK) != 0
@@ -328,6 +371,12 @@ class _Columns:
         else:
             self.chunks.append((data, a, b))
         self.n = b
+        if data is not self.shared:  # decompressed: cut its keys and values while in cache
+            chunk = [(data, a, b)]
+            self.cut[a] = (
+                _cut(chunk, self.key_bounds, self.key_null[a:b]),
+                _cut(chunk, self.value_bounds, self.value_null[a:b]),
+            )
 
 
 def _decode(batches: _Batches, include_headers: bool, schema: pa.Schema) -> pa.RecordBatch:
@@ -336,11 +385,12 @@ def _decode(batches: _Batches, include_headers: bool, schema: pa.Schema) -> pa.R
         return _empty(schema)
     counts = batches.headers["records_count"].astype(np.int64)
     bound = np.int32 if len(batches.u8) <= np.iinfo(np.int32).max else np.int64
-    out = _Columns(int(counts.sum()), include_headers, bound)
-    marks = Marks(_WORK_BYTES)
+    # A record takes >= 7 bytes: a corrupt recordsCount must not size the outputs.
+    plausible = np.minimum(counts, np.where(batches.codecs == 0, batches.sizes // 7, 1 << 16))
+    out = _Columns(int(plausible.sum()), include_headers, batches.u8, bound)
+    marks = Marks(0)  # sized by the first group
     slow: list[int] = []
-    for lo, hi in _work_groups(batches):
-        data, starts, ends = batches.sections(lo, hi)
+    for lo, hi, data, starts, ends in batches.groups():
         marks.ensure(int(ends[-1] - starts[0]) + 1)
         fields, owner, slow_here = scan_group(data, starts, ends, counts[lo:hi], marks)
         out.add(batches.headers, data, fields, owner + lo)
@@ -351,24 +401,21 @@ def _decode(batches: _Batches, include_headers: bool, schema: pa.Schema) -> pa.R
     return records
 
 
-def _work_groups(batches: _Batches) -> list[tuple[int, int]]:
-    """Runs of whole batches holding about `_WORK_BYTES` of input each."""
-    ends = np.cumsum(batches.sizes)
-    groups = []
-    lo = 0
-    while lo < len(batches):
-        limit = int(ends[lo] - batches.sizes[lo]) + _WORK_BYTES
-        hi = max(int(np.searchsorted(ends, limit, side="right")), lo + 1)
-        groups.append((lo, hi))
-        lo = hi
-    return groups
-
-
 def _to_arrow(out: _Columns, schema: pa.Schema) -> pa.RecordBatch:
     n = out.n
+    keys, values = [], []
+    for data, first, end in out.chunks:
+        if first in out.cut and end - first == len(out.cut[first][0]):
+            k, v = out.cut[first]
+        else:
+            chunk = [(data, first, end)]
+            k = _cut(chunk, out.key_bounds, out.key_null[first:end])
+            v = _cut(chunk, out.value_bounds, out.value_null[first:end])
+        keys.append(k)
+        values.append(v)
     columns = [
-        _cut(out.chunks, out.key_bounds, out.key_null[:n]),
-        _cut(out.chunks, out.value_bounds, out.value_null[:n]),
+        keys[0] if len(keys) == 1 else pa.concat_arrays(keys),
+        values[0] if len(values) == 1 else pa.concat_arrays(values),
         pa.array(out.offset[:n]),
         pa.array(out.timestamp[:n]),
         pa.array(out.timestamp_type[:n]),
@@ -386,6 +433,7 @@ def _cut(chunks: list, bounds: np.ndarray, nulls: np.ndarray) -> pa.Array:
     with them as offsets is slice i, and one `take` of the even elements copies them out.
     """
     n = len(nulls)
+    chunks = [c for c in chunks if c[2] > c[1]]
     if n == 0:
         return pa.array([], pa.binary())
     kind = pa.binary() if bounds.dtype == np.int32 else pa.large_binary()

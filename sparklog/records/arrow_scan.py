@@ -283,18 +283,24 @@ def _link(pairs: _Pairs, starts: np.ndarray, ends: np.ndarray, marks: Marks) -> 
     """Drop pairs that do not chain both ways, for `_LINK_ROUNDS` rounds (step 2)."""
     first = int(starts[0])
     single = len(starts) == 1
+    start, end, batch = pairs.start, pairs.end, pairs.batch
+    kept = None
     for _ in range(_LINK_ROUNDS):
         tag = marks.next_tag()
-        marks.starts[pairs.start - first] = tag
-        marks.ends[pairs.end - first] = tag
-        section_start = first if single else starts.take(pairs.batch)
-        section_end = int(ends[0]) if single else ends.take(pairs.batch)
-        chained = (marks.starts.take(pairs.end - first) == tag) | (pairs.end == section_end)
-        chained &= (marks.ends.take(pairs.start - first) == tag) | (pairs.start == section_start)
+        marks.starts[start - first] = tag
+        marks.ends[end - first] = tag
+        section_start = first if single else starts.take(batch)
+        section_end = int(ends[0]) if single else ends.take(batch)
+        chained = (marks.starts.take(end - first) == tag) | (end == section_end)
+        chained &= (marks.ends.take(start - first) == tag) | (start == section_start)
         if chained.all():
             break
-        pairs = pairs.take(np.flatnonzero(chained))
-    return pairs
+        rows = np.flatnonzero(chained)
+        kept = rows if kept is None else kept.take(rows)
+        start, end = start.take(rows), end.take(rows)
+        if not single:
+            batch = batch.take(rows)
+    return pairs if kept is None else pairs.take(kept)
 
 
 def _tiled(pairs: _Pairs, starts: np.ndarray, ends: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -360,7 +366,7 @@ def _follow_chain(
 ) -> np.ndarray | None:
     """Indexes of the `count` records chained from `start` to `end`, by pointer doubling, or
     None when these candidates hold no such chain."""
-    if count == 0:
+    if count == 0 or count > len(record_start):  # a corrupt count: no need to look
         return None
     order = np.argsort(record_start, kind="stable")
     record_start, record_end = record_start.take(order), record_end.take(order)

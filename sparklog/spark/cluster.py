@@ -101,7 +101,7 @@ class SparkLogCluster:
 
     def _spec(self, slot: _Slot) -> BrokerTaskSpec:
         base = self.settings.get("log.dirs") or str(
-            Path(tempfile.gettempdir()) / "sparklog" / self.cluster_id
+            Path(tempfile.gettempdir()) / "sparklog-data" / self.cluster_id
         )
         return BrokerTaskSpec(
             node_id=slot.node_id,

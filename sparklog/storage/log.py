@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 import os
+import struct
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -186,7 +187,7 @@ class Log:
         (control batches), which clients may not write.
         """
         with self._lock:
-            buf = bytearray(records)
+            buf = memoryview(records).cast("B")
             headers = self._validate_batches(buf, now_ms, origin=AppendOrigin(origin))
             append_time = now_ms if self.config.log_append_time else -1
             next_offset = self.log_end_offset
@@ -207,18 +208,15 @@ class Log:
                     0,
                     duplicate=True,
                 )
-            for pos, header in stamped:
-                stamp(buf, pos, header.base_offset, leader_epoch)
-                if append_time >= 0:
-                    _set_log_append_time(buf, pos, append_time)
-            return self._append(buf, stamped, pending, now_ms, leader_epoch, append_time)
+            pieces = _stamped_pieces(buf, stamped, leader_epoch, append_time)
+            return self._append(pieces, stamped, pending, now_ms, leader_epoch, append_time)
 
     def append_as_follower(
         self, records: bytes | bytearray | memoryview, now_ms: int
     ) -> LogAppendInfo:
         """Append batches fetched from the leader as they are (offsets and epochs kept)."""
         with self._lock:
-            buf = bytes(records)
+            buf = memoryview(records).cast("B")
             headers = self._validate_batches(buf, now_ms, origin=AppendOrigin.REPLICATION)
             first = headers[0][1]
             if first.base_offset < self.log_end_offset:
@@ -228,10 +226,10 @@ class Log:
                 )
             pending = self._prepare_producer_state(buf, headers, AppendOrigin.REPLICATION)
             assert not isinstance(pending, DuplicateBatch)
-            return self._append(buf, headers, pending, now_ms, None, -1)
+            return self._append([buf], headers, pending, now_ms, None, -1)
 
     def _validate_batches(
-        self, buf: bytes | bytearray, now_ms: int, *, origin: AppendOrigin
+        self, buf: bytes | bytearray | memoryview, now_ms: int, *, origin: AppendOrigin
     ) -> list[tuple[int, BatchHeader]]:
         found: list[tuple[int, BatchHeader]] = []
         for batch in iter_batches(buf):
@@ -276,7 +274,10 @@ class Log:
                 )
 
     def _prepare_producer_state(
-        self, buf: bytes | bytearray, headers: list[tuple[int, BatchHeader]], origin: AppendOrigin
+        self,
+        buf: bytes | bytearray | memoryview,
+        headers: list[tuple[int, BatchHeader]],
+        origin: AppendOrigin,
     ) -> dict[int, ProducerAppendInfo] | DuplicateBatch:
         """Validate every batch against producer state; nothing changes until `_append` writes."""
         pending: dict[int, ProducerAppendInfo] = {}
@@ -299,7 +300,7 @@ class Log:
 
     def _append(
         self,
-        buf: bytes | bytearray,
+        pieces: list[bytes | bytearray | memoryview],
         headers: list[tuple[int, BatchHeader]],
         pending: dict[int, ProducerAppendInfo],
         now_ms: int,
@@ -312,8 +313,9 @@ class Log:
         for h in batches:
             if h.max_timestamp > max_ts:
                 max_ts, offset_of_max = h.max_timestamp, h.last_offset
-        segment = self._maybe_roll(len(buf), max_ts, last.last_offset, now_ms)
-        segment.append(buf, batches)
+        size = sum(len(p) for p in pieces)
+        segment = self._maybe_roll(size, max_ts, last.last_offset, now_ms)
+        segment.append(pieces, batches)
         if leader_epoch is not None:
             self._assign_epoch(leader_epoch, first.base_offset)
         else:
@@ -338,7 +340,7 @@ class Log:
             log_append_time_ms=append_time,
             log_start_offset=self.log_start_offset,
             records_count=sum(h.records_count for h in batches),
-            valid_bytes=len(buf),
+            valid_bytes=size,
         )
 
     def _assign_epoch(self, epoch: int, start_offset: int) -> None:
@@ -692,6 +694,33 @@ class Log:
         )
 
 
+_STAMPED_PREFIX = struct.Struct(">qii")  # baseOffset, batchLength, partitionLeaderEpoch
+
+
+def _stamped_pieces(
+    buf: memoryview,
+    stamped: list[tuple[int, BatchHeader]],
+    leader_epoch: int,
+    append_time: int,
+) -> list[bytes | bytearray | memoryview]:
+    """The bytes to write, without copying batch bodies: per batch a fresh 16-byte prefix
+    (baseOffset, batchLength, partitionLeaderEpoch, which the CRC does not cover) and a view of
+    the rest. LogAppendTime changes CRC-covered bytes, so those batches are copied."""
+    pieces: list[bytes | bytearray | memoryview] = []
+    for pos, header in stamped:
+        end = pos + header.size_in_bytes
+        if append_time >= 0:
+            chunk = bytearray(buf[pos:end])
+            stamp(chunk, 0, header.base_offset, leader_epoch)
+            _set_log_append_time(chunk, 0, append_time)
+            pieces.append(chunk)
+        else:
+            prefix = _STAMPED_PREFIX.pack(header.base_offset, header.batch_length, leader_epoch)
+            pieces.append(prefix)
+            pieces.append(buf[pos + _STAMPED_PREFIX.size : end])
+    return pieces
+
+
 def _set_log_append_time(buf: bytearray, pos: int, append_time: int) -> None:
     """Rewrite maxTimestamp and the timestamp-type bit; the CRC must then be recomputed."""
     attributes = int.from_bytes(buf[pos + ATTRIBUTES_OFFSET : pos + ATTRIBUTES_OFFSET + 2], "big")
@@ -719,7 +748,9 @@ def _restamped(
     return replace(header, base_offset=base_offset, partition_leader_epoch=leader_epoch)
 
 
-def _marker_of(buf: bytes | bytearray, pos: int, header: BatchHeader) -> EndTransactionMarker:
+def _marker_of(
+    buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader
+) -> EndTransactionMarker:
     """The COMMIT/ABORT marker held by the control batch at `pos`."""
     raw = memoryview(buf)[pos : pos + header.size_in_bytes]
     records = RecordBatch(raw, pos).records()

@@ -29,6 +29,25 @@ _READ_AHEAD_BYTES = 64 * 1024
 _OFFSET_AND_LENGTH = struct.Struct(">qi")
 
 
+_IOV_MAX = 1024  # pwritev takes at most this many buffers (Linux UIO_MAXIOV)
+
+
+def _write_all(fd: int, pieces: list, offset: int) -> int:
+    """Write `pieces` at `offset` with pwritev, finishing any short write; returns the bytes."""
+    start = offset
+    for i in range(0, len(pieces), _IOV_MAX):
+        group = pieces[i : i + _IOV_MAX]
+        size = sum(len(p) for p in group)
+        written = os.pwritev(fd, group, offset)
+        if written < size:
+            rest = memoryview(b"".join(bytes(p) for p in group))[written:]
+            while rest:
+                n = os.pwrite(fd, rest, offset + size - len(rest))
+                rest = rest[n:]
+        offset += size
+    return offset - start
+
+
 def file_name(base_offset: int, suffix: str) -> str:
     """Kafka's file name for a segment file: 20-digit zero-padded base offset + suffix."""
     return f"{base_offset:020d}{suffix}"
@@ -104,18 +123,21 @@ class LogSegment:
 
     # -- appends --------------------------------------------------------------------------
 
-    def append(self, records: bytes | memoryview, batches: list[BatchHeader]) -> None:
+    def append(
+        self,
+        records: bytes | memoryview | list[bytes | bytearray | memoryview],
+        batches: list[BatchHeader],
+    ) -> None:
         """Append whole batches (already validated, offsets assigned) and index them.
 
-        `batches` are the headers of `records` in order; the caller has checked that offsets
-        increase and fit in this segment (`can_hold`).
+        `records` is the bytes, or a list of pieces written with one `pwritev` (the log stamps
+        offsets into small prefixes instead of copying batches). `batches` are the headers in
+        order; the caller has checked that offsets increase and fit this segment (`can_hold`).
         """
         if not batches:
             return
-        view = memoryview(records)
-        written = 0
-        while written < len(view):
-            written += os.pwrite(self._fd, view[written:], self.size_bytes + written)
+        pieces = records if isinstance(records, list) else [records]
+        total = _write_all(self._fd, pieces, self.size_bytes)
         position = self.size_bytes
         for header in batches:
             if header.max_timestamp > self.max_timestamp_so_far:
@@ -131,7 +153,7 @@ class LogSegment:
                 self._bytes_since_last_index_entry = 0
             position += header.size_in_bytes
             self._bytes_since_last_index_entry += header.size_in_bytes
-        assert position == self.size_bytes + len(view), "batch headers disagree with the bytes"
+        assert position == self.size_bytes + total, "batch headers disagree with the bytes"
         self.size_bytes = position
         self._dirty = True
 

@@ -8,6 +8,12 @@ import time
 import uuid
 
 import pytest
+
+from sparklog.broker.embedded import EmbeddedCluster
+from sparklog.protocol.api_versions import BROKER_APIS, ApiKey
+from sparklog.records import CompressionType, SimpleRecord, TimestampType, build_batch
+from sparklog.records.batch import CRC_OFFSET
+
 from .broker_wire import (
     batch,
     call,
@@ -26,11 +32,6 @@ from .broker_wire import (
     run,
 )
 from .conftest import TEST_CONFIG
-
-from sparklog.broker.embedded import EmbeddedCluster
-from sparklog.protocol.api_versions import BROKER_APIS, ApiKey
-from sparklog.records import CompressionType, SimpleRecord, TimestampType, build_batch
-from sparklog.records.batch import CRC_OFFSET
 
 NONE, OFFSET_OUT_OF_RANGE, CORRUPT_MESSAGE, UNKNOWN_TOPIC = 0, 1, 2, 3
 NOT_LEADER, MESSAGE_TOO_LARGE, INVALID_TOPIC = 6, 10, 17

@@ -383,7 +383,9 @@ def test_transactions_lso_and_aborted_index(tmp_path):
 def test_defaults_file_matches_controller_defaults():
     from sparklog.controller.configs import ControllerConfig
 
-    path = os.path.join(os.path.dirname(__file__), "..", "..", "..", "conf", "sparklog-defaults.conf")
+    path = os.path.join(
+        os.path.dirname(__file__), "..", "..", "..", "conf", "sparklog-defaults.conf"
+    )
     with open(path) as f:
         entries = dict(
             line.strip().split("=", 1) for line in f if line.strip() and not line.startswith("#")
@@ -398,3 +400,14 @@ def test_defaults_file_matches_controller_defaults():
     ):
         assert int(entries[name]) == getattr(defaults, name.replace(".", "_")), name
     assert entries["auto.create.topics.enable"] == str(defaults.auto_create_topics_enable).lower()
+
+
+def test_one_append_of_more_batches_than_pwritev_takes(tmp_path):
+    log = Log.open(tmp_path / "t-0", now_ms=NOW)
+    many = b"".join(batch([b"%d" % i]) for i in range(1500))  # 3000 pieces > IOV_MAX
+    info = log.append_as_leader(many, 2, NOW)
+    assert (info.first_offset, info.last_offset) == (0, 1499)
+    data = log.read(0, 1 << 30).records
+    assert len(data) == len(many)
+    assert values_of(data) == [b"%d" % i for i in range(1500)]
+    assert all(b.header.partition_leader_epoch == 2 and b.is_valid() for b in iter_batches(data))

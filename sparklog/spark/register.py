@@ -1,0 +1,129 @@
+"""`sparklog.register(spark)`: make `format("sparklog")` known to a SparkSession.
+
+Spark runs data sources in Python worker processes, which cannot see a cluster object that
+lives in the driver's Python process. So when `sparklog.start()` runs a cluster here, the
+class registered is a subclass of `SparkLogDataSource` that carries the cluster's bootstrap
+servers (cloudpickle ships such a class by value); registering again after a (re)start
+updates it.
+
+Spark's Kafka sink accepts `df.write.format("kafka").save()` in the default ErrorIfExists
+mode (appending), but Spark refuses that mode for every Python data source before the source
+is asked. So that such code runs unchanged with `format("sparklog")`, registering also makes
+PySpark's `DataFrameWriter.save` use mode "append" for format "sparklog" when the mode is
+the default or "error"/"errorifexists" (other formats are untouched).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+def data_source_class(bootstrap_servers: str | None = None) -> type:
+    """The data source class to register: bound to `bootstrap_servers` when given."""
+    from sparklog.spark.source import SparkLogDataSource
+
+    if not bootstrap_servers:
+        return SparkLogDataSource
+    return type(
+        "SparkLogDataSource",
+        (SparkLogDataSource,),
+        {
+            "__module__": __name__,
+            "__qualname__": "SparkLogDataSource.bound",  # not importable: pickled by value
+            "__doc__": f"format('sparklog') defaulting to {bootstrap_servers}",
+            "default_bootstrap_servers": bootstrap_servers,
+        },
+    )
+
+
+def register(spark: Any = None, *, bootstrap_servers: str | None = None) -> type:
+    """Register `format("sparklog")` with `spark` (default: the active session). Without
+    `bootstrap_servers`, a cluster `sparklog.start()` runs in this application is the
+    default for reads and writes that set no `kafka.bootstrap.servers`."""
+    from pyspark.sql import SparkSession
+
+    from sparklog.spark.cluster import active_cluster
+    from sparklog.spark.source import cluster_bootstrap
+
+    spark = spark if spark is not None else SparkSession.getActiveSession()
+    if spark is None:
+        raise RuntimeError(
+            "no active SparkSession to register format('sparklog') with: create one first, "
+            "or pass it: sparklog.register(spark)"
+        )
+    if bootstrap_servers is None:
+        cluster = active_cluster()
+        bootstrap_servers = cluster_bootstrap(cluster) if cluster is not None else None
+    cls = data_source_class(bootstrap_servers)
+    spark.dataSource.register(cls)
+    append_by_default()
+    log.info("registered format('sparklog') (default bootstrap: %s)", bootstrap_servers)
+    return cls
+
+
+def maybe_register_active_session() -> None:
+    """At `import sparklog`: register with the active session if pyspark is already loaded
+    (never imports pyspark, never creates a session, never fails the import)."""
+    import sys
+
+    if "pyspark.sql" not in sys.modules:
+        return
+    try:
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.getActiveSession()
+        if spark is not None:
+            register(spark)
+    except Exception as e:  # noqa: BLE001 - an import must not fail over a convenience
+        log.debug("could not register format('sparklog') at import: %s", e)
+
+
+_ERROR_MODES = frozenset({"error", "errorifexists", "default"})
+
+
+def append_by_default() -> None:
+    """Make `df.write.format("sparklog").save()` append, as Kafka's sink does (idempotent)."""
+    from pyspark.sql.readwriter import DataFrameWriter
+
+    if getattr(DataFrameWriter, "_sparklog_append_by_default", False):
+        return
+    from sparklog.spark.source import NAME
+
+    original_format = DataFrameWriter.format
+    original_mode = DataFrameWriter.mode
+    original_save = DataFrameWriter.save
+
+    @functools.wraps(original_format)
+    def format(self: Any, source: str) -> Any:  # noqa: A001 - PySpark's name
+        self._sparklog_format = str(source).lower()
+        return original_format(self, source)
+
+    @functools.wraps(original_mode)
+    def mode(self: Any, saveMode: str | None) -> Any:  # noqa: N803 - PySpark's name
+        if saveMode is not None:
+            self._sparklog_mode = str(saveMode).lower()
+        return original_mode(self, saveMode)
+
+    @functools.wraps(original_save)
+    def save(
+        self: Any,
+        path: str | None = None,
+        format: str | None = None,  # noqa: A002 - PySpark's name
+        mode: str | None = None,
+        partitionBy: Any = None,  # noqa: N803 - PySpark's name
+        **options: Any,
+    ) -> None:
+        source = (format or getattr(self, "_sparklog_format", "")).lower()
+        wanted = (mode or getattr(self, "_sparklog_mode", "error")).lower()
+        if source == NAME and wanted in _ERROR_MODES:
+            mode = "append"
+        return original_save(self, path, format, mode, partitionBy, **options)
+
+    DataFrameWriter.format = format
+    DataFrameWriter.mode = mode
+    DataFrameWriter.save = save
+    DataFrameWriter._sparklog_append_by_default = True

@@ -1,0 +1,157 @@
+"""The Spark data source `format("sparklog")`: Spark's Kafka connector, on sparklog (D10, D11).
+
+Code written for `format("kafka")` runs by changing the format name: same columns, same
+option names, same errors. Spark creates the data source, its readers and writers in Python
+workers (planning on the driver, `read`/`write` on executors), so everything is decided from
+the options and carried in picklable objects.
+
+Where to connect: `kafka.bootstrap.servers` when given; else the cluster that
+`sparklog.start(spark)` started in this application (its address is baked into the class
+that `sparklog.register` registers, since the workers are other processes than the one that
+started it); else an error naming both fixes.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from sparklog.spark.options import (
+    SinkOptions,
+    SourceOptions,
+    SparkLogOptionError,
+    parse_sink_options,
+    parse_source_options,
+)
+
+NAME = "sparklog"
+
+HEADERS_TYPE = ArrayType(
+    StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+)
+
+
+def source_schema(include_headers: bool = False) -> StructType:
+    """Spark's Kafka source schema (`KafkaRecordToRowConverter.kafkaSchema`)."""
+    fields = [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+    ]
+    if include_headers:
+        fields.append(StructField("headers", HEADERS_TYPE))
+    return StructType(fields)
+
+
+class SparkLogDataSource(DataSource):
+    """`spark.read/readStream/write/writeStream.format("sparklog")`."""
+
+    #: Set on the class `sparklog.register` registers when a cluster runs in this application.
+    default_bootstrap_servers: ClassVar[str | None] = None
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def _default_bootstrap(self) -> str | None:
+        if self.default_bootstrap_servers:
+            return self.default_bootstrap_servers
+        from sparklog.spark.cluster import active_cluster
+
+        cluster = active_cluster()
+        return cluster_bootstrap(cluster) if cluster is not None else None
+
+    def _source_options(self, streaming: bool | None) -> SourceOptions:
+        return parse_source_options(
+            self.options, streaming=streaming, default_bootstrap=self._default_bootstrap()
+        )
+
+    def _sink_options(self) -> SinkOptions:
+        return parse_sink_options(self.options, default_bootstrap=self._default_bootstrap())
+
+    def schema(self) -> StructType:
+        # General checks now, so a bad option fails at load(); mode-specific ones later.
+        options = self._source_options(streaming=None)
+        return source_schema(options.include_headers)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        from sparklog.spark.batch_reader import SparkLogBatchReader
+
+        options = self._source_options(streaming=False)
+        _check_read_schema(schema, options)
+        return SparkLogBatchReader(options)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from sparklog.spark.stream_reader import SparkLogStreamReader
+
+        options = self._source_options(streaming=True)
+        _check_read_schema(schema, options)
+        return SparkLogStreamReader(options)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from sparklog.spark.writer import SparkLogBatchWriter
+
+        return SparkLogBatchWriter(*self._checked_sink(schema, overwrite))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from sparklog.spark.writer import SparkLogStreamWriter
+
+        return SparkLogStreamWriter(*self._checked_sink(schema, overwrite))
+
+    def _checked_sink(
+        self, schema: StructType, overwrite: bool
+    ) -> tuple[SinkOptions, tuple[str, ...]]:
+        from sparklog.spark.writer import check_sink_schema, check_topics
+
+        if overwrite:
+            raise SparkLogOptionError(
+                "the sparklog sink only appends records, like Kafka's: save mode 'overwrite' "
+                "(or outputMode 'complete') is not supported; use mode('append')"
+            )
+        options = self._sink_options()
+        columns = check_sink_schema(schema, options)
+        if options.topic is not None:
+            check_topics(options, [options.topic])
+        return options, columns
+
+
+def _check_read_schema(schema: StructType, options: SourceOptions) -> None:
+    expected = source_schema(options.include_headers)
+    if [f.name for f in schema.fields] != [f.name for f in expected.fields] or [
+        f.dataType for f in schema.fields
+    ] != [f.dataType for f in expected.fields]:
+        raise SparkLogOptionError(
+            "the sparklog source has a fixed schema (Spark's Kafka source schema: "
+            f"{expected.simpleString()}); drop the .schema(...) call, and select or cast "
+            "columns after load()"
+        )
+
+
+def cluster_bootstrap(cluster: object) -> str | None:
+    """A running cluster's bootstrap list: its brokers, then its controller (which answers
+    Metadata too, so clients still find the brokers after they moved)."""
+    brokers = getattr(cluster, "bootstrap_servers", "") or ""
+    controller = getattr(getattr(cluster, "controller", None), "bootstrap", "") or ""
+    servers = [s for s in (*brokers.split(","), controller) if s]
+    return ",".join(dict.fromkeys(servers)) or None

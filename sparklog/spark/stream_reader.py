@@ -1,0 +1,199 @@
+"""Streaming reads: `spark.readStream.format("sparklog")` (Spark's `KafkaMicroBatchStream`).
+
+Theory of operation. Offsets are `{"topic": {"partition": next offset}}` JSON with topics and
+partitions in sorted order. Spark keeps one reader alive per query in a driver-side Python
+worker and asks it, per trigger:
+
+1. `latestOffset(start, limit)`: the partitions the subscription covers now (new topics of a
+   pattern and new partitions included; a new partition starts at its log start offset, a
+   partition that vanished is data loss), their end offsets (or, after
+   `prepareForTriggerAvailableNow`, the ends recorded then), cut down by the read limit:
+   `ReadAllAvailable` (Trigger.Once, or no limit options) takes everything; otherwise
+   `minOffsetsPerTrigger` holds the batch back until enough records arrived or
+   `maxTriggerDelay` passed, and `maxOffsetsPerTrigger` caps the records, spread over
+   partitions by backlog. PySpark has no CompositeReadLimit, so Spark's limit carries one
+   value and the other comes from the options.
+2. `partitions(start, end)`: ranges per partition, split like batch reads.
+3. `read(partition)` on executors: `partition_reader.read_range`.
+
+The offsets a batch covers are in Spark's checkpoint, so a restarted query re-plans the same
+ranges and reads the same records. `commit` has nothing to do: the query's position lives in
+its checkpoint, not in the cluster.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
+
+from sparklog.spark.batch_reader import plan_ranges, read_partition, to_input_partitions
+from sparklog.spark.offset_reader import OffsetReader
+from sparklog.spark.offsets import (
+    PartitionOffsets,
+    backlog,
+    from_json_dict,
+    rate_limit,
+    to_json_dict,
+)
+from sparklog.spark.options import SourceOptions
+from sparklog.spark.partition_reader import report_data_loss
+
+log = logging.getLogger(__name__)
+
+
+class SparkLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """One streaming query's view of its subscription (see the module docstring)."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._offsets: OffsetReader | None = None
+        self._latest: PartitionOffsets | None = None  # ends seen by the last latestOffset
+        self._available_now: PartitionOffsets | None = None
+        self._last_trigger_ms = 0.0  # Spark's lastTriggerMillis: the first trigger never waits
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Spark pickles the reader for `read()` on executors: leave the connections behind."""
+        return {"options": self.options}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["options"])
+
+    @property
+    def offsets(self) -> OffsetReader:
+        if self._offsets is None:
+            self._offsets = OffsetReader(self.options)
+        return self._offsets
+
+    # ------------------------------------------------------------------ offsets
+
+    def initialOffset(self) -> dict:
+        tps = self.offsets.partitions()
+        start = self.offsets.resolve(self.options.starting, tps, starting=True)
+        log.info("initial offsets %s", start)
+        return to_json_dict(start)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_offsets_per_trigger is not None:
+            return ReadMaxRows(self.options.max_offsets_per_trigger)
+        if self.options.min_offsets_per_trigger is not None:
+            return ReadMinRows(self.options.min_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Trigger.AvailableNow: what exists now is all this query run will read."""
+        tps = self.offsets.partitions()
+        self._available_now = self.offsets.latest(tps)
+        log.info("Trigger.AvailableNow reads up to %s", self._available_now)
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        begin = self._current_start(from_json_dict(start))
+        latest = self._ends(begin)
+        self._latest = latest
+        if isinstance(limit, ReadAllAvailable) or not isinstance(limit, ReadLimit):
+            end = latest
+        else:
+            end = self._limited(begin, latest, limit)
+            if end is None:
+                return start
+        if end == from_json_dict(start):
+            return start
+        return to_json_dict(end)
+
+    def _current_start(self, start: PartitionOffsets) -> PartitionOffsets:
+        """`start` for the partitions that exist now: new ones from their log start; ones that
+        vanished are reported as data loss."""
+        tps = self.offsets.partitions()
+        if self._available_now is not None:
+            tps = [tp for tp in tps if tp in self._available_now]
+        gone = sorted(set(start) - set(tps))
+        if gone:
+            report_data_loss(
+                self.options.fail_on_data_loss,
+                "partitions " + ", ".join(f"{t}-{p}" for t, p in gone) + " are gone",
+            )
+        new = [tp for tp in tps if tp not in start]
+        if new:
+            log.info("new partitions %s start at their log start offset", new)
+        fresh = self.offsets.earliest(new)
+        return {tp: start[tp] if tp in start else fresh[tp] for tp in tps}
+
+    def _ends(self, begin: PartitionOffsets) -> PartitionOffsets:
+        if self._available_now is not None:
+            return {tp: max(self._available_now[tp], begin[tp]) for tp in begin}
+        # An end below the start (a truncated or recreated partition) is passed on:
+        # partitions() reports it as data loss and the next batch starts from there.
+        return self.offsets.latest(list(begin))
+
+    def _limited(
+        self, begin: PartitionOffsets, latest: PartitionOffsets, limit: ReadLimit
+    ) -> PartitionOffsets | None:
+        """Apply the read limit (and the limit option PySpark could not pass along); None
+        means: hold this batch back (minOffsetsPerTrigger)."""
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        min_rows = limit.min_rows if isinstance(limit, ReadMinRows) else None
+        max_rows = max_rows if max_rows is not None else self.options.max_offsets_per_trigger
+        min_rows = min_rows if min_rows is not None else self.options.min_offsets_per_trigger
+        if (
+            min_rows is not None
+            and self._available_now is None
+            and self._delay(begin, latest, min_rows)
+        ):
+            return None
+        if max_rows is not None:
+            return rate_limit(begin, latest, max_rows)
+        return latest
+
+    def _delay(self, begin: PartitionOffsets, latest: PartitionOffsets, min_rows: int) -> bool:
+        """Spark's `delayBatch`: wait for `min_rows` records, at most `maxTriggerDelay`."""
+        now_ms = time.time() * 1000
+        if now_ms - self._last_trigger_ms >= self.options.max_trigger_delay_ms:
+            self._last_trigger_ms = now_ms
+            return False
+        if backlog(begin, latest) < min_rows:
+            return True
+        self._last_trigger_ms = now_ms
+        return False
+
+    def reportLatestOffset(self) -> dict | None:
+        return None if self._latest is None else to_json_dict(self._latest)
+
+    # -------------------------------------------------------------- partitions
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        begin = from_json_dict(start)
+        until = from_json_dict(end)
+        new = [tp for tp in until if tp not in begin]
+        if new:
+            begin.update(self.offsets.earliest(new))
+            for tp in new:
+                if begin[tp] > until[tp]:  # the new partition lost records since latestOffset
+                    report_data_loss(
+                        self.options.fail_on_data_loss,
+                        f"Cannot fetch offsets [{until[tp]}, {begin[tp]}) of new partition "
+                        f"{tp[0]}-{tp[1]}",
+                    )
+                    begin[tp] = until[tp]
+        return to_input_partitions(plan_ranges(begin, until, self.options), self.options)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return read_partition(partition)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to do: the query's offsets live in its checkpoint."""
+
+    def stop(self) -> None:
+        if self._offsets is not None:
+            self._offsets.close()
+            self._offsets = None

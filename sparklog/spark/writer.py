@@ -1,0 +1,314 @@
+"""Writes: `df.write.format("sparklog")` and `df.writeStream.format("sparklog")` (Spark's
+`KafkaWriter` / `KafkaSink`).
+
+Columns as in Spark's Kafka sink: `value` (string or binary, required), `key` (string or
+binary), `headers` (array<struct<key: string, value: binary>>), `topic` (string; the `topic`
+option overrides it), `partition` (int; null or absent lets the producer pick: murmur2 of the
+key, sticky for null keys). sparklog also honours a `timestamp` column of a timestamp type as
+the records' CreateTime, so a read-then-write keeps timestamps; without one records get the
+time they are sent. Other columns (and a `timestamp` of another type) are ignored, as Kafka's
+sink ignores them.
+
+The schema and a fixed topic are checked on the driver (`check_sink_schema`, `check_topics`)
+before any task runs; a task checks each topic of a `topic` column before it sends the
+first record to it. Each task sends its Arrow batches with one producer's `send_arrow`
+(encoded vectorized, no Python per row), grouped by topic, and waits for every
+acknowledgement before it reports success: at-least-once. Exactly-once (transactions
+committed by the driver per micro-batch) comes with transactions.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    StringType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+from sparklog.spark.client_pool import PRODUCERS
+from sparklog.spark.options import SinkOptions, SparkLogOptionError, check_topic_name
+
+log = logging.getLogger(__name__)
+
+UNKNOWN_TOPIC_OR_PARTITION = 3
+INVALID_TOPIC_EXCEPTION = 17
+
+
+class SparkLogSchemaError(SparkLogOptionError):
+    """The DataFrame to write does not have the columns the sink needs."""
+
+
+class UnknownTopicError(SparkLogOptionError):
+    """A topic to write to does not exist and the cluster does not create topics on demand."""
+
+
+# ------------------------------------------------------------------------- checks (driver)
+
+
+def check_sink_schema(schema: StructType, options: SinkOptions) -> tuple[str, ...]:
+    """Spark's `KafkaWriter.validateQuery`: fail before any record is sent. Returns the
+    columns the tasks send (besides `topic`)."""
+    types = {f.name: f.dataType for f in schema.fields}
+    if "value" not in types:
+        raise SparkLogSchemaError(
+            f"Required attribute 'value' not found: the DataFrame has columns "
+            f"{list(types)}; add a string or binary 'value' column"
+        )
+    for name in ("key", "value"):
+        if name in types and not isinstance(types[name], StringType | BinaryType):
+            raise SparkLogSchemaError(
+                f"{name} attribute type must be a StringType or BinaryType, got "
+                f"{types[name].simpleString()}; cast it, e.g. CAST({name} AS STRING)"
+            )
+    if options.topic is None:
+        if "topic" not in types:
+            raise SparkLogSchemaError(
+                "topic option required when no 'topic' attribute is present. Use the topic "
+                "option for setting a topic."
+            )
+        if not isinstance(types["topic"], StringType):
+            raise SparkLogSchemaError(
+                f"topic attribute type must be a StringType, got {types['topic'].simpleString()}"
+            )
+    if "partition" in types and not isinstance(types["partition"], IntegerType):
+        raise SparkLogSchemaError(
+            f"partition attribute type must be an IntegerType, got "
+            f"{types['partition'].simpleString()}; cast it, e.g. CAST(partition AS INT)"
+        )
+    if "headers" in types and not _is_headers_type(types["headers"]):
+        raise SparkLogSchemaError(
+            f"headers attribute type must be array<struct<key:string,value:binary>>, got "
+            f"{types['headers'].simpleString()}"
+        )
+    timestamp = isinstance(types.get("timestamp"), TimestampType | TimestampNTZType)
+    if "timestamp" in types and not timestamp:
+        log.info("column 'timestamp' (%s) is not a timestamp: ignored", types["timestamp"])
+    return tuple(
+        name
+        for name in ("key", "value", "headers", "partition", "timestamp")
+        if name in types and (name != "timestamp" or timestamp)
+    )
+
+
+def _is_headers_type(t: Any) -> bool:
+    if not isinstance(t, ArrayType) or not isinstance(t.elementType, StructType):
+        return False
+    fields = t.elementType.fields
+    return (
+        len(fields) == 2
+        and fields[0].name == "key"
+        and isinstance(fields[0].dataType, StringType)
+        and fields[1].name == "value"
+        and isinstance(fields[1].dataType, BinaryType)
+    )
+
+
+# Topics found to exist, per bootstrap, with when: later tasks in this worker skip the check.
+_KNOWN_TOPICS: dict[tuple[str, str], float] = {}
+KNOWN_TOPIC_TTL_S = 60.0
+
+
+def check_topics(options: SinkOptions, topics: Iterable[str]) -> None:
+    """Each topic exists, or the cluster created it on demand (auto.create.topics.enable)."""
+    from sparklog.client.config import producer_config
+    from sparklog.client.metadata import Metadata
+    from sparklog.client.network import NetworkClient
+
+    now = time.monotonic()
+    wanted = sorted(
+        t
+        for t in set(topics)
+        if now - _KNOWN_TOPICS.get((options.bootstrap_servers, t), -KNOWN_TOPIC_TTL_S)
+        >= KNOWN_TOPIC_TTL_S
+    )
+    if not wanted:
+        return
+    for topic in wanted:
+        check_topic_name(topic, "column 'topic'")
+    config = producer_config(options.producer_config())
+    network = NetworkClient(config)
+    try:
+        response = Metadata(network, config, allow_auto_create=True).request_metadata(wanted)
+    finally:
+        network.close()
+    for t in response.topics:
+        code = int(t.error_code)
+        if code == UNKNOWN_TOPIC_OR_PARTITION:
+            raise UnknownTopicError(
+                f"topic {t.name!r} does not exist and the cluster does not create topics on "
+                "demand (auto.create.topics.enable=false): create it first, or write to an "
+                "existing topic (the 'topic' option or column)"
+            )
+        if code == INVALID_TOPIC_EXCEPTION:
+            check_topic_name(t.name, "topic")  # raises; the broker may know more rules
+            raise UnknownTopicError(f"the cluster refuses topic name {t.name!r}")
+    for topic in wanted:
+        _KNOWN_TOPICS[(options.bootstrap_servers, topic)] = now
+
+
+# ------------------------------------------------------------------------- task side
+
+
+@dataclass(frozen=True)
+class SparkLogCommitMessage(WriterCommitMessage):
+    """What one write task sent: records, and per (topic, partition) the last offset."""
+
+    records: int
+    last_offsets: tuple[tuple[str, int, int], ...] = ()
+
+
+class _TaskWriter:
+    """Sends one task's Arrow batches through one producer (leased from the pool)."""
+
+    def __init__(self, options: SinkOptions, columns: tuple[str, ...], producer: Any) -> None:
+        self.options = options
+        self.columns = list(columns)
+        self.records = 0
+        self.producer = producer
+        self._futures: list[Any] = []
+        # A fixed topic was checked on the driver before the tasks started.
+        self._checked: set[str] = {options.topic} if options.topic is not None else set()
+        self._last: dict[tuple[str, int], int] = {}
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0:
+            return
+        groups = list(self._by_topic(batch))
+        unchecked = [topic for topic, _ in groups if topic not in self._checked]
+        if unchecked:  # every topic of the batch, before any of its records is sent
+            check_topics(self.options, unchecked)
+            self._checked.update(unchecked)
+        for topic, rows in groups:
+            for part in _by_partition_presence(rows):
+                self._futures.append(self.producer.send_arrow(topic, part))
+            self.records += rows.num_rows
+        self._reap(block=False)
+
+    def _by_topic(self, batch: pa.RecordBatch) -> Iterator[tuple[str, pa.RecordBatch]]:
+        columns = self.columns
+        if self.options.topic is not None:
+            yield self.options.topic, batch.select(columns)
+            return
+        topics = batch.column("topic")
+        if topics.null_count:
+            raise SparkLogSchemaError(
+                "null topic present in the data. Use the topic option for setting a topic."
+            )
+        unique = pc.unique(topics).to_pylist()
+        if len(unique) == 1:
+            yield unique[0], batch.select(columns)
+            return
+        for topic in sorted(unique):
+            yield topic, batch.filter(pc.equal(topics, topic)).select(columns)
+
+    def _reap(self, *, block: bool) -> None:
+        """Collect finished sends; the first failure fails the task."""
+        pending = []
+        for future in self._futures:
+            if block or future.done():
+                for m in future.result():
+                    tp = (m.topic, m.partition)
+                    last = m.base_offset + m.record_count - 1
+                    self._last[tp] = max(self._last.get(tp, -1), last)
+            else:
+                pending.append(future)
+        self._futures = pending
+
+    def finish(self) -> SparkLogCommitMessage:
+        self.producer.flush()
+        self._reap(block=True)
+        last = tuple((t, p, o) for (t, p), o in sorted(self._last.items()))
+        return SparkLogCommitMessage(self.records, last)
+
+
+def _by_partition_presence(rows: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
+    """Rows with an explicit partition, then rows the partitioner places (null partition)."""
+    if "partition" not in rows.schema.names:
+        yield rows
+        return
+    partitions = rows.column("partition")
+    if partitions.null_count == 0:
+        yield rows
+        return
+    placed = rows.drop_columns(["partition"])
+    if partitions.null_count == rows.num_rows:
+        yield placed
+        return
+    explicit = partitions.is_valid()
+    yield rows.filter(explicit)
+    yield placed.filter(pc.invert(explicit))
+
+
+def write_task(
+    options: SinkOptions, columns: tuple[str, ...], iterator: Iterator[pa.RecordBatch]
+) -> SparkLogCommitMessage:
+    """The body of one write task: send everything, wait for every acknowledgement."""
+    with PRODUCERS.lease(options.producer_config()) as producer:
+        writer = _TaskWriter(options, columns, producer)
+        for batch in iterator:
+            writer.write(batch)
+        return writer.finish()
+
+
+def _total(messages: list[WriterCommitMessage | None]) -> int:
+    return sum(m.records for m in messages if isinstance(m, SparkLogCommitMessage))
+
+
+class SparkLogBatchWriter(DataSourceArrowWriter):
+    """`df.write.format("sparklog")`: append every row as a record."""
+
+    def __init__(self, options: SinkOptions, columns: tuple[str, ...]) -> None:
+        self.options = options
+        self.columns = columns  # what check_sink_schema found to send
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SparkLogCommitMessage:
+        return write_task(self.options, self.columns, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        log.info("sparklog write committed: %d records", _total(messages))
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        log.warning(
+            "sparklog write aborted; %d records of successful tasks stay in the log "
+            "(at-least-once)",
+            _total(messages),
+        )
+
+
+class SparkLogStreamWriter(DataSourceStreamArrowWriter):
+    """`df.writeStream.format("sparklog")`: at-least-once per micro-batch."""
+
+    def __init__(self, options: SinkOptions, columns: tuple[str, ...]) -> None:
+        self.options = options
+        self.columns = columns  # what check_sink_schema found to send
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SparkLogCommitMessage:
+        return write_task(self.options, self.columns, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        log.info("sparklog batch %d committed: %d records", batchId, _total(messages))
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        log.warning(
+            "sparklog batch %d aborted; %d records of successful tasks stay in the log "
+            "(at-least-once: a retry may write them again)",
+            batchId,
+            _total(messages),
+        )
