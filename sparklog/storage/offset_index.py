@@ -24,6 +24,7 @@ __all__ = [
     "InvalidOffsetError",
     "OffsetIndex",
     "OffsetPosition",
+    "SortedIndexFile",
 ]
 
 DEFAULT_MAX_INDEX_SIZE_BYTES = 10 * 1024 * 1024  # segment.index.bytes
@@ -151,7 +152,38 @@ class IndexFile:
         self.path = new_path
 
 
-class OffsetIndex(IndexFile):
+class SortedIndexFile(IndexFile):
+    """An index whose entries are sorted by relative offset, kept as parallel arrays
+    (`_columns()`, the first being `_relative_offsets`): shared truncation of the offset and
+    time indexes."""
+
+    _relative_offsets: array
+
+    def _columns(self) -> tuple[array, ...]:
+        raise NotImplementedError
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove the entries with offset >= `offset`."""
+        self._truncate_to_entries(bisect_left(self._relative_offsets, offset - self.base_offset))
+
+    def truncate(self) -> None:
+        """Remove all entries."""
+        self._truncate_to_entries(0)
+
+    def reset(self) -> None:
+        """Remove all entries (Kafka's `reset`, used before rebuilding the index)."""
+        self._truncate_to_entries(0)
+
+    def _truncate_to_entries(self, count: int) -> None:
+        size_bytes = count * self.entry_size_bytes
+        if count >= len(self._relative_offsets) and size_bytes == self._file_size_bytes:
+            return
+        self._truncate_file(size_bytes)
+        for column in self._columns():
+            del column[count:]
+
+
+class OffsetIndex(SortedIndexFile):
     """Maps offsets to byte positions in a segment's `.log`; sparse (one entry per
     `index.interval.bytes` of appended batches).
 
@@ -256,25 +288,8 @@ class OffsetIndex(IndexFile):
         slot = bisect_left(self._positions, fetch_position + fetch_size_bytes)
         return self.entry(slot) if slot < self.entries_count else None
 
-    def truncate_to(self, offset: int) -> None:
-        """Remove the entries with offset >= `offset`."""
-        self._truncate_to_entries(bisect_left(self._relative_offsets, offset - self.base_offset))
-
-    def truncate(self) -> None:
-        """Remove all entries."""
-        self._truncate_to_entries(0)
-
-    def reset(self) -> None:
-        """Remove all entries (Kafka's `reset`, used before rebuilding the index)."""
-        self._truncate_to_entries(0)
-
-    def _truncate_to_entries(self, count: int) -> None:
-        size_bytes = count * self.entry_size_bytes
-        if count >= self.entries_count and size_bytes == self._file_size_bytes:
-            return
-        self._truncate_file(size_bytes)
-        del self._relative_offsets[count:]
-        del self._positions[count:]
+    def _columns(self) -> tuple[array, ...]:
+        return (self._relative_offsets, self._positions)
 
     def sanity_check(self) -> None:
         """Raise `CorruptIndexError` if the file is torn or its entries break the invariants."""

@@ -140,19 +140,8 @@ class LogSegment:
         total = _write_all(self._fd, pieces, self.size_bytes)
         position = self.size_bytes
         for header in batches:
-            if header.max_timestamp > self.max_timestamp_so_far:
-                self.max_timestamp_so_far = header.max_timestamp
-                self.offset_of_max_timestamp_so_far = header.last_offset
-            if self.rolling_based_timestamp is None:
-                self.rolling_based_timestamp = header.max_timestamp
-            if self._bytes_since_last_index_entry > self.config.index_interval_bytes:
-                self.offset_index.append(header.last_offset, position)
-                self.time_index.maybe_append(
-                    self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far
-                )
-                self._bytes_since_last_index_entry = 0
+            self.append_indexes_only(header, position)
             position += header.size_in_bytes
-            self._bytes_since_last_index_entry += header.size_in_bytes
         assert position == self.size_bytes + total, "batch headers disagree with the bytes"
         self.size_bytes = position
         self._dirty = True
@@ -339,7 +328,7 @@ class LogSegment:
         return header, raw
 
     def append_indexes_only(self, header: BatchHeader, position: int) -> None:
-        """Index a batch already in the file (recovery)."""
+        """Index a batch written at `position` (appends, and recovery of a file)."""
         if header.max_timestamp > self.max_timestamp_so_far:
             self.max_timestamp_so_far = header.max_timestamp
             self.offset_of_max_timestamp_so_far = header.last_offset

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import struct
 from array import array
-from bisect import bisect_left, bisect_right
+from bisect import bisect_right
 from typing import NamedTuple
 
 import numpy as np
@@ -13,8 +13,8 @@ import numpy as np
 from sparklog.storage.offset_index import (
     DEFAULT_MAX_INDEX_SIZE_BYTES,
     CorruptIndexError,
-    IndexFile,
     InvalidOffsetError,
+    SortedIndexFile,
 )
 
 __all__ = ["NO_TIMESTAMP", "TimeIndex", "TimestampOffset"]
@@ -31,7 +31,7 @@ class TimestampOffset(NamedTuple):
     offset: int
 
 
-class TimeIndex(IndexFile):
+class TimeIndex(SortedIndexFile):
     """Maps timestamps to offsets in a segment: entry (T, O) says the largest timestamp seen
     before offset O is T, so any record with a timestamp above T comes at or after O.
 
@@ -134,25 +134,8 @@ class TimeIndex(IndexFile):
             return TimestampOffset(NO_TIMESTAMP, self.base_offset)
         return self.entry(slot)
 
-    def truncate_to(self, offset: int) -> None:
-        """Remove the entries with offset >= `offset`."""
-        self._truncate_to_entries(bisect_left(self._relative_offsets, offset - self.base_offset))
-
-    def truncate(self) -> None:
-        """Remove all entries."""
-        self._truncate_to_entries(0)
-
-    def reset(self) -> None:
-        """Remove all entries (Kafka's `reset`, used before rebuilding the index)."""
-        self._truncate_to_entries(0)
-
-    def _truncate_to_entries(self, count: int) -> None:
-        size_bytes = count * self.entry_size_bytes
-        if count >= self.entries_count and size_bytes == self._file_size_bytes:
-            return
-        self._truncate_file(size_bytes)
-        del self._timestamps[count:]
-        del self._relative_offsets[count:]
+    def _columns(self) -> tuple[array, ...]:
+        return (self._relative_offsets, self._timestamps)
 
     def sanity_check(self) -> None:
         """Raise `CorruptIndexError` if the file is torn or its entries break the invariants."""
