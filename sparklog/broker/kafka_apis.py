@@ -145,6 +145,7 @@ class KafkaApis:
             ApiKey.INIT_PRODUCER_ID: self.handle_init_producer_id,
             ApiKey.DELETE_RECORDS: self.handle_delete_records,
             ApiKey.DESCRIBE_CLUSTER: self.handle_describe_cluster,
+            ApiKey.FIND_COORDINATOR: self.handle_find_coordinator,
             ApiKey.DESCRIBE_CONFIGS: admin.handle_describe_configs,
             ApiKey.CREATE_TOPICS: admin.handle_forwarded,
             ApiKey.DELETE_TOPICS: admin.handle_forwarded,
@@ -309,6 +310,33 @@ class KafkaApis:
         return kio_build.response(
             request, {"throttle_time": 0, "topics": group_by_topic(items, "name")}
         )
+
+    # -- coordinators -------------------------------------------------------------------------
+
+    async def handle_find_coordinator(self, request: Request) -> Any:
+        """No group or transaction coordinator yet: COORDINATOR_NOT_AVAILABLE (retriable), as a
+        Kafka cluster answers while its coordinators load. Served at all because librdkafka
+        turns on lz4 only for brokers that list FindCoordinator."""
+        message = "sparklog does not serve consumer groups or transactions yet; use assign()"
+        error = {
+            "error_code": CoordinatorNotAvailableError.code,
+            "error_message": message,
+            "node_id": -1,
+            "host": "",
+            "port": -1,
+        }
+        body = request.body
+        if request.api_version >= 4:
+            keys = body.coordinator_keys
+            return kio_build.response(
+                request,
+                {"throttle_time": 0, "coordinators": [{"key": k, **error} for k in keys]},
+            )
+        answer = {"throttle_time": 0, **error}
+        if request.api_version == 0:
+            answer.pop("throttle_time")
+            answer.pop("error_message")
+        return kio_build.response(request, answer)
 
     # -- producer ids -------------------------------------------------------------------------
 

@@ -71,6 +71,7 @@ BROKER_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
         ApiKey.CREATE_PARTITIONS: (0, 3),
         ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
         ApiKey.DESCRIBE_CLUSTER: (0, 1),
+        ApiKey.FIND_COORDINATOR: (0, 4),
     }
 )
 

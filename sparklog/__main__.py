@@ -1,0 +1,7 @@
+"""`python -m sparklog ...` (see `sparklog.cli`)."""
+
+import sys
+
+from sparklog.cli import main
+
+sys.exit(main())
