@@ -44,8 +44,8 @@ test-fast: $(STAMP) kcat
 	$(PY) -m pytest -m "not slow" -q
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check sparklog tests jobs
-	$(VENV)/bin/ruff format --check sparklog tests jobs
+	$(VENV)/bin/ruff check sparklog tests jobs notebooks
+	$(VENV)/bin/ruff format --check sparklog tests jobs notebooks
 
 bench: $(STAMP)
 	$(PY) jobs/bench_records.py

@@ -2,8 +2,9 @@
 
 `sparklog.start(spark, brokers=N)` runs a cluster in this Spark application and
 `sparklog.register(spark)` makes `format("sparklog")` known to a session (done automatically
-by `start`, and at import when a SparkSession is already active). Importing sparklog does not
-import pyspark.
+by `start`, and at import when a SparkSession is already active). `sparklog.topics_df(spark)`,
+`offsets_df`, `brokers_df` and `query_lag_df` are small DataFrames to `display()` in a notebook.
+Importing sparklog does not import pyspark.
 """
 
 from __future__ import annotations
@@ -27,6 +28,18 @@ def start(spark: Any, brokers: int = 1, **kwargs: Any) -> Any:
     cluster = _start(spark, brokers, **kwargs)
     _register(spark)
     return cluster
+
+
+_NOTEBOOK_VIEWS = frozenset({"topics_df", "offsets_df", "brokers_df", "query_lag_df"})
+
+
+def __getattr__(name: str) -> Any:
+    """The notebook views (`sparklog.topics_df` ...), loaded on first use."""
+    if name in _NOTEBOOK_VIEWS:
+        from sparklog.spark import notebook
+
+        return getattr(notebook, name)
+    raise AttributeError(f"module 'sparklog' has no attribute {name!r}")
 
 
 def _register_at_import() -> None:
