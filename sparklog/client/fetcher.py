@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -406,6 +407,7 @@ class Fetcher:
         return pa.Table.from_batches(parts).combine_chunks().to_batches()[0]
 
 
+@cache  # called for every poll_arrow batch; schemas are immutable
 def arrow_schema(include_headers: bool) -> pa.Schema:
     """The schema of `poll_arrow()` batches (Spark's Kafka source columns)."""
     fields = [
@@ -422,6 +424,7 @@ def arrow_schema(include_headers: bool) -> pa.Schema:
     return pa.schema(fields)
 
 
+@cache  # a poll that finds nothing returns this immutable batch
 def _empty(include_headers: bool) -> pa.RecordBatch:
     schema = arrow_schema(include_headers)
     return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in schema], schema=schema)

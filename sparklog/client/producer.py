@@ -234,16 +234,11 @@ class KafkaProducer:
             n for n in ("key", "value", "timestamp", "headers") if n in record_batch.schema.names
         ]
         data = record_batch.select(columns)
-        order = np.argsort(partitions, kind="stable")
-        sorted_parts = partitions[order]
-        bounds = np.flatnonzero(np.diff(sorted_parts)) + 1
         max_batch_bytes = max(c["batch.size"], c["max.request.size"] - _REQUEST_OVERHEAD_BYTES)
         aggregate = _Aggregate()
         encoded: list[tuple[int, bytes]] = []
         wall_ms = int(time.time() * 1000)
-        for rows in np.split(order, bounds) if len(order) else []:
-            p = int(partitions[rows[0]])
-            part = data.take(pa.array(rows))
+        for p, part in _by_partition(data, partitions):
             for raw in build_batches(
                 part, now_ms=wall_ms, compression=self._compression, max_batch_bytes=max_batch_bytes
             ):
@@ -385,6 +380,28 @@ class _Aggregate:
                 )
 
         return complete
+
+
+def _by_partition(
+    data: pa.RecordBatch | pa.Table, partitions: np.ndarray
+) -> list[tuple[int, pa.RecordBatch | pa.Table]]:
+    """(partition, its rows in their original order) for each partition present: one stable
+    sort and one `take` for all partitions (none when all rows go to one), then slices."""
+    if not len(partitions):
+        return []
+    first = int(partitions[0])
+    if (partitions == first).all():
+        return [(first, data)]
+    # Stable argsort of 16-bit keys is a radix sort: about 4x faster than on int32.
+    keys = partitions.astype(np.int16) if int(partitions.max()) < 1 << 15 else partitions
+    order = np.argsort(keys, kind="stable")
+    sorted_parts = partitions[order]
+    starts = [0, *(np.flatnonzero(np.diff(sorted_parts)) + 1).tolist(), len(order)]
+    rows = data.take(pa.array(order))
+    return [
+        (int(sorted_parts[lo]), rows.slice(lo, hi - lo))
+        for lo, hi in zip(starts[:-1], starts[1:], strict=True)
+    ]
 
 
 def _byte_lengths(batch: pa.RecordBatch | pa.Table, name: str) -> np.ndarray:
