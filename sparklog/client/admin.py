@@ -301,34 +301,45 @@ class AdminClient:
             "validate_only": validate_only,
         }
 
+        self._controller_call(
+            ApiKey.CREATE_TOPICS,
+            fields,
+            timeout_ms,
+            lambda r: ((t.name, t.error_code, t.error_message) for t in r.topics),
+            "topic",
+        )
+        self._metadata.request_update()
+
+    def _controller_call(
+        self,
+        api_key: ApiKey,
+        fields: dict[str, Any],
+        timeout_ms: int | None,
+        results: Callable[[Any], Iterable[tuple[str, Any, str | None]]],
+        what: str,
+    ) -> None:
+        """Send an admin request to the controller (retrying retriable errors until the
+        deadline) and raise the first per-item error its response carries."""
+
         def attempt() -> None:
-            response = self._request(
-                self._controller_node(), ApiKey.CREATE_TOPICS, fields, timeout_ms
-            )
-            _raise_first(
-                ((t.name, t.error_code, t.error_message) for t in response.topics), "topic"
-            )
+            response = self._request(self._controller_node(), api_key, fields, timeout_ms)
+            _raise_first(results(response), what)
 
         self._retry(self._deadline(timeout_ms), attempt)
-        self._metadata.request_update()
 
     def delete_topics(self, names: Iterable[str], *, timeout_ms: int | None = None) -> None:
         """Delete topics; raises the first error (UnknownTopicOrPartitionError when missing)."""
         fields = {"topic_names": list(names), "timeout": self._timeout_field(timeout_ms)}
 
-        def attempt() -> None:
-            response = self._request(
-                self._controller_node(), ApiKey.DELETE_TOPICS, fields, timeout_ms
-            )
-            _raise_first(
-                (
-                    (r.name, r.error_code, getattr(r, "error_message", None))
-                    for r in response.responses
-                ),
-                "topic",
-            )
-
-        self._retry(self._deadline(timeout_ms), attempt)
+        self._controller_call(
+            ApiKey.DELETE_TOPICS,
+            fields,
+            timeout_ms,
+            lambda r: (
+                (x.name, x.error_code, getattr(x, "error_message", None)) for x in r.responses
+            ),
+            "topic",
+        )
         self._metadata.request_update()
 
     def list_topics(
@@ -372,15 +383,13 @@ class AdminClient:
             "validate_only": validate_only,
         }
 
-        def attempt() -> None:
-            response = self._request(
-                self._controller_node(), ApiKey.CREATE_PARTITIONS, fields, timeout_ms
-            )
-            _raise_first(
-                ((r.name, r.error_code, r.error_message) for r in response.results), "topic"
-            )
-
-        self._retry(self._deadline(timeout_ms), attempt)
+        self._controller_call(
+            ApiKey.CREATE_PARTITIONS,
+            fields,
+            timeout_ms,
+            lambda r: ((x.name, x.error_code, x.error_message) for x in r.results),
+            "topic",
+        )
         self._metadata.request_update()
 
     # ----------------------------------------------------------------- configs
@@ -457,16 +466,13 @@ class AdminClient:
             )
         fields = {"resources": resources, "validate_only": validate_only}
 
-        def attempt() -> None:
-            response = self._request(
-                self._controller_node(), ApiKey.INCREMENTAL_ALTER_CONFIGS, fields, timeout_ms
-            )
-            _raise_first(
-                ((r.resource_name, r.error_code, r.error_message) for r in response.responses),
-                "resource",
-            )
-
-        self._retry(self._deadline(timeout_ms), attempt)
+        self._controller_call(
+            ApiKey.INCREMENTAL_ALTER_CONFIGS,
+            fields,
+            timeout_ms,
+            lambda r: ((x.resource_name, x.error_code, x.error_message) for x in r.responses),
+            "resource",
+        )
 
     # ----------------------------------------------------------------- offsets
 
