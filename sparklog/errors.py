@@ -115,6 +115,8 @@ InvalidUpdateVersionError = _error("InvalidUpdateVersionError", 95)
 DuplicateBrokerRegistrationError = _error("DuplicateBrokerRegistrationError", 101)
 BrokerIdNotRegisteredError = _error("BrokerIdNotRegisteredError", 102)
 InconsistentClusterIdError = _error("InconsistentClusterIdError", 104)
+NewLeaderElectedError = _error("NewLeaderElectedError", 106)
+IneligibleReplicaError = _error("IneligibleReplicaError", 107)
 
 
 def error_for_code(code: int) -> type[KafkaError]:

@@ -1,10 +1,11 @@
 """Admin APIs on a broker: forwarding to the controller, DescribeConfigs, topic auto-creation.
 
-CreateTopics, DeleteTopics, CreatePartitions, AlterConfigs and IncrementalAlterConfigs are sent
-to the controller as they came (Kafka's forwarding, KIP-590); before the controller's answer is
-returned the broker waits until its own image holds everything the controller has written
-(architecture.md §3), so a client that creates a topic through any broker sees it in that
-broker's Metadata right after. DescribeConfigs is answered from the broker's image with the
+CreateTopics, DeleteTopics, CreatePartitions, AlterConfigs, IncrementalAlterConfigs,
+AlterPartitionReassignments and ListPartitionReassignments are sent to the controller as they
+came (Kafka's forwarding, KIP-590); before the controller's answer is returned the broker waits
+until its own image holds everything the controller has written (architecture.md §3), so a
+client that creates a topic through any broker sees it in that broker's Metadata right after.
+DescribeConfigs is answered from the broker's image with the
 controller's own describe functions, so both answer alike.
 """
 
@@ -250,6 +251,12 @@ def forward_error_response(request: Request, code: int, message: str) -> Any:
                 {"name": t.name, "error_code": code, "error_message": message} for t in body.topics
             ]
         }
+    elif key == ApiKey.ALTER_PARTITION_REASSIGNMENTS:
+        data = {"error_code": code, "error_message": message, "responses": []}
+    elif key == ApiKey.ELECT_LEADERS:
+        data = {"error_code": code, "replica_election_results": []}
+    elif key == ApiKey.LIST_PARTITION_REASSIGNMENTS:
+        data = {"error_code": code, "error_message": message, "topics": []}
     else:  # AlterConfigs, IncrementalAlterConfigs
         data = {
             "responses": [

@@ -13,10 +13,12 @@ import asyncio
 import contextlib
 import logging
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sparklog.broker import kio_build
+from sparklog.controller.alter_partition import IsrChange, IsrChangeOutcome
 from sparklog.errors import error_for_code
 from sparklog.protocol import codec
 from sparklog.protocol.api_versions import ApiKey
@@ -37,6 +39,7 @@ _VERSIONS = {
     ApiKey.BROKER_HEARTBEAT: (0, 1),
     ApiKey.ALLOCATE_PRODUCER_IDS: (0, 0),
     ApiKey.DESCRIBE_CLUSTER: (0, 1),
+    ApiKey.ALTER_PARTITION: (2, 3),
 }
 
 
@@ -182,6 +185,53 @@ class ControllerClient:
             int(response.producer_id_start),
             int(response.producer_id_len),
         )
+
+    async def alter_partition(
+        self, broker_id: int, broker_epoch: int, changes: Sequence[IsrChange]
+    ) -> list[IsrChangeOutcome]:
+        """AlterPartition: one outcome per change (per-partition error codes inside); raises
+        the KafkaError of a top-level error (e.g. StaleBrokerEpochError)."""
+        conn = await self._connection(fetch=False)
+        version = conn.version_for(ApiKey.ALTER_PARTITION, _VERSIONS[ApiKey.ALTER_PARTITION])
+        topics: dict[uuid.UUID, list[dict[str, Any]]] = {}
+        for change in changes:
+            partition: dict[str, Any] = {
+                "partition_index": change.partition,
+                "leader_epoch": change.leader_epoch,
+                "partition_epoch": change.partition_epoch,
+                "leader_recovery_state": 0,
+            }
+            if version >= 3:  # KIP-903; -1: the members' broker epochs are not checked
+                partition["new_isr_with_epochs"] = [
+                    {"broker_id": b, "broker_epoch": -1} for b in change.new_isr
+                ]
+            else:
+                partition["new_isr"] = list(change.new_isr)
+            topics.setdefault(change.topic_id, []).append(partition)
+        data = {
+            "broker_id": broker_id,
+            "broker_epoch": broker_epoch,
+            "topics": [{"topic_id": t, "partitions": ps} for t, ps in topics.items()],
+        }
+        body = kio_build.build(codec.request_schema(ApiKey.ALTER_PARTITION, version), data)
+        response = await conn.request(body, timeout_s=self.timeout_s)
+        if response.error_code != 0:
+            raise error_for_code(int(response.error_code))(
+                f"AlterPartition from broker {broker_id} failed with error {response.error_code}"
+            )
+        return [
+            IsrChangeOutcome(
+                topic_id=topic.topic_id,
+                partition=int(p.partition_index),
+                error_code=int(p.error_code),
+                leader_id=int(p.leader_id),
+                leader_epoch=int(p.leader_epoch),
+                isr=tuple(int(b) for b in p.isr),
+                partition_epoch=int(p.partition_epoch),
+            )
+            for topic in response.topics
+            for p in topic.partitions
+        ]
 
     async def version_for(self, api_key: ApiKey, ours: tuple[int, int]) -> int:
         """The newest version of `api_key` in `ours` that the controller speaks."""

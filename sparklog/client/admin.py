@@ -9,7 +9,7 @@ message and naming the topic or partition. `list_offsets` is shared with the con
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -22,6 +22,8 @@ from sparklog.errors import (
 )
 from sparklog.protocol.api_versions import ApiKey
 
+from . import admin_reassignments
+from .admin_reassignments import PartitionReassignment
 from .config import admin_config
 from .metadata import (
     REFRESH_ERROR_CODES,
@@ -565,6 +567,24 @@ class AdminClient:
         )
         return ClusterDescription(response.cluster_id, int(response.controller_id), brokers)
 
+    # --------------------------------------------------------- reassignments
+
+    def alter_partition_reassignments(
+        self,
+        reassignments: Mapping[tuple[str, int], Sequence[int] | None],
+        *,
+        timeout_ms: int | None = None,
+    ) -> None:
+        """Move partitions to new replica lists (KIP-455); None cancels a reassignment in
+        progress. Raises the first partition's error."""
+        admin_reassignments.alter_partition_reassignments(self, reassignments, timeout_ms)
+
+    def list_partition_reassignments(
+        self, partitions: Iterable[tuple[str, int]] | None = None, *, timeout_ms: int | None = None
+    ) -> dict[TopicPartition, PartitionReassignment]:
+        """The reassignments in progress (of `partitions`, or all): replicas, adding, removing."""
+        return admin_reassignments.list_partition_reassignments(self, partitions, timeout_ms)
+
     def _ensure_broker_address(self, node_id: int) -> None:
         if node_id not in self._network.nodes():
             self._metadata.request_metadata([])
@@ -606,6 +626,7 @@ __all__ = [
     "ConfigResource",
     "NewTopic",
     "OffsetAndTimestamp",
+    "PartitionReassignment",
     "TopicDescription",
     "list_offsets",
 ]

@@ -1,10 +1,12 @@
 """The driver-side controller (KRaft-like, single node): broker registration and leases, topic
-admin, replica placement, leader election and the metadata log (docs/architecture.md §2-4).
+admin, replica placement, leader election, ISR changes (AlterPartition), controlled shutdown,
+leader balancing, partition reassignment and the metadata log (docs/architecture.md §2-4).
 
 Brokers use `MetadataImage` (built by fetching `__cluster_metadata-0`) and the client-id
 helpers; the launcher uses `ControllerServer` (sparklog.controller.server, loaded lazily).
 """
 
+from sparklog.controller.alter_partition import IsrChange, IsrChangeOutcome
 from sparklog.controller.cluster_control import (
     BrokerHeartbeat,
     BrokerHeartbeatReply,
@@ -34,6 +36,7 @@ from sparklog.controller.image import (
     PartitionRegistration,
     TopicImage,
 )
+from sparklog.controller.leader_balance import ElectionType
 from sparklog.controller.metadata_log import METADATA_PARTITION, METADATA_TOPIC, MetadataLog
 from sparklog.controller.partition_change import elect_leader, partition_change
 from sparklog.controller.placement import UsableBroker, place_replicas
@@ -42,6 +45,7 @@ from sparklog.controller.quorum_controller import (
     ProducerIdsBlock,
     QuorumController,
 )
+from sparklog.controller.reassignment import OngoingReassignment
 from sparklog.controller.replication_control import (
     CreateTopicResult,
     NewPartitions,
@@ -82,12 +86,16 @@ __all__ = [
     "ControllerServer",
     "CreateTopicResult",
     "DuplicateBrokerRegistrationError",
+    "ElectionType",
     "InconsistentClusterIdError",
+    "IsrChange",
+    "IsrChangeOutcome",
     "MetadataImage",
     "MetadataLog",
     "MetadataRecordError",
     "NewPartitions",
     "NewTopic",
+    "OngoingReassignment",
     "OpType",
     "PartitionRegistration",
     "ProducerIdsBlock",

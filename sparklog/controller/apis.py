@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from sparklog.controller import replication_apis
 from sparklog.controller.cluster_control import (
     BrokerHeartbeat,
     BrokerRegistrationRequest,
@@ -80,13 +81,23 @@ class ControllerApis:
             ApiKey.DESCRIBE_CONFIGS: self.handle_describe_configs,
             ApiKey.ALTER_CONFIGS: self.handle_alter_configs,
             ApiKey.INCREMENTAL_ALTER_CONFIGS: self.handle_incremental_alter_configs,
-            ApiKey.ALTER_PARTITION: self.handle_alter_partition,
+            ApiKey.ALTER_PARTITION: self._with_server(replication_apis.handle_alter_partition),
+            ApiKey.ELECT_LEADERS: self._with_server(replication_apis.handle_elect_leaders),
+            ApiKey.ALTER_PARTITION_REASSIGNMENTS: self._with_server(
+                replication_apis.handle_alter_partition_reassignments
+            ),
+            ApiKey.LIST_PARTITION_REASSIGNMENTS: self._with_server(
+                replication_apis.handle_list_partition_reassignments
+            ),
             ApiKey.BROKER_REGISTRATION: self.handle_broker_registration,
             ApiKey.BROKER_HEARTBEAT: self.handle_broker_heartbeat,
             ApiKey.UNREGISTER_BROKER: self.handle_unregister_broker,
             ApiKey.ALLOCATE_PRODUCER_IDS: self.handle_allocate_producer_ids,
             ApiKey.DESCRIBE_CLUSTER: self.handle_describe_cluster,
         }
+
+    def _with_server(self, handler: Callable[[Any, Request], Any]) -> Callable[[Request], Any]:
+        return lambda request: handler(self.server, request)
 
     async def handle(self, request: Request) -> Any:
         handler = self._handlers.get(request.api_key)
@@ -179,10 +190,6 @@ class ControllerApis:
             producer_id_start=block.producer_id_start,
             producer_id_len=block.producer_id_len,
         )
-
-    def handle_alter_partition(self, request: Request) -> Any:
-        # ISR changes arrive with replication; until then the request is refused as a whole.
-        return Response(request)(error_code=UnsupportedVersionError.code, topics=())
 
     def handle_describe_cluster(self, request: Request) -> Any:
         respond = Response(request)

@@ -10,8 +10,9 @@ controller's tick. A registration of an id whose lease is still valid from a dif
 incarnation, or from an older Spark task attempt, is refused with DUPLICATE_BROKER_REGISTRATION.
 
 Leases live in memory only (Kafka's heartbeat manager is not persisted either): after a
-controller restart no broker holds a lease, so every registered broker is fenced until it
-heartbeats again.
+controller restart `QuorumController.activate` gives every unfenced broker a fresh lease, like
+Kafka's `ClusterControlManager.activate`, so brokers that heartbeat within the session timeout
+keep their leaderships and the others are fenced when it expires.
 """
 
 from __future__ import annotations
@@ -121,6 +122,16 @@ class BrokerHeartbeatManager:
         last = self._last_contact_ms.get(broker_id)
         return last is not None and now_ms - last <= self.session_timeout_ms
 
+    def next_expiry_ms(self, broker_ids: Iterable[int]) -> int | None:
+        """When the earliest session among `broker_ids` expires (None: no session to watch);
+        the controller schedules its next fencing check then (Kafka's `nextCheckTimeNs`)."""
+        expiries = [
+            self._last_contact_ms[b] + self.session_timeout_ms + 1
+            for b in broker_ids
+            if b in self._last_contact_ms
+        ]
+        return min(expiries, default=None)
+
     def first_stale(self, now_ms: int, broker_ids: Iterable[int]) -> int | None:
         """The broker among `broker_ids` whose session expired longest ago (or never began)."""
         stale = [b for b in broker_ids if not self.has_valid_session(b, now_ms)]
@@ -135,8 +146,14 @@ def check_registration(
     cluster_id: str,
     request: BrokerRegistrationRequest,
     now_ms: int,
+    *,
+    shut_down: bool = False,
 ) -> None:
-    """Raise when `request` may not register (Kafka's `ClusterControlManager.registerBroker`)."""
+    """Raise when `request` may not register (Kafka's `ClusterControlManager.registerBroker`).
+
+    `shut_down`: the registered broker finished a controlled shutdown, so its lease no longer
+    stands in the way of a new process under the same id.
+    """
     if request.cluster_id != cluster_id:
         raise InconsistentClusterIdError(
             f"Expected cluster ID {cluster_id}, but got cluster ID {request.cluster_id}"
@@ -156,7 +173,8 @@ def check_registration(
             f"a registration from the older attempt {attempt} is stale."
         )
     if (
-        heartbeats.has_valid_session(request.broker_id, now_ms)
+        not shut_down
+        and heartbeats.has_valid_session(request.broker_id, now_ms)
         and existing.incarnation_id != request.incarnation_id
     ):
         raise DuplicateBrokerRegistrationError("Another broker is registered with that broker id.")

@@ -156,6 +156,9 @@ _CLUSTER_SETTINGS = {
     "broker.session.timeout.ms": ("broker_session_timeout_ms", int),
     "broker.heartbeat.interval.ms": ("broker_heartbeat_interval_ms", int),
     "metadata.log.snapshot.records": ("metadata_log_snapshot_records", int),
+    "auto.leader.rebalance.enable": ("auto_leader_rebalance_enable", bool),
+    "leader.imbalance.check.interval.seconds": ("leader_imbalance_check_interval_seconds", int),
+    "leader.imbalance.per.broker.percentage": ("leader_imbalance_per_broker_percentage", int),
 }
 
 
@@ -169,6 +172,9 @@ class ControllerConfig:
     broker_session_timeout_ms: int = 9000
     broker_heartbeat_interval_ms: int = 2000
     metadata_log_snapshot_records: int = 1000
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_check_interval_seconds: int = 300
+    leader_imbalance_per_broker_percentage: int = 10
     topic_defaults: LogConfig = field(default_factory=LogConfig)
     #: Kafka names given explicitly (DescribeConfigs reports them as STATIC_BROKER_CONFIG).
     explicit_names: frozenset[str] = frozenset()
@@ -192,6 +198,16 @@ class ControllerConfig:
             self.metadata_log_snapshot_records >= 1,
             "metadata.log.snapshot.records",
             "must be at least 1",
+        )
+        _check(
+            self.leader_imbalance_check_interval_seconds >= 1,
+            "leader.imbalance.check.interval.seconds",
+            "must be at least 1",
+        )
+        _check(
+            0 <= self.leader_imbalance_per_broker_percentage <= 100,
+            "leader.imbalance.per.broker.percentage",
+            "must be between 0 and 100",
         )
 
     @classmethod
@@ -428,6 +444,7 @@ def _config_type(name: str, default: str) -> ConfigType:
         "num.partitions",
         "broker.session.timeout.ms",
         "broker.heartbeat.interval.ms",
+        "leader.imbalance.per.broker.percentage",
     ):
         return ConfigType.INT
     if name == "default.replication.factor":

@@ -8,7 +8,8 @@ controller applies its own records right after persisting them; a broker builds 
 by fetching the log (`apply_batches`). Sans-IO: no clock, no files.
 
 Invariants: a partition's leader is -1 or a member of its ISR, and the ISR is a subset of its
-replicas; leader and partition epochs never go backwards; a RegisterBroker record's
+replicas; a reassignment's adding and removing replicas are disjoint subsets of the replicas
+(records without them leave them unchanged); leader and partition epochs never go backwards; a RegisterBroker record's
 `broker_epoch` is its own offset (Kafka's broker epoch).
 
 A record that breaks these rules (or an unknown type) raises `MetadataRecordError` and leaves the
@@ -77,14 +78,33 @@ class PartitionRegistration:
     leader: int
     leader_epoch: int
     partition_epoch: int
+    # KIP-455: during a reassignment `replicas` = target + the old replicas not in it;
+    # adding = target - old, removing = old - target (both empty when none is in progress).
+    adding_replicas: tuple[int, ...] = ()
+    removing_replicas: tuple[int, ...] = ()
 
     @property
     def is_online(self) -> bool:
         return self.leader != NO_LEADER
 
+    @property
+    def is_reassigning(self) -> bool:
+        return bool(self.adding_replicas or self.removing_replicas)
+
+    @property
+    def target_replicas(self) -> tuple[int, ...]:
+        """The replicas once the reassignment in progress completes (`replicas` when none)."""
+        return tuple(r for r in self.replicas if r not in self.removing_replicas)
+
+    @property
+    def original_replicas(self) -> tuple[int, ...]:
+        """The replicas before the reassignment in progress (what a cancel reverts to)."""
+        return tuple(r for r in self.replicas if r not in self.adding_replicas)
+
     def to_record(self) -> Record:
-        """The `Partition` record that creates this registration."""
-        return {
+        """The `Partition` record that creates this registration (reassignment fields only
+        while one is in progress, so records of images without them stay as they were)."""
+        record: Record = {
             "type": PARTITION,
             "topic_id": str(self.topic_id),
             "partition": self.partition,
@@ -94,6 +114,11 @@ class PartitionRegistration:
             "leader_epoch": self.leader_epoch,
             "partition_epoch": self.partition_epoch,
         }
+        if self.adding_replicas:
+            record["adding_replicas"] = list(self.adding_replicas)
+        if self.removing_replicas:
+            record["removing_replicas"] = list(self.removing_replicas)
+        return record
 
 
 class TopicImage:
@@ -276,6 +301,8 @@ class MetadataImage:
             leader=int(r["leader"]),
             leader_epoch=int(r["leader_epoch"]),
             partition_epoch=int(r["partition_epoch"]),
+            adding_replicas=tuple(int(b) for b in r.get("adding_replicas", ())),
+            removing_replicas=tuple(int(b) for b in r.get("removing_replicas", ())),
         )
         if partition.partition in topic.partitions:
             raise MetadataRecordError(
@@ -298,6 +325,11 @@ class MetadataImage:
             leader=int(r["leader"]),
             leader_epoch=int(r["leader_epoch"]),
             partition_epoch=int(r["partition_epoch"]),
+            # Absent fields keep their value (Kafka's PartitionChangeRecord: null = unchanged).
+            adding_replicas=tuple(int(b) for b in r.get("adding_replicas", old.adding_replicas)),
+            removing_replicas=tuple(
+                int(b) for b in r.get("removing_replicas", old.removing_replicas)
+            ),
         )
         if new.leader_epoch < old.leader_epoch or new.partition_epoch <= old.partition_epoch:
             raise MetadataRecordError(
@@ -428,6 +460,12 @@ def _check_partition(topic: str, p: PartitionRegistration) -> None:
         raise MetadataRecordError(f"{topic}-{p.partition}: ISR {p.isr} not within {p.replicas}")
     if p.leader != NO_LEADER and p.leader not in p.isr:
         raise MetadataRecordError(f"{topic}-{p.partition}: leader {p.leader} not in ISR {p.isr}")
+    adding, removing = set(p.adding_replicas), set(p.removing_replicas)
+    if not (adding | removing) <= set(p.replicas) or adding & removing:
+        raise MetadataRecordError(
+            f"{topic}-{p.partition}: adding {p.adding_replicas} / removing "
+            f"{p.removing_replicas} do not fit replicas {p.replicas}"
+        )
 
 
 def encode_record(record: Mapping[str, Any]) -> bytes:

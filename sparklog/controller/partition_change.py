@@ -67,18 +67,57 @@ def partition_change(
     if leader == NO_LEADER or leader not in isr or not acceptable(leader):
         leader = elect_leader(partition.replicas, isr, acceptable)
         if leader == NO_LEADER and unclean:
-            leader = elect_leader(partition.replicas, (), acceptable, unclean=True)
+            # A replica still being added by a reassignment never caught up: not a candidate.
+            candidates = [r for r in partition.replicas if r not in partition.adding_replicas]
+            leader = elect_leader(candidates, (), acceptable, unclean=True)
             if leader != NO_LEADER:
                 isr = [leader]
     if leader == partition.leader and tuple(isr) == partition.isr:
         return None
-    leader_epoch = partition.leader_epoch + (1 if leader != partition.leader else 0)
-    return {
+    return change_record(partition, isr=isr, leader=leader)
+
+
+def change_record(
+    partition: PartitionRegistration,
+    *,
+    isr: Sequence[int],
+    leader: int,
+    replicas: Sequence[int] | None = None,
+    adding_replicas: Sequence[int] | None = None,
+    removing_replicas: Sequence[int] | None = None,
+) -> dict[str, Any]:
+    """A PartitionChange record: the leader epoch bumps when the leader changes, the
+    partition epoch always. Replica fields are written only when given (absent = unchanged)."""
+    record: dict[str, Any] = {
         "type": PARTITION_CHANGE,
         "topic_id": str(partition.topic_id),
         "partition": partition.partition,
         "leader": leader,
-        "isr": isr,
-        "leader_epoch": leader_epoch,
+        "isr": list(isr),
+        "leader_epoch": partition.leader_epoch + (1 if leader != partition.leader else 0),
         "partition_epoch": partition.partition_epoch + 1,
     }
+    if replicas is not None:
+        record["replicas"] = list(replicas)
+    if adding_replicas is not None:
+        record["adding_replicas"] = list(adding_replicas)
+    if removing_replicas is not None:
+        record["removing_replicas"] = list(removing_replicas)
+    return record
+
+
+def registration_after(
+    partition: PartitionRegistration, record: dict[str, Any]
+) -> PartitionRegistration:
+    """What `partition` becomes once `record` (a PartitionChange for it) is applied."""
+    return PartitionRegistration(
+        partition.topic_id,
+        partition.partition,
+        tuple(record.get("replicas", partition.replicas)),
+        tuple(record["isr"]),
+        record["leader"],
+        record["leader_epoch"],
+        record["partition_epoch"],
+        tuple(record.get("adding_replicas", partition.adding_replicas)),
+        tuple(record.get("removing_replicas", partition.removing_replicas)),
+    )

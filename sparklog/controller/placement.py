@@ -42,9 +42,11 @@ def place_replicas(
     if replication_factor <= 0:
         raise InvalidReplicationFactorError("Replication factor must be larger than 0.")
     if replication_factor > len(brokers):
+        # Kafka's `StripedReplicaPlacer` wording; the brokers counted are the unfenced ones.
         raise InvalidReplicationFactorError(
-            f"Replication factor: {replication_factor} larger than available brokers: "
-            f"{len(brokers)}."
+            f"Unable to replicate the partition {replication_factor} time(s): The target "
+            f"replication factor of {replication_factor} cannot be reached because only "
+            f"{len(brokers)} broker(s) are registered."
         )
     ordered = sorted(brokers, key=lambda b: b.broker_id)
     if any(b.rack is not None for b in ordered):

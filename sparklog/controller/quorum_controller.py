@@ -9,8 +9,9 @@ table (`heartbeats`) and the launcher's shutdown requests live outside the log.
 
 Records of one result are computed against the image before any of them is applied, so an
 operation that would need to see its own effects is split: `tick` fences at most one broker
-per call (like Kafka's `maybeFenceOneStaleBroker`); the caller repeats it until it returns no
-records. Broker epochs are the offsets of RegisterBroker records: the core computes them as
+per call (like Kafka's `maybeFenceOneStaleBroker`); the caller repeats it until its response is
+None, persisting every result (the last one may carry reassignment completions and
+preferred-leader elections; the two never touch the same partition). Broker epochs are the offsets of RegisterBroker records: the core computes them as
 `image.offset + position in the batch`, which holds because the caller appends at the log end,
 and the log end always equals `image.offset`.
 
@@ -25,6 +26,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sparklog.controller.alter_partition import IsrChange, IsrChangeOutcome
 from sparklog.controller.cluster_control import (
     BrokerHeartbeat,
     BrokerHeartbeatManager,
@@ -42,6 +44,7 @@ from sparklog.controller.configs import (
     ConfigResourceType,
     ControllerConfig,
     describe_configs,
+    effective_topic_config,
     incremental_changes,
     legacy_changes,
 )
@@ -54,11 +57,20 @@ from sparklog.controller.image import (
     UNREGISTER_BROKER,
     MetadataImage,
 )
+from sparklog.controller.isr_control import alter_partition
+from sparklog.controller.leader_balance import elect_leaders, rebalance_leaders
+from sparklog.controller.reassignment import (
+    OngoingReassignment,
+    alter_partition_reassignments,
+    complete_reassignments,
+    list_partition_reassignments,
+)
 from sparklog.controller.replication_control import (
     CreateTopicResult,
     NewPartitions,
     NewTopic,
     ReplicationControl,
+    check_min_insync_replicas,
 )
 from sparklog.controller.results import NONE, ApiError, ControllerResult
 from sparklog.errors import (
@@ -84,7 +96,8 @@ class ProducerIdsBlock:
 
 
 class QuorumController:
-    """Registration, leases, topic admin, configs and producer ids over one metadata image."""
+    """Registration, leases, controlled shutdown, topic admin, configs, ISR changes, leader
+    elections and balancing, reassignments and producer ids over one metadata image."""
 
     def __init__(
         self,
@@ -102,6 +115,17 @@ class QuorumController:
         self._next_node_id = 0
         self._shutdown_all = False
         self._shutdown_brokers: set[int] = set()
+        # Brokers that asked to shut down (Kafka's CONTROLLED_SHUTDOWN state): never unfenced
+        # or elected again until they register anew. In memory, like Kafka's heartbeat manager.
+        self._controlled_shutdown: set[int] = set()
+        self._next_rebalance_ms: int | None = None
+
+    def activate(self, now_ms: int) -> None:
+        """Give every unfenced broker of a replayed image a fresh lease (Kafka's
+        `ClusterControlManager.activate`): after a controller restart, brokers that heartbeat
+        within the session timeout keep their leaderships; the others are fenced then."""
+        for broker in self.image.unfenced_brokers():
+            self.heartbeats.touch(broker.broker_id, now_ms)
 
     def replay(self, records: Iterable[Mapping[str, Any]]) -> None:
         """Apply persisted records to the image (call after the metadata log append)."""
@@ -133,7 +157,14 @@ class QuorumController:
     ) -> ControllerResult[int]:
         """BrokerRegistration: the new broker epoch. Raises DuplicateBrokerRegistrationError,
         InconsistentClusterIdError or BrokerIdNotRegisteredError (negative id)."""
-        check_registration(self.image, self.heartbeats, self.cluster_id, request, now_ms)
+        check_registration(
+            self.image,
+            self.heartbeats,
+            self.cluster_id,
+            request,
+            now_ms,
+            shut_down=request.broker_id in self._controlled_shutdown,
+        )
         existing = self.image.broker(request.broker_id)
         records: list[dict[str, Any]] = []
         if existing is not None and not existing.fenced:
@@ -141,6 +172,7 @@ class QuorumController:
             records.extend(self.replication.on_broker_fenced(request.broker_id))
         if existing is not None and existing.incarnation_id != request.incarnation_id:
             self._shutdown_brokers.discard(request.broker_id)
+        self._controlled_shutdown.discard(request.broker_id)  # a new process, maybe the same
         broker_epoch = self.image.offset + len(records)
         records.append(register_broker_record(request, broker_epoch))
         self.heartbeats.touch(request.broker_id, now_ms)
@@ -164,17 +196,29 @@ class QuorumController:
                 return ControllerResult(reply)
         assert broker is not None
         self.heartbeats.touch(broker_id, now_ms)
-        should_shut_down = self.should_shut_down(broker_id) or request.want_shut_down
         caught_up = request.current_metadata_offset > broker.broker_epoch
         records: list[dict[str, Any]] = []
         fenced = broker.fenced
+        if request.want_shut_down:
+            # Kafka's controlled shutdown: leaderships move to other ISR members and the broker
+            # leaves every ISR that has other members. Fencing does exactly that, in this one
+            # persisted batch, so it may stop as soon as this reply (after the commit) arrives.
+            self._controlled_shutdown.add(broker_id)
         if request.want_fence or request.want_shut_down:
             if not broker.fenced:
                 records = self._fence(broker_id)
             fenced = True
-        elif broker.fenced and caught_up and not should_shut_down:
+        elif (
+            broker.fenced
+            and caught_up
+            and not self.should_shut_down(broker_id)
+            and broker_id not in self._controlled_shutdown
+        ):
             records = self._unfence(broker_id)
             fenced = False
+        # KRaft answers shouldShutDown once a broker in controlled shutdown leads nothing
+        # another replica could lead: true here as soon as its fence is committed.
+        should_shut_down = self.should_shut_down(broker_id) or request.want_shut_down
         reply = BrokerHeartbeatReply(
             is_caught_up=caught_up, is_fenced=fenced, should_shut_down=should_shut_down
         )
@@ -193,13 +237,36 @@ class QuorumController:
         return ControllerResult(None, tuple(records))
 
     def tick(self, now_ms: int) -> ControllerResult[int | None]:
-        """Fence at most one unfenced broker whose lease expired; returns its id. Call again
-        (after persisting) until the response is None."""
+        """Periodic work. Fences at most one unfenced broker whose lease expired and returns
+        its id; call again (after persisting) until the response is None. The result whose
+        response is None may still carry records — completed reassignments and, every
+        `leader.imbalance.check.interval.seconds`, preferred-leader elections — and must be
+        persisted like any other."""
         unfenced = [b.broker_id for b in self.image.unfenced_brokers()]
         stale = self.heartbeats.first_stale(now_ms, unfenced)
-        if stale is None:
-            return ControllerResult(None)
-        return ControllerResult(stale, tuple(self._fence(stale)))
+        if stale is not None:
+            return ControllerResult(stale, tuple(self._fence(stale)))
+        records = complete_reassignments(self.image, self.is_active)
+        if self._rebalance_due(now_ms):
+            records.extend(
+                rebalance_leaders(
+                    self.image, self.is_active, self.config.leader_imbalance_per_broker_percentage
+                )
+            )
+        return ControllerResult(None, tuple(records))
+
+    def _rebalance_due(self, now_ms: int) -> bool:
+        """Every `leader.imbalance.check.interval.seconds`, the first one an interval after
+        the first tick (Kafka schedules it after the interval too)."""
+        if not self.config.auto_leader_rebalance_enable:
+            return False
+        interval_ms = self.config.leader_imbalance_check_interval_seconds * 1000
+        if self._next_rebalance_ms is None:
+            self._next_rebalance_ms = now_ms + interval_ms
+        if now_ms < self._next_rebalance_ms:
+            return False
+        self._next_rebalance_ms = now_ms + interval_ms
+        return True
 
     def _fence(self, broker_id: int) -> list[dict[str, Any]]:
         broker = self.image.broker(broker_id)
@@ -219,6 +286,67 @@ class QuorumController:
             "broker_epoch": broker.broker_epoch,
         }
         return [record, *self.replication.on_broker_unfenced(broker_id)]
+
+    def is_active(self, broker_id: int) -> bool:
+        """Whether `broker_id` may lead or join an ISR: registered, unfenced, not shutting down."""
+        return self.image.is_unfenced(broker_id) and broker_id not in self._controlled_shutdown
+
+    # -- ISR changes ------------------------------------------------------------------------
+
+    def alter_partition(
+        self,
+        now_ms: int,
+        broker_id: int,
+        broker_epoch: int,
+        changes: Sequence[IsrChange],
+        *,
+        member_epochs: Mapping[tuple[uuid.UUID, int], Sequence[int]] | None = None,
+    ) -> ControllerResult[list[IsrChangeOutcome]]:
+        """AlterPartition from a partition leader: one outcome per change, in request order.
+
+        Raises StaleBrokerEpochError (the request's top-level error) when `broker_epoch` is not
+        the broker's current one; everything else is a per-partition error code.
+        `member_epochs` (AlterPartition v3) are the proposed members' broker epochs.
+        """
+        del now_ms  # kept for symmetry with the other broker RPCs
+        check_broker_epoch(self.image, broker_id, broker_epoch)
+        outcomes, records = alter_partition(
+            self.image, broker_id, changes, self.is_active, member_epochs
+        )
+        return ControllerResult(outcomes, tuple(records))
+
+    # -- leaders and reassignments ----------------------------------------------------------
+
+    def elect_leaders(
+        self, election_type: int, partitions: Sequence[tuple[str, int]] | None
+    ) -> ControllerResult[list[tuple[tuple[str, int], ApiError]]]:
+        """ElectLeaders (KIP-460): PREFERRED (0) or UNCLEAN (1) elections; None = every
+        partition (then partitions not needing one are left out of the results)."""
+        results, records = elect_leaders(self.image, election_type, partitions, self.is_active)
+        return ControllerResult(results, tuple(records))
+
+    def alter_partition_reassignments(
+        self,
+        reassignments: Sequence[tuple[tuple[str, int], Sequence[int] | None]],
+        *,
+        allow_replication_factor_change: bool = True,
+    ) -> ControllerResult[list[tuple[tuple[str, int], ApiError]]]:
+        """AlterPartitionReassignments (KIP-455): a target replica list starts (or changes) a
+        reassignment, None cancels one; per-partition results in request order."""
+        results, records = alter_partition_reassignments(
+            self.image,
+            reassignments,
+            self.is_active,
+            self.replication.unclean_leader_election_enabled,
+            allow_replication_factor_change=allow_replication_factor_change,
+        )
+        return ControllerResult(results, tuple(records))
+
+    def list_partition_reassignments(
+        self, partitions: Sequence[tuple[str, int]] | None = None
+    ) -> list[OngoingReassignment]:
+        """ListPartitionReassignments: the reassignments in progress (of `partitions`)."""
+        return list_partition_reassignments(self.image, partitions)
 
     # -- topics -----------------------------------------------------------------------------
 
@@ -305,6 +433,7 @@ class QuorumController:
                     raise InvalidRequestError("Duplicate resource in the request.")
                 self._check_alterable(resource)
                 resource_changes = changes(resource, alterations)
+                self._check_min_insync(resource.resource_name, resource_changes)
             except KafkaError as e:
                 results.append((resource, ApiError.of(e)))
                 continue
@@ -321,6 +450,16 @@ class QuorumController:
                     for name, value in sorted(resource_changes.items())
                 )
         return ControllerResult(results, tuple(records))
+
+    def _check_min_insync(self, name: str, changes: Mapping[str, str | None]) -> None:
+        """Refuse a min.insync.replicas above the topic's (smallest) replication factor."""
+        topic = self.image.topic(name)
+        assert topic is not None  # _check_alterable
+        merged = {**self.image.topic_config(name), **changes}
+        overrides = {k: v for k, v in merged.items() if v is not None}
+        min_insync = effective_topic_config(overrides, self.config.topic_defaults)
+        replication_factor = min(len(p.target_replicas) for p in topic.partitions.values())
+        check_min_insync_replicas(name, min_insync.min_insync_replicas, replication_factor)
 
     def _check_alterable(self, resource: ConfigResource) -> None:
         if resource.resource_type == ConfigResourceType.BROKER:

@@ -9,6 +9,7 @@ replication factor and manual assignments. Errors are per topic (`ApiError`).
 
 from __future__ import annotations
 
+import logging
 import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -22,6 +23,7 @@ from sparklog.controller.configs import (
 )
 from sparklog.controller.image import (
     CONFIG,
+    NO_LEADER,
     REMOVE_TOPIC,
     TOPIC,
     TOPIC_RESOURCE,
@@ -32,6 +34,7 @@ from sparklog.controller.partition_change import elect_leader, partition_change
 from sparklog.controller.placement import UsableBroker, place_replicas
 from sparklog.controller.results import NONE, ApiError
 from sparklog.errors import (
+    InvalidConfigError,
     InvalidPartitionsError,
     InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
@@ -41,6 +44,8 @@ from sparklog.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
+
+log = logging.getLogger(__name__)
 
 METADATA_TOPIC = "__cluster_metadata"
 MAX_TOPIC_NAME_LENGTH = 249
@@ -150,6 +155,14 @@ class ReplicationControl:
             assignments = self._manual_assignments(topic)
         else:
             assignments = self._placed_assignments(topic)
+        check_min_insync_replicas(
+            topic.name,
+            effective_topic_config(
+                {k: v for k, v in topic.configs.items() if v is not None},
+                self.config.topic_defaults,
+            ).min_insync_replicas,
+            len(assignments[0][0]),
+        )
         topic_id = None if validate_only else self._topic_id_factory()
         result = CreateTopicResult(
             topic.name, NONE, topic_id, len(assignments), len(assignments[0][0])
@@ -367,17 +380,41 @@ class ReplicationControl:
         for partition in partitions:
             topic = self.image.topic_by_id(partition.topic_id)
             assert topic is not None
-            unclean = self._unclean_election_enabled(topic.name)
+            unclean = self.unclean_leader_election_enabled(topic.name)
             record = partition_change(partition, self.image.is_unfenced, unclean=unclean, **brokers)
-            if record is not None:
-                records.append(record)
+            if record is None:
+                continue
+            if record["leader"] != NO_LEADER and record["leader"] not in partition.isr:
+                log.warning(
+                    "unclean leader election for %s-%d: broker %d leads though it was not in "
+                    "the ISR %s; records above the old high watermark may be lost",
+                    topic.name,
+                    partition.partition,
+                    record["leader"],
+                    list(partition.isr),
+                )
+            records.append(record)
         return records
 
-    def _unclean_election_enabled(self, topic: str) -> bool:
+    def unclean_leader_election_enabled(self, topic: str) -> bool:
+        """The topic's `unclean.leader.election.enable` (its override, else the default)."""
         overrides = self.image.topic_config(topic)
         return effective_topic_config(
             overrides, self.config.topic_defaults
         ).unclean_leader_election_enable
+
+
+def check_min_insync_replicas(
+    topic: str, min_insync_replicas: int, replication_factor: int
+) -> None:
+    """Raise InvalidConfigError when acks=all writes to `topic` could never succeed."""
+    if min_insync_replicas > replication_factor:
+        raise InvalidConfigError(
+            f"min.insync.replicas={min_insync_replicas} is larger than the replication factor "
+            f"{replication_factor} of topic '{topic}', so no acks=all write could ever succeed. "
+            f"Use a replication factor of at least {min_insync_replicas}, or set "
+            f"min.insync.replicas to at most {replication_factor}."
+        )
 
 
 def _new_partition(
@@ -412,6 +449,7 @@ def _check_partition_limit(count: int) -> None:
 
 __all__ = [
     "MAX_PARTITIONS_PER_REQUEST",
+    "check_min_insync_replicas",
     "METADATA_TOPIC",
     "CreateTopicResult",
     "NewPartitions",

@@ -17,6 +17,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32Timedelta
 
+from sparklog.controller.alter_partition import IsrChangeOutcome
 from sparklog.controller.configs import ConfigEntry, ConfigResource
 from sparklog.controller.replication_control import validate_topic_name
 from sparklog.controller.results import ApiError
@@ -124,4 +125,31 @@ def alter_configs_response(request: Request, results: list[tuple[ConfigResource,
             )
             for resource, error in results
         )
+    )
+
+
+def alter_partition_topics(respond: Response, outcomes: list[IsrChangeOutcome]) -> tuple[Any, ...]:
+    """AlterPartition response topics: outcomes grouped by topic id, in request order."""
+    by_topic: dict[Any, list[IsrChangeOutcome]] = {}
+    for outcome in outcomes:
+        by_topic.setdefault(outcome.topic_id, []).append(outcome)
+    return tuple(
+        respond.nested(
+            "TopicData",
+            topic_id=topic_id,
+            partitions=tuple(
+                respond.nested(
+                    "PartitionData",
+                    partition_index=o.partition,
+                    error_code=o.error_code,
+                    leader_id=o.leader_id,
+                    leader_epoch=o.leader_epoch,
+                    isr=o.isr,
+                    leader_recovery_state=0,
+                    partition_epoch=o.partition_epoch,
+                )
+                for o in group
+            ),
+        )
+        for topic_id, group in by_topic.items()
     )

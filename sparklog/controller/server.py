@@ -11,8 +11,8 @@ Embedding: `start_in_thread()` runs the loop in a daemon thread and returns once
 `describe_topics()` from any thread; they run on the loop.
 
 The controller's data dir holds `meta.properties` (`cluster.id`), `__cluster_metadata-0/` and
-`metadata.snapshot.json`; restarting on the same dir restores everything (brokers fenced until
-they heartbeat again).
+`metadata.snapshot.json`; restarting on the same dir restores everything. Registered brokers
+keep their state for one session timeout, in which they heartbeat again or are fenced.
 """
 
 from __future__ import annotations
@@ -122,7 +122,8 @@ class ControllerServer:
         )
         self.controller = QuorumController(self.config, self.cluster_id, image)
         self._appended = asyncio.Event()
-        self.fence_expired_brokers()  # after a restart no broker holds a lease
+        # After a restart every unfenced broker gets a full session to heartbeat again.
+        self.controller.activate(self.now_ms())
         self._server = KafkaServer(
             ControllerApis(self).handle,
             CONTROLLER_APIS,
@@ -217,25 +218,37 @@ class ControllerServer:
         return result.response
 
     def fence_expired_brokers(self) -> list[int]:
-        """Fence every unfenced broker whose lease expired, one write each; their ids."""
+        """The controller's tick: fence every unfenced broker whose lease expired (one write
+        each), then persist the periodic work (reassignment completion, leader balancing);
+        returns the fenced ids."""
         assert self.controller is not None
         fenced = []
         while True:
             result = self.controller.tick(self.now_ms())
+            self.commit(result)
             if result.response is None:
                 return fenced
-            self.commit(result)
             fenced.append(result.response)
             log.info("fenced broker %d: no heartbeat within the session timeout", result.response)
 
     async def _tick_loop(self) -> None:
-        interval_s = max(10, min(500, self.config.broker_session_timeout_ms // 4)) / 1000
+        """Tick at the earliest lease expiry (so fencing is not late by a polling interval),
+        and at least every quarter session for the periodic work."""
+        interval_ms = max(10, min(500, self.config.broker_session_timeout_ms // 4))
         while True:
-            await asyncio.sleep(interval_s)
+            await asyncio.sleep(self._next_tick_delay_ms(interval_ms) / 1000)
             try:
                 self.fence_expired_brokers()
             except Exception:
                 log.exception("controller tick failed; retrying")
+
+    def _next_tick_delay_ms(self, interval_ms: int) -> int:
+        assert self.controller is not None
+        unfenced = [b.broker_id for b in self.controller.image.unfenced_brokers()]
+        expiry_ms = self.controller.heartbeats.next_expiry_ms(unfenced)
+        if expiry_ms is None:
+            return interval_ms
+        return max(1, min(interval_ms, expiry_ms - self.now_ms()))
 
     def now_ms(self) -> int:
         """The lease clock (monotonic)."""

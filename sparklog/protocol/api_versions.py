@@ -40,6 +40,7 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
     CREATE_PARTITIONS = 37
+    ELECT_LEADERS = 43
     INCREMENTAL_ALTER_CONFIGS = 44
     ALTER_PARTITION_REASSIGNMENTS = 45
     LIST_PARTITION_REASSIGNMENTS = 46
@@ -72,6 +73,9 @@ BROKER_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
         ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
         ApiKey.DESCRIBE_CLUSTER: (0, 1),
         ApiKey.FIND_COORDINATOR: (0, 4),
+        ApiKey.ELECT_LEADERS: (0, 2),
+        ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 1),
+        ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
     }
 )
 
@@ -88,6 +92,9 @@ CONTROLLER_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
         ApiKey.DESCRIBE_CONFIGS: (1, 4),
         ApiKey.ALTER_CONFIGS: (0, 2),
         ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+        ApiKey.ELECT_LEADERS: (0, 2),
+        ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 1),
+        ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
         ApiKey.ALTER_PARTITION: (2, 3),
         ApiKey.BROKER_REGISTRATION: (0, 4),
         ApiKey.BROKER_HEARTBEAT: (0, 1),

@@ -77,6 +77,9 @@ def test_finer_retention_setting_wins_over_hours():
         {"auto.create.topics.enable": "yes"},
         {"broker.session.timeout.ms": "100", "broker.heartbeat.interval.ms": "200"},
         {"log.cleanup.policy": "sometimes"},
+        {"auto.leader.rebalance.enable": "maybe"},
+        {"leader.imbalance.check.interval.seconds": "0"},
+        {"leader.imbalance.per.broker.percentage": "101"},
     ],
 )
 def test_bad_cluster_settings_raise_value_error_naming_the_setting(props):
@@ -87,6 +90,25 @@ def test_bad_cluster_settings_raise_value_error_naming_the_setting(props):
 def test_the_shipped_defaults_file_gives_the_built_in_defaults():
     props = read_properties(DEFAULTS_FILE)
     assert ControllerConfig.from_properties(props).topic_defaults == LogConfig()
+    cluster = ControllerConfig().cluster_properties()
+    assert {name: props[name] for name in cluster} == cluster
+
+
+def test_leader_balance_settings_with_kafka_names_and_defaults():
+    defaults = ControllerConfig()
+    assert defaults.auto_leader_rebalance_enable is True
+    assert defaults.leader_imbalance_check_interval_seconds == 300
+    assert defaults.leader_imbalance_per_broker_percentage == 10
+    config = ControllerConfig.from_properties(
+        {
+            "auto.leader.rebalance.enable": "false",
+            "leader.imbalance.check.interval.seconds": "30",
+            "leader.imbalance.per.broker.percentage": "25",
+        }
+    )
+    assert config.auto_leader_rebalance_enable is False
+    assert config.leader_imbalance_check_interval_seconds == 30
+    assert config.leader_imbalance_per_broker_percentage == 25
 
 
 def test_incremental_set_delete_append_subtract(h):

@@ -62,7 +62,10 @@ def test_placement_uses_only_unfenced_brokers(h):
 def test_replication_factor_larger_than_brokers_names_both_numbers(h):
     result = h.create("t", 1, 4)
     assert result.error.code == InvalidReplicationFactorError.code == 38
-    assert result.error.message == "Replication factor: 4 larger than available brokers: 3."
+    assert result.error.message == (
+        "Unable to replicate the partition 4 time(s): The target replication factor of 4 "
+        "cannot be reached because only 3 broker(s) are registered."
+    )
     assert h.image.topic("t") is None
 
 
