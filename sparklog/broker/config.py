@@ -39,7 +39,6 @@ _OTHER_NAMES = frozenset(
         "controller.quorum.voters",
         "num.network.threads",
         "num.io.threads",
-        "num.replica.fetchers",
         "num.recovery.threads.per.data.dir",
         "advertised.listeners",
         "listener.security.protocol.map",
@@ -58,9 +57,17 @@ class BrokerConfig:
     listeners: str = "PLAINTEXT://127.0.0.1:0"
     broker_rack: str | None = None
     socket_request_max_bytes: int = 104_857_600
-    replica_fetch_max_bytes: int = 1_048_576
     fetch_max_bytes: int = 57_671_680
+    # replication (Kafka's ReplicationConfigs): follower fetchers and the ISR
+    num_replica_fetchers: int = 1
+    replica_fetch_max_bytes: int = 1_048_576
+    replica_fetch_response_max_bytes: int = 10_485_760
+    replica_fetch_wait_max_ms: int = 500
+    replica_fetch_min_bytes: int = 1
+    replica_fetch_backoff_ms: int = 1_000
+    replica_socket_timeout_ms: int = 30_000
     replica_lag_time_max_ms: int = 30_000
+    controlled_shutdown_enable: bool = True
     log_retention_check_interval_ms: int = 300_000
     log_flush_scheduler_interval_ms: int = LONG_MAX
     log_flush_offset_checkpoint_interval_ms: int = 60_000

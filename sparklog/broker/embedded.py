@@ -7,8 +7,11 @@ Integration tests and `python -m sparklog serve --master none` use it::
         producer = Producer({"bootstrap.servers": cluster.bootstrap_servers})
 
 Settings use Kafka's names; as keyword arguments, underscores stand for dots
-(`log_retention_check_interval_ms=100`). `kill_broker(i)` stops a broker as a crash would and
-`restart_broker(i)` brings it back on the same data dir (same identity, recovered logs).
+(`log_retention_check_interval_ms=100`). Faults for tests: `kill_broker(i)` stops a broker as a
+crash would, `restart_broker(i)` brings it back on the same data dir (same identity, recovered
+logs) or, with `wipe=True`, on an empty one (same id, everything re-replicated), and
+`restart_controller()` restarts the controller on its data dir and port so brokers reconnect.
+`leader_of`, `isr_of` and `wait_for_isr` read the controller's image.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -115,11 +119,79 @@ class EmbeddedCluster:
     def stop_broker(self, index: int) -> None:
         self.brokers[index].stop()
 
-    def restart_broker(self, index: int, timeout_s: float = 60.0) -> BrokerServer:
-        """Start broker `index` again on its data dir (after `kill_broker` or `stop_broker`)."""
+    def restart_broker(
+        self, index: int, wipe: bool = False, timeout_s: float = 60.0
+    ) -> BrokerServer:
+        """Start broker `index` again (stopping it first if it runs) on its data dir, or with
+        `wipe` on an empty one: the same node id on a new disk, which re-replicates (D6)."""
         old = self.brokers[index]
         if old.state.value != "not running":
             old.stop()
+        if wipe:
+            shutil.rmtree(self.broker_dir(old.node_id), ignore_errors=True)
         broker = self._new_broker(old.node_id).start_in_thread(timeout_s)
         self.brokers[index] = broker
         return broker
+
+    def restart_controller(self) -> None:
+        """Stop the controller and start it again on the same data dir and port."""
+        from sparklog.controller.server import ControllerServer
+
+        old = self.controller
+        port = old.port
+        old.stop()
+        self.controller = ControllerServer(
+            self.data_dir / "controller", port=port, config=self.config
+        )
+        self.controller.start_in_thread()
+
+    # -- the controller's view (tests) ------------------------------------------------------
+
+    def _partition(self, topic: str, partition: int) -> Any:
+        image = self.controller.metadata_image()
+        found = image.topic(topic)
+        if found is None or partition not in found.partitions:
+            raise KeyError(f"the controller knows no partition {topic}-{partition}")
+        return found.partitions[partition]
+
+    def leader_of(self, topic: str, partition: int = 0) -> int:
+        """The partition's leader per the controller (-1 when offline)."""
+        return self._partition(topic, partition).leader
+
+    def isr_of(self, topic: str, partition: int = 0) -> tuple[int, ...]:
+        return tuple(self._partition(topic, partition).isr)
+
+    def broker_index(self, node_id: int) -> int:
+        """The index in `brokers` of broker `node_id` (for kill/stop/restart_broker)."""
+        return next(i for i, b in enumerate(self.brokers) if b.node_id == node_id)
+
+    def wait_for_isr(
+        self, topic: str, partition: int = 0, size: int | None = None, timeout_s: float = 30.0
+    ) -> tuple[int, ...]:
+        """Wait until the partition's ISR has `size` members (default: every replica) and a
+        leader; returns the ISR. Raises TimeoutError naming what it saw."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            registration = self._partition(topic, partition)
+            wanted = len(registration.replicas) if size is None else size
+            if len(registration.isr) == wanted and registration.leader >= 0:
+                return tuple(registration.isr)
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"{topic}-{partition}: ISR {list(registration.isr)} (leader "
+                    f"{registration.leader}) did not reach {wanted} members in {timeout_s} s"
+                )
+            time.sleep(0.02)
+
+    def wait_for_leader(
+        self, topic: str, partition: int = 0, not_on: int | None = None, timeout_s: float = 30.0
+    ) -> int:
+        """Wait until the partition has a leader other than broker `not_on`; returns it."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            leader = self.leader_of(topic, partition)
+            if leader >= 0 and leader != not_on:
+                return leader
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{topic}-{partition}: no new leader in {timeout_s} s")
+            time.sleep(0.02)

@@ -152,6 +152,9 @@ class KafkaApis:
             ApiKey.CREATE_PARTITIONS: admin.handle_forwarded,
             ApiKey.ALTER_CONFIGS: admin.handle_forwarded,
             ApiKey.INCREMENTAL_ALTER_CONFIGS: admin.handle_forwarded,
+            ApiKey.ELECT_LEADERS: admin.handle_forwarded,
+            ApiKey.ALTER_PARTITION_REASSIGNMENTS: admin.handle_forwarded,
+            ApiKey.LIST_PARTITION_REASSIGNMENTS: admin.handle_forwarded,
         }
         assert set(self._handlers) == set(BROKER_APIS), "every announced API has a handler"
 
@@ -245,6 +248,7 @@ class KafkaApis:
     async def handle_list_offsets(self, request: Request) -> Any:
         body = request.body
         isolation_level = int(getattr(body, "isolation_level", 0))
+        replica_id = int(getattr(body, "replica_id", -1))
         seen: set[TopicPartition] = set()
         items = []
         for topic in body.topics:
@@ -260,6 +264,7 @@ class KafkaApis:
                         int(p.timestamp),
                         isolation_level=isolation_level,
                         current_leader_epoch=int(getattr(p, "current_leader_epoch", -1)),
+                        replica_id=replica_id,
                     )
                     data.update(
                         error_code=0, offset=offset, timestamp=timestamp, leader_epoch=epoch

@@ -2,24 +2,34 @@
 
 Theory of operation. The controller owns a partition's registration (replicas, ISR, leader,
 leader epoch, partition epoch); a broker learns it from the metadata log and calls
-`apply_registration`, which makes this broker the leader, a follower, or neither. The leader
-tracks each remote replica's log end offset (LEO) from its fetches and computes the high
-watermark (HW) as the minimum LEO over the ISR, its own included; with one replica the HW is
-the leader's LEO. The HW only moves forward while an epoch lasts. A follower lagging more than
-`replica.lag.time.max.ms` is proposed for removal from the ISR, a caught-up one for
-re-admission; the replica manager turns those proposals into AlterPartition requests (when
-replication arrives). Requests carry a `current_leader_epoch`; one older than ours is fenced
-(FENCED_LEADER_EPOCH), one newer is from a leader we have not heard of (UNKNOWN_LEADER_EPOCH).
+`apply_registration`, which makes this broker the leader, a follower, or neither.
+
+The leader tracks each remote replica's log end offset (LEO) from its fetches (Kafka's
+`Replica.updateFetchState`) and computes the high watermark (HW) as the minimum LEO over the
+*maximal* ISR: the committed ISR plus any member an in-flight AlterPartition proposes to add
+(Kafka's `PendingExpandIsr`; a pending shrink keeps the members it removes). The HW only moves
+forward while an epoch lasts, so a record below it is on every replica that could be elected.
+
+The leader never changes the ISR on its own. A follower outside the ISR whose LEO reached the
+HW and the start of the current leader epoch is proposed for admission; an ISR follower that has
+not caught up with the leader's LEO within `replica.lag.time.max.ms` is proposed for removal.
+A proposal is an `IsrChangeProposed` event for the caller to send to the controller
+(AlterPartition); only one is in flight per partition, and `apply_isr_outcome` applies the
+controller's answer at once (success), reverts it (INELIGIBLE_REPLICA, OPERATION_NOT_ATTEMPTED),
+keeps it pending until newer metadata arrives (stale epochs) or asks the caller to retry.
+
+Requests carry a `current_leader_epoch`; one older than ours is fenced (FENCED_LEADER_EPOCH), one
+newer is from a leader we have not heard of (UNKNOWN_LEADER_EPOCH).
 
 Roles and their legal transitions (a missing entry raises `IllegalStateTransition`):
 
     NONE     -> LEADER, FOLLOWER, DELETED
-    LEADER   -> LEADER (new epoch), FOLLOWER, DELETED
+    LEADER   -> LEADER (new epoch or ISR), FOLLOWER, DELETED
     FOLLOWER -> LEADER, FOLLOWER (new leader or epoch), DELETED
 
 No I/O and no clock: the log's offsets and `now_ms` come in as arguments, and events come out
-for the caller to act on (apply the HW to the log, wake waiting requests).
-Thread-safety: none; the replica manager uses a partition from its event loop only.
+for the caller to act on (apply the HW to the log, start or stop fetching, send proposals, wake
+waiting requests). Thread-safety: none; the replica manager uses a partition from one loop.
 """
 
 from __future__ import annotations
@@ -29,14 +39,38 @@ from dataclasses import dataclass
 
 from sparklog.errors import (
     FencedLeaderEpochError,
+    IneligibleReplicaError,
+    InvalidRequestError,
+    InvalidUpdateVersionError,
+    NewLeaderElectedError,
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
+    OperationNotAttemptedError,
     UnknownLeaderEpochError,
+    UnknownTopicIdError,
+    UnknownTopicOrPartitionError,
 )
 
 NO_LEADER = -1
 NO_EPOCH = -1
+UNKNOWN_OFFSET = -1
+
+#: AlterPartition errors after which the controller did not apply the change: back to the
+#: committed ISR (Kafka's handleAlterPartitionError).
+_REVERT_ERRORS = frozenset({IneligibleReplicaError.code, OperationNotAttemptedError.code})
+#: Errors that newer metadata resolves: the proposal stays pending until it arrives.
+_AWAIT_METADATA_ERRORS = frozenset(
+    {
+        UnknownTopicOrPartitionError.code,
+        UnknownTopicIdError.code,
+        FencedLeaderEpochError.code,
+        InvalidUpdateVersionError.code,
+        InvalidRequestError.code,
+        NewLeaderElectedError.code,
+        NotLeaderOrFollowerError.code,
+    }
+)
 
 
 class IllegalStateTransition(Exception):
@@ -81,18 +115,30 @@ class BecameLeader:
 
 @dataclass(frozen=True, slots=True)
 class BecameFollower:
+    """Follow `leader` (NO_LEADER: the partition is offline; fetch from nobody)."""
+
     leader: int
     leader_epoch: int
 
 
 @dataclass(frozen=True, slots=True)
 class IsrChangeProposed:
-    """The leader wants the ISR to become `isr` (AlterPartition to the controller)."""
+    """The leader wants the ISR to become `isr` (AlterPartition against these epochs)."""
 
     isr: tuple[int, ...]
+    leader_epoch: int = NO_EPOCH
+    partition_epoch: int = NO_EPOCH
 
 
-Event = HighWatermarkAdvanced | BecameLeader | BecameFollower | IsrChangeProposed
+@dataclass(frozen=True, slots=True)
+class IsrChanged:
+    """The committed ISR changed (an AlterPartition succeeded)."""
+
+    isr: tuple[int, ...]
+    partition_epoch: int
+
+
+Event = HighWatermarkAdvanced | BecameLeader | BecameFollower | IsrChangeProposed | IsrChanged
 
 
 @dataclass(slots=True)
@@ -100,8 +146,23 @@ class RemoteReplica:
     """What the leader knows about one follower (Kafka's `Replica`)."""
 
     broker_id: int
-    log_end_offset: int = -1  # -1: not fetched since this broker became leader
+    log_end_offset: int = UNKNOWN_OFFSET  # not fetched since this broker became leader
     last_caught_up_time_ms: int = 0
+    last_fetch_leader_log_end_offset: int = UNKNOWN_OFFSET
+    last_fetch_time_ms: int = 0
+
+    def update_fetch_state(
+        self, now_ms: int, fetch_offset: int, leader_log_end_offset: int
+    ) -> None:
+        """Kafka's `Replica.updateFetchState`: caught up when the fetch reached the leader's LEO
+        now, or the LEO the leader had at this follower's previous fetch (then as of that time)."""
+        if fetch_offset >= leader_log_end_offset:
+            self.last_caught_up_time_ms = max(self.last_caught_up_time_ms, now_ms)
+        elif fetch_offset >= self.last_fetch_leader_log_end_offset >= 0:
+            self.last_caught_up_time_ms = max(self.last_caught_up_time_ms, self.last_fetch_time_ms)
+        self.log_end_offset = fetch_offset
+        self.last_fetch_leader_log_end_offset = leader_log_end_offset
+        self.last_fetch_time_ms = now_ms
 
 
 class Partition:
@@ -113,24 +174,35 @@ class Partition:
         self.local_broker_id = local_broker_id
         self.role = Role.NONE
         self.replicas: tuple[int, ...] = ()
-        self.isr: tuple[int, ...] = ()
+        self.isr: tuple[int, ...] = ()  # committed: the controller's
+        self.pending_isr: IsrChangeProposed | None = None  # in flight; leader only
         self.leader = NO_LEADER
         self.leader_epoch = NO_EPOCH
         self.partition_epoch = NO_EPOCH
+        # where this broker's leadership epoch starts in its log (Kafka's leaderEpochStartOffsetOpt)
+        self.leader_epoch_start_offset = UNKNOWN_OFFSET
         # log_start_offset <= high_watermark <= leader log end offset (asserted on every move)
         self.high_watermark = 0
         self.remote_replicas: dict[int, RemoteReplica] = {}
 
     def __repr__(self) -> str:
+        pending = f", pending={self.pending_isr.isr}" if self.pending_isr else ""
         return (
             f"Partition({self.topic}-{self.partition_index}, {self.role.value}, "
-            f"leader={self.leader}, epoch={self.leader_epoch}, isr={self.isr}, "
+            f"leader={self.leader}, epoch={self.leader_epoch}, isr={self.isr}{pending}, "
             f"hw={self.high_watermark})"
         )
 
     @property
     def is_leader(self) -> bool:
         return self.role is Role.LEADER
+
+    @property
+    def maximal_isr(self) -> tuple[int, ...]:
+        """The committed ISR plus members a pending expansion adds (Kafka's `maximalIsr`)."""
+        if self.pending_isr is None:
+            return self.isr
+        return tuple(sorted({*self.isr, *self.pending_isr.isr}))
 
     # -- metadata ---------------------------------------------------------------------------
 
@@ -149,20 +221,27 @@ class Partition:
         self, registration: PartitionRegistration, now_ms: int, log_end_offset: int
     ) -> list[Event]:
         new_epoch = self.role is not Role.LEADER or registration.leader_epoch != self.leader_epoch
+        newer = registration.partition_epoch > self.partition_epoch
         self._transition(Role.LEADER)
+        if new_epoch or newer:
+            self.pending_isr = None  # the metadata overrides whatever we proposed
         self._take(registration)
         events: list[Event] = []
         if new_epoch:
+            # Kafka's resetReplicaState: ISR members count as caught up now, others never were.
             self.remote_replicas = {
-                b: RemoteReplica(b, -1, now_ms if b in registration.isr else 0)
+                b: RemoteReplica(b, last_caught_up_time_ms=now_ms if b in registration.isr else 0)
                 for b in registration.replicas
                 if b != self.local_broker_id
             }
+            self.leader_epoch_start_offset = log_end_offset
             events.append(BecameLeader(registration.leader_epoch))
         else:
-            for b in registration.replicas:
-                if b != self.local_broker_id and b not in self.remote_replicas:
-                    self.remote_replicas[b] = RemoteReplica(b, -1, 0)
+            self.remote_replicas = {
+                b: self.remote_replicas.get(b) or RemoteReplica(b)
+                for b in registration.replicas
+                if b != self.local_broker_id
+            }
         events.extend(self._maybe_increment_high_watermark(log_end_offset))
         return events
 
@@ -174,12 +253,15 @@ class Partition:
         )
         self._transition(Role.FOLLOWER)
         self._take(registration)
+        self.pending_isr = None
         self.remote_replicas = {}
+        self.leader_epoch_start_offset = UNKNOWN_OFFSET
         return [BecameFollower(registration.leader, registration.leader_epoch)] if changed else []
 
     def mark_deleted(self) -> None:
         """The partition left this broker (topic deleted or replica moved)."""
         self._transition(Role.DELETED)
+        self.pending_isr = None
 
     def _take(self, registration: PartitionRegistration) -> None:
         self.replicas = registration.replicas
@@ -251,45 +333,117 @@ class Partition:
         return self._maybe_increment_high_watermark(log_end_offset)
 
     def on_follower_fetch(
-        self, now_ms: int, replica_id: int, fetch_offset: int, leader_log_end_offset: int
+        self,
+        now_ms: int,
+        replica_id: int,
+        fetch_offset: int,
+        leader_log_end_offset: int,
+        *,
+        replica_eligible: bool = True,
     ) -> list[Event]:
-        """A follower fetched from `fetch_offset`: it holds everything below it."""
+        """A follower fetched from `fetch_offset`: it holds everything below it.
+
+        `replica_eligible`: the follower's broker may join the ISR (registered, unfenced, not
+        shutting down); Kafka's `isReplicaIsrEligible`, known to the caller from the image.
+        """
         assert self.is_leader
         replica = self.remote_replicas.get(replica_id)
         if replica is None:
             raise NotLeaderOrFollowerError(
                 f"broker {replica_id} is not a replica of {self.topic}-{self.partition_index}"
             )
-        replica.log_end_offset = fetch_offset
-        if fetch_offset >= leader_log_end_offset:
-            replica.last_caught_up_time_ms = now_ms
-        events = self._maybe_increment_high_watermark(leader_log_end_offset)
-        if replica_id not in self.isr and fetch_offset >= self.high_watermark:
-            events.append(IsrChangeProposed(tuple(sorted({*self.isr, replica_id}))))
+        replica.update_fetch_state(now_ms, fetch_offset, leader_log_end_offset)
+        events: list[Event] = []
+        if replica_eligible and self._follower_may_join(replica):
+            self.pending_isr = IsrChangeProposed(
+                tuple(sorted({*self.isr, replica_id})), self.leader_epoch, self.partition_epoch
+            )
+            events.append(self.pending_isr)
+        events[:0] = self._maybe_increment_high_watermark(leader_log_end_offset)
         return events
 
-    def out_of_sync_replicas(self, now_ms: int, replica_lag_time_max_ms: int) -> tuple[int, ...]:
-        """ISR followers that have not caught up within `replica.lag.time.max.ms`."""
-        assert self.is_leader
-        return tuple(
-            b
-            for b in self.isr
-            if b != self.local_broker_id
-            and now_ms - self.remote_replicas[b].last_caught_up_time_ms > replica_lag_time_max_ms
+    def _follower_may_join(self, replica: RemoteReplica) -> bool:
+        """Kafka's `needsExpandIsr` + `isFollowerInSync`."""
+        return (
+            self.pending_isr is None
+            and replica.broker_id not in self.isr
+            and replica.log_end_offset >= self.high_watermark
+            and replica.log_end_offset >= self.leader_epoch_start_offset
         )
 
-    def maybe_shrink_isr(self, now_ms: int, replica_lag_time_max_ms: int) -> list[Event]:
-        lagging = self.out_of_sync_replicas(now_ms, replica_lag_time_max_ms)
+    def out_of_sync_replicas(
+        self, now_ms: int, replica_lag_time_max_ms: int, leader_log_end_offset: int | None = None
+    ) -> tuple[int, ...]:
+        """ISR followers that have not caught up within `replica.lag.time.max.ms` (Kafka's
+        `getOutOfSyncReplicas`); one at the leader's LEO (when given) is never out of sync."""
+        assert self.is_leader
+        lagging = []
+        for b in self.isr:
+            replica = self.remote_replicas.get(b)
+            if b == self.local_broker_id:
+                continue
+            at_leader_end = replica is not None and replica.log_end_offset == leader_log_end_offset
+            if replica is None or (
+                not at_leader_end
+                and now_ms - replica.last_caught_up_time_ms > replica_lag_time_max_ms
+            ):
+                lagging.append(b)
+        return tuple(lagging)
+
+    def maybe_shrink_isr(
+        self, now_ms: int, replica_lag_time_max_ms: int, leader_log_end_offset: int | None = None
+    ) -> list[Event]:
+        """Propose removing the out-of-sync followers (none while a proposal is in flight)."""
+        if not self.is_leader or self.pending_isr is not None:
+            return []
+        lagging = self.out_of_sync_replicas(now_ms, replica_lag_time_max_ms, leader_log_end_offset)
         if not lagging:
             return []
-        return [IsrChangeProposed(tuple(b for b in self.isr if b not in lagging))]
+        self.pending_isr = IsrChangeProposed(
+            tuple(b for b in self.isr if b not in lagging), self.leader_epoch, self.partition_epoch
+        )
+        return [self.pending_isr]
+
+    def apply_isr_outcome(
+        self,
+        proposal: IsrChangeProposed,
+        error_code: int,
+        *,
+        leader_epoch: int = NO_EPOCH,
+        isr: tuple[int, ...] = (),
+        partition_epoch: int = NO_EPOCH,
+        leader_log_end_offset: int = 0,
+    ) -> tuple[list[Event], bool]:
+        """The controller answered `proposal`: `(events, retry)`; `retry` asks the caller to
+        send the same proposal again later (Kafka's `submitAlterPartition` callback)."""
+        if self.pending_isr != proposal or not self.is_leader:
+            return [], False  # newer metadata replaced the proposal meanwhile: out of date
+        if error_code in _REVERT_ERRORS:
+            self.pending_isr = None
+            return [], False
+        if error_code in _AWAIT_METADATA_ERRORS:
+            return [], False
+        if error_code != 0:
+            return [], True
+        if (
+            leader_epoch != self.leader_epoch
+            or partition_epoch < self.partition_epoch
+            or self.local_broker_id not in isr
+        ):
+            return [], False  # stale (or not ours to apply): the metadata will settle it
+        self.pending_isr = None
+        self.isr = tuple(isr)
+        self.partition_epoch = partition_epoch
+        events: list[Event] = [IsrChanged(self.isr, partition_epoch)]
+        events.extend(self._maybe_increment_high_watermark(leader_log_end_offset))
+        return events, False
 
     def _maybe_increment_high_watermark(self, leader_log_end_offset: int) -> list[Event]:
         offsets = [leader_log_end_offset]
-        for b in self.isr:
+        for b in self.maximal_isr:
             if b != self.local_broker_id:
                 replica = self.remote_replicas.get(b)
-                offsets.append(replica.log_end_offset if replica is not None else -1)
+                offsets.append(replica.log_end_offset if replica is not None else UNKNOWN_OFFSET)
         new_hw = min(offsets)
         if new_hw <= self.high_watermark:
             return []
@@ -298,5 +452,5 @@ class Partition:
         return [HighWatermarkAdvanced(new_hw)]
 
     def reset_high_watermark(self, high_watermark: int) -> None:
-        """The log clamped or moved the HW (load, truncation, DeleteRecords)."""
+        """The log clamped or moved the HW (load, truncation, follower fetch, DeleteRecords)."""
         self.high_watermark = high_watermark

@@ -2,11 +2,19 @@
 
 `apply_metadata` reconciles the hosted partitions with the metadata image: it opens or creates
 the log of every partition assigned here, hands the registration to the sans-IO `Partition`
-(leader, follower), applies the events it returns (high watermark to the log, waiting requests
-woken) and deletes the logs of partitions that left. Produce appends through the leader's log;
-acks=all waits until the high watermark passes the batch. Fetch reads up to the high watermark
-(read_uncommitted), the last stable offset (read_committed) or the log end (followers) and
-long-polls through `DelayedOperations` until `min_bytes` are there or `max_wait_ms` passed.
+(leader, follower), applies the events it returns (high watermark to the log, follower fetchers
+started or stopped, ISR proposals sent, waiting requests woken) and deletes the logs of
+partitions that left. Produce appends through the leader's log; acks=all waits until the high
+watermark passes the batch. Fetch reads up to the high watermark (read_uncommitted), the last
+stable offset (read_committed) or the log end (followers, whose fetch position moves the high
+watermark and the ISR) and long-polls through `DelayedOperations` until `min_bytes` are there
+or `max_wait_ms` passed. Every leader append wakes waiting fetches, so followers see it at once.
+
+Replication hooks (set by the broker; None in tests without replication): `fetchers` follows
+partitions this broker does not lead (`replica_fetcher.ReplicaFetcherManager`), and
+`alter_partition` carries ISR proposals to the controller (`isr_manager.AlterPartitionManager`).
+The fetchers write through `append_fetched` / `truncate_follower`, which check that the
+partition is still followed at the fetcher's leader epoch.
 
 Errors are per partition, as Kafka answers them: every `KafkaError` becomes its code, a corrupt
 batch CORRUPT_MESSAGE, anything unexpected UNKNOWN_SERVER_ERROR (logged). Thread-safety: use from
@@ -17,17 +25,21 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from sparklog.broker.delayed import DelayedOperations, wait_until
 from sparklog.broker.log_manager import LogManager, TopicPartition
 from sparklog.broker.partition import (
+    BecameFollower,
     BecameLeader,
     Event,
     HighWatermarkAdvanced,
+    IsrChangeProposed,
     Partition,
     PartitionRegistration,
+    Role,
 )
 from sparklog.errors import (
     CorruptMessageError,
@@ -39,6 +51,7 @@ from sparklog.errors import (
     UnknownServerError,
     UnknownTopicOrPartitionError,
 )
+from sparklog.records.batch import read_header
 from sparklog.records.errors import CorruptRecordError
 from sparklog.storage.config import LogConfig
 from sparklog.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Log
@@ -140,6 +153,9 @@ class ReplicaManager:
         self.delayed = delayed or DelayedOperations()
         self._partitions: dict[TopicPartition, HostedPartition] = {}
         self._topics: dict[str, TopicMetadata] = {}
+        self._live_brokers: frozenset[int] | None = None  # None: every replica may join an ISR
+        self.fetchers: Any = None  # ReplicaFetcherManager: add_partition / remove_partition
+        self.alter_partition: Any = None  # AlterPartitionManager: submit
 
     # -- metadata ---------------------------------------------------------------------------
 
@@ -147,9 +163,13 @@ class ReplicaManager:
     def partitions(self) -> dict[TopicPartition, HostedPartition]:
         return dict(self._partitions)
 
-    def apply_metadata(self, topics: Mapping[str, TopicMetadata]) -> None:
-        """Make the hosted partitions match the image (see module doc)."""
+    def apply_metadata(
+        self, topics: Mapping[str, TopicMetadata], live_brokers: Collection[int] | None = None
+    ) -> None:
+        """Make the hosted partitions match the image (see module doc). `live_brokers`: the
+        unfenced brokers, the only ones a leader proposes for its ISR (None: all)."""
         self._topics = dict(topics)
+        self._live_brokers = None if live_brokers is None else frozenset(live_brokers)
         wanted: dict[TopicPartition, tuple[TopicMetadata, PartitionRegistration]] = {}
         for topic in topics.values():
             for index, registration in topic.partitions.items():
@@ -177,6 +197,8 @@ class ReplicaManager:
         return hosted
 
     def _remove(self, tp: TopicPartition) -> None:
+        if self.fetchers is not None:
+            self.fetchers.remove_partition(tp)
         hosted = self._partitions.pop(tp)
         hosted.partition.mark_deleted()
         self.log_manager.delete_log(*tp)
@@ -190,13 +212,22 @@ class ReplicaManager:
                 kept = hosted.log.update_high_watermark(event.high_watermark)
                 assert kept == event.high_watermark, (tp, kept, event)
             elif isinstance(event, BecameLeader):
+                if self.fetchers is not None:  # first: nothing fetched lands after we lead
+                    self.fetchers.remove_partition(tp)
                 # Kafka's maybeAssignEpochStartOffset: the epoch starts at the current log end,
                 # so OffsetForLeaderEpoch answers for it before the first append.
                 latest = hosted.log.latest_epoch
                 if latest is None or event.leader_epoch > latest:
                     hosted.log.epoch_cache.assign(event.leader_epoch, hosted.log.log_end_offset)
-            # BecameFollower / IsrChangeProposed: the follower fetcher and AlterPartition
-            # arrive with replication; a follower here only keeps its log.
+            elif isinstance(event, BecameFollower):
+                if self.fetchers is not None:
+                    self.fetchers.add_partition(
+                        tp, hosted.topic_id, event.leader, event.leader_epoch
+                    )
+            elif isinstance(event, IsrChangeProposed):
+                log.info("%s-%d: proposing ISR %s", *tp, list(event.isr))
+                if self.alter_partition is not None:
+                    self.alter_partition.submit(tp, hosted.topic_id, event)
         if events:
             self.delayed.notify(tp)
 
@@ -277,6 +308,7 @@ class ReplicaManager:
             self._apply_events(
                 tp, hosted, hosted.partition.on_leader_append(hosted.log.log_end_offset)
             )
+            self.delayed.notify(tp)  # follower fetches wait for appends, not for the HW
         result = ProduceResult(
             0, info.first_offset, info.log_append_time_ms, hosted.log.log_start_offset
         )
@@ -373,7 +405,12 @@ class ReplicaManager:
             )
             if params.is_from_follower:
                 events = hosted.partition.on_follower_fetch(
-                    self._clock_ms(), params.replica_id, p.fetch_offset, log_.log_end_offset
+                    self._clock_ms(),
+                    params.replica_id,
+                    p.fetch_offset,
+                    log_.log_end_offset,
+                    replica_eligible=self._live_brokers is None
+                    or params.replica_id in self._live_brokers,
                 )
                 self._apply_events((p.topic, p.partition), hosted, events)
         except Exception as e:  # noqa: BLE001 - becomes this partition's error code
@@ -399,15 +436,20 @@ class ReplicaManager:
         *,
         isolation_level: int = 0,
         current_leader_epoch: int = -1,
+        replica_id: int = -1,
     ) -> tuple[int, int, int]:
         """ListOffsets for one partition: (offset, timestamp, leader epoch), -1s when no record
-        is that late. Raises the partition's KafkaError."""
+        is that late. A follower (`replica_id` >= 0) may read up to the log end, as in Kafka.
+        Raises the partition's KafkaError."""
         hosted = self.hosted(topic, partition)
         hosted.partition.check_leader(current_leader_epoch)
         log_ = hosted.log
-        last_fetchable = (
-            log_.last_stable_offset if isolation_level == READ_COMMITTED else log_.high_watermark
-        )
+        if replica_id >= 0:
+            last_fetchable = log_.log_end_offset
+        elif isolation_level == READ_COMMITTED:
+            last_fetchable = log_.last_stable_offset
+        else:
+            last_fetchable = log_.high_watermark
         if timestamp == LATEST_TIMESTAMP:
             return last_fetchable, -1, hosted.partition.leader_epoch
         found = log_.fetch_offset_by_timestamp(timestamp)
@@ -440,6 +482,99 @@ class ReplicaManager:
         hosted.partition.reset_high_watermark(log_.high_watermark)
         self.delayed.notify((topic, partition))
         return low_watermark
+
+    # -- ISR (leader side) ---------------------------------------------------------------------
+
+    def maybe_shrink_isr(self, now_ms: int, replica_lag_time_max_ms: int) -> int:
+        """Propose removing lagging followers from every led ISR (Kafka's `maybeShrinkIsr`
+        task); returns how many partitions proposed."""
+        proposed = 0
+        for tp, hosted in list(self._partitions.items()):
+            if not hosted.partition.is_leader:
+                continue
+            events = hosted.partition.maybe_shrink_isr(
+                now_ms, replica_lag_time_max_ms, hosted.log.log_end_offset
+            )
+            proposed += bool(events)
+            self._apply_events(tp, hosted, events)
+        return proposed
+
+    def on_isr_outcome(self, tp: TopicPartition, proposal: IsrChangeProposed, outcome: Any) -> bool:
+        """The controller answered an ISR proposal (an `IsrChangeOutcome`); True: send again."""
+        hosted = self._partitions.get(tp)
+        if hosted is None or hosted.topic_id != outcome.topic_id:
+            return False
+        events, retry = hosted.partition.apply_isr_outcome(
+            proposal,
+            outcome.error_code,
+            leader_epoch=outcome.leader_epoch,
+            isr=tuple(outcome.isr),
+            partition_epoch=outcome.partition_epoch,
+            leader_log_end_offset=hosted.log.log_end_offset,
+        )
+        if events:
+            log.info("%s-%d: ISR is now %s", *tp, list(hosted.partition.isr))
+        self._apply_events(tp, hosted, events)
+        return retry
+
+    # -- follower side (the replica fetchers) ---------------------------------------------------
+
+    def following(self, tp: TopicPartition, leader_epoch: int) -> HostedPartition:
+        """The partition, if this broker still follows it at `leader_epoch`; else raises."""
+        hosted = self._partitions.get(tp)
+        if hosted is None or hosted.partition.role is not Role.FOLLOWER:
+            raise NotLeaderOrFollowerError(f"broker {self.node_id} does not follow {tp[0]}-{tp[1]}")
+        hosted.partition.check_leader_epoch(leader_epoch)
+        return hosted
+
+    def append_fetched(
+        self,
+        tp: TopicPartition,
+        leader_epoch: int,
+        records: bytes,
+        *,
+        leader_high_watermark: int,
+        leader_log_start_offset: int,
+    ) -> int:
+        """Append what a follower fetched, then take the leader's HW (capped by our log end)
+        and log start offset (capped by our HW); returns the new log end offset."""
+        hosted = self.following(tp, leader_epoch)
+        log_ = hosted.log
+        if records:
+            first_base = read_header(records).base_offset
+            if first_base < log_.log_end_offset == log_.log_start_offset:
+                # Kafka's UnexpectedAppendOffsetException on an empty log: the leader's log
+                # start is inside a batch; start ours where that batch starts.
+                log_.truncate_fully_and_start_at(first_base)
+            log_.append_as_follower(records, self._clock_ms())
+        high_watermark = min(leader_high_watermark, log_.log_end_offset)
+        if high_watermark > log_.high_watermark:
+            log_.update_high_watermark(high_watermark)
+        if log_.log_start_offset < leader_log_start_offset <= log_.high_watermark:
+            log_.maybe_increment_log_start_offset(leader_log_start_offset)
+        self._after_follower_change(tp, hosted)
+        return log_.log_end_offset
+
+    def truncate_follower(self, tp: TopicPartition, leader_epoch: int, offset: int) -> int:
+        """Cut a followed log to `offset` (divergent suffix); returns the new log end offset."""
+        hosted = self.following(tp, leader_epoch)
+        before = hosted.log.log_end_offset
+        if hosted.log.truncate_to(offset):
+            log.info("%s-%d: truncated from %d to %d", *tp, before, hosted.log.log_end_offset)
+        self._after_follower_change(tp, hosted)
+        return hosted.log.log_end_offset
+
+    def truncate_fully_follower(self, tp: TopicPartition, leader_epoch: int, offset: int) -> int:
+        """Empty a followed log and restart it at `offset` (the leader's log start passed ours)."""
+        hosted = self.following(tp, leader_epoch)
+        hosted.log.truncate_fully_and_start_at(offset)
+        log.info("%s-%d: log restarted empty at %d", *tp, offset)
+        self._after_follower_change(tp, hosted)
+        return offset
+
+    def _after_follower_change(self, tp: TopicPartition, hosted: HostedPartition) -> None:
+        hosted.partition.reset_high_watermark(hosted.log.high_watermark)
+        self.delayed.notify(tp)
 
     # -- shutdown ---------------------------------------------------------------------------
 

@@ -2,15 +2,21 @@
 
 Startup (Kafka's order, KRaft): ask the controller for the cluster id, claim the data dir
 (`meta.properties` + lock), bind the listener, catch the metadata image up with the controller's
-log, load (and recover) the logs the image assigns here, start following the metadata log and
-the background threads, register (BrokerRegistration) and heartbeat until the controller
-unfences the broker. `start()` returns then. A heartbeat answer `should_shut_down` (the launcher
-stopped the cluster, or a newer incarnation took this id) stops the broker gracefully.
+log, register (BrokerRegistration; the controller takes the leaderships of an older
+incarnation away in the same commit) and catch up past the registration, so the first image
+the logs see no longer names a crashed incarnation as leader. Then load (and recover) the logs
+the image assigns here, publish it (followers start fetching: truncate by leader epoch, then
+catch up), start following the metadata log, the background threads, the ISR-shrink task and
+AlterPartition sender, and heartbeat until the controller unfences the broker. `start()` returns
+then. A heartbeat answer `should_shut_down` (the launcher stopped the cluster, or a newer
+incarnation took this id) stops the broker gracefully.
 
-Shutdown: one heartbeat with `want_shut_down` so the controller fences us at once, then stop
-serving (waiting requests are woken and answered), stop the threads, flush and close every log,
-write the checkpoints and release the data dir. `kill()` skips the goodbye and the flush, as a
-crash would (tests use it to exercise recovery).
+Shutdown (Kafka's KRaft controlled shutdown): heartbeats with `want_shut_down` while still
+serving and fetching, until the controller answers `should_shut_down` (it moved our leaderships
+first) or one session timeout passes (after which it fences us anyway). Then stop the fetchers,
+stop serving (waiting requests are woken and answered), stop the threads, flush and close every
+log, write the checkpoints and release the data dir. `kill()` skips the goodbye and the flush,
+as a crash would (tests use it to exercise recovery).
 
 Hosting: `await start()` / `await shutdown()` on a running loop; `start_in_thread()` / `stop()`
 run the broker on its own loop thread (tests, the embedded cluster); `run_broker(...)` blocks until
@@ -36,6 +42,7 @@ from sparklog.broker.controller_client import (
     ProducerIdManager,
     launcher_client_id,
 )
+from sparklog.broker.isr_manager import AlterPartitionManager
 from sparklog.broker.kafka_apis import KafkaApis
 from sparklog.broker.log_manager import LogManager, wall_clock_ms
 from sparklog.broker.meta_properties import (
@@ -46,6 +53,7 @@ from sparklog.broker.meta_properties import (
     resolve_data_dir,
 )
 from sparklog.broker.metadata import BrokerMetadata, MetadataFollower, topics_from_image
+from sparklog.broker.replica_fetcher import ReplicaFetcherManager
 from sparklog.broker.replica_manager import ReplicaManager
 from sparklog.controller.image import MetadataImage
 from sparklog.errors import StaleBrokerEpochError
@@ -58,6 +66,7 @@ DUPLICATE_BROKER_REGISTRATION = 101
 BROKER_ID_NOT_REGISTERED = 102
 _FENCED_HEARTBEAT_INTERVAL_S = 0.05  # heartbeat fast until unfenced (Kafka: "immediately")
 _GOODBYE_TIMEOUT_S = 2.0
+_SHUTDOWN_HEARTBEAT_ATTEMPTS = 3  # an unreachable controller ends a controlled shutdown
 
 
 class BrokerState(enum.Enum):
@@ -106,6 +115,9 @@ class BrokerServer:
         self._thread: threading.Thread | None = None
         self._logs_loaded = False
         self._stop_task: asyncio.Task | None = None
+        self._want_shut_down = False
+        self._heartbeat_now: asyncio.Event | None = None
+        self._shut_down_granted: asyncio.Event | None = None
         self._build()
 
     def _build(self) -> None:
@@ -123,6 +135,21 @@ class BrokerServer:
             clock_ms=wall_clock_ms,
             fetch_max_bytes=self.config.fetch_max_bytes,
         )
+        self.fetchers = ReplicaFetcherManager(
+            self.node_id,
+            self.replica_manager,
+            self.config,
+            self._endpoint_of,
+            clock_ms=wall_clock_ms,
+        )
+        self.alter_partition = AlterPartitionManager(
+            self.controller,
+            self.node_id,
+            lambda: self.broker_epoch,
+            self.replica_manager.on_isr_outcome,
+        )
+        self.replica_manager.fetchers = self.fetchers
+        self.replica_manager.alter_partition = self.alter_partition
         self.follower = MetadataFollower(self.metadata, self.controller, self._publish)
         self.producer_ids = ProducerIdManager(self.controller, self.node_id)
         self.admin = admin = AdminApis(
@@ -180,6 +207,8 @@ class BrokerServer:
         self.state = BrokerState.STARTING
         self._unfenced = asyncio.Event()
         self._shutdown_requested = asyncio.Event()
+        self._heartbeat_now = asyncio.Event()
+        self._shut_down_granted = asyncio.Event()
         timeout_s = timeout_s or self.config.initial_broker_registration_timeout_ms / 1000
         try:
             async with asyncio.timeout(timeout_s):
@@ -198,16 +227,19 @@ class BrokerServer:
         self.metadata.cluster_id = cluster_id
         _meta, self._lock = self._claimed or claim_data_dir(self.data_dir, cluster_id, self.node_id)
         await self.server.start()
+        registration_timeout_s = self.config.initial_broker_registration_timeout_ms / 1000
         end_offset = await self._retry(self.controller.metadata_end_offset)
-        await self.follower.catch_up(
-            end_offset, self.config.initial_broker_registration_timeout_ms / 1000
-        )
+        await self.follower.catch_up(end_offset, registration_timeout_s)
+        await self._register()
+        # Kafka's initial catch-up: publish only an image that holds our own registration.
+        await self.follower.catch_up(self.broker_epoch + 1, registration_timeout_s)
         self.log_manager.load_logs(self._hosted_lookup(self.metadata.image))
         self._logs_loaded = True
         self._publish(self.metadata.image)
         self.log_manager.start_background()
         self._spawn(self.follower.run(), "metadata-follower")
-        await self._register()
+        self._spawn(self.alter_partition.run(), "alter-partition")
+        self._spawn(self._isr_shrink_loop(), "isr-shrink")
         self.state = BrokerState.RECOVERY
         self._spawn(self._heartbeat_loop(), "heartbeat")
         await self._wait_unfenced()
@@ -275,7 +307,21 @@ class BrokerServer:
 
     def _publish(self, image: MetadataImage) -> None:
         if self._logs_loaded:
-            self.replica_manager.apply_metadata(topics_from_image(image, self.config))
+            live = [b.broker_id for b in image.unfenced_brokers()]
+            self.replica_manager.apply_metadata(topics_from_image(image, self.config), live)
+
+    def _endpoint_of(self, broker_id: int) -> tuple[str, int] | None:
+        """A broker's listener per the image (where the follower fetchers connect)."""
+        broker = self.metadata.image.broker(broker_id)
+        return None if broker is None else (broker.host, broker.port)
+
+    async def _isr_shrink_loop(self) -> None:
+        """Kafka's `isr-expiration` task: every replica.lag.time.max.ms / 2, propose removing
+        followers that stopped catching up."""
+        lag_ms = self.config.replica_lag_time_max_ms
+        while True:
+            await asyncio.sleep(max(0.01, lag_ms / 2000))
+            self.replica_manager.maybe_shrink_isr(wall_clock_ms(), lag_ms)
 
     # -- lifecycle with the controller ------------------------------------------------------
 
@@ -305,16 +351,16 @@ class BrokerServer:
             await asyncio.sleep(self.config.broker_heartbeat_interval_ms / 1000)
 
     async def _heartbeat_loop(self) -> None:
-        assert self._unfenced is not None and self._shutdown_requested is not None
-        interval_s = self.config.broker_heartbeat_interval_ms / 1000
         failures = 0
+        interval_s = self.config.broker_heartbeat_interval_ms / 1000
         while True:
+            want_shut_down = self._want_shut_down
             try:
                 response = await self.controller.heartbeat(
                     broker_id=self.node_id,
                     broker_epoch=self.broker_epoch,
                     metadata_offset=self.metadata.published_offset,
-                    want_shut_down=False,
+                    want_shut_down=want_shut_down,
                 )
             except (ConnectionError, OSError, TimeoutError) as e:
                 failures += 1
@@ -322,30 +368,60 @@ class BrokerServer:
                     log.warning(
                         "broker %d: heartbeat failed (%d times): %s", self.node_id, failures, e
                     )
-                await asyncio.sleep(interval_s)
+                if want_shut_down and failures >= _SHUTDOWN_HEARTBEAT_ATTEMPTS:
+                    assert self._shut_down_granted is not None
+                    self._shut_down_granted.set()  # no controller to hand anything over to
+                    return
+                await self._heartbeat_pause(
+                    _FENCED_HEARTBEAT_INTERVAL_S if want_shut_down else interval_s
+                )
                 continue
             failures = 0
-            if response.should_shut_down:  # asked to, or a newer incarnation took our id
-                self.stop_reason = "the controller asked this broker to shut down"
-                if response.error_code:
-                    self.stop_reason += f" (error {response.error_code}: a newer registration)"
-                self._shutdown_requested.set()
-                return
-            if response.error_code in (StaleBrokerEpochError.code, BROKER_ID_NOT_REGISTERED):
+            lost = response.error_code in (StaleBrokerEpochError.code, BROKER_ID_NOT_REGISTERED)
+            if lost and not response.should_shut_down:
                 log.warning("broker %d: registration lost; registering again", self.node_id)
                 await self._register()
                 continue
-            if response.error_code:
-                log.warning(
-                    "broker %d: heartbeat refused (error %d)", self.node_id, response.error_code
+            pause_s = self._on_heartbeat(response, want_shut_down)
+            if pause_s is None:
+                return
+            await self._heartbeat_pause(pause_s)
+
+    def _on_heartbeat(self, response: Any, want_shut_down: bool) -> float | None:
+        """Act on a heartbeat answer; the pause before the next one (None: stop heartbeating)."""
+        assert self._unfenced is not None and self._shutdown_requested is not None
+        assert self._shut_down_granted is not None
+        if response.should_shut_down:
+            if response.error_code:  # a newer incarnation took our id: nothing to hand over
+                self.stop_reason = (
+                    f"the controller asked this broker to shut down (error "
+                    f"{response.error_code}: a newer registration)"
                 )
-                await asyncio.sleep(interval_s)
-                continue
-            if not response.is_fenced:
-                self._unfenced.set()
-            await asyncio.sleep(
-                interval_s if not response.is_fenced else _FENCED_HEARTBEAT_INTERVAL_S
+            elif not want_shut_down and self.stop_reason is None:
+                self.stop_reason = "the controller asked this broker to shut down"
+            self._shutdown_requested.set()
+            if want_shut_down or response.error_code:
+                self._shut_down_granted.set()  # the controlled shutdown is complete
+                return None
+            self._want_shut_down = True  # go on: hand our leaderships over first
+            return 0.0
+        if response.error_code:
+            log.warning(
+                "broker %d: heartbeat refused (error %d)", self.node_id, response.error_code
             )
+        elif not response.is_fenced:
+            self._unfenced.set()
+        if response.is_fenced or want_shut_down:
+            return _FENCED_HEARTBEAT_INTERVAL_S
+        return self.config.broker_heartbeat_interval_ms / 1000
+
+    async def _heartbeat_pause(self, interval_s: float) -> None:
+        """Sleep until the next heartbeat, or until a shutdown wants one sent now."""
+        assert self._heartbeat_now is not None
+        self._heartbeat_now.clear()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(interval_s):
+                await self._heartbeat_now.wait()
 
     async def _watch_shutdown(self) -> None:
         assert self._shutdown_requested is not None
@@ -353,10 +429,37 @@ class BrokerServer:
         if self._stop_task is None:
             self._stop_task = asyncio.get_running_loop().create_task(self._stop(clean=True))
 
-    async def _say_goodbye(self) -> None:
-        """Controlled shutdown, reduced: tell the controller so it fences us right away."""
+    async def _controlled_shutdown(self) -> None:
+        """Kafka's KRaft controlled shutdown: heartbeat `want_shut_down` (still serving and
+        fetching) until the controller, having moved our leaderships, answers should_shut_down;
+        at most one session timeout, after which the controller fences us by lease anyway."""
         if self.broker_epoch < 0:
             return
+        assert self._shut_down_granted is not None and self._heartbeat_now is not None
+        self._want_shut_down = True
+        if self._shut_down_granted.is_set():
+            return
+        heartbeating = any(
+            t.get_name().endswith("-heartbeat") and not t.done() for t in self._tasks
+        )
+        if not heartbeating or not self.config.controlled_shutdown_enable:
+            await self._say_goodbye()  # at least have the controller fence us at once
+            return
+        self._heartbeat_now.set()
+        timeout_s = max(_GOODBYE_TIMEOUT_S, self.config.broker_session_timeout_ms / 1000)
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._shut_down_granted.wait()
+        except TimeoutError:
+            log.warning(
+                "broker %d: the controller did not finish the controlled shutdown in %.1f s; "
+                "stopping anyway",
+                self.node_id,
+                timeout_s,
+            )
+
+    async def _say_goodbye(self) -> None:
+        """One `want_shut_down` heartbeat (no heartbeat task to carry the handshake)."""
         with contextlib.suppress(Exception):
             async with asyncio.timeout(_GOODBYE_TIMEOUT_S):
                 await self.controller.heartbeat(
@@ -386,7 +489,7 @@ class BrokerServer:
     async def _stop(self, clean: bool) -> None:
         if clean:
             self.state = BrokerState.PENDING_CONTROLLED_SHUTDOWN
-            await self._say_goodbye()
+            await self._controlled_shutdown()
         await self._teardown(clean=clean)
 
     async def _teardown(self, *, clean: bool) -> None:
@@ -399,6 +502,7 @@ class BrokerServer:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks.clear()
+        await self.fetchers.shutdown()  # before the logs close: no append after this
         self.replica_manager.close()  # waiting fetches and produces answer now
         await self.controller.close()  # forwarded requests fail fast instead of waiting
         await self.server.stop()
@@ -431,6 +535,16 @@ class BrokerServer:
     def stop(self, timeout_s: float = 30.0) -> None:
         """Graceful stop of a broker started with `start_in_thread`, joining its thread."""
         self._run_in_thread(self.shutdown(), timeout_s)
+
+    def call_in_loop(self, fn: Any, timeout_s: float = 30.0) -> Any:
+        """`fn()` run on the loop of a broker started with `start_in_thread` (tests use it to
+        look at or poke loop-owned state safely)."""
+        assert self._loop is not None, f"{self!r} runs no loop thread"
+
+        async def call() -> Any:
+            return fn()
+
+        return asyncio.run_coroutine_threadsafe(call(), self._loop).result(timeout_s)
 
     def kill_in_thread(self, timeout_s: float = 30.0) -> None:
         self._run_in_thread(self.kill(), timeout_s)

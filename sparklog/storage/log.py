@@ -234,7 +234,9 @@ class Log:
         found: list[tuple[int, BatchHeader]] = []
         for batch in iter_batches(buf):
             header = batch.header
-            if header.size_in_bytes > self.config.max_message_bytes:
+            # Followers take what the leader accepted (Kafka does not re-check the size).
+            too_large = header.size_in_bytes > self.config.max_message_bytes
+            if too_large and origin is not AppendOrigin.REPLICATION:
                 raise MessageTooLargeError(
                     f"batch of {header.size_in_bytes} bytes exceeds max.message.bytes "
                     f"{self.config.max_message_bytes} of {self.directory.name}"
@@ -530,9 +532,14 @@ class Log:
             return self.high_watermark
 
     def truncate_to(self, target_offset: int) -> bool:
-        """Follower truncation: drop every batch at or above `target_offset`."""
+        """Follower truncation: drop every batch at or above `target_offset`; returns whether
+        any was dropped."""
         with self._lock:
             if target_offset >= self.log_end_offset:
+                # Kafka's UnifiedLog.truncateTo: an epoch this broker stamped as leader and never
+                # appended to starts at the log end; it must go, or the follower keeps asking
+                # the new leader about an epoch no record has (a truncation livelock).
+                self.epoch_cache.truncate_from_end(self.log_end_offset)
                 return False
             if target_offset <= self.log_start_offset and target_offset < self._bases[0]:
                 self.truncate_fully_and_start_at(target_offset)

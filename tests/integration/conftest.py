@@ -18,7 +18,12 @@ TEST_CONFIG = {
     "log.cleaner.backoff.ms": "100",
     "broker.heartbeat.interval.ms": "100",
     "broker.session.timeout.ms": "1500",
+    "replica.fetch.wait.max.ms": "100",
+    "replica.fetch.backoff.ms": "100",
 }
+
+#: Replication tests: followers that stop fetching leave the ISR within a second.
+REPLICATION_CONFIG = {**TEST_CONFIG, "replica.lag.time.max.ms": "1000"}
 
 
 @pytest.fixture(scope="module")
@@ -27,6 +32,13 @@ def cluster(tmp_path_factory):
     with EmbeddedCluster(
         brokers=1, data_dir=tmp_path_factory.mktemp("cluster"), config=TEST_CONFIG
     ) as running:
+        yield running
+
+
+@pytest.fixture
+def replicated_cluster(tmp_path):
+    """A controller and three brokers for one test that may kill and restart them."""
+    with EmbeddedCluster(brokers=3, data_dir=tmp_path, config=REPLICATION_CONFIG) as running:
         yield running
 
 

@@ -49,3 +49,30 @@ def test_listeners_and_cleaner_settings():
         props["log.cleaner.backoff.ms"] == "50"
         and props["listeners"] == "PLAINTEXT://10.0.0.5:9092"
     )
+
+
+def test_replication_settings_have_kafkas_names_and_defaults_in_the_conf_file():
+    from pathlib import Path
+
+    conf = Path(__file__).parents[3] / "conf" / "sparklog-defaults.conf"
+    entries = dict(line.split("=", 1) for line in conf.read_text().splitlines() if "=" in line[:80])
+    props = BrokerConfig.from_properties({}).broker_properties()
+    names = [n for n in props if n.startswith("replica.") or n == "num.replica.fetchers"]
+    assert sorted(names) == [
+        "num.replica.fetchers",
+        "replica.fetch.backoff.ms",
+        "replica.fetch.max.bytes",
+        "replica.fetch.min.bytes",
+        "replica.fetch.response.max.bytes",
+        "replica.fetch.wait.max.ms",
+        "replica.lag.time.max.ms",
+        "replica.socket.timeout.ms",
+    ]
+    assert {n: entries[n] for n in names} == {n: props[n] for n in names}
+    assert (
+        props["replica.fetch.wait.max.ms"] == "500" and props["replica.lag.time.max.ms"] == "30000"
+    )
+    c = BrokerConfig.from_properties(
+        {"num.replica.fetchers": "4", "replica.fetch.wait.max.ms": "50"}
+    )
+    assert (c.num_replica_fetchers, c.replica_fetch_wait_max_ms, c.unknown) == (4, 50, ())

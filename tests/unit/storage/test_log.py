@@ -156,6 +156,18 @@ def test_follower_append_keeps_offsets_and_epochs(tmp_path):
         follower.append_as_follower(data, NOW)
 
 
+def test_follower_takes_batches_larger_than_its_max_message_bytes(tmp_path):
+    # the leader accepted them under an older, larger limit; refusing would stall replication
+    leader = Log.open(tmp_path / "l-0", now_ms=NOW)
+    leader.append_as_leader(batch([b"x" * 300]), 0, NOW)
+    small_limit = LogConfig.from_properties({"max.message.bytes": 200})
+    follower = Log.open(tmp_path / "f-0", small_limit, now_ms=NOW)
+    follower.append_as_follower(leader.read(0, 1 << 20).records, NOW)
+    assert follower.log_end_offset == 1
+    with pytest.raises(MessageTooLargeError):
+        follower.append_as_leader(batch([b"x" * 300]), 1, NOW)
+
+
 def test_delete_records_and_retention(tmp_path):
     log = Log.open(tmp_path / "t-0", small(**{"retention.bytes": 400}), now_ms=NOW)
     for i in range(20):

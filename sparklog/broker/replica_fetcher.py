@@ -1,0 +1,543 @@
+"""Follower fetchers: copy the leader's log to this broker (Kafka's `ReplicaFetcherManager`,
+`AbstractFetcherThread` and `ReplicaFetcherThread`, as asyncio tasks).
+
+Theory of operation. When the metadata makes this broker a follower of a partition
+(`BecameFollower`), the replica manager calls `add_partition`; the partition goes to the fetcher
+for its leader (`num.replica.fetchers` per leader, partitions hashed over them), which owns one
+connection to that broker. Each partition moves through three phases:
+
+- TRUNCATING: ask the leader (OffsetForLeaderEpoch, KIP-101/279) where our latest leader epoch
+  ends in its log, cut everything past that (`truncation.truncation_for`), repeat until the
+  answer is for an epoch we hold; with no epochs at all, cut to the high watermark.
+- FETCHING: Fetch from our log end offset with `replica_id` = this broker, append what comes
+  unchanged (offsets, epochs and producer state as the leader wrote them), take the leader's
+  high watermark (capped by our log end) and log start offset.
+- RESETTING: after OFFSET_OUT_OF_RANGE, ask the leader for its log start and end
+  (ListOffsets) and either cut our log to its end or restart ours at its start (Kafka's
+  `fetchOffsetAndTruncate`).
+
+A partition error that newer metadata resolves (FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH,
+NOT_LEADER_OR_FOLLOWER, ...) delays that partition by `replica.fetch.backoff.ms`; a broken
+connection delays the whole fetcher, which reconnects to the leader's current endpoint.
+
+Safety: `remove_partition` (became leader, deleted, new leader elsewhere) takes effect at once.
+Every log change runs synchronously on the broker loop after checking that the partition is
+still in this fetcher with the same state object and that the replica manager still has it as a
+follower at that leader epoch, so nothing fetched from an old leader is appended after we lead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import uuid
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sparklog.broker import kio_build
+from sparklog.broker.config import BrokerConfig
+from sparklog.broker.log_manager import TopicPartition
+from sparklog.broker.truncation import truncation_for
+from sparklog.errors import KafkaError, OffsetOutOfRangeError
+from sparklog.protocol import codec
+from sparklog.protocol.api_versions import ApiKey
+from sparklog.protocol.async_client import AsyncKafkaConnection
+from sparklog.records.errors import CorruptRecordError
+from sparklog.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+
+log = logging.getLogger(__name__)
+
+_VERSIONS = {
+    ApiKey.FETCH: (4, 12),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: (3, 4),  # v3+: replica_id
+    ApiKey.LIST_OFFSETS: (1, 7),
+}
+
+#: broker id -> its listener (host, port) per the metadata image, None when it has none.
+EndpointLookup = Callable[[int], "tuple[str, int] | None"]
+
+
+class FetchPhase(enum.Enum):
+    TRUNCATING = "truncating"
+    RESETTING = "resetting"
+    FETCHING = "fetching"
+
+
+@dataclass(slots=True)
+class PartitionFetchState:
+    """One followed partition in a fetcher (Kafka's `PartitionFetchState`)."""
+
+    topic_id: uuid.UUID
+    leader_id: int
+    leader_epoch: int
+    phase: FetchPhase = FetchPhase.TRUNCATING
+    fetch_offset: int = 0
+    delayed_until_ms: int = 0
+
+    def is_ready(self, now_ms: int) -> bool:
+        return now_ms >= self.delayed_until_ms
+
+
+@dataclass(frozen=True, slots=True)
+class OutOfRangeReset:
+    """Where a follower goes after OFFSET_OUT_OF_RANGE: cut to `truncate_to`, or restart empty
+    at `start_at`, then fetch from `fetch_offset`."""
+
+    fetch_offset: int
+    truncate_to: int | None = None
+    start_at: int | None = None
+
+
+def reset_for_out_of_range(
+    log_end_offset: int, leader_log_start_offset: int, leader_log_end_offset: int
+) -> OutOfRangeReset:
+    """Kafka's `fetchOffsetAndTruncate`: a leader log that ends before ours (possible only after
+    an unclean election) cuts ours to its end; one that starts after our end restarts ours at
+    its start; otherwise our end is in range again and we simply fetch from it."""
+    if leader_log_end_offset < log_end_offset:
+        return OutOfRangeReset(leader_log_end_offset, truncate_to=leader_log_end_offset)
+    if leader_log_start_offset > log_end_offset:
+        return OutOfRangeReset(leader_log_start_offset, start_at=leader_log_start_offset)
+    return OutOfRangeReset(log_end_offset)
+
+
+def fetcher_id_for(tp: TopicPartition, num_fetchers: int) -> int:
+    """Which of a leader's fetchers follows `tp` (Kafka's `getFetcherId`, a stable hash)."""
+    return (31 * zlib.crc32(tp[0].encode()) + tp[1]) % max(1, num_fetchers)
+
+
+class ReplicaFetcherManager:
+    """The fetchers of broker `node_id`, keyed by (leader id, fetcher id)."""
+
+    def __init__(
+        self,
+        node_id: int,
+        replica_manager: Any,
+        config: BrokerConfig,
+        endpoint_of: EndpointLookup,
+        *,
+        clock_ms: Callable[[], int],
+    ) -> None:
+        self.node_id = node_id
+        self.replica_manager = replica_manager
+        self.config = config
+        self.endpoint_of = endpoint_of
+        self.clock_ms = clock_ms
+        self._fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
+        self._assigned: dict[TopicPartition, tuple[int, int]] = {}
+        self.closed = False
+
+    def statistics(self) -> dict[str, int]:
+        return {"fetchers": len(self._fetchers), "partitions": len(self._assigned)}
+
+    def fetch_state(self, tp: TopicPartition) -> PartitionFetchState | None:
+        key = self._assigned.get(tp)
+        return None if key is None else self._fetchers[key].partitions.get(tp)
+
+    def add_partition(
+        self, tp: TopicPartition, topic_id: uuid.UUID, leader_id: int, leader_epoch: int
+    ) -> None:
+        """Follow `tp` from `leader_id` at `leader_epoch` (truncating first)."""
+        self.remove_partition(tp)
+        if self.closed or leader_id < 0 or leader_id == self.node_id:
+            return  # an offline partition: nobody to fetch from
+        key = (leader_id, fetcher_id_for(tp, self.config.num_replica_fetchers))
+        fetcher = self._fetchers.get(key)
+        if fetcher is None:
+            fetcher = self._fetchers[key] = ReplicaFetcher(self, *key)
+            fetcher.start()
+        fetcher.add(tp, PartitionFetchState(topic_id, leader_id, leader_epoch))
+        self._assigned[tp] = key
+
+    def remove_partition(self, tp: TopicPartition) -> None:
+        """Stop following `tp` now; a fetcher left without partitions stops."""
+        key = self._assigned.pop(tp, None)
+        if key is None:
+            return
+        fetcher = self._fetchers[key]
+        fetcher.remove(tp)
+        if not fetcher.partitions:
+            del self._fetchers[key]
+            fetcher.stop()
+
+    async def shutdown(self) -> None:
+        """Stop every fetcher and wait for them."""
+        self.closed = True
+        fetchers = list(self._fetchers.values())
+        self._fetchers.clear()
+        self._assigned.clear()
+        for fetcher in fetchers:
+            fetcher.stop()
+        for fetcher in fetchers:
+            await fetcher.wait_stopped()
+
+
+class ReplicaFetcher:
+    """One connection to leader `source_id` and the partitions followed through it."""
+
+    def __init__(self, manager: ReplicaFetcherManager, source_id: int, fetcher_id: int) -> None:
+        self.manager = manager
+        self.source_id = source_id
+        self.fetcher_id = fetcher_id
+        self.partitions: dict[TopicPartition, PartitionFetchState] = {}
+        self.failures = 0
+        self._conn: AsyncKafkaConnection | None = None
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+
+    def __repr__(self) -> str:
+        return f"ReplicaFetcher(leader={self.source_id}, id={self.fetcher_id})"
+
+    # -- membership (synchronous, on the loop) ----------------------------------------------
+
+    def add(self, tp: TopicPartition, state: PartitionFetchState) -> None:
+        self.partitions[tp] = state
+        self._wake.set()
+
+    def remove(self, tp: TopicPartition) -> None:
+        self.partitions.pop(tp, None)
+        self._wake.set()
+
+    def _current(self, tp: TopicPartition, state: PartitionFetchState) -> bool:
+        """Whether `state` is still what this fetcher holds for `tp` (not removed or replaced)."""
+        return self.partitions.get(tp) is state
+
+    def _delay(self, state: PartitionFetchState, now_ms: int) -> None:
+        state.delayed_until_ms = now_ms + self.manager.config.replica_fetch_backoff_ms
+
+    # -- the task -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        name = f"replica-fetcher-{self.manager.node_id}-{self.source_id}-{self.fetcher_id}"
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=name)
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    async def wait_stopped(self) -> None:
+        if self._task is not None:
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                try:
+                    worked = await self._do_work(self.manager.clock_ms())
+                except (ConnectionError, OSError, TimeoutError) as e:
+                    await self._on_connection_failure(e)
+                    continue
+                except Exception:  # noqa: BLE001 - a bad answer must not end replication
+                    log.exception("broker %d: %r failed; retrying", self.manager.node_id, self)
+                    await self._on_connection_failure(RuntimeError("unexpected error"))
+                    continue
+                if not worked:
+                    await self._idle()
+                else:
+                    await asyncio.sleep(0)  # a round without I/O must not starve the loop
+        finally:
+            await self._close_connection()
+
+    async def _idle(self) -> None:
+        """Sleep until a partition is added or removed, or the first delay ends."""
+        self._wake.clear()
+        now = self.manager.clock_ms()
+        delays = [s.delayed_until_ms - now for s in self.partitions.values()]
+        timeout_s = max(0.001, min(delays) / 1000) if delays else None
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._wake.wait()
+        except TimeoutError:
+            pass
+
+    async def _on_connection_failure(self, e: BaseException) -> None:
+        self.failures += 1
+        if self.failures in (1, 10) or self.failures % 100 == 0:
+            log.warning(
+                "broker %d: fetching from broker %d failed (%d times): %s",
+                self.manager.node_id,
+                self.source_id,
+                self.failures,
+                e,
+            )
+        await self._close_connection()
+        await asyncio.sleep(self.manager.config.replica_fetch_backoff_ms / 1000)
+
+    async def _connection(self) -> AsyncKafkaConnection:
+        if self._conn is not None and not self._conn.closed:
+            return self._conn
+        endpoint = self.manager.endpoint_of(self.source_id)
+        if endpoint is None:
+            raise ConnectionError(f"broker {self.source_id} has no endpoint in the metadata")
+        conn = AsyncKafkaConnection(
+            *endpoint, client_id=f"replica-fetcher-{self.manager.node_id}-{self.fetcher_id}"
+        )
+        await conn.connect(self.manager.config.replica_socket_timeout_ms / 1000)
+        self._conn = conn
+        self.failures = 0
+        return conn
+
+    async def _close_connection(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await conn.close()
+
+    async def _call(self, api_key: ApiKey, data: dict[str, Any], extra_wait_ms: int = 0) -> Any:
+        conn = await self._connection()
+        version = conn.version_for(api_key, _VERSIONS[api_key])
+        body = kio_build.build(codec.request_schema(api_key, version), data)
+        timeout_s = (self.manager.config.replica_socket_timeout_ms + extra_wait_ms) / 1000
+        return await conn.request(body, timeout_s=timeout_s)
+
+    async def _do_work(self, now_ms: int) -> bool:
+        """One round: truncation, else offset resets, else a fetch; False when nothing is due."""
+        for phase, step in (
+            (FetchPhase.TRUNCATING, self._truncate),
+            (FetchPhase.RESETTING, self._reset),
+            (FetchPhase.FETCHING, self._fetch),
+        ):
+            due = {
+                tp: s
+                for tp, s in self.partitions.items()
+                if s.phase is phase and s.is_ready(now_ms)
+            }
+            if due:
+                await step(due)
+                return True
+        return False
+
+    # -- truncation (KIP-101) -----------------------------------------------------------------
+
+    async def _truncate(self, due: dict[TopicPartition, PartitionFetchState]) -> None:
+        rm = self.manager.replica_manager
+        asks: dict[TopicPartition, tuple[PartitionFetchState, int]] = {}
+        for tp, state in due.items():
+            hosted = self._following(tp, state)
+            if hosted is None:  # the metadata is moving it; it will be removed or replaced
+                self._delay(state, self.manager.clock_ms())
+                continue
+            latest = hosted.log.latest_epoch
+            if latest is None:  # no epochs to compare: keep only what was committed
+                rm.truncate_follower(tp, state.leader_epoch, hosted.log.high_watermark)
+                self._start_fetching(tp, state)
+            else:
+                asks[tp] = (state, latest)
+        if not asks:
+            return
+        response = await self._call(
+            ApiKey.OFFSET_FOR_LEADER_EPOCH,
+            {
+                "replica_id": self.manager.node_id,
+                "topics": _by_topic(
+                    asks,
+                    lambda tp, v: {
+                        "partition": tp[1],
+                        "current_leader_epoch": v[0].leader_epoch,
+                        "leader_epoch": v[1],
+                    },
+                ),
+            },
+        )
+        now = self.manager.clock_ms()
+        for topic in response.topics:
+            for p in topic.partitions:
+                tp = (topic.topic, int(p.partition))
+                state = asks.get(tp, (None, 0))[0]
+                if state is None or not self._current(tp, state):
+                    continue
+                if p.error_code:
+                    self._on_partition_error(tp, state, int(p.error_code), now)
+                    continue
+                self._apply_truncation(tp, state, int(p.leader_epoch), int(p.end_offset))
+
+    def _apply_truncation(
+        self, tp: TopicPartition, state: PartitionFetchState, epoch: int, end_offset: int
+    ) -> None:
+        hosted = self._following(tp, state)
+        if hosted is None:
+            return
+        log_ = hosted.log
+        cut = truncation_for(
+            epoch,
+            end_offset,
+            local_end_offset_for=lambda e: log_.epoch_cache.end_offset_for(e, log_.log_end_offset),
+            log_end_offset=log_.log_end_offset,
+            high_watermark=log_.high_watermark,
+        )
+        self.manager.replica_manager.truncate_follower(tp, state.leader_epoch, cut.offset)
+        if cut.done:
+            self._start_fetching(tp, state)
+
+    def _start_fetching(self, tp: TopicPartition, state: PartitionFetchState) -> None:
+        hosted = self._following(tp, state)
+        if hosted is not None:
+            state.phase = FetchPhase.FETCHING
+            state.fetch_offset = hosted.log.log_end_offset
+
+    # -- offset reset after OFFSET_OUT_OF_RANGE -------------------------------------------------
+
+    async def _reset(self, due: dict[TopicPartition, PartitionFetchState]) -> None:
+        offsets: dict[int, dict[TopicPartition, int]] = {}
+        for timestamp in (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP):
+            response = await self._call(
+                ApiKey.LIST_OFFSETS,
+                {
+                    "replica_id": self.manager.node_id,
+                    "isolation_level": 0,
+                    "topics": _by_topic(
+                        due,
+                        lambda tp, s, ts=timestamp: {
+                            "partition_index": tp[1],
+                            "current_leader_epoch": s.leader_epoch,
+                            "timestamp": ts,
+                        },
+                        key="name",
+                    ),
+                },
+            )
+            now = self.manager.clock_ms()
+            found = offsets.setdefault(timestamp, {})
+            for topic in response.topics:
+                for p in topic.partitions:
+                    tp = (topic.name, int(p.partition_index))
+                    state = due.get(tp)
+                    if state is None or not self._current(tp, state):
+                        continue
+                    if p.error_code:
+                        self._on_partition_error(tp, state, int(p.error_code), now)
+                    else:
+                        found[tp] = int(p.offset)
+        for tp, state in due.items():
+            start = offsets[EARLIEST_TIMESTAMP].get(tp)
+            end = offsets[LATEST_TIMESTAMP].get(tp)
+            if start is not None and end is not None and self._current(tp, state):
+                self._apply_reset(tp, state, start, end)
+
+    def _apply_reset(
+        self, tp: TopicPartition, state: PartitionFetchState, leader_start: int, leader_end: int
+    ) -> None:
+        hosted = self._following(tp, state)
+        if hosted is None:
+            return
+        rm = self.manager.replica_manager
+        reset = reset_for_out_of_range(hosted.log.log_end_offset, leader_start, leader_end)
+        if reset.truncate_to is not None:
+            rm.truncate_follower(tp, state.leader_epoch, reset.truncate_to)
+        if reset.start_at is not None:
+            rm.truncate_fully_follower(tp, state.leader_epoch, reset.start_at)
+        log.info(
+            "broker %d: %s-%d out of range at %d; leader log is [%d, %d): fetching from %d",
+            self.manager.node_id,
+            *tp,
+            state.fetch_offset,
+            leader_start,
+            leader_end,
+            hosted.log.log_end_offset,
+        )
+        self._start_fetching(tp, state)
+
+    # -- fetch ----------------------------------------------------------------------------------
+
+    async def _fetch(self, due: dict[TopicPartition, PartitionFetchState]) -> None:
+        config = self.manager.config
+        log_starts = {}
+        for tp, state in due.items():
+            hosted = self._following(tp, state)
+            log_starts[tp] = hosted.log.log_start_offset if hosted is not None else -1
+        response = await self._call(
+            ApiKey.FETCH,
+            {
+                "replica_id": self.manager.node_id,
+                "max_wait": config.replica_fetch_wait_max_ms,
+                "min_bytes": config.replica_fetch_min_bytes,
+                "max_bytes": config.replica_fetch_response_max_bytes,
+                "isolation_level": 0,
+                "session_id": 0,
+                "session_epoch": -1,
+                "topics": _by_topic(
+                    due,
+                    lambda tp, s: {
+                        "partition": tp[1],
+                        "current_leader_epoch": s.leader_epoch,
+                        "fetch_offset": s.fetch_offset,
+                        "last_fetched_epoch": -1,
+                        "log_start_offset": log_starts[tp],
+                        "partition_max_bytes": config.replica_fetch_max_bytes,
+                    },
+                ),
+                "forgotten_topics_data": [],
+                "rack_id": "",
+            },
+            extra_wait_ms=config.replica_fetch_wait_max_ms,
+        )
+        now = self.manager.clock_ms()
+        if response.error_code:
+            for tp, state in due.items():
+                self._on_partition_error(tp, state, int(response.error_code), now)
+            return
+        for topic in response.responses:
+            for p in topic.partitions:
+                tp = (topic.topic, int(p.partition_index))
+                state = due.get(tp)
+                if state is not None and self._current(tp, state):
+                    self._process_partition(tp, state, p, now)
+
+    def _process_partition(
+        self, tp: TopicPartition, state: PartitionFetchState, data: Any, now_ms: int
+    ) -> None:
+        """Kafka's `processPartitionData`: append, then take the leader's HW and log start."""
+        code = int(data.error_code)
+        if code:
+            self._on_partition_error(tp, state, code, now_ms)
+            return
+        try:
+            state.fetch_offset = self.manager.replica_manager.append_fetched(
+                tp,
+                state.leader_epoch,
+                bytes(data.records or b""),
+                leader_high_watermark=int(data.high_watermark),
+                leader_log_start_offset=int(data.log_start_offset),
+            )
+        except (KafkaError, CorruptRecordError) as e:
+            log.error(
+                "broker %d: appending what %r fetched for %s-%d failed: %s",
+                self.manager.node_id,
+                self,
+                *tp,
+                e,
+            )
+            self._delay(state, now_ms)
+
+    def _on_partition_error(
+        self, tp: TopicPartition, state: PartitionFetchState, code: int, now_ms: int
+    ) -> None:
+        if code == OffsetOutOfRangeError.code:
+            state.phase = FetchPhase.RESETTING
+            return
+        # Stale or newer epochs, leadership moved, unknown partition, leader busy: the metadata
+        # will move the partition (or make us leader); until then retry after a backoff.
+        log.debug("broker %d: %s-%d from %r: error %d", self.manager.node_id, *tp, self, code)
+        self._delay(state, now_ms)
+
+    def _following(self, tp: TopicPartition, state: PartitionFetchState) -> Any:
+        """The hosted partition if we still follow it at `state`'s epoch, else None."""
+        if not self._current(tp, state):
+            return None
+        try:
+            return self.manager.replica_manager.following(tp, state.leader_epoch)
+        except KafkaError:
+            return None
+
+
+def _by_topic(
+    items: dict[TopicPartition, Any],
+    partition: Callable[[TopicPartition, Any], dict],
+    key: str = "topic",
+) -> list[dict[str, Any]]:
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for tp, value in items.items():
+        grouped.setdefault(tp[0], []).append(partition(tp, value))
+    return [{key: topic, "partitions": parts} for topic, parts in grouped.items()]
