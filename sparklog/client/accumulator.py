@@ -3,7 +3,9 @@
 Theory of operation. `send()` appends a record to the last open batch of its partition, or
 opens a new one. A partition's head batch becomes sendable when it is full (`batch.size`, or
 a second batch queued behind it), has waited `linger.ms`, a flush or close is under way, or
-senders block on `buffer.memory`; a retried batch instead waits its backoff. The sender asks
+senders block on `buffer.memory`; a retried batch instead waits its backoff (`retry.backoff.ms`
+doubling per attempt up to `retry.backoff.max.ms`), unless its partition has a newer leader
+epoch than when it was last sent: then it goes at once (KIP-951). The sender asks
 `ready()` which leaders have sendable data, then `drain()`s at most one batch per partition per
 request, up to `max.request.size`, rotating the starting partition per node for fairness.
 
@@ -91,6 +93,7 @@ class ProducerBatch:
         "base_sequence",
         "producer_id",
         "producer_epoch",
+        "leader_epoch",
         "done",
     )
 
@@ -118,6 +121,7 @@ class ProducerBatch:
         self.base_sequence: int | None = None
         self.producer_id = -1
         self.producer_epoch = -1
+        self.leader_epoch = -1  # of the partition's leader when this batch was last drained
         self.done = False
 
     def __repr__(self) -> str:
@@ -284,7 +288,7 @@ class RecordAccumulator:
             if leader in nodes or self._muted(tp, batch):
                 continue
             waited = now_ms - batch.last_attempt_ms
-            backing_off = batch.attempts > 0 and waited < batch.backoff_ms
+            backing_off = self._backing_off(batch, now_ms, cluster)
             wait_ms = batch.backoff_ms if backing_off else self.linger_ms
             full = len(queue) > 1 or batch.is_full(self.batch_size)
             if not backing_off and (full or urgent or waited >= wait_ms):
@@ -292,6 +296,15 @@ class RecordAccumulator:
             else:
                 next_check = min(next_check, max(1, wait_ms - waited))
         return ReadyCheck(frozenset(nodes), next_check, frozenset(unknown))
+
+    @staticmethod
+    def _backing_off(batch: ProducerBatch, now_ms: int, cluster: Cluster) -> bool:
+        """A retried batch waits its backoff, unless the leader changed since it was sent
+        (Kafka's `RecordAccumulator.shouldBackoff` with KIP-951)."""
+        if batch.attempts == 0 or now_ms - batch.last_attempt_ms >= batch.backoff_ms:
+            return False
+        epoch = cluster.leader_epoch_for(batch.tp)
+        return not (batch.leader_epoch >= 0 and epoch > batch.leader_epoch)
 
     def _muted(self, tp: TopicPartition, head: ProducerBatch) -> bool:
         """A retried head batch waits until nothing earlier of its partition is in flight."""
@@ -312,12 +325,13 @@ class RecordAccumulator:
             batch = self._queues[tp][0]
             if self._muted(tp, batch):
                 continue
-            if batch.attempts > 0 and now_ms - batch.last_attempt_ms < batch.backoff_ms:
+            if self._backing_off(batch, now_ms, cluster):
                 continue
             if out and size + batch.size_bytes > max_request_size:
                 break
             self._queues[tp].popleft()
             batch.closed = True
+            batch.leader_epoch = cluster.leader_epoch_for(tp)
             self._in_flight[tp] = self._in_flight.get(tp, 0) + 1
             size += batch.size_bytes
             out.append(batch)

@@ -6,6 +6,12 @@ poll's data is usually already there), and records come out of the `Fetcher` buf
 `max.poll.records` at a time. `poll_arrow()` returns the same records as one Arrow batch,
 decoded vectorized. Consumer groups (subscribe, commits) come later and raise a clear error.
 
+A leader change costs no record and repeats none: a failed fetch (the leader died, or answers
+NOT_LEADER_OR_FOLLOWER / a fenced epoch) leaves the position where it was and asks for fresh
+metadata; an unreachable leader is skipped for its reconnect backoff; when metadata names a
+newer leader epoch, positions are validated with OffsetForLeaderEpoch (KIP-320, see
+`fetcher`) before fetching from the new leader at the same position.
+
 Not thread-safe, like Kafka's consumer: use it from one thread.
 """
 
@@ -23,7 +29,13 @@ from sparklog.protocol.api_versions import ApiKey
 
 from .admin import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, OffsetAndTimestamp, list_offsets
 from .config import consumer_config
-from .fetcher import READ_COMMITTED, ConsumerRecord, Fetcher, SubscriptionState
+from .fetcher import (
+    READ_COMMITTED,
+    ConsumerRecord,
+    Fetcher,
+    FetchResult,
+    SubscriptionState,
+)
 from .metadata import Metadata, TopicPartition
 from .network import NetworkClient, now_ms
 from .producer import ClientClosedError
@@ -68,6 +80,9 @@ class KafkaConsumer:
             client_rack=c["client.rack"],
         )
         self._in_flight: dict[int, tuple[Future, dict[TopicPartition, int]]] = {}
+        self._validations: dict[int, tuple[Future, dict[TopicPartition, int]]] = {}
+        # Nodes that just failed us or named another leader: (retry after ms, metadata version).
+        self._node_backoff: dict[int, tuple[int, int]] = {}
         self._errors: list[BaseException] = []
         self._closed = False
 
@@ -243,20 +258,42 @@ class KafkaConsumer:
             self._collect_fetches(0)
             self._raise_errors()
             self._metadata.maybe_refresh()
+            self._subscriptions.maybe_validate_positions(self._metadata.cluster)
             self._update_positions(deadline, best_effort=True)
             got = drain(self.config["max.poll.records"])
+            self._send_validations()
             self._send_fetches()
             remaining = deadline - now_ms()
             if has_data(got) or remaining <= 0:
                 return got
-            if self._in_flight:
+            if self._in_flight or self._validations:
                 self._collect_fetches(remaining)
-            else:  # nothing to fetch yet (no leader, no position): back off briefly
+            else:  # nothing to fetch yet (no leader or position, leader unreachable): back off
                 time.sleep(min(remaining, self.config["retry.backoff.ms"]) / 1000)
+
+    def _unreachable_nodes(self) -> set[int]:
+        """Brokers to leave alone for now: their connect failed (reconnect backoff), or they
+        answered with a leader error and metadata has not changed within `retry.backoff.ms`."""
+        now, version = now_ms(), self._metadata.state.version
+        self._node_backoff = {
+            n: (until, seen)
+            for n, (until, seen) in self._node_backoff.items()
+            if now < until and seen == version
+        }
+        unreachable = {n for n in self._metadata.cluster.brokers if self._network.is_unavailable(n)}
+        return unreachable | set(self._node_backoff)
+
+    def _back_off(self, node: int) -> None:
+        """A request to `node` failed or named a leader change: fresh metadata, then retry."""
+        self._metadata.request_update()
+        self._node_backoff[node] = (
+            now_ms() + self.config["retry.backoff.ms"],
+            self._metadata.state.version,
+        )
 
     def _send_fetches(self) -> None:
         requests, no_leader = self._fetcher.fetch_requests(
-            self._metadata.cluster, set(self._in_flight)
+            self._metadata.cluster, set(self._in_flight) | self._unreachable_nodes()
         )
         if no_leader:
             self._metadata.add_topics(no_leader)
@@ -266,28 +303,50 @@ class KafkaConsumer:
             future = self._network.send(node, ApiKey.FETCH, fields, timeout_ms=timeout)
             self._in_flight[node] = (future, offsets)
 
+    def _send_validations(self) -> None:
+        """OffsetForLeaderEpoch for positions whose leader changed (KIP-320)."""
+        requests, no_leader = self._fetcher.validation_requests(
+            self._metadata.cluster, set(self._validations) | self._unreachable_nodes()
+        )
+        if no_leader:
+            self._metadata.request_update()
+        for node, (fields, asked) in requests.items():
+            future = self._network.send(node, ApiKey.OFFSET_FOR_LEADER_EPOCH, fields)
+            self._validations[node] = (future, asked)
+
     def _collect_fetches(self, timeout_ms: int) -> None:
-        """Apply finished fetches, waiting up to `timeout_ms` for the first."""
-        if not self._in_flight:
+        """Apply finished fetches and validations, waiting up to `timeout_ms` for the first."""
+        pending = [*self._in_flight.values(), *self._validations.values()]
+        if not pending:
             return
-        futures = [f for f, _ in self._in_flight.values()]
         if timeout_ms > 0:
-            wait(futures, timeout=timeout_ms / 1000, return_when=FIRST_COMPLETED)
+            wait([f for f, _ in pending], timeout=timeout_ms / 1000, return_when=FIRST_COMPLETED)
+        for node, (future, asked) in list(self._validations.items()):
+            if future.done():
+                del self._validations[node]
+                try:
+                    response = future.result()
+                except KafkaError as e:
+                    self._fetcher.on_validation_failure(asked, e)
+                    self._back_off(node)
+                    continue
+                self._apply(node, self._fetcher.on_validation_response(asked, response))
         for node, (future, offsets) in list(self._in_flight.items()):
-            if not future.done():
-                continue
-            del self._in_flight[node]
-            try:
-                response = future.result()
-            except KafkaError:
-                self._metadata.request_update()
-                continue
-            result = self._fetcher.on_fetch_response(offsets, response)
-            if result.refresh_metadata:
-                self._metadata.request_update()
-            if result.out_of_range:
-                self._errors.append(self._fetcher.out_of_range_error(result.out_of_range))
-            self._errors.extend(result.errors)
+            if future.done():
+                del self._in_flight[node]
+                try:
+                    response = future.result()
+                except KafkaError:  # the leader died or timed out: same position, new metadata
+                    self._back_off(node)
+                    continue
+                self._apply(node, self._fetcher.on_fetch_response(offsets, response))
+
+    def _apply(self, node: int, result: FetchResult) -> None:
+        if result.refresh_metadata:
+            self._back_off(node)
+        if result.out_of_range:
+            self._errors.append(self._fetcher.out_of_range_error(result.out_of_range))
+        self._errors.extend(result.errors)
 
     def _raise_errors(self) -> None:
         if self._errors:
@@ -334,7 +393,7 @@ class KafkaConsumer:
                 self._subscriptions.is_assigned(tp)
                 and self._subscriptions.state(tp).position is None
             ):
-                self._subscriptions.seek(tp, result.offset)
+                self._subscriptions.seek(tp, result.offset, result.leader_epoch)
 
     # -------------------------------------------------------------- lifecycle
 

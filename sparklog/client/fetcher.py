@@ -11,11 +11,25 @@ meantime makes the data stale). `drain()` / `drain_arrow()` hand out records fro
 at the position, at most `max.poll.records`, advancing positions; control batches and, with
 read_committed, aborted transactions are skipped. Paused partitions keep their buffered data.
 
+Leader changes. A Fetch carries the partition's leader epoch from metadata
+(`current_leader_epoch`); NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH and
+the like only ask for fresh metadata: the position stays, and the next fetch goes to whichever
+leader metadata names. Each position remembers the leader epoch of the record before it
+(`position_epoch`). When metadata shows a newer leader epoch, a position with a known epoch
+waits for validation (KIP-320, Kafka's `OffsetsForLeaderEpochUtils` and
+`SubscriptionState.maybeCompleteValidation`): one OffsetForLeaderEpoch to the new leader asks
+where that epoch ends there. If it ends before the position, the new leader's log diverged
+(an unclean election truncated it): the position moves back to the end offset when
+`auto.offset.reset` is set, else `LogTruncationError` is raised until the user seeks. A
+position set by `seek()` has no epoch and is not validated, as in Kafka.
+
 Not thread-safe: the consumer calls it from the thread that calls `poll()`.
 """
 
 from __future__ import annotations
 
+import bisect
+import logging
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -25,7 +39,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from sparklog.errors import OffsetOutOfRangeError, error_for_code
+from sparklog.errors import OffsetOutOfRangeError, UnsupportedVersionError, error_for_code
 from sparklog.records import iter_batches
 from sparklog.records.arrow_codec import HEADERS_TYPE, read_batches
 from sparklog.records.batch import RecordBatch
@@ -33,8 +47,11 @@ from sparklog.records.control import ControlRecordType, control_type_of
 
 from .metadata import REFRESH_ERROR_CODES, Cluster, TopicPartition
 
+log = logging.getLogger(__name__)
+
 OFFSET_OUT_OF_RANGE = 1
 READ_COMMITTED = 1
+CONSUMER_REPLICA_ID = -1
 
 ARROW_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType")
 
@@ -53,9 +70,19 @@ class ConsumerRecord:
     headers: tuple[tuple[str, bytes | None], ...] = ()
 
 
+class LogTruncationError(OffsetOutOfRangeError):
+    """The new leader's log ends before the consumer's position in the position's epoch (an
+    unclean election lost records) and `auto.offset.reset` is none (Kafka's
+    `LogTruncationException`). `divergent_offsets` has where each log ends; seek to go on."""
+
+    def __init__(self, message: str, divergent_offsets: dict[TopicPartition, int]) -> None:
+        super().__init__(message)
+        self.divergent_offsets = divergent_offsets
+
+
 @dataclass(slots=True)
 class PartitionState:
-    """Fetch state of one assigned partition; -1 marks an unknown watermark."""
+    """Fetch state of one assigned partition; -1 marks an unknown watermark or epoch."""
 
     position: int | None = None
     paused: bool = False
@@ -63,6 +90,9 @@ class PartitionState:
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start_offset: int = -1
+    position_epoch: int = -1  # leader epoch of the record before `position` (KIP-320)
+    leader_epoch: int = -1  # the newest leader epoch the position was checked against
+    awaiting_validation: bool = False  # no fetching until OffsetForLeaderEpoch confirms it
 
 
 class SubscriptionState:
@@ -91,17 +121,37 @@ class SubscriptionState:
     def is_assigned(self, tp: TopicPartition) -> bool:
         return tp in self._states
 
-    def seek(self, tp: TopicPartition, offset: int) -> None:
+    def seek(self, tp: TopicPartition, offset: int, epoch: int = -1) -> None:
+        """Fetch from `offset` next; `epoch` is the leader epoch of the record before it, when
+        known (a reset from ListOffsets, a validated truncation), which enables validation."""
         if offset < 0:
             raise ValueError(f"seek offset must not be negative, got {offset}")
         state = self.state(tp)
         state.position = offset
+        state.position_epoch = epoch
         state.reset_strategy = None
+        state.awaiting_validation = False
 
     def request_reset(self, tp: TopicPartition, strategy: str) -> None:
         state = self.state(tp)
         state.position = None
+        state.position_epoch = -1
         state.reset_strategy = strategy
+        state.awaiting_validation = False
+
+    def maybe_validate_positions(self, cluster: Cluster) -> None:
+        """Positions whose leader epoch grew since they were last checked await validation
+        (Kafka's `maybeValidatePositionForCurrentLeader`); first sightings just record it."""
+        for tp, state in self._states.items():
+            epoch = cluster.leader_epoch_for(tp)
+            if epoch <= state.leader_epoch:
+                continue
+            if state.leader_epoch >= 0 and state.position is not None and state.position_epoch >= 0:
+                state.awaiting_validation = True
+            state.leader_epoch = epoch
+
+    def awaiting_validation(self) -> list[TopicPartition]:
+        return [tp for tp, s in self._states.items() if s.awaiting_validation and not s.paused]
 
     def needing_reset(self) -> dict[TopicPartition, str]:
         """Partitions without a position and the strategy to find one ("none" when unset)."""
@@ -113,7 +163,12 @@ class SubscriptionState:
 
     def is_fetchable(self, tp: TopicPartition) -> bool:
         state = self._states.get(tp)
-        return state is not None and not state.paused and state.position is not None
+        return (
+            state is not None
+            and not state.paused
+            and state.position is not None
+            and not state.awaiting_validation
+        )
 
 
 @dataclass(slots=True)
@@ -132,7 +187,21 @@ class CompletedFetch:
     _aborted_queue: list[tuple[int, int]] = field(default_factory=list)
     _arrow: pa.RecordBatch | None = None
     _arrow_next_offset: int = -1
+    _epochs: tuple[list[int], list[int]] | None = None  # batch base offsets, leader epochs
     exhausted: bool = False
+
+    def epoch_before(self, position: int, default: int) -> int:
+        """The leader epoch of the batch holding offset `position - 1`, or `default` when
+        this fetch does not reach back that far (Kafka's `CompletedFetch.lastEpoch`)."""
+        if self._epochs is None:
+            bases, epochs = [], []
+            for batch in iter_batches(self.records, allow_partial_tail=True):
+                bases.append(batch.header.base_offset)
+                epochs.append(batch.header.partition_leader_epoch)
+            self._epochs = (bases, epochs)
+        bases, epochs = self._epochs
+        i = bisect.bisect_right(bases, position - 1) - 1
+        return epochs[i] if i >= 0 and position > self.fetch_offset else default
 
     def next_records(self, position: int, limit: int) -> tuple[list[Any], int]:
         """Up to `limit` records at or after `position` and the position after them."""
@@ -250,7 +319,8 @@ class Fetcher:
     def fetch_requests(
         self, cluster: Cluster, busy_nodes: set[int]
     ) -> tuple[dict[int, tuple[dict, dict[TopicPartition, int]]], set[str]]:
-        """({leader: (Fetch fields, {partition: fetch offset})}, topics lacking a leader)."""
+        """({leader: (Fetch fields, {partition: fetch offset})}, topics lacking a leader);
+        leaders in `busy_nodes` (a fetch in flight, unreachable) are left out."""
         buffered = self.buffered_partitions()
         by_node: dict[int, dict[TopicPartition, int]] = {}
         no_leader: set[str] = set()
@@ -267,16 +337,18 @@ class Fetcher:
             assert position is not None
             by_node.setdefault(leader, {})[tp] = position
         return {
-            node: (self._fields(offsets), offsets) for node, offsets in by_node.items()
+            node: (self._fields(offsets, cluster), offsets) for node, offsets in by_node.items()
         }, no_leader
 
-    def _fields(self, offsets: dict[TopicPartition, int]) -> dict:
+    def _fields(self, offsets: dict[TopicPartition, int], cluster: Cluster) -> dict:
         topics: dict[str, list[dict]] = {}
         for tp, offset in offsets.items():
             topics.setdefault(tp.topic, []).append(
                 {
                     "partition": tp.partition,
-                    "current_leader_epoch": -1,
+                    # The leader epoch we believe in: a broker with another one answers
+                    # FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH instead of serving a stale log.
+                    "current_leader_epoch": cluster.leader_epoch_for(tp),
                     "fetch_offset": offset,
                     "last_fetched_epoch": -1,
                     "log_start_offset": -1,
@@ -354,6 +426,108 @@ class Fetcher:
             f"fetch positions out of range with no reset policy (auto.offset.reset=none): {where}"
         )
 
+    # -------------------------------------------------------------- validation
+
+    def validation_requests(
+        self, cluster: Cluster, busy_nodes: set[int]
+    ) -> tuple[dict[int, tuple[dict, dict[TopicPartition, int]]], set[str]]:
+        """OffsetForLeaderEpoch per leader for the positions awaiting validation:
+        ({leader: (fields, {partition: position})}, topics lacking a leader)."""
+        by_node: dict[int, dict[TopicPartition, int]] = {}
+        no_leader: set[str] = set()
+        for tp in self.subscriptions.awaiting_validation():
+            leader = cluster.leader_for(tp)
+            if leader is None:
+                no_leader.add(tp.topic)
+            elif leader not in busy_nodes:
+                position = self.subscriptions.state(tp).position
+                assert position is not None, "only positioned partitions await validation"
+                by_node.setdefault(leader, {})[tp] = position
+        requests = {}
+        for node, asked in by_node.items():
+            topics: dict[str, list[dict]] = {}
+            for tp in asked:
+                topics.setdefault(tp.topic, []).append(
+                    {
+                        "partition": tp.partition,
+                        "current_leader_epoch": cluster.leader_epoch_for(tp),
+                        "leader_epoch": self.subscriptions.state(tp).position_epoch,
+                    }
+                )
+            fields = {
+                "replica_id": CONSUMER_REPLICA_ID,
+                "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
+            }
+            requests[node] = (fields, asked)
+        return requests, no_leader
+
+    def on_validation_response(
+        self, asked: dict[TopicPartition, int], response: Any
+    ) -> FetchResult:
+        """Complete validation, move a diverged position back, or report the truncation."""
+        refresh = False
+        errors: list[BaseException] = []
+        truncated: dict[TopicPartition, int] = {}
+        for topic in response.topics:
+            for p in topic.partitions:
+                tp = TopicPartition(topic.topic, int(p.partition))
+                state = self._still_awaiting(tp, asked)
+                if state is None:
+                    continue
+                code = int(p.error_code)
+                if code != 0:
+                    cls = error_for_code(code)
+                    if cls.retriable:
+                        refresh = True  # a leader change under way: ask again after metadata
+                    else:
+                        errors.append(cls(f"{cls.__name__} validating {tp.topic}-{tp.partition}"))
+                    continue
+                end_offset, end_epoch = int(p.end_offset), int(p.leader_epoch)
+                if end_offset < 0 or end_epoch < 0:  # the leader knows nothing of our epoch
+                    self.subscriptions.request_reset(tp, self.subscriptions.default_reset)
+                elif end_offset >= asked[tp]:
+                    state.awaiting_validation = False
+                elif self.subscriptions.default_reset != "none":
+                    log.warning(
+                        "truncation detected for %s at offset %d: the new leader's log ends "
+                        "at %d in epoch %d; resuming there",
+                        f"{tp.topic}-{tp.partition}",
+                        asked[tp],
+                        end_offset,
+                        end_epoch,
+                    )
+                    self.subscriptions.seek(tp, end_offset, end_epoch)
+                else:
+                    truncated[tp] = end_offset
+        if truncated:
+            where = ", ".join(f"{tp.topic}-{tp.partition} at {o}" for tp, o in truncated.items())
+            errors.append(
+                LogTruncationError(
+                    f"the logs of new leaders diverged below the consumer's positions ({where}) "
+                    "and auto.offset.reset=none: seek() to go on",
+                    truncated,
+                )
+            )
+        return FetchResult(refresh, {}, errors)
+
+    def on_validation_failure(self, asked: dict[TopicPartition, int], error: BaseException) -> None:
+        """A broker that speaks no OffsetForLeaderEpoch cannot validate: trust the position,
+        as Kafka does; other failures leave the partitions waiting for the next attempt."""
+        if isinstance(error, UnsupportedVersionError):
+            for tp in asked:
+                state = self._still_awaiting(tp, asked)
+                if state is not None:
+                    state.awaiting_validation = False
+
+    def _still_awaiting(self, tp: TopicPartition, asked: dict[TopicPartition, int]) -> Any:
+        """The partition's state when it still awaits the validation `asked` was sent for."""
+        if tp not in asked or not self.subscriptions.is_assigned(tp):
+            return None
+        state = self.subscriptions.state(tp)
+        if not state.awaiting_validation or state.position != asked[tp]:
+            return None  # a seek or reset happened meanwhile
+        return state
+
     # ---------------------------------------------------------------- draining
 
     def _drainable(self) -> Iterator[CompletedFetch]:
@@ -378,6 +552,7 @@ class Fetcher:
             state = self.subscriptions.state(cf.tp)
             assert state.position is not None
             records, state.position = cf.next_records(state.position, max_records - len(out))
+            state.position_epoch = cf.epoch_before(state.position, state.position_epoch)
             out.extend((cf.tp, r) for r in records)
             if cf.exhausted:
                 self._buffer.remove(cf)
@@ -395,6 +570,7 @@ class Fetcher:
             rows, state.position = cf.next_arrow(
                 state.position, max_records - count, include_headers
             )
+            state.position_epoch = cf.epoch_before(state.position, state.position_epoch)
             if cf.exhausted:
                 self._buffer.remove(cf)
             if len(rows):

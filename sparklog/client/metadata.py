@@ -5,6 +5,13 @@ sans-IO refresh policy: a refresh is due when someone asked for one (a NOT_LEADE
 UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE or connection error), when a topic of interest
 is missing, or every `metadata.max.age.ms`; never sooner than `retry.backoff.ms` after the
 last attempt. `Metadata` is the blocking edge that sends the requests.
+
+Leader epochs (KIP-320): the state remembers the newest leader epoch seen per partition. A
+response from a broker whose metadata lags (an older epoch) does not replace a newer leader:
+the cached partition stays. A new topic id (the topic was recreated) starts the epochs over.
+Brokers missing from a response are dropped with it. Leader hints in Produce responses
+(KIP-951: `current_leader` + `node_endpoints`) move a partition to a newer leader without a
+Metadata round trip, under the same newer-epoch-only rule.
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 from sparklog.errors import (
@@ -139,6 +146,11 @@ class Cluster:
             return None
         return info.leader
 
+    def leader_epoch_for(self, tp: TopicPartition) -> int:
+        """The leader epoch this snapshot knows for `tp`; -1 when unknown."""
+        info = self.partition(tp)
+        return -1 if info is None else info.leader_epoch
+
     def partition_count(self, topic: str) -> int | None:
         info = self.topics.get(topic)
         return None if info is None else len(info.partitions)
@@ -186,6 +198,8 @@ class MetadataState:
         self.last_attempt_ms: int | None = None
         self.update_requested = True
         self.version = 0  # bumps on every successful update
+        #: The newest leader epoch seen per partition (KIP-320); never goes back.
+        self.last_seen_epochs: dict[TopicPartition, int] = {}
 
     def add_topics(self, topics: Iterable[str]) -> bool:
         """Track `topics`; True when one was new (a refresh is then requested)."""
@@ -217,7 +231,8 @@ class MetadataState:
         self.last_attempt_ms = now_ms
 
     def on_update(self, cluster: Cluster, now_ms: int) -> None:
-        self.cluster = cluster
+        self.cluster = self._keep_newer_leaders(cluster)
+        cluster = self.cluster
         self.last_refresh_ms = now_ms
         self.update_requested = any(
             code in REFRESH_ERROR_CODES for code in cluster.topic_errors.values()
@@ -227,6 +242,66 @@ class MetadataState:
             for p in t.partitions
         )
         self.version += 1
+
+    def _keep_newer_leaders(self, fresh: Cluster) -> Cluster:
+        """`fresh`, except partitions whose leader epoch is older than one already seen keep
+        their cached entry (Kafka's `Metadata.updateLatestMetadata`)."""
+        old = self.cluster
+        seen = self.last_seen_epochs
+        for tp in [tp for tp in seen if tp.topic not in fresh.topics]:
+            del seen[tp]  # the topic is gone (or no longer tracked)
+        topics = dict(fresh.topics)
+        for name, info in fresh.topics.items():
+            previous = old.topics.get(name)
+            recreated = previous is not None and _ids_differ(previous.topic_id, info.topic_id)
+            partitions = list(info.partitions)
+            for i, p in enumerate(partitions):
+                tp = TopicPartition(name, p.partition)
+                last = seen.get(tp)
+                if p.leader_epoch < 0:  # no epoch (old versions, errors): nothing to compare
+                    seen.pop(tp, None)
+                elif last is None or recreated or p.leader_epoch >= last:
+                    seen[tp] = p.leader_epoch
+                elif previous is not None and (cached := old.partition(tp)) is not None:
+                    partitions[i] = cached  # this broker's metadata lags: keep the newer leader
+            if partitions != list(info.partitions):
+                topics[name] = replace(info, partitions=tuple(partitions))
+        return replace(fresh, topics=topics) if topics != dict(fresh.topics) else fresh
+
+    def on_leader_hints(
+        self, hints: Mapping[TopicPartition, tuple[int, int]], nodes: Mapping[int, BrokerNode]
+    ) -> set[TopicPartition]:
+        """Apply `{partition: (leader id, leader epoch)}` hints from a Produce or Fetch response
+        (KIP-951; Kafka's `Metadata.updatePartitionLeadership`): only a newer epoch, of a cached
+        partition, led by a known node, moves a leader. Returns the partitions that moved."""
+        brokers = {**self.cluster.brokers, **nodes}
+        moved: dict[str, dict[int, PartitionInfo]] = {}
+        for tp, (leader, epoch) in hints.items():
+            info = self.cluster.partition(tp)
+            if leader < 0 or epoch < 0 or info is None or leader not in brokers:
+                continue
+            if info.leader_epoch >= 0 and epoch <= info.leader_epoch:
+                continue
+            moved.setdefault(tp.topic, {})[tp.partition] = replace(
+                info, leader=leader, leader_epoch=epoch
+            )
+            self.last_seen_epochs[tp] = epoch
+        if not moved:
+            return set()
+        topics = dict(self.cluster.topics)
+        for name, changes in moved.items():
+            info = topics[name]
+            partitions = tuple(changes.get(p.partition, p) for p in info.partitions)
+            topics[name] = replace(info, partitions=partitions)
+        self.cluster = replace(self.cluster, brokers=brokers, topics=topics)
+        self.version += 1
+        return {TopicPartition(t, p) for t, changes in moved.items() for p in changes}
+
+
+def _ids_differ(old: Any, new: Any) -> bool:
+    """Whether two topic ids are both known and different (None or all-zero is unknown)."""
+    known = [i for i in (old, new) if i is not None and getattr(i, "int", 1) != 0]
+    return len(known) == 2 and old != new
 
 
 class Metadata:
@@ -348,6 +423,18 @@ class Metadata:
 
     def leader_for(self, topic: str, partition: int) -> int | None:
         return self.state.cluster.leader_for(TopicPartition(topic, partition))
+
+    def update_leaders(
+        self, hints: Mapping[TopicPartition, tuple[int, int]], nodes: Iterable[BrokerNode] = ()
+    ) -> set[TopicPartition]:
+        """Apply KIP-951 leader hints (see `MetadataState.on_leader_hints`); thread-safe."""
+        if not hints:
+            return set()
+        by_id = {n.node_id: n for n in nodes}
+        with self._lock:
+            for n in by_id.values():
+                self.network.set_address(n.node_id, n.host, n.port)
+            return self.state.on_leader_hints(hints, by_id)
 
 
 def raise_for_partition_error(code: int, tp: TopicPartition, message: str | None = None) -> None:

@@ -6,8 +6,9 @@ thread completes the futures in order as responses arrive (Kafka answers in orde
 connection). A request older than its timeout (`request.timeout.ms`) closes the connection and
 fails everything in flight, as Kafka's `NetworkClient` does. `NetworkClient` holds the
 connections by node id, negotiates versions through ApiVersions (the highest version both
-sides speak from `CLIENT_APIS`), and waits `reconnect.backoff.ms` (doubling up to
-`reconnect.backoff.max.ms`) between attempts to a node that failed.
+sides speak from `CLIENT_APIS`), and avoids a node whose connect failed for
+`reconnect.backoff.ms` (doubling up to `reconnect.backoff.max.ms`): a request to it fails at
+once with NetworkExceptionError, so a dead leader never blocks the caller's thread.
 
 Requests are built by name: `build_request(api_key, version, fields)` turns a dict tree into
 the kio entity of that version, dropping fields the version lacks, so one builder serves every
@@ -59,10 +60,14 @@ CLIENT_APIS: Mapping[ApiKey, VersionRange] = types.MappingProxyType(
         ApiKey.DELETE_TOPICS: (1, 5),
         ApiKey.DELETE_RECORDS: (0, 2),
         ApiKey.INIT_PRODUCER_ID: (0, 4),
+        ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
         ApiKey.DESCRIBE_CONFIGS: (1, 4),
         ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
         ApiKey.CREATE_PARTITIONS: (0, 3),
         ApiKey.DESCRIBE_CLUSTER: (0, 1),
+        ApiKey.ELECT_LEADERS: (0, 2),
+        ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 1),
+        ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
     }
 )
 
@@ -433,7 +438,10 @@ class NetworkClient:
             old = self._addresses.get(node_id)
             self._addresses[node_id] = (host, port)
             conn = self._connections.get(node_id)
-        if old is not None and old != (host, port) and conn is not None:
+            moved = old is not None and old != (host, port)
+            if moved:  # a restarted broker on a new port: the old address's failures don't count
+                self._backoff.pop(node_id, None)
+        if moved and conn is not None:
             conn.close()
 
     def nodes(self) -> list[int]:
@@ -486,8 +494,11 @@ class NetworkClient:
                     ),
                 )
             delay = backoff.delay_ms(now_ms())
-            if delay:
-                time.sleep(delay / 1000)
+            if delay:  # fail fast: callers try another node or retry after their own backoff
+                raise NetworkExceptionError(
+                    f"node {node_id} at {host}:{port} is unreachable (the last connect failed; "
+                    f"next attempt in {delay} ms, reconnect.backoff.ms)"
+                )
             conn = BrokerConnection(
                 node_id,
                 host,
@@ -530,6 +541,29 @@ class NetworkClient:
             future: Future = Future()
             future.set_exception(e)
             return future
+
+    def connection_delay_ms(self, node_id: int) -> int:
+        """0 when `node_id` is connected or may be connected to now; else how long its
+        reconnect backoff still lasts (Kafka's `NetworkClient.connectionDelay`)."""
+        with self._lock:
+            conn = self._connections.get(node_id)
+            if conn is not None and not conn.closed:
+                return 0
+            backoff = self._backoff.get(node_id)
+        return 0 if backoff is None else backoff.delay_ms(now_ms())
+
+    def is_unavailable(self, node_id: int) -> bool:
+        """Whether `node_id` failed to connect and is still in its reconnect backoff."""
+        return self.connection_delay_ms(node_id) > 0
+
+    def ready(self, node_id: int) -> bool:
+        """Connected to `node_id`, connecting now if allowed; False (and no exception) when the
+        node is backing off or refuses (Kafka's `NetworkClient.ready`)."""
+        try:
+            self.connection(node_id)
+        except KafkaError:
+            return False
+        return True
 
     def in_flight_count(self, node_id: int) -> int:
         with self._lock:

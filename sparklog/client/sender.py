@@ -9,10 +9,17 @@ producer's condition until `send()` wakes it, a response arrives, or a linger/ba
 
 Decisions are sans-IO (`decide`): retriable errors retry while attempts < `retries` and the
 batch is younger than `delivery.timeout.ms`; NOT_LEADER_OR_FOLLOWER-like errors also ask for
-fresh metadata. Idempotence: batches get per-partition sequence numbers when first drained and
-keep them on retries; DUPLICATE_SEQUENCE_NUMBER means already written. When a batch is lost
-for good (failed or expired after it was sent) the broker would see a sequence gap, so the
-producer takes a new producer id once nothing is in flight and renumbers what is queued
+fresh metadata. Leader changes: a request that fails whole (the leader died, the connection
+broke, `request.timeout.ms` passed) retries its batches and refreshes metadata; a leader that
+refuses connections gets nothing until its reconnect backoff ends (no attempt is spent);
+NOT_ENOUGH_REPLICAS(_AFTER_APPEND) and REQUEST_TIMED_OUT retry after the backoff; a Produce
+response's leader hint (KIP-951) moves the partition at once.
+
+Idempotence: batches get per-partition sequence numbers when first drained and keep them on
+retries, to a new leader too, which has the producer state replicated and so dedupes a batch
+the old leader had written; DUPLICATE_SEQUENCE_NUMBER means already written. When a batch is
+lost for good (failed or expired after it was sent) the broker would see a sequence gap, so
+the producer takes a new producer id once nothing is in flight and renumbers what is queued
 (KIP-360's epoch bump, simplified to a fresh id as Kafka brokers give idempotent producers).
 """
 
@@ -32,7 +39,7 @@ from sparklog.protocol.api_versions import ApiKey
 from sparklog.records.compression import CompressionType
 
 from .accumulator import ProducerBatch, RecordAccumulator
-from .metadata import REFRESH_ERROR_CODES, Metadata, TopicPartition
+from .metadata import REFRESH_ERROR_CODES, BrokerNode, Metadata, TopicPartition
 from .network import NetworkClient, now_ms, timestamp_ms
 
 log = logging.getLogger(__name__)
@@ -276,12 +283,20 @@ class Sender:
             self.metadata.add_topics(ready.unknown_leader_topics)
             self.metadata.request_update()
         self.metadata.maybe_refresh()
+        wait_ms = ready.next_ready_check_ms
         for node in sorted(ready.nodes):
             if self._forced:
                 break
+            if not self.network.ready(node):
+                # Kafka's Sender: an unreachable leader gets no batches (no attempt is spent)
+                # and fresher metadata is asked for; the leader may have moved.
+                self.metadata.request_update()
+                delay_ms = self.network.connection_delay_ms(node)
+                wait_ms = min(wait_ms, delay_ms or self.config["retry.backoff.ms"])
+                continue
             self._send_to(node, now)
-        metadata_wait_ms = max(1, self.metadata.state.time_to_next_update_ms(now_ms()))
-        self._wait(min(ready.next_ready_check_ms, metadata_wait_ms))
+        metadata_wait_ms = self.metadata.state.time_to_next_update_ms(now_ms())
+        self._wait(max(1, min(wait_ms, metadata_wait_ms)))
 
     def _expire(self, now: int) -> None:
         """Fail queued batches older than `delivery.timeout.ms`."""
@@ -353,6 +368,8 @@ class Sender:
             error = future.exception()
             response = None if error is not None else future.result()
             by_tp = _partition_responses(response) if response is not None else {}
+            if by_tp:
+                self.metadata.update_leaders(*leader_hints(response, by_tp))
             for batch in batches:
                 if error is not None:
                     outcome = decide_request_failure(
@@ -501,6 +518,23 @@ class Sender:
         if self._forced or not self._thread.is_alive():
             self.network.close()
             self._process_completions()
+
+
+def leader_hints(
+    response: Any, by_tp: Mapping[TopicPartition, Any]
+) -> tuple[dict[TopicPartition, tuple[int, int]], list[BrokerNode]]:
+    """KIP-951 hints of a Produce response: the new leader and epoch of each partition that
+    answered NOT_LEADER_OR_FOLLOWER (or a fenced epoch), and the endpoints of those leaders."""
+    hints = {}
+    for tp, p in by_tp.items():
+        current = getattr(p, "current_leader", None)
+        if int(p.error_code) in REFRESH_ERROR_CODES and current is not None:
+            hints[tp] = (int(current.leader_id), int(current.leader_epoch))  # -1s are dropped
+    nodes = [
+        BrokerNode(int(n.node_id), n.host, int(n.port), getattr(n, "rack", None))
+        for n in getattr(response, "node_endpoints", None) or ()
+    ]
+    return hints, nodes
 
 
 def _partition_responses(response: Any) -> dict[TopicPartition, Any]:
