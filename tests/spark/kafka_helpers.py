@@ -43,3 +43,36 @@ def consume_all(bootstrap: str, topic: str, expected: int, timeout_s: float = 60
         return got
     finally:
         consumer.close()
+
+
+# -- executors and waiting (local-cluster fault tests) -----------------------------------------
+
+
+def executor_pid(executor_id: str) -> int:
+    """The pid of the executor JVM with this id (its command line carries --executor-id)."""
+    from pathlib import Path
+
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            args = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if (
+            b"--executor-id" in args
+            and args[args.index(b"--executor-id") + 1] == executor_id.encode()
+        ):
+            return int(proc.name)
+    raise LookupError(f"no executor JVM with id {executor_id}")
+
+
+def wait_for(predicate, timeout_s: float, what: str, interval_s: float = 0.25):
+    """Poll `predicate` until it returns something truthy (returned); fail after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval_s)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
