@@ -5,44 +5,15 @@ from __future__ import annotations
 
 import os
 import signal
-import time
-from pathlib import Path
 
 import pytest
 
 from sparklog.spark.cluster import start
 
-from .kafka_helpers import consume_all, create_topic, produce
+from .kafka_helpers import consume_all, create_topic, executor_pid, produce, wait_for
 
 SPARK_MASTER = "local-cluster[3,1,1024]"
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
-
-
-def executor_pid(executor_id: str) -> int:
-    """The pid of the executor JVM with this id (its command line carries --executor-id)."""
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            args = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if (
-            b"--executor-id" in args
-            and args[args.index(b"--executor-id") + 1] == executor_id.encode()
-        ):
-            return int(proc.name)
-    raise LookupError(f"no executor JVM with id {executor_id}")
-
-
-def wait_for(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
 def test_brokers_on_executors_survive_executor_kill(spark, tmp_path):
