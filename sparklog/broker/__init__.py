@@ -5,6 +5,7 @@ task) and `EmbeddedCluster` (controller + brokers in this process).
 """
 
 from sparklog.broker.embedded import EmbeddedCluster
-from sparklog.broker.server import BrokerServer, BrokerState, run_broker
+from sparklog.broker.run import run_broker
+from sparklog.broker.server import BrokerServer, BrokerState
 
 __all__ = ["BrokerServer", "BrokerState", "EmbeddedCluster", "run_broker"]

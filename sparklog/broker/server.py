@@ -19,7 +19,7 @@ log, write the checkpoints and release the data dir. `kill()` skips the goodbye 
 as a crash would (tests use it to exercise recovery).
 
 Hosting: `await start()` / `await shutdown()` on a running loop; `start_in_thread()` / `stop()`
-run the broker on its own loop thread (tests, the embedded cluster); `run_broker(...)` blocks until
+run the broker on its own loop thread (tests, the embedded cluster); `sparklog.broker.run.run_broker(...)` blocks until
 the broker stops (the Spark task, `python -m sparklog serve`).
 """
 
@@ -50,7 +50,6 @@ from sparklog.broker.meta_properties import (
     MetaProperties,
     claim_data_dir,
     read_meta_properties,
-    resolve_data_dir,
 )
 from sparklog.broker.metadata import BrokerMetadata, MetadataFollower, topics_from_image
 from sparklog.broker.replica_fetcher import ReplicaFetcherManager
@@ -592,56 +591,3 @@ def _stored_node_id(data_dir: Path) -> int:
             f"node_id=None needs an existing identity, but {data_dir} has no meta.properties"
         )
     return meta.node_id
-
-
-def run_broker(
-    node_id: int,
-    base_dir: str | Path,
-    controller_bootstrap: str,
-    config: Mapping[str, object] | None = None,
-    stop_event: threading.Event | None = None,
-    *,
-    cluster_id: str | None = None,
-    executor_id: str | None = None,
-    task_attempt: int = 0,
-) -> str:
-    """Run a broker until it is told to stop (the Spark task's body); returns why it stopped.
-
-    D6: the broker adopts an unclaimed identity of this cluster found under `base_dir`, else it
-    takes `node_id` in `<base_dir>/broker-<node_id>`.
-    """
-    if cluster_id is None:
-        cluster_id = asyncio.run(_ask_cluster_id(controller_bootstrap))
-    data_dir, meta, lock = resolve_data_dir(Path(base_dir), cluster_id, node_id)
-    try:
-        broker = BrokerServer(
-            meta.node_id,
-            data_dir,
-            controller_bootstrap,
-            config,
-            cluster_id=cluster_id,
-            executor_id=executor_id,
-            task_attempt=task_attempt,
-            claimed=(meta, lock),
-        )
-        return broker.run_forever(stop_event)
-    finally:
-        lock.release()
-
-
-async def _ask_cluster_id(controller_bootstrap: str, timeout_s: float = 60.0) -> str:
-    """The controller's cluster id, waiting up to `timeout_s` for it to answer."""
-    client = ControllerClient(controller_bootstrap)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    try:
-        while True:
-            try:
-                cluster_id, _controller_id = await client.describe_cluster()
-                return cluster_id
-            except (ConnectionError, OSError):
-                if loop.time() > deadline:
-                    raise
-                await asyncio.sleep(0.2)
-    finally:
-        await client.close()

@@ -54,7 +54,7 @@ def broker_task(specs: Iterator[BrokerTaskSpec]) -> Iterator[dict]:
     """Run one broker per spec (the launcher sends exactly one) and report how it ended."""
     from pyspark import TaskContext
 
-    from sparklog.broker.server import run_broker
+    from sparklog.broker.run import run_broker
 
     context = TaskContext.get()
     task_attempt = context.attemptNumber() if context is not None else 0

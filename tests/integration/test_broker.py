@@ -873,7 +873,7 @@ def test_the_log_cleaner_compacts_a_compacted_topic(cluster):
 
 
 def test_run_broker_adopts_its_identity_and_stops_on_its_event(tmp_path):
-    from sparklog.broker.server import run_broker
+    from sparklog.broker.run import run_broker
     from sparklog.controller.server import ControllerServer
 
     controller = ControllerServer(tmp_path / "controller", config=TEST_CONFIG).start_in_thread()
