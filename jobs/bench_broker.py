@@ -230,10 +230,12 @@ def confluent_producer(bootstrap: str, **overrides: Any) -> Any:
     )
 
 
-def produce_confluent_batch(bootstrap: str, topic: str, pool: list[bytes], count: int) -> float:
+def produce_confluent_batch(
+    bootstrap: str, topic: str, pool: list[bytes], count: int, **overrides: Any
+) -> float:
     """(a): produce_batch() over lists of 10,000 message dicts built beforehand (the Python
     client's cheapest path); seconds from the first call to the last delivery report."""
-    producer = confluent_producer(bootstrap)
+    producer = confluent_producer(bootstrap, **overrides)
     messages = [{"value": pool[i % POOL_SIZE]} for i in range(count)]
     chunks = [messages[i : i + 10_000] for i in range(0, count, 10_000)]
     failures: list[Any] = []
@@ -244,7 +246,7 @@ def produce_confluent_batch(bootstrap: str, topic: str, pool: list[bytes], count
             queued = producer.produce_batch(topic, chunk, on_delivery=on_delivery)
             chunk = [m for m in chunk if "_error" in m] if queued < len(chunk) else []
             producer.poll(0 if not chunk else 0.01)
-    remaining = producer.flush(120)
+    remaining = producer.flush(300)
     elapsed = time.perf_counter() - started
     assert remaining == 0 and not failures, (remaining, failures[:3])
     return elapsed

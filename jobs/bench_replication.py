@@ -55,9 +55,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import bench_broker
 import numpy as np
 import pyarrow as pa
-from bench_broker import LIBRDKAFKA, MB, POOL_SIZE, VALUE_BYTES, paced, value_pool
+from bench_broker import MB, POOL_SIZE, VALUE_BYTES, paced, value_pool
 
 #: tests/integration/conftest.py's leases: a dead broker is fenced within 1.5 s
 CLUSTER_CONFIG = {
@@ -284,19 +285,8 @@ def end_offsets_total(bootstrap: str, topic: str, partitions: int) -> int:
 
 
 def confluent_producer(bootstrap: str, acks: str, **overrides: Any) -> Any:
-    from confluent_kafka import Producer
-
-    return Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            **LIBRDKAFKA,
-            **TUNING,
-            "acks": acks,
-            "queue.buffering.max.messages": 2_000_000,
-            "queue.buffering.max.kbytes": 2_097_151,
-            **overrides,
-        }
-    )
+    """bench_broker's tuned confluent producer with `acks` set."""
+    return bench_broker.confluent_producer(bootstrap, acks=acks, **overrides)
 
 
 def sparklog_producer(bootstrap: str, acks: str, **overrides: Any) -> Any:
@@ -315,23 +305,8 @@ def sparklog_producer(bootstrap: str, acks: str, **overrides: Any) -> Any:
 
 
 def produce_confluent(bs: str, topic: str, pool: list[bytes], count: int, acks: str) -> float:
-    """produce_batch() over lists of 10,000 message dicts built beforehand; seconds from the
-    first call to the last delivery report."""
-    producer = confluent_producer(bs, acks)
-    messages = [{"value": pool[i % POOL_SIZE]} for i in range(count)]
-    chunks = [messages[i : i + 10_000] for i in range(0, count, 10_000)]
-    failures: list[Any] = []
-    on_delivery = lambda err, _m: failures.append(err) if err else None  # noqa: E731
-    started = time.perf_counter()
-    for chunk in chunks:
-        while chunk:
-            queued = producer.produce_batch(topic, chunk, on_delivery=on_delivery)
-            chunk = [m for m in chunk if "_error" in m] if queued < len(chunk) else []
-            producer.poll(0 if not chunk else 0.01)
-    remaining = producer.flush(300)
-    elapsed = time.perf_counter() - started
-    assert remaining == 0 and not failures, (remaining, failures[:3])
-    return elapsed
+    """bench_broker's produce_batch() run (the Python client's cheapest path) with `acks`."""
+    return bench_broker.produce_confluent_batch(bs, topic, pool, count, acks=acks)
 
 
 def produce_sparklog(bs: str, topic: str, pool: list[bytes], count: int, acks: str) -> float:

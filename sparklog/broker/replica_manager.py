@@ -305,10 +305,10 @@ class ReplicaManager:
             code, message = error_code_of(e, f"produce to {tp[0]}-{tp[1]}")
             return ProduceResult(code, error_message=message), None
         if not info.duplicate:
-            self._apply_events(
-                tp, hosted, hosted.partition.on_leader_append(hosted.log.log_end_offset)
-            )
-            self.delayed.notify(tp)  # follower fetches wait for appends, not for the HW
+            events = hosted.partition.on_leader_append(hosted.log.log_end_offset)
+            self._apply_events(tp, hosted, events)  # wakes waiters when there are events
+            if not events:
+                self.delayed.notify(tp)  # follower fetches wait for appends, not for the HW
         result = ProduceResult(
             0, info.first_offset, info.log_append_time_ms, hosted.log.log_start_offset
         )

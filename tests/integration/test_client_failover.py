@@ -9,7 +9,6 @@ DataFrame paths' task bodies (a write task, a range read) get the same fault, wi
 from __future__ import annotations
 
 import socket
-import threading
 import time
 import uuid
 from collections import defaultdict
@@ -24,6 +23,7 @@ from sparklog.client.config import producer_config
 from sparklog.client.network import NetworkClient, now_ms
 from sparklog.errors import NetworkExceptionError
 from sparklog.protocol.api_versions import ApiKey
+from tests.collector import PollingCollector
 
 PARTITIONS = 3
 KEYS = 12
@@ -75,16 +75,12 @@ def all_brokers_back(cluster3):
             cluster3.restart_broker(i)
 
 
-class Collector(threading.Thread):
+class Collector(PollingCollector):
     """A KafkaConsumer polling all partitions of a topic on its own thread, keeping every
     record; started before the fault, so it must poll through it."""
 
     def __init__(self, cluster: EmbeddedCluster, topic: str) -> None:
-        super().__init__(daemon=True)
-        self.records: list = []
-        self.error: BaseException | None = None
-        self._changed = threading.Condition()
-        self._stopping = threading.Event()
+        super().__init__(DEADLINE_S)
         self.consumer = KafkaConsumer(
             {
                 "bootstrap.servers": cluster.bootstrap_servers,
@@ -94,33 +90,11 @@ class Collector(threading.Thread):
         )
         self.consumer.assign([(topic, p) for p in range(PARTITIONS)])
 
-    def run(self) -> None:
-        try:
-            while not self._stopping.is_set():
-                got = self.consumer.poll(100)
-                with self._changed:
-                    self.records += got
-                    self._changed.notify_all()
-        except BaseException as e:  # noqa: BLE001 - reported by wait_for
-            self.error = e
-            with self._changed:
-                self._changed.notify_all()
-        finally:
-            self.consumer.close()
+    def poll_once(self) -> list:
+        return self.consumer.poll(100)
 
-    def wait_for(self, count: int) -> None:
-        deadline = time.monotonic() + DEADLINE_S
-        with self._changed:
-            while len(self.records) < count and self.error is None:
-                remaining = deadline - time.monotonic()
-                assert remaining > 0, f"the consumer got {len(self.records)} of {count} records"
-                self._changed.wait(remaining)
-        assert self.error is None, f"the consumer failed: {self.error!r}"
-
-    def stop(self) -> list:
-        self._stopping.set()
-        self.join(DEADLINE_S)
-        return self.records
+    def close(self) -> None:
+        self.consumer.close()
 
 
 class NumberedProducer:

@@ -10,7 +10,6 @@ in order per key, by that consumer and by a fresh sparklog consumer.
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
 from collections import defaultdict
@@ -21,6 +20,7 @@ import pytest
 from sparklog.broker.embedded import EmbeddedCluster
 from sparklog.client import AdminClient, KafkaConsumer, NewTopic, TopicPartition
 from sparklog.client.network import now_ms
+from tests.collector import PollingCollector
 
 pytestmark = pytest.mark.interop
 
@@ -79,15 +79,11 @@ def new_topic(cluster: EmbeddedCluster) -> str:
     return topic
 
 
-class ConfluentCollector(threading.Thread):
+class ConfluentCollector(PollingCollector):
     """A confluent consumer (assign from offset 0, no group) polling on its own thread."""
 
     def __init__(self, bootstrap: str, topic: str) -> None:
-        super().__init__(daemon=True)
-        self.records: list[tuple[int, int, bytes, int]] = []  # partition, offset, key, value
-        self.fatal: object = None
-        self._changed = threading.Condition()
-        self._stopping = threading.Event()
+        super().__init__(DEADLINE_S)  # records: (partition, offset, key, value)
         self.consumer = confluent_kafka.Consumer(
             {
                 "bootstrap.servers": bootstrap,
@@ -102,35 +98,18 @@ class ConfluentCollector(threading.Thread):
             [confluent_kafka.TopicPartition(topic, p, 0) for p in range(PARTITIONS)]
         )
 
-    def run(self) -> None:
-        try:
-            while not self._stopping.is_set():
-                got = []
-                for m in self.consumer.consume(num_messages=100, timeout=0.1):
-                    error = m.error()
-                    if error is None:
-                        got.append((m.partition(), m.offset(), m.key(), int(m.value())))
-                    elif error.fatal():
-                        self.fatal = error
-                with self._changed:
-                    self.records += got
-                    self._changed.notify_all()
-        finally:
-            self.consumer.close()
+    def poll_once(self) -> list[tuple[int, int, bytes, int]]:
+        got = []
+        for m in self.consumer.consume(num_messages=100, timeout=0.1):
+            error = m.error()
+            if error is None:
+                got.append((m.partition(), m.offset(), m.key(), int(m.value())))
+            elif error.fatal():
+                self.fail(error)
+        return got
 
-    def wait_for(self, count: int) -> None:
-        deadline = time.monotonic() + DEADLINE_S
-        with self._changed:
-            while len(self.records) < count and self.fatal is None:
-                remaining = deadline - time.monotonic()
-                assert remaining > 0, f"the consumer got {len(self.records)} of {count}"
-                self._changed.wait(remaining)
-        assert self.fatal is None, f"the consumer failed: {self.fatal}"
-
-    def stop(self) -> list[tuple[int, int, bytes, int]]:
-        self._stopping.set()
-        self.join(DEADLINE_S)
-        return self.records
+    def close(self) -> None:
+        self.consumer.close()
 
 
 class ConfluentNumberedProducer:
