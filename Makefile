@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(PY))
 
-.PHONY: venv demo storage-demo test test-unit test-fast lint bench kcat clean
+.PHONY: venv jars demo storage-demo test test-unit test-fast lint bench kcat clean
 
 venv: $(STAMP)
 
@@ -17,7 +17,17 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
+	# delta-spark's wheel pins pyspark<=4.2; its Python API needs nothing else, so keep our pyspark.
+	$(PY) -m pip install --quiet --no-deps 'delta-spark==4.4.1'
 	touch $(STAMP)
+
+# Pinned JARs (conf/jars/*/pom.xml: Apache Kafka, Spark's Kafka connector, delta-spark), fetched
+# once with Maven into .jars/ and used offline afterwards (see README "Reference JARs").
+JARS_STAMPS := .jars/kafka/.fetched .jars/spark/.fetched
+jars: $(JARS_STAMPS)
+
+$(JARS_STAMPS) &: conf/jars/kafka/pom.xml conf/jars/spark/pom.xml $(STAMP)
+	$(PY) -m sparklog.oracle.jars fetch
 
 # Debian's kcat is an interop oracle; install it when missing (needs root or sudo).
 kcat:
@@ -27,20 +37,20 @@ kcat:
 	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null; }
 
 # The quickstart runs through spark-submit from the venv (SPARK_CONF_DIR=conf: quiet logs).
-demo: $(STAMP)
+demo: $(STAMP) $(JARS_STAMPS)
 	PATH="$(abspath $(VENV))/bin:$$PATH" SPARK_CONF_DIR="$(abspath conf)" \
 	  $(VENV)/bin/spark-submit --master "local[4]" jobs/quickstart.py
 
-storage-demo: $(STAMP)
+storage-demo: $(STAMP) $(JARS_STAMPS)
 	$(PY) jobs/storage_demo.py
 
-test: $(STAMP) kcat
+test: $(STAMP) $(JARS_STAMPS) kcat
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-unit: $(STAMP)
 	$(PY) -m pytest tests/unit -q
 
-test-fast: $(STAMP) kcat
+test-fast: $(STAMP) $(JARS_STAMPS) kcat
 	$(PY) -m pytest -m "not slow" -q
 
 lint: $(STAMP)
@@ -51,4 +61,4 @@ bench: $(STAMP)
 	$(PY) jobs/bench_records.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache build *.egg-info
+	rm -rf $(VENV) .jars .pytest_cache build *.egg-info
