@@ -194,7 +194,10 @@ class KafkaApis:
                 "base_offset": r.base_offset,
                 "log_append_time": r.log_append_time_ms,
                 "log_start_offset": r.log_start_offset,
-                "record_errors": [],
+                "record_errors": [
+                    {"batch_index": e.batch_index, "batch_index_error_message": e.message}
+                    for e in r.record_errors
+                ],
                 "error_message": r.error_message,
             }
             if r.error_code == NotLeaderOrFollowerError.code:

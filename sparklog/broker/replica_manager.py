@@ -55,6 +55,7 @@ from sparklog.records.batch import read_header
 from sparklog.records.errors import CorruptRecordError
 from sparklog.storage.config import LogConfig
 from sparklog.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Log
+from sparklog.storage.log_validator import RecordError, RecordValidationError
 from sparklog.storage.producer_state import AppendOrigin
 from sparklog.storage.txn_index import AbortedTxn
 
@@ -88,6 +89,7 @@ class ProduceResult:
     log_append_time_ms: int = -1
     log_start_offset: int = -1
     error_message: str | None = None
+    record_errors: tuple[RecordError, ...] = ()  # KIP-467: the records that failed validation
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,7 +305,8 @@ class ReplicaManager:
             )
         except Exception as e:  # noqa: BLE001 - becomes this partition's error code
             code, message = error_code_of(e, f"produce to {tp[0]}-{tp[1]}")
-            return ProduceResult(code, error_message=message), None
+            record_errors = tuple(e.record_errors) if isinstance(e, RecordValidationError) else ()
+            return ProduceResult(code, error_message=message, record_errors=record_errors), None
         if not info.duplicate:
             events = hosted.partition.on_leader_append(hosted.log.log_end_offset)
             self._apply_events(tp, hosted, events)  # wakes waiters when there are events

@@ -125,7 +125,7 @@ def read_batches(
         return DecodedBatches(_empty(schema), -1, 0)
     u8 = np.frombuffer(view, dtype=np.uint8)
     pos = np.asarray(positions, dtype=np.int64)
-    headers = _read_headers(view, u8, pos)
+    headers = read_headers(view, u8, pos)
     sizes = headers["batch_length"].astype(np.int64) + LOG_OVERHEAD
     if check_crcs:
         _check_crcs(view, pos, sizes, headers["crc"])
@@ -135,7 +135,7 @@ def read_batches(
     if keep is not None:
         headers, pos, sizes = headers[keep], pos[keep], sizes[keep]
     codecs = headers["attributes"] & COMPRESSION_MASK
-    batches = _Batches(view, u8, pos, sizes, headers, codecs)
+    batches = BatchSpans(view, u8, pos, sizes, headers, codecs)
     return DecodedBatches(_decode(batches, include_headers, schema), next_offset, valid_bytes)
 
 
@@ -168,7 +168,7 @@ def _walk(view: memoryview, allow_partial_tail: bool) -> tuple[list[int], int]:
     return positions, pos
 
 
-def _read_headers(view: memoryview, u8: np.ndarray, pos: np.ndarray) -> np.ndarray:
+def read_headers(view: memoryview, u8: np.ndarray, pos: np.ndarray) -> np.ndarray:
     """All batch headers as one structured array; an invalid one raises as `read_header`."""
     rows = np.lib.stride_tricks.as_strided(
         u8, shape=(len(u8) - HEADER_SIZE + 1, HEADER_SIZE), strides=(1, 1), writeable=False
@@ -255,7 +255,7 @@ def _is_abort_marker(view: memoryview, pos: int, size: int) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
-class _Batches:
+class BatchSpans:
     """The batches to decode: positions, sizes and headers in the input, and their codecs."""
 
     view: memoryview
@@ -379,7 +379,7 @@ class _Columns:
             )
 
 
-def _decode(batches: _Batches, include_headers: bool, schema: pa.Schema) -> pa.RecordBatch:
+def _decode(batches: BatchSpans, include_headers: bool, schema: pa.Schema) -> pa.RecordBatch:
     """All records of `batches` as one Arrow record batch."""
     if len(batches) == 0:
         return _empty(schema)
@@ -516,7 +516,7 @@ def _headers_column(out: _Columns) -> pa.Array:
 
 
 def _merge_slow(
-    batches: _Batches,
+    batches: BatchSpans,
     records: pa.RecordBatch,
     counts: np.ndarray,
     slow: list[int],
@@ -539,7 +539,7 @@ def _merge_slow(
 
 
 def _decode_slowly(
-    batches: _Batches, b: int, include_headers: bool, schema: pa.Schema
+    batches: BatchSpans, b: int, include_headers: bool, schema: pa.Schema
 ) -> pa.RecordBatch:
     """One batch through `RecordBatch.records()`: raises exactly what a sequential reader would."""
     pos, size = int(batches.positions[b]), int(batches.sizes[b])

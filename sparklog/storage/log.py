@@ -23,7 +23,6 @@ from pathlib import Path
 
 from sparklog.errors import (
     InvalidRecordError,
-    InvalidTimestampError,
     MessageTooLargeError,
     OffsetOutOfRangeError,
     OutOfOrderSequenceNumberError,
@@ -44,6 +43,7 @@ from sparklog.records.errors import CorruptRecordError
 from sparklog.storage.checkpoint import fsync_dir
 from sparklog.storage.config import LogConfig
 from sparklog.storage.epoch_cache import LeaderEpochFileCache
+from sparklog.storage.log_validator import validate_client_records
 from sparklog.storage.producer_state import (
     AppendOrigin,
     CompletedTxn,
@@ -180,9 +180,9 @@ class Log:
     ) -> LogAppendInfo:
         """Validate client batches, assign offsets and the leader epoch, append them.
 
-        Raises CorruptRecordError (bad bytes), MessageTooLargeError, InvalidTimestampError,
-        InvalidRecordError and the producer-state errors; the log is untouched when it raises.
-        A retried idempotent batch already in the log returns its original offsets
+        Raises CorruptRecordError (bad bytes), MessageTooLargeError, InvalidRecordError,
+        RecordValidationError (per-record errors, KIP-467) and the producer-state errors; the log
+        is untouched when it raises. A retried idempotent batch already in the log returns its original offsets
         (`duplicate=True`) and writes nothing. `origin=COORDINATOR` appends transaction markers
         (control batches), which clients may not write.
         """
@@ -243,15 +243,15 @@ class Log:
                 )
             batch.ensure_valid()
             if origin is not AppendOrigin.REPLICATION:
-                self._validate_client_batch(header, now_ms, origin)
+                self._validate_client_batch(header, origin)
             found.append((batch.position, header))
         if not found:
             raise InvalidRecordError("an append needs at least one record batch")
+        if origin is AppendOrigin.CLIENT:
+            validate_client_records(buf, found, self.config, now_ms, self.directory.name)
         return found
 
-    def _validate_client_batch(
-        self, header: BatchHeader, now_ms: int, origin: AppendOrigin
-    ) -> None:
+    def _validate_client_batch(self, header: BatchHeader, origin: AppendOrigin) -> None:
         if header.records_count == 0 or header.records_count != header.last_offset_delta + 1:
             raise InvalidRecordError(
                 f"batch declares {header.records_count} records but lastOffsetDelta "
@@ -263,17 +263,6 @@ class Log:
                 if header.is_control
                 else "the coordinator appends only control batches"
             )
-        if not self.config.log_append_time and header.records_count:
-            if header.max_timestamp - now_ms > self.config.message_timestamp_after_max_ms:
-                raise InvalidTimestampError(
-                    f"timestamp {header.max_timestamp} is more than message.timestamp.after.max.ms "
-                    f"({self.config.message_timestamp_after_max_ms}) ahead of the broker clock {now_ms}"
-                )
-            if now_ms - header.base_timestamp > self.config.message_timestamp_before_max_ms:
-                raise InvalidTimestampError(
-                    f"timestamp {header.base_timestamp} is more than message.timestamp.before.max.ms "
-                    f"({self.config.message_timestamp_before_max_ms}) behind the broker clock {now_ms}"
-                )
 
     def _prepare_producer_state(
         self,

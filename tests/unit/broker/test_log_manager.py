@@ -26,7 +26,8 @@ def manager(tmp_path, **settings) -> LogManager:
 
 def append(log, n, timestamp=NOW):
     for i in range(n):
-        log.append_as_leader(build_batch([SimpleRecord(b"v%d" % i, timestamp=timestamp)]), 0, NOW)
+        record = SimpleRecord(b"v%d" % i, b"k%d" % i, timestamp=timestamp)
+        log.append_as_leader(build_batch([record]), 0, NOW)
 
 
 def test_dir_names():

@@ -1,0 +1,145 @@
+"""What a leader checks in a client's batches before appending them (Kafka's `LogValidator`).
+
+The log has already checked each batch's header and CRC. Here every record of every batch is
+walked (`records.record_walk`): the structure must parse, offset deltas must run 0..n-1 (the
+broker never re-encodes, so readers see exactly these deltas), the header's maxTimestamp must
+be the records' maximum, and per record: a key on compacted topics, a timestamp within
+`message.timestamp.before/after.max.ms`. Rule breaks found in records are reported as Kafka
+reports them (KIP-467): one `RecordError` per record (its index within the batch and why), the
+whole append refused with INVALID_RECORD, or INVALID_TIMESTAMP when a timestamp was at fault.
+Pure: no I/O, the clock is passed in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from sparklog.errors import InvalidRecordError, InvalidTimestampError, KafkaError
+from sparklog.records.batch import BatchHeader, TimestampType
+from sparklog.records.record_walk import BatchFacts, walk_records
+from sparklog.storage.config import LogConfig
+
+_SHOWN_ERRORS = 3
+_LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1  # Kafka's message lists the first three record errors
+
+
+@dataclass(frozen=True, slots=True)
+class RecordError:
+    """KIP-467: the index of a record within its batch and why it was refused."""
+
+    batch_index: int
+    message: str
+
+
+class RecordValidationError(KafkaError):
+    """Records that break a rule, each listed in `record_errors`; raised as one of the two
+    subclasses below so that callers can catch Kafka's error classes."""
+
+    def __init__(self, message: str, record_errors: list[RecordError]) -> None:
+        super().__init__(message)
+        self.record_errors = record_errors
+
+
+class InvalidRecordsError(RecordValidationError, InvalidRecordError):
+    """INVALID_RECORD with per-record errors."""
+
+
+class InvalidTimestampsError(RecordValidationError, InvalidTimestampError):
+    """INVALID_TIMESTAMP with per-record errors."""
+
+
+def validate_client_records(
+    buf: bytes | bytearray | memoryview,
+    batches: list[tuple[int, BatchHeader]],
+    config: LogConfig,
+    now_ms: int,
+    partition: str,
+) -> None:
+    """Raise unless every record of the client `batches` (positions in `buf`) may be appended."""
+    walked = walk_records(buf, batches)
+    lowest = now_ms - config.message_timestamp_before_max_ms
+    highest = now_ms + config.message_timestamp_after_max_ms
+    for (_pos, header), facts in zip(batches, walked, strict=True):
+        if len(facts.offset_deltas) != header.records_count:  # the walk refuses this first
+            raise InvalidRecordError(f"a batch to {partition} holds a wrong number of records")
+        keyless, late = _bad_records(facts, config, lowest, highest)
+        if keyless or late:
+            errors = {i: _key_error(partition) for i in keyless}
+            for i in late:
+                errors[i] = _timestamp_error(int(facts.timestamps[i]), i, lowest, highest)
+            _refuse([RecordError(i, errors[i]) for i in sorted(errors)], bool(late), partition)
+        _check_offset_deltas(facts, partition)
+        if header.timestamp_type == TimestampType.CREATE_TIME:
+            latest = int(max(facts.timestamps))
+            if latest != header.max_timestamp:
+                raise InvalidRecordError(
+                    f"a batch to {partition} says maxTimestamp {header.max_timestamp} but its "
+                    f"records' latest timestamp is {latest}"
+                )
+
+
+def _bad_records(
+    facts: BatchFacts, config: LogConfig, lowest: int, highest: int
+) -> tuple[list[int], list[int]]:
+    """Indexes of keyless records on a compacted topic, and of other records whose CreateTime
+    is out of range (as Kafka, a keyless record's timestamp is not checked too)."""
+    compact, check_time = config.compact, not config.log_append_time
+    if facts.vectorized:
+        nulls, ts = facts.key_nulls, facts.timestamps
+        keyless = np.flatnonzero(nulls).tolist() if compact else []
+        if not check_time:
+            return keyless, []
+        low, high = max(lowest, _LONG_MIN), min(highest, _LONG_MAX)
+        out = (ts != -1) & ((ts < low) | (ts > high))
+        if compact:
+            out &= ~nulls
+        return keyless, np.flatnonzero(out).tolist()
+    keyless, late = [], []
+    for i, (ts, null) in enumerate(zip(facts.timestamps, facts.key_nulls, strict=True)):
+        if null and compact:
+            keyless.append(i)
+        elif check_time and ts != -1 and not lowest <= ts <= highest:
+            late.append(i)
+    return keyless, late
+
+
+def _key_error(partition: str) -> str:
+    return f"Compacted topic cannot accept message without key in topic partition {partition}."
+
+
+def _timestamp_error(ts: int, offset: int, lowest: int, highest: int) -> str:
+    return (
+        f"Timestamp {ts} of message with offset {offset} is out of range. "
+        f"The timestamp should be within [{lowest}, {highest}]"
+    )
+
+
+def _refuse(errors: list[RecordError], late: bool, partition: str) -> None:
+    shown = ", ".join(f"[{e.batch_index}] {e.message}" for e in errors[:_SHOWN_ERRORS])
+    if late:
+        raise InvalidTimestampsError(
+            f"One or more records to {partition} have been rejected due to invalid timestamp: "
+            f"{shown}",
+            errors,
+        )
+    raise InvalidRecordsError(
+        f"One or more records have been rejected due to {len(errors)} record errors in total, "
+        f"and only showing the first three errors at most: {shown}",
+        errors,
+    )
+
+
+def _check_offset_deltas(facts: BatchFacts, partition: str) -> None:
+    deltas = facts.offset_deltas
+    if facts.vectorized:
+        wrong = np.flatnonzero(deltas != np.arange(len(deltas))).tolist()
+    else:
+        wrong = [i for i, d in enumerate(deltas) if d != i]
+    if wrong:
+        raise InvalidRecordsError(
+            f"record {wrong[0]} of a batch to {partition} has offset delta "
+            f"{int(deltas[wrong[0]])}; client batches number their records 0..n-1",
+            [RecordError(i, "offset delta out of sequence") for i in wrong],
+        )
