@@ -38,7 +38,7 @@ from sparklog.errors import (
     NotLeaderOrFollowerError,
     UnsupportedVersionError,
 )
-from sparklog.protocol.api_versions import BROKER_APIS, ApiKey
+from sparklog.protocol.api_versions import BROKER_ADVERTISED_APIS, BROKER_APIS, ApiKey
 from sparklog.protocol.async_client import api_versions_response
 from sparklog.protocol.connection import ProtocolError, Request
 
@@ -167,8 +167,8 @@ class KafkaApis:
 
     async def handle_api_versions(self, request: Request) -> Any:
         if request.body is None:  # a version we do not know: v0 answer listing ours (Kafka)
-            return api_versions_response(BROKER_APIS, 0, UnsupportedVersionError.code)
-        return api_versions_response(BROKER_APIS, request.api_version)
+            return api_versions_response(BROKER_ADVERTISED_APIS, 0, UnsupportedVersionError.code)
+        return api_versions_response(BROKER_ADVERTISED_APIS, request.api_version)
 
     # -- produce ------------------------------------------------------------------------------
 

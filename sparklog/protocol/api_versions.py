@@ -79,6 +79,14 @@ BROKER_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
     }
 )
 
+#: What a broker announces in ApiVersions: `BROKER_APIS`, except that Produce is listed from v0.
+#: Like Kafka 4.0 (KAFKA-18659): librdkafka before 2.11.1 sends gzip/snappy/lz4 batches
+#: uncompressed when a broker's lowest Produce version is above 0. A v0-v2 Produce request is
+#: still refused: `ServerConnection` checks `BROKER_APIS` and closes the connection, as Kafka does.
+BROKER_ADVERTISED_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
+    {**BROKER_APIS, ApiKey.PRODUCE: (0, BROKER_APIS[ApiKey.PRODUCE][1])}
+)
+
 #: What the controller serves to brokers and admin clients.
 CONTROLLER_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
     {

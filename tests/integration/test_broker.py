@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import struct
 import threading
 import time
 import uuid
@@ -10,7 +11,7 @@ import uuid
 import pytest
 
 from sparklog.broker.embedded import EmbeddedCluster
-from sparklog.protocol.api_versions import BROKER_APIS, ApiKey
+from sparklog.protocol.api_versions import BROKER_ADVERTISED_APIS, BROKER_APIS, ApiKey
 from sparklog.records import CompressionType, SimpleRecord, TimestampType, build_batch
 from sparklog.records.batch import CRC_OFFSET
 
@@ -56,7 +57,24 @@ def test_api_versions_announces_the_broker_table(cluster):
         finally:
             await conn.close()
 
-    assert run(go()) == {int(k): v for k, v in BROKER_APIS.items()}
+    announced = run(go())
+    assert announced == {int(k): v for k, v in BROKER_ADVERTISED_APIS.items()}
+    # Like Kafka 4.0 (KAFKA-18659): Produce listed from v0, so old librdkafka compresses ...
+    assert announced[ApiKey.PRODUCE] == (0, BROKER_APIS[ApiKey.PRODUCE][1])
+
+
+@pytest.mark.parametrize("version", [0, 1, 2])
+def test_produce_v0_to_v2_closes_the_connection_as_kafka_4_does(cluster, version):
+    # ... and a Produce v0-v2 request is refused by closing the connection.
+    payload = struct.pack(">hii", 1, 1000, 0)  # acks, timeout, no topics (v0 body)
+    sock = raw_socket(cluster.bootstrap_servers)
+    with sock:
+        sock.sendall(frame(ApiKey.PRODUCE, version, correlation_id=9, payload=payload))
+        assert closed_by_peer(sock)
+    sock = raw_socket(cluster.bootstrap_servers)
+    with sock:  # the broker keeps serving others
+        sock.sendall(frame(ApiKey.API_VERSIONS, 0, correlation_id=10))
+        assert int.from_bytes(read_frame(sock)[0:4], "big") == 10
 
 
 def test_api_versions_at_an_unknown_version_answers_v0_with_unsupported_version(cluster):
@@ -66,7 +84,7 @@ def test_api_versions_at_an_unknown_version_answers_v0_with_unsupported_version(
         response = read_frame(sock)
     assert int.from_bytes(response[0:4], "big") == 7  # correlation id, v0 header
     assert int.from_bytes(response[4:6], "big", signed=True) == UNSUPPORTED_VERSION
-    assert int.from_bytes(response[6:10], "big") == len(BROKER_APIS)
+    assert int.from_bytes(response[6:10], "big") == len(BROKER_ADVERTISED_APIS)
 
 
 def test_metadata_auto_creates_a_topic_and_lists_the_broker(cluster):
