@@ -8,21 +8,19 @@ message and naming the topic or partition. `list_offsets` is shared with the con
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from sparklog.errors import (
-    InvalidRequestError,
     KafkaError,
-    RequestTimedOutError,
     UnknownTopicOrPartitionError,
     error_for_code,
 )
 from sparklog.protocol.api_versions import ApiKey
 
 from . import admin_reassignments
+from .admin_channel import AdminChannel, admin_error, raise_first, retry_until
 from .admin_reassignments import PartitionReassignment
 from .config import admin_config
 from .metadata import (
@@ -115,32 +113,6 @@ class ClusterDescription:
     brokers: tuple[BrokerNode, ...]
 
 
-#: Result errors an admin call retries (Kafka's `KafkaAdminClient` reschedules on these); other
-#: errors in a result are final even when their class is retriable (e.g. an unknown topic).
-_ADMIN_RETRY_CODES = frozenset({7, 14, 15, 41, 89})
-
-
-def _error(code: int, what: str, message: str | None = None, *, final: bool = False) -> KafkaError:
-    cls = error_for_code(code)
-    error = cls(f"{cls.__name__} for {what}" + (f": {message}" if message else ""))
-    if final:
-        error.retriable = False
-    return error
-
-
-def retry_until(deadline_ms: int, backoff_ms: int, attempt: Callable[[], Any]) -> Any:
-    """Call `attempt` until it returns without a retriable KafkaError or the deadline passes."""
-    while True:
-        try:
-            return attempt()
-        except KafkaError as e:
-            if not e.retriable:
-                raise
-            if now_ms() + backoff_ms >= deadline_ms:
-                raise RequestTimedOutError(f"gave up at the api timeout; last error: {e}") from e
-        time.sleep(backoff_ms / 1000)
-
-
 def list_offsets(
     network: NetworkClient,
     metadata: Metadata,
@@ -190,12 +162,12 @@ def list_offsets(
                         )
                         remaining.pop(tp, None)
                     elif code in REFRESH_ERROR_CODES or error_for_code(code).retriable:
-                        retry = _error(code, f"{tp.topic}-{tp.partition}")
+                        retry = admin_error(code, f"{tp.topic}-{tp.partition}")
                     else:
-                        raise _error(code, f"{tp.topic}-{tp.partition}")
+                        raise admin_error(code, f"{tp.topic}-{tp.partition}")
         if unknown or retry is not None:
             metadata.request_update()
-            raise retry or _error(5, ", ".join(f"{tp.topic}-{tp.partition}" for tp in unknown))
+            raise retry or admin_error(5, ", ".join(f"{tp.topic}-{tp.partition}" for tp in unknown))
 
     retry_until(deadline_ms, metadata.state.retry_backoff_ms, attempt)
     return results
@@ -209,7 +181,7 @@ def _cluster_for(metadata: Metadata, partitions: Iterable[TopicPartition]) -> Cl
     for tp in partitions:
         code = cluster.topic_errors.get(tp.topic)
         if code is not None and code not in (5,):
-            raise _error(code, f"topic {tp.topic!r}", final=True)
+            raise admin_error(code, f"topic {tp.topic!r}", final=True)
         count = cluster.partition_count(tp.topic)
         if count is not None and tp.partition >= count:
             error = UnknownTopicOrPartitionError(
@@ -225,8 +197,9 @@ class AdminClient:
 
     def __init__(self, config: Mapping[str, Any]) -> None:
         self.config = admin_config(config)
-        self._network = NetworkClient(self.config)
-        self._metadata = Metadata(self._network, self.config, allow_auto_create=False)
+        self._channel = AdminChannel(self.config)
+        self._network = self._channel.network
+        self._metadata = self._channel.metadata
 
     def __enter__(self) -> AdminClient:
         return self
@@ -235,44 +208,7 @@ class AdminClient:
         self.close()
 
     def close(self) -> None:
-        self._network.close()
-
-    # ---------------------------------------------------------------- plumbing
-
-    def _deadline(self, timeout_ms: int | None) -> int:
-        return now_ms() + (
-            self.config["default.api.timeout.ms"] if timeout_ms is None else timeout_ms
-        )
-
-    def _timeout_field(self, timeout_ms: int | None) -> int:
-        return self.config["request.timeout.ms"] if timeout_ms is None else timeout_ms
-
-    def _retry(self, deadline_ms: int, attempt: Callable[[], Any]) -> Any:
-        return retry_until(deadline_ms, self.config["retry.backoff.ms"], attempt)
-
-    def _any_node(self) -> int:
-        node = self._network.least_loaded_node(self._metadata.candidates())
-        if node is None:
-            raise InvalidRequestError("no broker address is known")
-        return node
-
-    def _controller_node(self) -> int:
-        """Where topic changes go: the controller Metadata names, else any broker (which
-        forwards them to the controller)."""
-        cluster = self._metadata.cluster
-        if cluster.controller_id in cluster.brokers:
-            return cluster.controller_id
-        return self._any_node()
-
-    def _request(
-        self, node: int, api_key: int, fields: Mapping[str, Any], timeout_ms: int | None = None
-    ) -> Any:
-        future = self._network.send(node, api_key, fields, timeout_ms=timeout_ms)
-        try:
-            return future.result()
-        except KafkaError:
-            self._metadata.request_update()
-            raise
+        self._channel.close()
 
     # ------------------------------------------------------------------ topics
 
@@ -299,11 +235,11 @@ class AdminClient:
                 }
                 for t in new
             ],
-            "timeout": self._timeout_field(timeout_ms),
+            "timeout": self._channel.timeout_field(timeout_ms),
             "validate_only": validate_only,
         }
 
-        self._controller_call(
+        self._channel.controller_call(
             ApiKey.CREATE_TOPICS,
             fields,
             timeout_ms,
@@ -312,28 +248,11 @@ class AdminClient:
         )
         self._metadata.request_update()
 
-    def _controller_call(
-        self,
-        api_key: ApiKey,
-        fields: dict[str, Any],
-        timeout_ms: int | None,
-        results: Callable[[Any], Iterable[tuple[str, Any, str | None]]],
-        what: str,
-    ) -> None:
-        """Send an admin request to the controller (retrying retriable errors until the
-        deadline) and raise the first per-item error its response carries."""
-
-        def attempt() -> None:
-            response = self._request(self._controller_node(), api_key, fields, timeout_ms)
-            _raise_first(results(response), what)
-
-        self._retry(self._deadline(timeout_ms), attempt)
-
     def delete_topics(self, names: Iterable[str], *, timeout_ms: int | None = None) -> None:
         """Delete topics; raises the first error (UnknownTopicOrPartitionError when missing)."""
-        fields = {"topic_names": list(names), "timeout": self._timeout_field(timeout_ms)}
+        fields = {"topic_names": list(names), "timeout": self._channel.timeout_field(timeout_ms)}
 
-        self._controller_call(
+        self._channel.controller_call(
             ApiKey.DELETE_TOPICS,
             fields,
             timeout_ms,
@@ -348,8 +267,8 @@ class AdminClient:
         self, *, include_internal: bool = False, timeout_ms: int | None = None
     ) -> list[str]:
         """Names of all topics, sorted."""
-        response = self._retry(
-            self._deadline(timeout_ms), lambda: self._metadata.request_metadata(None)
+        response = self._channel.retry(
+            self._channel.deadline(timeout_ms), lambda: self._metadata.request_metadata(None)
         )
         return sorted(t.name for t in response.topics if include_internal or not t.is_internal)
 
@@ -358,15 +277,15 @@ class AdminClient:
     ) -> dict[str, TopicDescription]:
         """Partitions, leaders, replicas and ISRs of `names`; a missing topic raises."""
         names = list(names)
-        response = self._retry(
-            self._deadline(timeout_ms), lambda: self._metadata.request_metadata(names)
+        response = self._channel.retry(
+            self._channel.deadline(timeout_ms), lambda: self._metadata.request_metadata(names)
         )
         cluster = Cluster.from_response(response)
         out = {}
         for name in names:
             code = cluster.topic_errors.get(name)
             if code is not None and name not in cluster.topics:
-                raise _error(code, f"topic {name!r}")
+                raise admin_error(code, f"topic {name!r}")
             info = cluster.topics[name]
             out[name] = TopicDescription(name, info.topic_id, info.is_internal, info.partitions)
         return out
@@ -381,11 +300,11 @@ class AdminClient:
         """Grow each topic to the given total partition count."""
         fields = {
             "topics": [{"name": t, "count": n, "assignments": None} for t, n in new_totals.items()],
-            "timeout": self._timeout_field(timeout_ms),
+            "timeout": self._channel.timeout_field(timeout_ms),
             "validate_only": validate_only,
         }
 
-        self._controller_call(
+        self._channel.controller_call(
             ApiKey.CREATE_PARTITIONS,
             fields,
             timeout_ms,
@@ -419,14 +338,14 @@ class AdminClient:
             }
 
             def attempt(resource: ConfigResource = resource, fields: dict = fields) -> Any:
-                node = int(resource.name) if resource.type == "broker" else self._any_node()
+                node = int(resource.name) if resource.type == "broker" else self._channel.any_node()
                 if resource.type == "broker":
-                    self._ensure_broker_address(node)
-                return self._request(node, ApiKey.DESCRIBE_CONFIGS, fields, timeout_ms)
+                    self._channel.ensure_broker_address(node)
+                return self._channel.request(node, ApiKey.DESCRIBE_CONFIGS, fields, timeout_ms)
 
-            response = self._retry(self._deadline(timeout_ms), attempt)
+            response = self._channel.retry(self._channel.deadline(timeout_ms), attempt)
             for r in response.results:
-                _raise_first([(r.resource_name, r.error_code, r.error_message)], resource.type)
+                raise_first([(r.resource_name, r.error_code, r.error_message)], resource.type)
                 out[resource] = {
                     c.name: ConfigEntry(
                         c.name,
@@ -468,7 +387,7 @@ class AdminClient:
             )
         fields = {"resources": resources, "validate_only": validate_only}
 
-        self._controller_call(
+        self._channel.controller_call(
             ApiKey.INCREMENTAL_ALTER_CONFIGS,
             fields,
             timeout_ms,
@@ -493,7 +412,7 @@ class AdminClient:
             self._metadata,
             specs,
             isolation_level=level,
-            deadline_ms=self._deadline(timeout_ms),
+            deadline_ms=self._channel.deadline(timeout_ms),
         )
 
     def delete_records(
@@ -519,10 +438,12 @@ class AdminClient:
                     )
                 fields = {
                     "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
-                    "timeout": self._timeout_field(timeout_ms),
+                    "timeout": self._channel.timeout_field(timeout_ms),
                 }
                 try:
-                    response = self._request(node, ApiKey.DELETE_RECORDS, fields, timeout_ms)
+                    response = self._channel.request(
+                        node, ApiKey.DELETE_RECORDS, fields, timeout_ms
+                    )
                 except KafkaError as e:
                     retry = e
                     continue
@@ -534,14 +455,16 @@ class AdminClient:
                             results[tp] = int(p.low_watermark)
                             remaining.pop(tp, None)
                         elif error_for_code(code).retriable:
-                            retry = _error(code, f"{tp.topic}-{tp.partition}")
+                            retry = admin_error(code, f"{tp.topic}-{tp.partition}")
                         else:
-                            raise _error(code, f"{tp.topic}-{tp.partition}")
+                            raise admin_error(code, f"{tp.topic}-{tp.partition}")
             if unknown or retry is not None:
                 self._metadata.request_update()
-                raise retry or _error(5, ", ".join(f"{tp.topic}-{tp.partition}" for tp in unknown))
+                raise retry or admin_error(
+                    5, ", ".join(f"{tp.topic}-{tp.partition}" for tp in unknown)
+                )
 
-        self._retry(self._deadline(timeout_ms), attempt)
+        self._channel.retry(self._channel.deadline(timeout_ms), attempt)
         return results
 
     # ----------------------------------------------------------------- cluster
@@ -551,11 +474,13 @@ class AdminClient:
         fields = {"include_cluster_authorized_operations": False, "endpoint_type": 1}
 
         def attempt() -> Any:
-            return self._request(self._any_node(), ApiKey.DESCRIBE_CLUSTER, fields, timeout_ms)
+            return self._channel.request(
+                self._channel.any_node(), ApiKey.DESCRIBE_CLUSTER, fields, timeout_ms
+            )
 
-        response = self._retry(self._deadline(timeout_ms), attempt)
+        response = self._channel.retry(self._channel.deadline(timeout_ms), attempt)
         if int(response.error_code) != 0:
-            raise _error(int(response.error_code), "DescribeCluster", response.error_message)
+            raise admin_error(int(response.error_code), "DescribeCluster", response.error_message)
         brokers = tuple(
             sorted(
                 (
@@ -577,19 +502,15 @@ class AdminClient:
     ) -> None:
         """Move partitions to new replica lists (KIP-455); None cancels a reassignment in
         progress. Raises the first partition's error."""
-        admin_reassignments.alter_partition_reassignments(self, reassignments, timeout_ms)
+        admin_reassignments.alter_partition_reassignments(self._channel, reassignments, timeout_ms)
 
     def list_partition_reassignments(
         self, partitions: Iterable[tuple[str, int]] | None = None, *, timeout_ms: int | None = None
     ) -> dict[TopicPartition, PartitionReassignment]:
         """The reassignments in progress (of `partitions`, or all): replicas, adding, removing."""
-        return admin_reassignments.list_partition_reassignments(self, partitions, timeout_ms)
-
-    def _ensure_broker_address(self, node_id: int) -> None:
-        if node_id not in self._network.nodes():
-            self._metadata.request_metadata([])
-        if node_id not in self._network.nodes():
-            raise InvalidRequestError(f"broker {node_id} is not in the cluster")
+        return admin_reassignments.list_partition_reassignments(
+            self._channel, partitions, timeout_ms
+        )
 
 
 def _resource_type(resource: ConfigResource) -> int:
@@ -606,13 +527,6 @@ def _op(name: str) -> int:
         return _OPS[name]
     except KeyError:
         raise ValueError(f"config op must be one of {sorted(_OPS)}, got {name!r}") from None
-
-
-def _raise_first(results: Iterable[tuple[str, Any, str | None]], what: str) -> None:
-    for name, code, message in results:
-        if int(code) != 0:
-            final = int(code) not in _ADMIN_RETRY_CODES
-            raise _error(int(code), f"{what} {name!r}", message, final=final)
 
 
 __all__ = [

@@ -1,22 +1,20 @@
 """Partition reassignment for the admin client (KIP-455; Kafka's
 `Admin.alterPartitionReassignments` / `listPartitionReassignments`).
 
-The requests go to the controller through any broker (brokers forward them); `AdminClient`
-keeps thin methods that call these functions.
+The requests go to the controller through any broker (brokers forward them), over the admin
+client's `AdminChannel`; `AdminClient` keeps thin methods that call these functions.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sparklog.protocol.api_versions import ApiKey
 
+from .admin_channel import AdminChannel
 from .metadata import TopicPartition
-
-if TYPE_CHECKING:
-    from .admin import AdminClient
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +27,7 @@ class PartitionReassignment:
 
 
 def alter_partition_reassignments(
-    admin: AdminClient,
+    channel: AdminChannel,
     reassignments: Mapping[tuple[str, int], Sequence[int] | None],
     timeout_ms: int | None,
 ) -> None:
@@ -44,7 +42,7 @@ def alter_partition_reassignments(
             }
         )
     fields = {
-        "timeout": admin._timeout_field(timeout_ms),
+        "timeout": channel.timeout_field(timeout_ms),
         "allow_replication_factor_change": True,
         "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()],
     }
@@ -56,14 +54,14 @@ def alter_partition_reassignments(
             for p in topic.partitions:
                 yield f"{topic.name}-{p.partition_index}", p.error_code, p.error_message
 
-    admin._controller_call(
+    channel.controller_call(
         ApiKey.ALTER_PARTITION_REASSIGNMENTS, fields, timeout_ms, results, "partition"
     )
-    admin._metadata.request_update()
+    channel.metadata.request_update()
 
 
 def list_partition_reassignments(
-    admin: AdminClient,
+    channel: AdminChannel,
     partitions: Iterable[tuple[str, int]] | None,
     timeout_ms: int | None,
 ) -> dict[TopicPartition, PartitionReassignment]:
@@ -74,7 +72,7 @@ def list_partition_reassignments(
         for topic, partition in partitions:
             by_topic.setdefault(topic, []).append(int(partition))
         topics = [{"name": t, "partition_indexes": ps} for t, ps in by_topic.items()]
-    fields = {"timeout": admin._timeout_field(timeout_ms), "topics": topics}
+    fields = {"timeout": channel.timeout_field(timeout_ms), "topics": topics}
     found: dict[TopicPartition, PartitionReassignment] = {}
 
     def results(response: Any) -> Iterable[tuple[str, Any, str | None]]:
@@ -88,7 +86,7 @@ def list_partition_reassignments(
                     tuple(int(b) for b in p.removing_replicas),
                 )
 
-    admin._controller_call(
+    channel.controller_call(
         ApiKey.LIST_PARTITION_REASSIGNMENTS, fields, timeout_ms, results, "partition"
     )
     return dict(sorted(found.items()))

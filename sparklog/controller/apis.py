@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sparklog.controller import replication_apis
 from sparklog.controller.cluster_control import (
@@ -25,6 +25,7 @@ from sparklog.controller.configs import (
     ConfigResource,
     describe_topic_configs,
 )
+from sparklog.controller.controller_context import ControllerContext
 from sparklog.controller.image import NO_LEADER, MetadataImage, TopicImage
 from sparklog.controller.metadata_log import METADATA_PARTITION, METADATA_TOPIC
 from sparklog.controller.replication_control import (
@@ -54,9 +55,6 @@ from sparklog.protocol.api_versions import CONTROLLER_APIS, ApiKey
 from sparklog.protocol.async_client import api_versions_response
 from sparklog.protocol.connection import Request
 
-if TYPE_CHECKING:
-    from sparklog.controller.server import ControllerServer
-
 log = logging.getLogger(__name__)
 
 #: The controller's node id in DescribeCluster(endpoint_type=2) answers (KIP-919).
@@ -68,7 +66,7 @@ _BROKERS_ENDPOINT, _CONTROLLERS_ENDPOINT = 1, 2
 class ControllerApis:
     """Dispatches requests to handlers; `server` persists records and owns the core."""
 
-    def __init__(self, server: ControllerServer) -> None:
+    def __init__(self, server: ControllerContext) -> None:
         self.server = server
         self._handlers: dict[int, Callable[[Request], Any]] = {
             ApiKey.API_VERSIONS: self.handle_api_versions,

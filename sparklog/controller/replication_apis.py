@@ -12,12 +12,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from sparklog.controller.alter_partition import IsrChange
+from sparklog.controller.controller_context import ControllerContext
 from sparklog.controller.responses import Response, alter_partition_topics
 from sparklog.controller.results import ApiError
 from sparklog.errors import KafkaError
 
 if TYPE_CHECKING:
-    from sparklog.controller.server import ControllerServer
     from sparklog.protocol.connection import Request
 
 log = logging.getLogger(__name__)
@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
 
 
-def handle_alter_partition(server: ControllerServer, request: Request) -> Any:
+def handle_alter_partition(server: ControllerContext, request: Request) -> Any:
     """AlterPartition v2 (`new_isr`) and v3 (`new_isr_with_epochs`, KIP-903)."""
     body, respond = request.body, Response(request)
     changes: list[IsrChange] = []
@@ -62,7 +62,7 @@ def handle_alter_partition(server: ControllerServer, request: Request) -> Any:
     return respond(error_code=0, topics=alter_partition_topics(respond, outcomes))
 
 
-def handle_elect_leaders(server: ControllerServer, request: Request) -> Any:
+def handle_elect_leaders(server: ControllerContext, request: Request) -> Any:
     """ElectLeaders v0-v2 (v0 has no election type: preferred)."""
     body, respond = request.body, Response(request)
     election_type = int(getattr(body, "election_type", 0))
@@ -95,7 +95,7 @@ def handle_elect_leaders(server: ControllerServer, request: Request) -> Any:
     )
 
 
-def handle_alter_partition_reassignments(server: ControllerServer, request: Request) -> Any:
+def handle_alter_partition_reassignments(server: ControllerContext, request: Request) -> Any:
     """AlterPartitionReassignments v0-v1 (v1: allow_replication_factor_change, KIP-860)."""
     body, respond = request.body, Response(request)
     reassignments = [
@@ -133,7 +133,7 @@ def handle_alter_partition_reassignments(server: ControllerServer, request: Requ
     )
 
 
-def handle_list_partition_reassignments(server: ControllerServer, request: Request) -> Any:
+def handle_list_partition_reassignments(server: ControllerContext, request: Request) -> Any:
     """ListPartitionReassignments v0: the reassignments in progress (of the named partitions)."""
     body, respond = request.body, Response(request)
     wanted = None

@@ -1,0 +1,130 @@
+"""How admin calls reach the cluster: deadlines, retries, the controller, errors.
+
+`AdminClient` and the admin call modules (e.g. `admin_reassignments`) share one `AdminChannel`
+(Kafka's `KafkaAdminClient` keeps the same plumbing apart from its calls): requests go to a
+given node, to any broker, or to the controller (which any broker forwards to); retriable
+errors are retried with `retry.backoff.ms` until `default.api.timeout.ms` (or the call's
+`timeout_ms`), and a response's first per-item error is raised naming the item.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from sparklog.errors import InvalidRequestError, KafkaError, RequestTimedOutError, error_for_code
+from sparklog.protocol.api_versions import ApiKey
+
+from .metadata import Metadata
+from .network import NetworkClient, now_ms
+
+#: Result errors an admin call retries (Kafka's `KafkaAdminClient` reschedules on these); other
+#: errors in a result are final even when their class is retriable (e.g. an unknown topic).
+_ADMIN_RETRY_CODES = frozenset({7, 14, 15, 41, 89})
+
+
+def admin_error(
+    code: int, what: str, message: str | None = None, *, final: bool = False
+) -> KafkaError:
+    """The exception for Kafka error `code` about `what` (not retried when `final`)."""
+    cls = error_for_code(code)
+    error = cls(f"{cls.__name__} for {what}" + (f": {message}" if message else ""))
+    if final:
+        error.retriable = False
+    return error
+
+
+def retry_until(deadline_ms: int, backoff_ms: int, attempt: Callable[[], Any]) -> Any:
+    """Call `attempt` until it returns without a retriable KafkaError or the deadline passes."""
+    while True:
+        try:
+            return attempt()
+        except KafkaError as e:
+            if not e.retriable:
+                raise
+            if now_ms() + backoff_ms >= deadline_ms:
+                raise RequestTimedOutError(f"gave up at the api timeout; last error: {e}") from e
+        time.sleep(backoff_ms / 1000)
+
+
+def raise_first(results: Iterable[tuple[str, Any, str | None]], what: str) -> None:
+    """Raise the first (name, error code, message) whose code is not 0."""
+    for name, code, message in results:
+        if int(code) != 0:
+            final = int(code) not in _ADMIN_RETRY_CODES
+            raise admin_error(int(code), f"{what} {name!r}", message, final=final)
+
+
+class AdminChannel:
+    """The network client, cluster metadata and settings of one admin client. Thread-safe."""
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        self.config = config
+        self.network = NetworkClient(config)
+        self.metadata = Metadata(self.network, config, allow_auto_create=False)
+
+    def close(self) -> None:
+        self.network.close()
+
+    def deadline(self, timeout_ms: int | None) -> int:
+        """When a call with `timeout_ms` (None: `default.api.timeout.ms`) gives up."""
+        return now_ms() + (
+            self.config["default.api.timeout.ms"] if timeout_ms is None else timeout_ms
+        )
+
+    def timeout_field(self, timeout_ms: int | None) -> int:
+        """The `timeout` a request carries to the broker."""
+        return self.config["request.timeout.ms"] if timeout_ms is None else timeout_ms
+
+    def retry(self, deadline_ms: int, attempt: Callable[[], Any]) -> Any:
+        return retry_until(deadline_ms, self.config["retry.backoff.ms"], attempt)
+
+    def any_node(self) -> int:
+        node = self.network.least_loaded_node(self.metadata.candidates())
+        if node is None:
+            raise InvalidRequestError("no broker address is known")
+        return node
+
+    def controller_node(self) -> int:
+        """Where topic changes go: the controller Metadata names, else any broker (which
+        forwards them to the controller)."""
+        cluster = self.metadata.cluster
+        if cluster.controller_id in cluster.brokers:
+            return cluster.controller_id
+        return self.any_node()
+
+    def request(
+        self, node: int, api_key: int, fields: Mapping[str, Any], timeout_ms: int | None = None
+    ) -> Any:
+        """Send one request to `node` and wait for its response (a failure refreshes metadata)."""
+        future = self.network.send(node, api_key, fields, timeout_ms=timeout_ms)
+        try:
+            return future.result()
+        except KafkaError:
+            self.metadata.request_update()
+            raise
+
+    def controller_call(
+        self,
+        api_key: ApiKey,
+        fields: dict[str, Any],
+        timeout_ms: int | None,
+        results: Callable[[Any], Iterable[tuple[str, Any, str | None]]],
+        what: str,
+    ) -> None:
+        """Send an admin request to the controller (retrying retriable errors until the
+        deadline) and raise the first per-item error its response carries."""
+
+        def attempt() -> None:
+            response = self.request(self.controller_node(), api_key, fields, timeout_ms)
+            raise_first(results(response), what)
+
+        self.retry(self.deadline(timeout_ms), attempt)
+
+    def ensure_broker_address(self, node_id: int) -> None:
+        """Know broker `node_id`'s address, or raise InvalidRequestError."""
+        if node_id not in self.network.nodes():
+            self.metadata.request_metadata([])
+        if node_id not in self.network.nodes():
+            raise InvalidRequestError(f"broker {node_id} is not in the cluster")

@@ -1,0 +1,40 @@
+"""What the controller's API handlers need from the server that runs them.
+
+`ControllerApis` and the replication handlers are written against this interface, not against
+`ControllerServer`, so the server depends on its handlers and never the other way round (as
+Kafka's `ControllerApis` takes its collaborators instead of the `ControllerServer`).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, TypeVar
+
+from sparklog.controller.configs import ControllerConfig
+from sparklog.controller.metadata_log import MetadataLog
+from sparklog.controller.quorum_controller import QuorumController
+from sparklog.controller.results import ControllerResult
+
+T = TypeVar("T")
+
+
+class ControllerContext(Protocol):
+    """The controller's endpoint, settings, core and metadata log, and how to commit to it."""
+
+    host: str
+    port: int
+    cluster_id: str
+    config: ControllerConfig
+    controller: QuorumController | None
+    metadata_log: MetadataLog | None
+
+    def commit(self, result: ControllerResult[T]) -> T:
+        """Append `result`'s records to the metadata log, apply them, and return its response."""
+        ...
+
+    def now_ms(self) -> int:
+        """The controller's clock."""
+        ...
+
+    async def wait_for_metadata(self, offset: int, timeout_s: float) -> bool:
+        """Whether the metadata log reached `offset` within `timeout_s`."""
+        ...
