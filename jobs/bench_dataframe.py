@@ -391,8 +391,10 @@ class ExternalBroker:
 def build_session(master: str, driver_memory: str) -> Any:
     from pyspark.sql import SparkSession
 
+    from sparklog.spark.session import with_reference_jars
+
     spark = (
-        SparkSession.builder.master(master)
+        with_reference_jars(SparkSession.builder.master(master))
         .appName("bench_dataframe")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")

@@ -24,6 +24,7 @@ from pyspark.sql import functions as F  # noqa: E402
 import sparklog  # noqa: E402
 from sparklog.client import AdminClient  # noqa: E402
 from sparklog.client.admin import NewTopic  # noqa: E402
+from sparklog.spark.session import with_reference_jars  # noqa: E402
 
 TOPIC = "quickstart-events"
 PARTITIONS = 6
@@ -37,7 +38,8 @@ def session(master: str | None) -> SparkSession:
     if master or not SparkConf().contains("spark.master"):
         builder = builder.master(master or "local[4]")
     return (
-        builder.appName("sparklog-quickstart")
+        with_reference_jars(builder)
+        .appName("sparklog-quickstart")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.ui.showConsoleProgress", "true")

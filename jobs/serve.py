@@ -34,8 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.sql import SparkSession
 
     from sparklog.spark.cluster import ClusterStartError
+    from sparklog.spark.session import with_reference_jars
 
-    spark = SparkSession.builder.appName("sparklog serve").getOrCreate()
+    spark = with_reference_jars(SparkSession.builder).appName("sparklog serve").getOrCreate()
     stop = threading.Event()
     data_dir = Path(args.data_dir).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)

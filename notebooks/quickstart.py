@@ -35,7 +35,9 @@ try:
 except NameError:
     from pyspark.sql import SparkSession
 
-    spark = SparkSession.builder.master("local[4]").getOrCreate()
+    from sparklog.spark.session import with_reference_jars
+
+    spark = with_reference_jars(SparkSession.builder.master("local[4]")).getOrCreate()
 
 try:
     display  # noqa: B018 - Databricks and Jupyter define it

@@ -211,8 +211,10 @@ def _new_spark_session(master: str, brokers: int) -> Any:
     _progress(f"starting Spark ({master})")
     # Spark's Python workers (the brokers) run this interpreter unless told otherwise.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from sparklog.spark.session import with_reference_jars
+
     spark = (
-        SparkSession.builder.master(master)
+        with_reference_jars(SparkSession.builder.master(master))
         .appName(f"sparklog serve ({brokers} brokers)")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.speculation", "false")

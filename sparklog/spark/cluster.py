@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import sys
 import tempfile
 import threading
 import time
@@ -229,12 +230,40 @@ def start(
             "start Spark with spark.speculation=false to run sparklog brokers"
         )
     _check_capacity(sc, brokers, timeout_s)
+    check_worker_python(sc)
     settings = _settings(config, kwargs)
     root = Path(data_dir) if data_dir is not None else Path(tempfile.mkdtemp(prefix="sparklog-"))
     cluster = SparkLogCluster(spark, brokers, settings, root)
     cluster._start(timeout_s)
     _active = cluster
     return cluster
+
+
+def check_worker_python(sc: Any) -> None:
+    """Fail now, with the fix, when Spark's Python workers cannot import sparklog and pyarrow,
+    rather than later inside a broker task with "No module named pyarrow"."""
+
+    def probe(_: Any) -> str | None:  # nested: shipped by value, the worker needs no sparklog
+        import sys
+
+        try:
+            import pyarrow  # noqa: F401
+
+            import sparklog.broker.run  # noqa: F401
+        except ImportError as e:
+            return f"{e} (worker Python: {sys.executable})"
+        return None
+
+    try:
+        problem = sc.parallelize([0], 1).map(probe).first()
+    except Exception as e:  # noqa: BLE001 - a worker that cannot start at all
+        problem = f"{type(e).__name__}: {str(e)[:500]}"
+    if problem is not None:
+        raise ClusterStartError(
+            f"Spark's Python workers cannot run sparklog brokers: {problem}. Set PYSPARK_PYTHON "
+            f"(or spark.pyspark.python) to the interpreter that has sparklog installed, e.g. "
+            f"PYSPARK_PYTHON={sys.executable}, before the SparkSession starts"
+        )
 
 
 def _check_capacity(sc: Any, brokers: int, timeout_s: float) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 
 import pytest
@@ -24,6 +26,34 @@ def test_task_slots_parse_masters():
 def test_refuses_to_take_every_task_slot(spark):
     with pytest.raises(ClusterStartError, match=r"local\[5\]"):
         start(spark, brokers=4)
+
+
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+def _has_pyarrow(python: str) -> bool:
+    import subprocess
+
+    probe = subprocess.run([python, "-c", "import pyarrow"], capture_output=True)
+    return probe.returncode == 0
+
+
+@pytest.mark.skipif(
+    not os.path.exists(SYSTEM_PYTHON) or _has_pyarrow(SYSTEM_PYTHON),
+    reason=f"needs a Python without pyarrow at {SYSTEM_PYTHON}",
+)
+def test_start_says_to_set_pyspark_python_when_workers_lack_sparklog(spark, tmp_path):
+    sc = spark.sparkContext
+    ours = sc.pythonExec
+    sc.pythonExec = SYSTEM_PYTHON  # the interpreter new Python workers start with
+    try:
+        with pytest.raises(ClusterStartError) as caught:
+            start(spark, brokers=1, data_dir=tmp_path)
+    finally:
+        sc.pythonExec = ours
+    message = str(caught.value)
+    assert "No module named" in message and SYSTEM_PYTHON in message
+    assert f"PYSPARK_PYTHON={sys.executable}" in message
 
 
 def test_two_brokers_round_trip_and_clean_stop(spark, tmp_path):
