@@ -43,6 +43,7 @@ from sparklog.broker.partition import (
 )
 from sparklog.errors import (
     CorruptMessageError,
+    InvalidRecordError,
     InvalidRequiredAcksError,
     KafkaError,
     NotLeaderOrFollowerError,
@@ -51,7 +52,7 @@ from sparklog.errors import (
     UnknownServerError,
     UnknownTopicOrPartitionError,
 )
-from sparklog.records.batch import read_header
+from sparklog.records.batch import batch_size_at, read_header
 from sparklog.records.errors import CorruptRecordError
 from sparklog.storage.config import LogConfig
 from sparklog.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Log
@@ -300,6 +301,16 @@ class ReplicaManager:
                 hosted.partition.check_enough_replicas(hosted.log.config.min_insync_replicas)
             if records is None:
                 raise CorruptMessageError(f"produce to {tp[0]}-{tp[1]} carried null records")
+            first_size = batch_size_at(records, 0)
+            if (
+                origin is AppendOrigin.CLIENT
+                and first_size is not None
+                and first_size < len(records)
+            ):
+                raise InvalidRecordError(  # as Kafka's LogValidator: clients send one batch
+                    f"produce to {tp[0]}-{tp[1]} carried more than one record batch; Kafka's "
+                    "clients send one batch per partition and request"
+                )
             info = hosted.log.append_as_leader(
                 records, hosted.partition.leader_epoch, now_ms, origin=origin
             )

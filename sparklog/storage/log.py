@@ -469,9 +469,7 @@ class Log:
                 return self.log_end_offset, -1
             if timestamp == MAX_TIMESTAMP:
                 best = max(self._segments, key=lambda s: s.largest_timestamp)
-                if best.largest_timestamp < 0:
-                    return None
-                return best.offset_of_max_timestamp_so_far, best.largest_timestamp
+                return best.find_max_timestamp()
             for segment in self._segments:
                 if segment.largest_timestamp >= timestamp:
                     found = segment.find_offset_by_timestamp(timestamp, self.log_start_offset)

@@ -17,7 +17,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparklog.records.batch import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, RecordBatch, read_header
+from sparklog.records.batch import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    BatchHeader,
+    RecordBatch,
+    TimestampType,
+    read_header,
+)
 from sparklog.records.errors import CorruptRecordError
 from sparklog.storage.config import LogConfig
 from sparklog.storage.offset_index import CorruptIndexError, OffsetIndex
@@ -259,6 +266,28 @@ class LogSegment:
             for record in RecordBatch(raw, found.position).records():
                 if record.timestamp >= timestamp and record.offset >= starting_offset:
                     return record.offset, record.timestamp
+        return None
+
+    def find_max_timestamp(self) -> tuple[int, int] | None:
+        """ListOffsets MAX_TIMESTAMP: (offset, timestamp) of the first record holding the largest
+        timestamp, as Kafka's `RecordBatch.offsetOfMaxTimestamp` (a LogAppendTime batch: its
+        first record); None when the segment has no timestamps."""
+        largest = self.max_timestamp_so_far
+        if largest < 0:
+            return None
+        start = self.translate_offset(self.offset_of_max_timestamp_so_far)
+        if start is None:
+            return None
+        for found in self.iter_batches(start.position):
+            header = found.header
+            if header.max_timestamp != largest:
+                continue
+            if header.timestamp_type == TimestampType.LOG_APPEND_TIME:
+                return header.base_offset, largest
+            raw = self.read_bytes(found.position, header.size_in_bytes)
+            for record in RecordBatch(raw, found.position).records():
+                if record.timestamp == largest:
+                    return record.offset, largest
         return None
 
     def read_next_offset(self) -> int:
