@@ -20,6 +20,7 @@ from sparklog.broker import kio_build
 from sparklog.broker.admin_apis import AdminApis
 from sparklog.broker.config import BrokerConfig
 from sparklog.broker.controller_client import ProducerIdManager
+from sparklog.broker.log_dirs import describe_log_dirs
 from sparklog.broker.log_manager import TopicPartition
 from sparklog.broker.metadata import BrokerMetadata
 from sparklog.broker.replica_manager import (
@@ -147,6 +148,7 @@ class KafkaApis:
             ApiKey.DESCRIBE_CLUSTER: self.handle_describe_cluster,
             ApiKey.FIND_COORDINATOR: self.handle_find_coordinator,
             ApiKey.DESCRIBE_CONFIGS: admin.handle_describe_configs,
+            ApiKey.DESCRIBE_LOG_DIRS: self.handle_describe_log_dirs,
             ApiKey.CREATE_TOPICS: admin.handle_forwarded,
             ApiKey.DELETE_TOPICS: admin.handle_forwarded,
             ApiKey.CREATE_PARTITIONS: admin.handle_forwarded,
@@ -443,6 +445,12 @@ class KafkaApis:
             "is_internal": False,
             "partitions": partitions,
         }
+
+    async def handle_describe_log_dirs(self, request: Request) -> Any:
+        results = describe_log_dirs(self.replica_manager.log_manager, request.body.topics)
+        return kio_build.response(
+            request, {"throttle_time": 0, "error_code": 0, "results": results}
+        )
 
     async def handle_describe_cluster(self, request: Request) -> Any:
         endpoint_type = int(getattr(request.body, "endpoint_type", 1))
