@@ -9,6 +9,7 @@ import pytest
 
 from sparklog.protocol.api_versions import ApiKey
 
+from .test_differential_log import create
 from .wire import NAMES, Pair, run
 
 pytestmark = pytest.mark.oracle
@@ -123,22 +124,7 @@ def test_topic_configs_describe_and_alter_alike(brokers):
 
     async def go():
         async with Pair(brokers) as pair:
-            await pair.ask(
-                ApiKey.CREATE_TOPICS,
-                {
-                    "topics": [
-                        {
-                            "name": topic,
-                            "num_partitions": 1,
-                            "replication_factor": 1,
-                            "assignments": [],
-                            "configs": [{"name": "retention.ms", "value": "3600000"}],
-                        }
-                    ],
-                    "timeout": 10_000,
-                    "validate_only": False,
-                },
-            )
+            await create(pair, topic, {"retention.ms": "3600000"})
             steps = {"created": await describe(pair, topic)}
             steps["set"] = await alter(
                 pair,
