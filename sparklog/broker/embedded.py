@@ -10,7 +10,8 @@ Settings use Kafka's names; as keyword arguments, underscores stand for dots
 (`log_retention_check_interval_ms=100`). Faults for tests: `kill_broker(i)` stops a broker as a
 crash would, `restart_broker(i)` brings it back on the same data dir (same identity, recovered
 logs) or, with `wipe=True`, on an empty one (same id, everything re-replicated), and
-`restart_controller()` restarts the controller on its data dir and port so brokers reconnect.
+`restart_controller()` restarts the controller on its data dir and port so brokers reconnect;
+`restart_coordinator()` restarts the group coordinator, which reloads its Delta table.
 `leader_of`, `isr_of` and `wait_for_isr` read the controller's image.
 """
 
@@ -24,6 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from sparklog.broker.kafka_apis import GROUP_COORDINATOR_ENDPOINT
 from sparklog.broker.server import BrokerServer
 
 log = logging.getLogger(__name__)
@@ -49,6 +51,7 @@ class EmbeddedCluster:
         self.config: dict[str, str] = {str(k): str(v) for k, v in (config or {}).items()}
         self.config.update({k.replace("_", "."): str(v) for k, v in conf.items()})
         self.controller: Any = None
+        self.coordinator: Any = None
         self.brokers: list[BrokerServer] = []
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -60,6 +63,7 @@ class EmbeddedCluster:
         self.controller = ControllerServer(self.data_dir / "controller", config=self.config)
         self.controller.start_in_thread()
         try:
+            self.coordinator = self._new_coordinator(port=0)
             for node_id in range(self.broker_count):
                 self.brokers.append(self._new_broker(node_id).start_in_thread(timeout_s))
         except BaseException:
@@ -68,13 +72,27 @@ class EmbeddedCluster:
         return self
 
     def _new_broker(self, node_id: int) -> BrokerServer:
+        config = {
+            **self.config,
+            "listeners": self.config.get("listeners", "PLAINTEXT://127.0.0.1:0"),
+            GROUP_COORDINATOR_ENDPOINT: self.coordinator.bootstrap,
+        }
         return BrokerServer(
             node_id,
             self.broker_dir(node_id),
             self.controller.bootstrap,
-            {**self.config, "listeners": self.config.get("listeners", "PLAINTEXT://127.0.0.1:0")},
+            config,
             executor_id="embedded",
         )
+
+    def _new_coordinator(self, port: int) -> Any:
+        from sparklog.coordinator.server import GroupCoordinatorServer
+
+        coordinator = GroupCoordinatorServer(
+            self.data_dir / "controller", self.controller, port=port, config=self.config
+        ).start_in_thread()
+        self.controller.coordinator_endpoint = (coordinator.host, coordinator.port)
+        return coordinator
 
     def broker_dir(self, node_id: int) -> Path:
         return self.data_dir / f"broker-{node_id}"
@@ -86,6 +104,9 @@ class EmbeddedCluster:
                 broker.stop()
             except Exception:  # noqa: BLE001 - keep stopping the others
                 log.exception("stopping %r failed", broker)
+        if self.coordinator is not None:
+            self.coordinator.stop()
+            self.coordinator = None
         if self.controller is not None:
             self.controller.stop()
             self.controller = None
@@ -144,6 +165,16 @@ class EmbeddedCluster:
             self.data_dir / "controller", port=port, config=self.config
         )
         self.controller.start_in_thread()
+        if self.coordinator is not None:
+            self.coordinator.controller = self.controller
+            self.controller.coordinator_endpoint = (self.coordinator.host, self.coordinator.port)
+
+    def restart_coordinator(self) -> None:
+        """Stop the group coordinator and start it again on the same table and port: every
+        group and committed offset is reloaded from Delta."""
+        port = self.coordinator.port
+        self.coordinator.stop()
+        self.coordinator = self._new_coordinator(port=port)
 
     # -- the controller's view (tests) ------------------------------------------------------
 

@@ -20,6 +20,7 @@ from sparklog.broker import kio_build
 from sparklog.broker.admin_apis import AdminApis
 from sparklog.broker.config import BrokerConfig
 from sparklog.broker.controller_client import ProducerIdManager
+from sparklog.broker.group_apis import REFUSED_GROUP_APIS, handle_not_coordinator
 from sparklog.broker.log_dirs import describe_log_dirs
 from sparklog.broker.log_manager import TopicPartition
 from sparklog.broker.metadata import BrokerMetadata
@@ -114,6 +115,37 @@ def fetch_partition_data(p: FetchPartition, r: FetchResult, isolation_level: int
     return data
 
 
+#: The group coordinator's node id in FindCoordinator answers; broker ids stay far below it.
+GROUP_COORDINATOR_NODE_ID = 3001
+#: Broker setting the launchers set: host:port of the driver's group coordinator.
+GROUP_COORDINATOR_ENDPOINT = "sparklog.group.coordinator.endpoint"
+
+
+def find_coordinator_response(
+    request: Request, host: str, port: int, error: tuple[int, str] | None = None
+) -> Any:
+    """A FindCoordinator answer naming the group coordinator at host:port (or `error`), for
+    every version (v4+ batches keys)."""
+    code, message = error or (0, None)
+    node = {
+        "error_code": code,
+        "error_message": message,
+        "node_id": -1 if code else GROUP_COORDINATOR_NODE_ID,
+        "host": "" if code else host,
+        "port": -1 if code else port,
+    }
+    if request.api_version >= 4:
+        keys = request.body.coordinator_keys
+        return kio_build.response(
+            request, {"throttle_time": 0, "coordinators": [{"key": k, **node} for k in keys]}
+        )
+    answer = {"throttle_time": 0, **node}
+    if request.api_version == 0:
+        answer.pop("throttle_time")
+        answer.pop("error_message")
+    return kio_build.response(request, answer)
+
+
 # -- handlers ---------------------------------------------------------------------------------
 
 
@@ -147,6 +179,8 @@ class KafkaApis:
             ApiKey.DELETE_RECORDS: self.handle_delete_records,
             ApiKey.DESCRIBE_CLUSTER: self.handle_describe_cluster,
             ApiKey.FIND_COORDINATOR: self.handle_find_coordinator,
+            ApiKey.LIST_GROUPS: self.handle_list_groups,
+            **dict.fromkeys(REFUSED_GROUP_APIS, handle_not_coordinator),
             ApiKey.DESCRIBE_CONFIGS: admin.handle_describe_configs,
             ApiKey.DESCRIBE_LOG_DIRS: self.handle_describe_log_dirs,
             ApiKey.CREATE_TOPICS: admin.handle_forwarded,
@@ -324,29 +358,25 @@ class KafkaApis:
     # -- coordinators -------------------------------------------------------------------------
 
     async def handle_find_coordinator(self, request: Request) -> Any:
-        """No group or transaction coordinator yet: COORDINATOR_NOT_AVAILABLE (retriable), as a
-        Kafka cluster answers while its coordinators load. Served at all because librdkafka
-        turns on lz4 only for brokers that list FindCoordinator."""
-        message = "sparklog does not serve consumer groups or transactions yet; use assign()"
-        error = {
-            "error_code": CoordinatorNotAvailableError.code,
-            "error_message": message,
-            "node_id": -1,
-            "host": "",
-            "port": -1,
-        }
-        body = request.body
-        if request.api_version >= 4:
-            keys = body.coordinator_keys
-            return kio_build.response(
-                request,
-                {"throttle_time": 0, "coordinators": [{"key": k, **error} for k in keys]},
-            )
-        answer = {"throttle_time": 0, **error}
-        if request.api_version == 0:
-            answer.pop("throttle_time")
-            answer.pop("error_message")
-        return kio_build.response(request, answer)
+        """Groups: the group coordinator on the driver (its own listener, node
+        `GROUP_COORDINATOR_NODE_ID`). Transactions are not served yet: COORDINATOR_NOT_AVAILABLE
+        (retriable), as a Kafka cluster answers while its coordinators load. Served even without
+        a coordinator because librdkafka turns on lz4 only for brokers that list it."""
+        key_type = int(getattr(request.body, "key_type", 0))
+        endpoint = self.config.originals.get(GROUP_COORDINATOR_ENDPOINT)
+        if key_type == 0 and endpoint:
+            host, _sep, port = endpoint.rpartition(":")
+            return find_coordinator_response(request, host, int(port))
+        what = "transactions" if key_type == 1 else "consumer groups"
+        message = f"sparklog does not serve {what} on this cluster"
+        return find_coordinator_response(
+            request, "", -1, (CoordinatorNotAvailableError.code, message)
+        )
+
+    async def handle_list_groups(self, request: Request) -> Any:
+        """No groups here: they all live on the driver's coordinator, which admin clients ask
+        too (it is a node in Metadata answers), so every group is listed once."""
+        return kio_build.response(request, {"throttle_time": 0, "error_code": 0, "groups": []})
 
     # -- producer ids -------------------------------------------------------------------------
 
@@ -377,6 +407,23 @@ class KafkaApis:
             for b in self.metadata.image.unfenced_brokers()
         ]
 
+    def _client_nodes(self) -> list[dict[str, Any]]:
+        """Live brokers, then the group coordinator: librdkafka (>= 2.10) drops a coordinator
+        that Metadata answers do not list, so it is listed, leading no partition."""
+        nodes = self._alive_brokers()
+        endpoint = self.config.originals.get(GROUP_COORDINATOR_ENDPOINT)
+        if endpoint:
+            host, _sep, port = endpoint.rpartition(":")
+            nodes.append(
+                {
+                    "node_id": GROUP_COORDINATOR_NODE_ID,
+                    "host": host,
+                    "port": int(port),
+                    "rack": None,
+                }
+            )
+        return nodes
+
     def _controller_id_for_clients(self) -> int:
         """Kafka (KRaft) tells clients a live broker id; brokers forward controller requests."""
         alive = [b.broker_id for b in self.metadata.image.unfenced_brokers()]
@@ -402,7 +449,7 @@ class KafkaApis:
             request,
             {
                 "throttle_time": 0,
-                "brokers": self._alive_brokers(),
+                "brokers": self._client_nodes(),
                 "cluster_id": self.metadata.cluster_id,
                 "controller_id": self._controller_id_for_clients(),
                 "topics": topics,

@@ -59,6 +59,8 @@ log = logging.getLogger(__name__)
 
 #: The controller's node id in DescribeCluster(endpoint_type=2) answers (KIP-919).
 CONTROLLER_NODE_ID = 3000
+#: The group coordinator's node id (the broker side defines the same number).
+GROUP_COORDINATOR_NODE_ID = 3001
 _MAX_FETCH_WAIT_MS = 60_000
 _BROKERS_ENDPOINT, _CONTROLLERS_ENDPOINT = 1, 2
 
@@ -219,6 +221,15 @@ class ControllerApis:
             cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
         )
 
+    def _client_nodes(self) -> list[tuple[int, str, int, str | None]]:
+        """The nodes clients see: live brokers, then the group coordinator (librdkafka drops a
+        coordinator that Metadata answers do not list, so it is listed, leading nothing)."""
+        nodes = [(b.broker_id, b.host, b.port, b.rack) for b in self.image.unfenced_brokers()]
+        endpoint = self.server.coordinator_endpoint
+        if endpoint is not None:
+            nodes.append((GROUP_COORDINATOR_NODE_ID, endpoint[0], endpoint[1], None))
+        return nodes
+
     def _controller_id(self) -> int:
         """What clients see as the controller: a live broker, which forwards admin requests
         here (Kafka's KRaft brokers answer the same way)."""
@@ -319,10 +330,8 @@ class ControllerApis:
             allow_auto = getattr(body, "allow_auto_topic_creation", True)
             entries = self._requested_topics(body.topics, allow_auto)
         brokers = tuple(
-            respond.nested(
-                "MetadataResponseBroker", node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack
-            )
-            for b in self.image.unfenced_brokers()
+            respond.nested("MetadataResponseBroker", node_id=i, host=h, port=p, rack=r)
+            for i, h, p, r in self._client_nodes()
         )
         topics = tuple(
             self._metadata_topic(respond, entry)

@@ -26,6 +26,8 @@ class ControllerContext(Protocol):
     config: ControllerConfig
     controller: QuorumController | None
     metadata_log: MetadataLog | None
+    #: (host, port) of the driver's group coordinator, None when there is none
+    coordinator_endpoint: tuple[str, int] | None
 
     def commit(self, result: ControllerResult[T]) -> T:
         """Append `result`'s records to the metadata log, apply them, and return its response."""

@@ -483,6 +483,11 @@ class QuorumController:
     ) -> ControllerResult[ProducerIdsBlock]:
         """AllocateProducerIds: the next block of PRODUCER_ID_BLOCK_SIZE ids for a broker."""
         check_broker_epoch(self.image, broker_id, broker_epoch)
+        return self.producer_ids_block(broker_id)
+
+    def producer_ids_block(self, owner_id: int) -> ControllerResult[ProducerIdsBlock]:
+        """The next block of producer ids, for a broker or the driver's coordinator."""
+        broker_id = owner_id
         start = self.image.next_producer_id
         if start > _LONG_MAX - PRODUCER_ID_BLOCK_SIZE:
             raise UnknownServerError(

@@ -36,6 +36,7 @@ from sparklog.controller.metadata_log import MetadataLog
 from sparklog.controller.quorum_controller import QuorumController
 from sparklog.controller.results import ControllerResult
 from sparklog.protocol.api_versions import CONTROLLER_APIS
+from sparklog.protocol.connection import Request
 from sparklog.protocol.server import KafkaServer
 from sparklog.storage.checkpoint import write_atomically
 
@@ -97,6 +98,9 @@ class ControllerServer:
         self.controller: QuorumController | None = None
         self.metadata_log: MetadataLog | None = None
         self._server: KafkaServer | None = None
+        self.apis: ControllerApis | None = None
+        #: (host, port) of the group coordinator, listed as a node in Metadata answers
+        self.coordinator_endpoint: tuple[str, int] | None = None
         self._tick_task: asyncio.Task | None = None
         self._appended: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -124,8 +128,9 @@ class ControllerServer:
         self._appended = asyncio.Event()
         # After a restart every unfenced broker gets a full session to heartbeat again.
         self.controller.activate(self.now_ms())
+        self.apis = ControllerApis(self)
         self._server = KafkaServer(
-            ControllerApis(self).handle,
+            self.apis.handle,
             CONTROLLER_APIS,
             host=self.host,
             port=self.port,
@@ -333,6 +338,33 @@ class ControllerServer:
             return topics
 
         return self._call(view)
+
+    async def handle_from_other_loop(self, request: Request) -> Any:
+        """Serve a client request on the controller's loop, awaited from another loop (the
+        group coordinator answers Metadata and DescribeCluster this way)."""
+        loop = self._loop
+        if loop is None or self._stopping or self.apis is None:
+            raise RuntimeError("the controller is not running")
+        future = asyncio.run_coroutine_threadsafe(self.apis.handle(request), loop)
+        return await asyncio.wrap_future(future)
+
+    def allocate_producer_ids(self, owner_id: int) -> tuple[int, int]:
+        """(first id, count) of a fresh producer-id block for the driver's coordinator."""
+
+        def allocate() -> tuple[int, int]:
+            block = self.commit(self._require_controller().producer_ids_block(owner_id))
+            return block.producer_id_start, block.producer_id_len
+
+        return self._call(allocate)
+
+    def partition_exists(self, topic: str, partition: int) -> bool:
+        """Whether `topic` has `partition`, read from the image without hopping onto the loop
+        (a lookup in dicts the loop replaces atomically; it may lag one record behind)."""
+        controller = self.controller
+        if controller is None:
+            return False
+        image = controller.image.topic(topic)
+        return image is not None and partition in image.partitions
 
     def _require_controller(self) -> QuorumController:
         if self.controller is None:

@@ -40,17 +40,21 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
     DESCRIBE_LOG_DIRS = 35
+    DELETE_GROUPS = 42
     CREATE_PARTITIONS = 37
     ELECT_LEADERS = 43
     INCREMENTAL_ALTER_CONFIGS = 44
     ALTER_PARTITION_REASSIGNMENTS = 45
     LIST_PARTITION_REASSIGNMENTS = 46
+    OFFSET_DELETE = 47
     ALTER_PARTITION = 56
     DESCRIBE_CLUSTER = 60
     BROKER_REGISTRATION = 62
     BROKER_HEARTBEAT = 63
     UNREGISTER_BROKER = 64
     ALLOCATE_PRODUCER_IDS = 67
+    CONSUMER_GROUP_HEARTBEAT = 68
+    CONSUMER_GROUP_DESCRIBE = 69
 
 
 VersionRange = tuple[int, int]
@@ -78,6 +82,18 @@ BROKER_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
         ApiKey.ELECT_LEADERS: (0, 2),
         ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 1),
         ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
+        # group APIs: brokers answer NOT_COORDINATOR (ListGroups: none here); the groups live
+        # on the driver's coordinator, `GROUP_COORDINATOR_APIS`
+        ApiKey.JOIN_GROUP: (0, 9),
+        ApiKey.SYNC_GROUP: (0, 5),
+        ApiKey.HEARTBEAT: (0, 4),
+        ApiKey.LEAVE_GROUP: (0, 5),
+        ApiKey.OFFSET_COMMIT: (2, 9),
+        ApiKey.OFFSET_FETCH: (1, 9),
+        ApiKey.OFFSET_DELETE: (0, 0),
+        ApiKey.LIST_GROUPS: (0, 5),
+        ApiKey.DESCRIBE_GROUPS: (0, 5),
+        ApiKey.DELETE_GROUPS: (0, 2),
     }
 )
 
@@ -111,6 +127,49 @@ CONTROLLER_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
         ApiKey.UNREGISTER_BROKER: (0, 0),
         ApiKey.ALLOCATE_PRODUCER_IDS: (0, 0),
         ApiKey.DESCRIBE_CLUSTER: (0, 1),
+    }
+)
+
+
+#: Controller APIs the group coordinator answers by handing them to the controller in-process:
+#: clients see the coordinator as one more node in Metadata and may send it what they send to
+#: "any node" (Metadata, DescribeConfigs, admin requests).
+COORDINATOR_DELEGATED_APIS = frozenset(
+    {
+        ApiKey.METADATA,
+        ApiKey.DESCRIBE_CLUSTER,
+        ApiKey.CREATE_TOPICS,
+        ApiKey.DELETE_TOPICS,
+        ApiKey.CREATE_PARTITIONS,
+        ApiKey.DESCRIBE_CONFIGS,
+        ApiKey.ALTER_CONFIGS,
+        ApiKey.INCREMENTAL_ALTER_CONFIGS,
+        ApiKey.ELECT_LEADERS,
+        ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+        ApiKey.LIST_PARTITION_REASSIGNMENTS,
+    }
+)
+
+#: What the group coordinator serves (its own listener on the driver): the group APIs,
+#: InitProducerId for idempotent producers, and the delegated controller APIs.
+#: OffsetCommit/OffsetFetch stop below v10 (topic ids); OffsetCommit v0-v1 are gone since
+#: Kafka 4.0 (KIP-896).
+GROUP_COORDINATOR_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
+    {
+        ApiKey.API_VERSIONS: (0, 3),
+        ApiKey.FIND_COORDINATOR: (0, 4),
+        ApiKey.INIT_PRODUCER_ID: (0, 4),
+        ApiKey.JOIN_GROUP: (0, 9),
+        ApiKey.SYNC_GROUP: (0, 5),
+        ApiKey.HEARTBEAT: (0, 4),
+        ApiKey.LEAVE_GROUP: (0, 5),
+        ApiKey.OFFSET_COMMIT: (2, 9),
+        ApiKey.OFFSET_FETCH: (1, 9),
+        ApiKey.OFFSET_DELETE: (0, 0),
+        ApiKey.LIST_GROUPS: (0, 5),
+        ApiKey.DESCRIBE_GROUPS: (0, 5),
+        ApiKey.DELETE_GROUPS: (0, 2),
+        **{api: CONTROLLER_APIS[api] for api in COORDINATOR_DELEGATED_APIS},
     }
 )
 

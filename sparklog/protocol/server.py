@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -28,6 +29,10 @@ log = logging.getLogger(__name__)
 Handler = Callable[[Request], Awaitable[Any | None]]
 
 _READ_BYTES = 256 * 1024
+
+#: The peer host of the connection whose request a handler is serving (Kafka's client host,
+#: "/127.0.0.1" style, as DescribeGroups answers it); one value per connection task.
+CLIENT_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="")
 
 
 class KafkaServer:
@@ -88,6 +93,7 @@ class KafkaServer:
         assert task is not None
         self._connections[task] = writer
         peer = writer.get_extra_info("peername")
+        CLIENT_HOST.set(f"/{peer[0]}" if isinstance(peer, tuple) and peer else "")
         conn = ServerConnection(self.apis, self.max_request_bytes)
         try:
             while True:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sparklog.broker.kafka_apis import GROUP_COORDINATOR_ENDPOINT
 from sparklog.spark.broker_task import BrokerTaskSpec, broker_task
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,7 @@ class SparkLogCluster:
         self.broker_count = brokers
         self.controller = ControllerServer(data_dir / "controller", config=settings)
         self.cluster_id = self.controller.cluster_id
+        self.coordinator: Any = None
         self._slots: list[_Slot] = []
         self._stopping = threading.Event()
         self._lock = threading.Lock()
@@ -85,7 +87,16 @@ class SparkLogCluster:
     # -- lifecycle -------------------------------------------------------------------------
 
     def _start(self, timeout_s: float) -> None:
+        from sparklog.coordinator.server import GroupCoordinatorServer
+
         self.controller.start_in_thread()
+        self.coordinator = GroupCoordinatorServer(
+            self.data_dir / "controller",
+            self.controller,
+            host=self.controller.host,
+            config=self.settings,
+        ).start_in_thread()
+        self.controller.coordinator_endpoint = (self.coordinator.host, self.coordinator.port)
         for _ in range(self.broker_count):
             slot = _Slot(self.controller.next_node_id())
             self._slots.append(slot)
@@ -109,7 +120,7 @@ class SparkLogCluster:
             cluster_id=self.cluster_id,
             controller_bootstrap=self.controller.bootstrap,
             base_dir=base,
-            config=self.settings,
+            config={**self.settings, GROUP_COORDINATOR_ENDPOINT: self.coordinator.bootstrap},
             bind_host=os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),
             launch=slot.launches,
         )
@@ -168,6 +179,8 @@ class SparkLogCluster:
                 )
                 self.sc.cancelJobGroup(_JOB_GROUP.format(node_id=slot.node_id))
                 slot.thread.join(10)
+        if self.coordinator is not None:
+            self.coordinator.stop()
         self.controller.stop()
 
     def __enter__(self) -> SparkLogCluster:
@@ -194,6 +207,7 @@ class SparkLogCluster:
         return {
             "cluster_id": self.cluster_id,
             "controller": self.controller.bootstrap,
+            "group_coordinator": self.coordinator.bootstrap if self.coordinator else None,
             "bootstrap_servers": self.bootstrap_servers,
             "brokers": brokers,
             "topics": self.controller.describe_topics(),

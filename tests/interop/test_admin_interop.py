@@ -86,10 +86,11 @@ def test_confluent_admin_create_list_describe_delete(cluster3, confluent, sparkl
     ]
 
     listed = confluent.list_topics(timeout=TIMEOUT_S)
-    assert sorted(listed.brokers) == [0, 1, 2]
-    assert {b.port for b in listed.brokers.values()} == {
+    assert sorted(listed.brokers) == [0, 1, 2, 3001]  # 3001: the group coordinator
+    assert {b.port for i, b in listed.brokers.items() if i != 3001} == {
         int(s.rsplit(":", 1)[1]) for s in cluster3.bootstrap_servers.split(",")
     }
+    assert listed.brokers[3001].port == cluster3.coordinator.port
     partitions = listed.topics[name].partitions
     assert sorted(
         (p.id, p.leader, tuple(p.replicas), tuple(p.isrs)) for p in partitions.values()
@@ -181,7 +182,8 @@ def test_kcat_lists_every_topic_partition_and_leader(cluster3, sparklog_admin):
     out = result.stdout
 
     brokers = {int(i): f"{h}:{p}" for i, h, p in re.findall(r"broker (\d+) at ([\d.]+):(\d+)", out)}
-    assert brokers == {b.node_id: b.bootstrap for b in cluster3.brokers}
+    coordinator = {3001: cluster3.coordinator.bootstrap}  # listed, leading no partition
+    assert brokers == {**{b.node_id: b.bootstrap for b in cluster3.brokers}, **coordinator}
     seen: dict[str, list[tuple[int, int, tuple[int, ...], tuple[int, ...]]]] = {}
     current = None
     for line in out.splitlines():

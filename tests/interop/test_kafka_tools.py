@@ -108,18 +108,14 @@ def test_producer_performance(cluster):
     assert re.search(r"20000 records sent, [\d.]+ records/sec", out), out
 
 
-NEEDS_GROUPS = "needs consumer groups (issue 11): the tool commits offsets / subscribes to a group"
-
-
 @pytest.fixture
 def fast_failing_config(tmp_path):
-    """Client settings that make a missing group coordinator fail in seconds, not a minute."""
+    """Client settings that make a broken group coordinator fail in seconds, not a minute."""
     path = tmp_path / "client.properties"
     path.write_text("default.api.timeout.ms=3000\nrequest.timeout.ms=3000\n")
     return str(path)
 
 
-@pytest.mark.xfail(strict=True, reason=NEEDS_GROUPS)
 def test_end_to_end_latency(cluster, fast_failing_config):
     bs, topic = cluster.bootstrap_servers, unique("tools-e2e")
     tool("TopicCommand", "--bootstrap-server", bs, "--create", "--topic", topic,
@@ -130,7 +126,6 @@ def test_end_to_end_latency(cluster, fast_failing_config):
     assert re.search(r"Avg latency: [\d.]+ ms", out), out
 
 
-@pytest.mark.xfail(strict=True, reason=NEEDS_GROUPS)
 def test_consumer_performance(cluster, fast_failing_config):
     bs, topic = cluster.bootstrap_servers, unique("tools-consumer-perf")
     tool("ConsoleProducer", "--bootstrap-server", bs, "--topic", topic,
@@ -141,3 +136,21 @@ def test_consumer_performance(cluster, fast_failing_config):
     header, values = out.strip().splitlines()[-2:]
     stats = dict(zip((h.strip() for h in header.split(",")), values.split(","), strict=True))
     assert int(stats["data.consumed.in.nMsg"]) == 100, out
+
+
+def test_consumer_groups_command_lists_and_describes_a_group(cluster, fast_failing_config):
+    """Kafka's kafka-consumer-groups (Java Admin) against the driver-side coordinator."""
+    bs, topic = cluster.bootstrap_servers, unique("tools-groups")
+    group = unique("tools-group")
+    tool("ConsoleProducer", "--bootstrap-server", bs, "--topic", topic,
+         stdin="".join(f"v{i}\n" for i in range(10)))  # fmt: skip
+    tool("consumer.ConsoleConsumer", "--bootstrap-server", bs, "--topic", topic, "--group", group,
+         "--from-beginning", "--max-messages", "10", "--timeout-ms", "20000")  # fmt: skip
+    listed = tool("consumer.group.ConsumerGroupCommand", "--bootstrap-server", bs, "--list",
+                  "--command-config", fast_failing_config)  # fmt: skip
+    assert group in listed.split(), listed
+    described = tool("consumer.group.ConsumerGroupCommand", "--bootstrap-server", bs, "--describe",
+                     "--group", group, "--command-config", fast_failing_config)  # fmt: skip
+    row = next(line.split() for line in described.splitlines() if line.startswith(group))
+    # GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG ...
+    assert row[1:6] == [topic, "0", "10", "10", "0"], described

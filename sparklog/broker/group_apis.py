@@ -1,0 +1,86 @@
+"""Group APIs on a broker: every group lives on the driver's coordinator (node 3001), so a broker
+answers them as a Kafka broker that is not the group's coordinator does — NOT_COORDINATOR, which
+sends the client back to FindCoordinator. Brokers announce these APIs all the same, because
+some clients (kafka-python's admin) check a request against the versions of any broker."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sparklog.broker import kio_build
+from sparklog.errors import NotCoordinatorError
+from sparklog.protocol.api_versions import ApiKey
+from sparklog.protocol.connection import Request
+
+_CODE = NotCoordinatorError.code
+
+#: The group APIs a broker refuses this way (ListGroups is answered: no groups here).
+REFUSED_GROUP_APIS = frozenset(
+    {
+        ApiKey.JOIN_GROUP,
+        ApiKey.SYNC_GROUP,
+        ApiKey.HEARTBEAT,
+        ApiKey.LEAVE_GROUP,
+        ApiKey.OFFSET_COMMIT,
+        ApiKey.OFFSET_FETCH,
+        ApiKey.OFFSET_DELETE,
+        ApiKey.DESCRIBE_GROUPS,
+        ApiKey.DELETE_GROUPS,
+    }
+)
+
+
+async def handle_not_coordinator(request: Request) -> Any:
+    """NOT_COORDINATOR in the shape of the request's response."""
+    body, key, version = request.body, ApiKey(request.api_key), request.api_version
+    data: dict[str, Any] = {"throttle_time": 0}
+    if key == ApiKey.JOIN_GROUP:
+        data.update(
+            error_code=_CODE,
+            generation_id=-1,
+            protocol_type=None,
+            protocol_name=None if version >= 7 else "",
+            leader="",
+            member_id=body.member_id,
+            members=[],
+        )
+    elif key == ApiKey.SYNC_GROUP:
+        data.update(error_code=_CODE, assignment=b"")
+    elif key in (ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP, ApiKey.OFFSET_DELETE):
+        data.update(error_code=_CODE, members=[], topics=[])
+    elif key == ApiKey.OFFSET_COMMIT:
+        data["topics"] = [
+            {
+                "name": t.name,
+                "partitions": [
+                    {"partition_index": p.partition_index, "error_code": _CODE}
+                    for p in t.partitions
+                ],
+            }
+            for t in body.topics
+        ]
+    elif key == ApiKey.OFFSET_FETCH:
+        if version >= 8:
+            data["groups"] = [
+                {"group_id": g.group_id, "topics": [], "error_code": _CODE} for g in body.groups
+            ]
+        else:
+            data.update(error_code=_CODE, topics=[])
+    elif key == ApiKey.DESCRIBE_GROUPS:
+        data["groups"] = [
+            {
+                "error_code": _CODE,
+                "group_id": g,
+                "group_state": "",
+                "protocol_type": "",
+                "protocol_data": "",
+                "members": [],
+                "authorized_operations": -(2**31),
+            }
+            for g in body.groups
+        ]
+    elif key == ApiKey.DELETE_GROUPS:
+        data["results"] = [{"group_id": g, "error_code": _CODE} for g in body.groups_names]
+    else:
+        raise AssertionError(f"{key.name} is not a refused group API")
+    return kio_build.response(request, data)

@@ -1,0 +1,301 @@
+"""The group coordinator's Kafka-protocol handlers: kio request in, core call, kio response out.
+
+One handler per API serves every version in `GROUP_COORDINATOR_APIS` (`kio_build` drops the
+fields a version lacks). JoinGroup, SyncGroup, OffsetCommit, OffsetDelete and DeleteGroups may
+wait for a rebalance or a durable write: the core answers through a callback that resolves an
+asyncio future, and the handler awaits it. `after_call` runs after every core call so the edge
+can flush the writes the call produced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from sparklog.broker import kio_build
+from sparklog.broker.kafka_apis import group_by_topic
+from sparklog.coordinator.group.coordinator import GroupCoordinator, OffsetCommitPartition
+from sparklog.errors import GroupIdNotFoundError, InvalidRequestError, RequestTimedOutError
+from sparklog.protocol.api_versions import ApiKey
+from sparklog.protocol.connection import Request
+from sparklog.protocol.server import CLIENT_HOST
+
+#: Join/Sync wait at most this long past the rebalance timeout before answering (a bug guard).
+_WAIT_SLACK_S = 30.0
+
+
+class GroupCoordinatorApis:
+    """Handlers for the group APIs; `clock()` gives now in ms, `after_call()` flushes."""
+
+    def __init__(
+        self,
+        coordinator: GroupCoordinator,
+        clock: Callable[[], int],
+        after_call: Callable[[], None],
+    ) -> None:
+        self.coordinator = coordinator
+        self.clock = clock
+        self.after_call = after_call
+        self.handlers: dict[int, Callable[[Request], Any]] = {
+            ApiKey.JOIN_GROUP: self.handle_join_group,
+            ApiKey.SYNC_GROUP: self.handle_sync_group,
+            ApiKey.HEARTBEAT: self.handle_heartbeat,
+            ApiKey.LEAVE_GROUP: self.handle_leave_group,
+            ApiKey.OFFSET_COMMIT: self.handle_offset_commit,
+            ApiKey.OFFSET_FETCH: self.handle_offset_fetch,
+            ApiKey.OFFSET_DELETE: self.handle_offset_delete,
+            ApiKey.LIST_GROUPS: self.handle_list_groups,
+            ApiKey.DESCRIBE_GROUPS: self.handle_describe_groups,
+            ApiKey.DELETE_GROUPS: self.handle_delete_groups,
+        }
+
+    async def _wait(
+        self, start: Callable[[Callable[[Any], None]], None], wait_s: float, slack_s: float = 0.0
+    ) -> Any:
+        """Start a core call that answers through a callback, and await the answer."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+
+        def resolve(value: Any) -> None:
+            if not future.done():
+                future.set_result(value)
+
+        start(resolve)
+        self.after_call()
+        return await asyncio.wait_for(future, wait_s + slack_s)
+
+    # -- membership -------------------------------------------------------------------------
+
+    async def handle_join_group(self, request: Request) -> Any:
+        body, version = request.body, request.api_version
+        session_ms = kio_build.millis(body.session_timeout)
+        rebalance_ms = kio_build.millis(getattr(body, "rebalance_timeout", session_ms))
+        values = await self._wait(
+            lambda respond: self.coordinator.join_group(
+                self.clock(),
+                respond,
+                group_id=body.group_id,
+                member_id=body.member_id,
+                group_instance_id=getattr(body, "group_instance_id", None),
+                client_id=request.client_id or "",
+                client_host=CLIENT_HOST.get(),
+                session_timeout_ms=session_ms,
+                rebalance_timeout_ms=rebalance_ms,
+                protocol_type=body.protocol_type,
+                protocols=[(p.name, bytes(p.metadata)) for p in body.protocols],
+                require_known_member_id=version >= 4,
+                supports_skip_assignment=version >= 9,
+            ),
+            max(session_ms, rebalance_ms) / 1000,
+            _WAIT_SLACK_S,
+        )
+        if version < 7 and values.get("protocol_name") is None:
+            values = {**values, "protocol_name": ""}
+        return kio_build.response(request, {"throttle_time": 0, **values})
+
+    async def handle_sync_group(self, request: Request) -> Any:
+        body = request.body
+        values = await self._wait(
+            lambda respond: self.coordinator.sync_group(
+                self.clock(),
+                respond,
+                group_id=body.group_id,
+                generation_id=int(body.generation_id),
+                member_id=body.member_id,
+                group_instance_id=getattr(body, "group_instance_id", None),
+                protocol_type=getattr(body, "protocol_type", None),
+                protocol_name=getattr(body, "protocol_name", None),
+                assignments={a.member_id: bytes(a.assignment) for a in body.assignments},
+            ),
+            self._max_rebalance_s(body.group_id),
+            _WAIT_SLACK_S,
+        )
+        answer = {"throttle_time": 0, "assignment": b"", **values}
+        answer["assignment"] = answer.get("assignment") or b""
+        return kio_build.response(request, answer)
+
+    async def handle_heartbeat(self, request: Request) -> Any:
+        body = request.body
+        code = self.coordinator.heartbeat(
+            self.clock(),
+            group_id=body.group_id,
+            generation_id=int(body.generation_id),
+            member_id=body.member_id,
+            group_instance_id=getattr(body, "group_instance_id", None),
+        )
+        self.after_call()
+        return kio_build.response(request, {"throttle_time": 0, "error_code": code})
+
+    async def handle_leave_group(self, request: Request) -> Any:
+        body = request.body
+        if request.api_version < 3:
+            members = [(body.member_id, None)]
+        else:
+            members = [(m.member_id, m.group_instance_id) for m in body.members]
+        top, codes = self.coordinator.leave_group(self.clock(), body.group_id, members)
+        self.after_call()
+        if request.api_version < 3:
+            return kio_build.response(request, {"throttle_time": 0, "error_code": top or codes[0]})
+        answer = [
+            {"member_id": mid, "group_instance_id": iid, "error_code": code}
+            for (mid, iid), code in zip(members, codes, strict=True)
+        ]
+        return kio_build.response(
+            request,
+            {"throttle_time": 0, "error_code": top, "members": [] if top else answer},
+        )
+
+    def _max_rebalance_s(self, group_id: str) -> float:
+        group = self.coordinator.groups.get(group_id)
+        return (group.max_rebalance_timeout_ms() / 1000) if group is not None else 0.0
+
+    # -- offsets ----------------------------------------------------------------------------
+
+    async def handle_offset_commit(self, request: Request) -> Any:
+        body = request.body
+        partitions = [
+            OffsetCommitPartition(
+                topic=t.name,
+                partition=int(p.partition_index),
+                committed_offset=int(p.committed_offset),
+                leader_epoch=int(getattr(p, "committed_leader_epoch", -1)),
+                metadata=p.committed_metadata,
+            )
+            for t in body.topics
+            for p in t.partitions
+        ]
+        retention = getattr(body, "retention_time", -1)
+        retention_ms = kio_build.millis(retention) if retention is not None else -1
+        commit_timeout_s = self.coordinator.config.offsets_commit_timeout_ms / 1000
+        try:
+            codes = await self._commit(body, partitions, retention_ms, commit_timeout_s)
+        except TimeoutError:  # not durable in time: the client retries (Kafka's answer)
+            codes = dict.fromkeys(
+                ((p.topic, p.partition) for p in partitions), RequestTimedOutError.code
+            )
+        items = [
+            (p.topic, {"partition_index": p.partition, "error_code": codes[(p.topic, p.partition)]})
+            for p in partitions
+        ]
+        return kio_build.response(
+            request, {"throttle_time": 0, "topics": group_by_topic(items, "name")}
+        )
+
+    async def _commit(
+        self,
+        body: Any,
+        partitions: list[OffsetCommitPartition],
+        retention_ms: int,
+        timeout_s: float,
+    ) -> dict[tuple[str, int], int]:
+        return await self._wait(
+            lambda respond: self.coordinator.commit_offsets(
+                self.clock(),
+                group_id=body.group_id,
+                generation_id=int(body.generation_id_or_member_epoch),
+                member_id=body.member_id,
+                group_instance_id=getattr(body, "group_instance_id", None),
+                retention_time_ms=retention_ms,
+                partitions=partitions,
+                respond=respond,
+            ),
+            timeout_s,
+        )
+
+    async def handle_offset_fetch(self, request: Request) -> Any:
+        body, version = request.body, request.api_version
+        if version >= 8:
+            groups = [
+                {
+                    "group_id": g.group_id,
+                    "topics": self._fetched_topics(g.group_id, g.topics),
+                    "error_code": 0,
+                }
+                for g in body.groups
+            ]
+            return kio_build.response(request, {"throttle_time": 0, "groups": groups})
+        topics = self._fetched_topics(body.group_id, body.topics)
+        return kio_build.response(request, {"throttle_time": 0, "topics": topics, "error_code": 0})
+
+    def _fetched_topics(self, group_id: str, topics: Any) -> list[dict[str, Any]]:
+        wanted = None
+        if topics is not None:
+            wanted = [(t.name, int(p)) for t in topics for p in t.partition_indexes]
+        found = self.coordinator.fetch_offsets(group_id, wanted)
+        items = []
+        for (topic, partition), o in found.items():
+            items.append(
+                (
+                    topic,
+                    {
+                        "partition_index": partition,
+                        "committed_offset": -1 if o is None else o.committed_offset,
+                        "committed_leader_epoch": -1 if o is None else o.leader_epoch,
+                        "metadata": "" if o is None else o.metadata,
+                        "error_code": 0,
+                    },
+                )
+            )
+        return group_by_topic(items, "name")
+
+    async def handle_offset_delete(self, request: Request) -> Any:
+        body = request.body
+        partitions = [(t.name, int(p.partition_index)) for t in body.topics for p in t.partitions]
+        top, codes = await self._wait(
+            lambda respond: self.coordinator.delete_offsets(
+                body.group_id,
+                partitions,
+                self.clock(),
+                lambda error, per_partition: respond((error, per_partition)),
+            ),
+            0.0,
+        )
+        items = [
+            (t, {"partition_index": p, "error_code": codes.get((t, p), 0)}) for t, p in partitions
+        ]
+        return kio_build.response(
+            request,
+            {
+                "error_code": top,
+                "throttle_time": 0,
+                "topics": [] if top else group_by_topic(items, "name"),
+            },
+        )
+
+    # -- admin ------------------------------------------------------------------------------
+
+    async def handle_list_groups(self, request: Request) -> Any:
+        body = request.body
+        states = set(getattr(body, "states_filter", None) or ())
+        types = set(getattr(body, "types_filter", None) or ())
+        groups = self.coordinator.list_groups(states, types)
+        return kio_build.response(request, {"throttle_time": 0, "error_code": 0, "groups": groups})
+
+    async def handle_describe_groups(self, request: Request) -> Any:
+        version = request.api_version
+        described = []
+        for group_id in request.body.groups:
+            values = self.coordinator.describe_group(group_id)
+            if values is None:
+                # Kafka answers an unknown group as Dead (v6+: GROUP_ID_NOT_FOUND)
+                values = {
+                    "group_id": group_id,
+                    "group_state": "Dead",
+                    "protocol_type": "",
+                    "protocol_data": "",
+                    "members": [],
+                    "error_code": GroupIdNotFoundError.code if version >= 6 else 0,
+                }
+            described.append({"error_code": 0, "authorized_operations": -(2**31), **values})
+        return kio_build.response(request, {"throttle_time": 0, "groups": described})
+
+    async def handle_delete_groups(self, request: Request) -> Any:
+        names = list(request.body.groups_names)
+        if len(set(names)) != len(names):
+            raise InvalidRequestError("DeleteGroups names a group twice")
+        codes = await self._wait(
+            lambda respond: self.coordinator.delete_groups(names, self.clock(), respond), 0.0
+        )
+        results = [{"group_id": g, "error_code": codes[g]} for g in names]
+        return kio_build.response(request, {"throttle_time": 0, "results": results})

@@ -1,0 +1,427 @@
+"""The group coordinator's core (Kafka's `GroupCoordinatorService` + `GroupMetadataManager`,
+without I/O): every group of the cluster, their committed offsets, and the records to persist.
+
+Theory of operation. Requests come in as calls with `now_ms`; answers go out through return
+values or, for JoinGroup/SyncGroup/OffsetCommit, through a responder called once the answer is
+known. Anything that must be durable first (an offset commit, a group's new generation or
+assignment, a deletion) becomes a `Write` in `take_writes()`: the edge persists its rows (many
+writes in one Delta commit) and then calls `write.done(now_ms, error_code)`, which applies the
+change to memory and answers the client. Validate, persist, apply: what OffsetFetch reads is
+always durable. `load(rows)` rebuilds everything from the persisted rows after a restart.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from sparklog.coordinator.group.classic_group import ClassicGroup, GroupState, Responder
+from sparklog.coordinator.group.classic_protocol import ClassicGroups
+from sparklog.coordinator.group.config import GroupConfig
+from sparklog.coordinator.group.offsets import CommittedOffset, OffsetCache, TopicPartition
+from sparklog.errors import (
+    CoordinatorNotAvailableError,
+    FencedInstanceIdError,
+    GroupIdNotFoundError,
+    GroupSubscribedToTopicError,
+    IllegalGenerationError,
+    InvalidGroupIdError,
+    NonEmptyGroupError,
+    OffsetMetadataTooLargeError,
+    RebalanceInProgressError,
+    UnknownMemberIdError,
+    UnknownTopicOrPartitionError,
+)
+
+log = logging.getLogger(__name__)
+
+_S = GroupState
+
+
+@dataclasses.dataclass(slots=True)
+class Write:
+    """Rows to persist, and what to do once they are durable (`done(now_ms, error_code)`)."""
+
+    rows: list[dict[str, Any]]
+    done: Callable[[int, int], None]
+
+
+def offset_row(group_id: str, tp: TopicPartition, value: CommittedOffset | None) -> dict[str, Any]:
+    """The persisted row of a commit (or, with None, of a deletion)."""
+    return {
+        "record_type": "offset",
+        "group_id": group_id,
+        "topic": tp[0],
+        "partition": tp[1],
+        "committed_offset": None if value is None else value.committed_offset,
+        "leader_epoch": None if value is None else value.leader_epoch,
+        "metadata": None if value is None else value.metadata,
+        "commit_timestamp_ms": None if value is None else value.commit_timestamp_ms,
+        "expire_timestamp_ms": None if value is None else value.expire_timestamp_ms,
+        "group_metadata": None,
+    }
+
+
+def group_row(group_id: str, record: dict[str, Any] | None, now_ms: int) -> dict[str, Any]:
+    """The persisted row of a group's membership (None: the group was deleted)."""
+    return {
+        "record_type": "group",
+        "group_id": group_id,
+        "topic": None,
+        "partition": None,
+        "committed_offset": None,
+        "leader_epoch": None,
+        "metadata": None,
+        "commit_timestamp_ms": now_ms,
+        "expire_timestamp_ms": None,
+        "group_metadata": None if record is None else json.dumps(record, sort_keys=True),
+    }
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class OffsetCommitPartition:
+    topic: str
+    partition: int
+    committed_offset: int
+    leader_epoch: int
+    metadata: str | None
+
+
+class GroupCoordinator:
+    """All groups and offsets of the cluster; see the module doc for the flow."""
+
+    def __init__(
+        self,
+        config: GroupConfig,
+        partition_exists: Callable[[str, int], bool],
+        new_uuid: Callable[[], str] | None = None,
+    ) -> None:
+        self.config = config
+        self.partition_exists = partition_exists
+        self.groups: dict[str, Any] = {}
+        self.offsets = OffsetCache()
+        self._writes: list[Write] = []
+        self.classic = ClassicGroups(
+            self.groups,
+            config,
+            self._store_group,
+            new_uuid or (lambda: str(uuid.uuid4())),
+            self.offsets.has_offsets,
+        )
+        self._next_expiry_check_ms = 0
+
+    # -- persistence ------------------------------------------------------------------------
+
+    def take_writes(self) -> list[Write]:
+        """Writes produced since the last call, in order."""
+        writes, self._writes = self._writes, []
+        return writes
+
+    def _store_group(self, group: ClassicGroup, done: Callable[[int, int], None]) -> None:
+        now_ms = group.state_timestamp_ms
+        self._writes.append(Write([group_row(group.group_id, group.to_record(), now_ms)], done))
+
+    def load(self, rows: Iterable[dict[str, Any]], now_ms: int) -> None:
+        """Rebuild groups and offsets from persisted rows, in their persisted order."""
+        assert not self.groups and not self.offsets.groups(), "load into an empty coordinator"
+        records: dict[str, dict[str, Any] | None] = {}
+        for row in rows:
+            group_id = row["group_id"]
+            if row["record_type"] == "group":
+                meta = row["group_metadata"]
+                records[group_id] = None if meta is None else json.loads(meta)
+                if meta is None:
+                    self.offsets.delete_group(group_id)
+            elif row["record_type"] == "offset":
+                tp = (row["topic"], int(row["partition"]))
+                value = None
+                if row["committed_offset"] is not None:
+                    value = CommittedOffset(
+                        int(row["committed_offset"]),
+                        int(row["leader_epoch"] if row["leader_epoch"] is not None else -1),
+                        row["metadata"] or "",
+                        int(row["commit_timestamp_ms"]),
+                        None
+                        if row["expire_timestamp_ms"] is None
+                        else int(row["expire_timestamp_ms"]),
+                    )
+                self.offsets.apply(group_id, {tp: value})
+        for group_id, record in records.items():
+            if record is not None:
+                self.groups[group_id] = ClassicGroup.from_record(group_id, record, now_ms)
+        log.info(
+            "group coordinator loaded %d groups, %d with committed offsets",
+            len(self.groups),
+            len(self.offsets.groups()),
+        )
+
+    # -- classic membership (delegated) -----------------------------------------------------
+
+    def join_group(self, now_ms: int, respond: Responder, **request: Any) -> None:
+        self.classic.join(now_ms, respond=respond, **request)
+
+    def sync_group(self, now_ms: int, respond: Responder, **request: Any) -> None:
+        self.classic.sync(now_ms, respond=respond, **request)
+
+    def heartbeat(self, now_ms: int, **request: Any) -> int:
+        return self.classic.heartbeat(now_ms, **request)
+
+    def leave_group(
+        self, now_ms: int, group_id: str, members: list[tuple[str, str | None]]
+    ) -> tuple[int, list[int]]:
+        return self.classic.leave(now_ms, group_id, members)
+
+    # -- offsets ----------------------------------------------------------------------------
+
+    def commit_offsets(
+        self,
+        now_ms: int,
+        *,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        retention_time_ms: int,
+        partitions: list[OffsetCommitPartition],
+        respond: Callable[[dict[TopicPartition, int]], None],
+    ) -> None:
+        """Handle an OffsetCommit; `respond` gets per-partition error codes once the valid
+        partitions are durable (or at once when the whole request is refused)."""
+        code = self._check_commit(group_id, generation_id, member_id, group_instance_id)
+        if code:
+            return respond({(p.topic, p.partition): code for p in partitions})
+        expire_ms = now_ms + retention_time_ms if retention_time_ms >= 0 else None
+        codes: dict[TopicPartition, int] = {}
+        changes: dict[TopicPartition, CommittedOffset | None] = {}
+        for p in partitions:
+            tp = (p.topic, p.partition)
+            metadata = p.metadata or ""
+            if len(metadata.encode()) > self.config.offset_metadata_max_bytes:
+                codes[tp] = OffsetMetadataTooLargeError.code
+            elif not self.partition_exists(p.topic, p.partition):
+                codes[tp] = UnknownTopicOrPartitionError.code
+            else:
+                codes[tp] = 0
+                changes[tp] = CommittedOffset(
+                    p.committed_offset, p.leader_epoch, metadata, now_ms, expire_ms
+                )
+        if not changes:
+            return respond(codes)
+        if group_id not in self.groups:
+            # a standalone committer: the group exists (Empty, no protocol) from now on
+            self.groups[group_id] = ClassicGroup(group_id, now_ms)
+
+        def done(_now_ms: int, error: int) -> None:
+            if error == 0:
+                self.offsets.apply(group_id, changes)
+            respond({tp: (error if tp in changes else c) for tp, c in codes.items()})
+
+        rows = [offset_row(group_id, tp, v) for tp, v in changes.items()]
+        self._writes.append(Write(rows, done))
+
+    def _check_commit(
+        self, group_id: str, generation_id: int, member_id: str, instance_id: str | None
+    ) -> int:
+        """Kafka's `ClassicGroup.validateOffsetCommit`: 0 when the commit may go ahead."""
+        if not group_id:
+            return InvalidGroupIdError.code
+        group = self.groups.get(group_id)
+        if group is None:
+            return 0 if generation_id < 0 else IllegalGenerationError.code
+        if group.is_in(_S.DEAD):
+            return CoordinatorNotAvailableError.code
+        if generation_id < 0 and group.is_in(_S.EMPTY):
+            return 0  # an admin or a consumer using assign(): no membership needed
+        if instance_id is not None:
+            registered = group.static_member_id(instance_id)
+            if registered is not None and registered != member_id:
+                return FencedInstanceIdError.code
+        if member_id not in group.members:
+            return UnknownMemberIdError.code
+        if generation_id != group.generation_id:
+            return IllegalGenerationError.code
+        if group.is_in(_S.COMPLETING_REBALANCE):
+            return RebalanceInProgressError.code
+        return 0
+
+    def fetch_offsets(
+        self, group_id: str, partitions: list[TopicPartition] | None
+    ) -> dict[TopicPartition, CommittedOffset | None]:
+        """Committed offsets of `partitions` (every committed one when None); None where the
+        group has no offset (answered as -1, as Kafka does)."""
+        if partitions is None:
+            return dict(self.offsets.of_group(group_id))
+        return {tp: self.offsets.get(group_id, tp) for tp in partitions}
+
+    def delete_offsets(
+        self,
+        group_id: str,
+        partitions: list[TopicPartition],
+        now_ms: int,
+        respond: Callable[[int, dict[TopicPartition, int]], None],
+    ) -> None:
+        """OffsetDelete: refused for topics a live consumer group subscribes to."""
+        group = self.groups.get(group_id)
+        if group is None or group.is_in(_S.DEAD):
+            return respond(GroupIdNotFoundError.code, {})
+        subscribed: set[str] = set()
+        if not group.is_in(_S.EMPTY):
+            topics = group.subscribed_topics()
+            if topics is None and group.protocol_type == "consumer":
+                topics = {tp[0] for tp in partitions}  # unknown subscriptions: refuse all
+            subscribed = topics or set()
+        codes = {
+            tp: GroupSubscribedToTopicError.code if tp[0] in subscribed else 0 for tp in partitions
+        }
+        changes = {tp: None for tp, c in codes.items() if c == 0 and self.offsets.get(group_id, tp)}
+
+        def done(_now_ms: int, error: int) -> None:
+            if error == 0:
+                self.offsets.apply(group_id, changes)
+            respond(error, codes if error == 0 else dict.fromkeys(codes, error))
+
+        if not changes:
+            return respond(0, codes)
+        self._writes.append(Write([offset_row(group_id, tp, None) for tp in changes], done))
+
+    # -- admin ------------------------------------------------------------------------------
+
+    def list_groups(
+        self, states: set[str] | None = None, types: set[str] | None = None
+    ) -> list[dict[str, Any]]:
+        """ListGroups entries (filters as in v4/v5: empty or None = all; case-insensitive)."""
+        want_states = {s.lower() for s in states or ()}
+        want_types = {t.lower() for t in types or ()}
+        out = []
+        for group_id, group in sorted(self.groups.items()):
+            if group.is_in(_S.DEAD):
+                continue
+            entry = {
+                "group_id": group_id,
+                "protocol_type": group.protocol_type or "",
+                "group_state": group.state.value,
+                "group_type": "classic",
+            }
+            if want_states and entry["group_state"].lower() not in want_states:
+                continue
+            if want_types and entry["group_type"] not in want_types:
+                continue
+            out.append(entry)
+        return out
+
+    def describe_group(self, group_id: str) -> dict[str, Any] | None:
+        """DescribeGroups values for one group (None: unknown)."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return None
+        stable = group.is_in(_S.STABLE)
+        return {
+            "group_id": group_id,
+            "group_state": group.state.value,
+            "protocol_type": group.protocol_type or "",
+            "protocol_data": group.protocol_name or "" if stable else "",
+            "members": [
+                {
+                    "member_id": m.member_id,
+                    "group_instance_id": m.group_instance_id,
+                    "client_id": m.client_id,
+                    "client_host": m.client_host,
+                    "member_metadata": (
+                        m.metadata_for(group.protocol_name)
+                        if stable and group.protocol_name
+                        else b""
+                    ),
+                    "member_assignment": m.assignment if stable else b"",
+                }
+                for m in group.members.values()
+            ],
+        }
+
+    def delete_groups(
+        self, group_ids: list[str], now_ms: int, respond: Callable[[dict[str, int]], None]
+    ) -> None:
+        """DeleteGroups: only Empty groups; their offsets go with them."""
+        codes: dict[str, int] = {}
+        rows: list[dict[str, Any]] = []
+        deleted: list[str] = []
+        for group_id in group_ids:
+            group = self.groups.get(group_id)
+            if not group_id:
+                codes[group_id] = InvalidGroupIdError.code
+            elif group is None or group.is_in(_S.DEAD):
+                codes[group_id] = GroupIdNotFoundError.code
+            elif not group.is_in(_S.EMPTY) or group.pending_members:
+                codes[group_id] = NonEmptyGroupError.code
+            else:
+                codes[group_id] = 0
+                deleted.append(group_id)
+                rows.extend(self._deletion_rows(group_id, now_ms))
+        if not rows:
+            return respond(codes)
+
+        def done(done_ms: int, error: int) -> None:
+            for group_id in deleted:
+                if error:
+                    codes[group_id] = error
+                else:
+                    self._forget_group(group_id, done_ms)
+            respond(codes)
+
+        self._writes.append(Write(rows, done))
+
+    def _deletion_rows(self, group_id: str, now_ms: int) -> list[dict[str, Any]]:
+        rows = [offset_row(group_id, tp, None) for tp in self.offsets.of_group(group_id)]
+        rows.append(group_row(group_id, None, now_ms))
+        return rows
+
+    def _forget_group(self, group_id: str, now_ms: int) -> None:
+        group = self.groups.pop(group_id, None)
+        if group is not None and not group.is_in(_S.DEAD):
+            group.transition_to(_S.DEAD, now_ms)
+        self.offsets.delete_group(group_id)
+
+    # -- timers -----------------------------------------------------------------------------
+
+    def tick(self, now_ms: int) -> None:
+        """Fire membership timers; every `offsets.retention.check.interval.ms`, expire offsets."""
+        self.classic.tick(now_ms)
+        if now_ms >= self._next_expiry_check_ms:
+            self._next_expiry_check_ms = now_ms + self.config.offsets_retention_check_interval_ms
+            self.expire_offsets(now_ms)
+
+    def expire_offsets(self, now_ms: int) -> None:
+        """Tombstone expired offsets; an Empty group left without offsets is deleted too."""
+        for group_id in self.offsets.groups():
+            group = self.groups.get(group_id)
+            if group is not None and not group.is_in(_S.EMPTY):
+                continue  # a group with members keeps its offsets
+            empty_since = group.state_timestamp_ms if group and group.generation_id else None
+            expired = self.offsets.expired(
+                group_id, now_ms, self.config.offsets_retention_ms, empty_since
+            )
+            if not expired:
+                continue
+            changes: dict[TopicPartition, CommittedOffset | None] = dict.fromkeys(expired)
+            rows = [offset_row(group_id, tp, None) for tp in expired]
+            drop_group = len(expired) == len(self.offsets.of_group(group_id))
+            if drop_group:
+                rows.append(group_row(group_id, None, now_ms))
+            log.info("group %s: %d offsets expired", group_id, len(expired))
+            self._writes.append(Write(rows, self._expired_done(group_id, changes, drop_group)))
+
+    def _expired_done(
+        self, group_id: str, changes: dict[TopicPartition, CommittedOffset | None], drop: bool
+    ) -> Callable[[int, int], None]:
+        def done(now_ms: int, error: int) -> None:
+            if error:
+                return
+            self.offsets.apply(group_id, changes)
+            group = self.groups.get(group_id)
+            if drop and group is not None and group.is_in(_S.EMPTY) and not group.members:
+                self._forget_group(group_id, now_ms)
+
+        return done

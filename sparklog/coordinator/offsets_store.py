@@ -1,0 +1,180 @@
+"""The group coordinator's Delta table: one row per committed offset, group membership change or
+deletion (DESIGN D8; schema in docs/groups.md). Written with `deltalake`, read by anything that
+reads Delta.
+
+The table is append-only: the live state is, per key, the row with the highest `sequence`
+(key = group for `group` rows, (group, topic, partition) for `offset` rows; a row whose value
+is null is a deletion). One `append(rows)` is one Delta commit, so callers batch many client
+requests into one call (group commit). Every commit carries a Delta app transaction
+(`APP_ID`, sequence of its last row): a second coordinator writing the same table — a zombie
+driver — is detected before it writes and refused (`OffsetsStoreFencedError`).
+
+Every `offsets.table.maintenance.commits` commits the store writes a checkpoint, compacts small
+files and vacuums, so loading and Spark reads stay fast however long the cluster runs.
+
+Not thread-safe: one owner (the coordinator's flush thread) calls it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+log = logging.getLogger(__name__)
+
+APP_ID = "sparklog-group-coordinator"
+_TS = pa.timestamp("us", tz="UTC")
+
+#: The table's schema; columns may be added, never renamed or retyped.
+SCHEMA = pa.schema(
+    [
+        pa.field("sequence", pa.int64(), nullable=False),
+        pa.field("record_type", pa.string(), nullable=False),
+        pa.field("group_id", pa.string(), nullable=False),
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("committed_offset", pa.int64()),
+        pa.field("leader_epoch", pa.int32()),
+        pa.field("metadata", pa.string()),
+        pa.field("commit_timestamp", _TS),
+        pa.field("expire_timestamp", _TS),
+        pa.field("group_metadata", pa.string()),
+    ]
+)
+
+
+class OffsetsStoreFencedError(Exception):
+    """Another writer committed to the offsets table since we last did: we are a zombie."""
+
+
+def _ts(ms: int | None) -> datetime.datetime | None:
+    if ms is None:
+        return None
+    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
+
+
+def _ms(value: Any) -> int | None:
+    if value is None:
+        return None
+    return int(value.timestamp() * 1000)
+
+
+class OffsetsStore:
+    """Appends coordinator rows to a Delta table and reads them back in order."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        maintenance_commits: int = 100,
+        storage_options: dict[str, str] | None = None,
+    ) -> None:
+        from deltalake import DeltaTable
+
+        self.path = str(path)
+        self.storage_options = storage_options
+        self.maintenance_commits = maintenance_commits
+        if DeltaTable.is_deltatable(self.path, storage_options):
+            self._table = DeltaTable(self.path, storage_options=storage_options)
+            self._check_schema()
+        else:
+            if "://" not in self.path:
+                Path(self.path).mkdir(parents=True, exist_ok=True)
+            self._table = DeltaTable.create(
+                self.path,
+                SCHEMA,
+                mode="ignore",
+                name="sparklog_group_offsets",
+                description="sparklog consumer-group offsets and membership (docs/groups.md)",
+                storage_options=storage_options,
+            )
+        self._last_version = self._table.transaction_version(APP_ID)
+        self.next_sequence = 0 if self._last_version is None else self._last_version + 1
+        self.commits = 0
+        self._since_maintenance = 0
+
+    def _check_schema(self) -> None:
+        have = {f.name for f in self._table.schema().to_arrow()}
+        missing = [f.name for f in SCHEMA if f.name not in have]
+        if missing:
+            raise ValueError(
+                f"{self.path} is a Delta table but not a sparklog offsets table (no column "
+                f"{', '.join(missing)}); point offsets.table.path at another location"
+            )
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def read_rows(self) -> Iterator[dict[str, Any]]:
+        """Every row, in sequence order, with timestamps as epoch milliseconds."""
+        # to_pyarrow_table() can abort the interpreter at exit (a scanner thread left behind);
+        # a single-threaded dataset scan does not
+        table = self._table.to_pyarrow_dataset().to_table(use_threads=False)
+        table = table.sort_by("sequence")
+        for row in table.to_pylist():
+            row["commit_timestamp_ms"] = _ms(row.pop("commit_timestamp"))
+            row["expire_timestamp_ms"] = _ms(row.pop("expire_timestamp"))
+            yield row
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def append(self, rows: list[dict[str, Any]]) -> None:
+        """Persist `rows` in one Delta commit (fenced if another writer got in first)."""
+        from deltalake import CommitProperties, Transaction, write_deltalake
+
+        if not rows:
+            return
+        self._table.update_incremental()
+        current = self._table.transaction_version(APP_ID)
+        if current != self._last_version:
+            raise OffsetsStoreFencedError(
+                f"{self.path} was written by another group coordinator (version {current}, "
+                f"ours {self._last_version}); this one stops serving"
+            )
+        first = self.next_sequence
+        columns: dict[str, list[Any]] = {f.name: [] for f in SCHEMA}
+        for i, row in enumerate(rows):
+            columns["sequence"].append(first + i)
+            for name in SCHEMA.names[1:]:
+                if name == "commit_timestamp":
+                    columns[name].append(_ts(row["commit_timestamp_ms"]))
+                elif name == "expire_timestamp":
+                    columns[name].append(_ts(row["expire_timestamp_ms"]))
+                else:
+                    columns[name].append(row[name])
+        last = first + len(rows) - 1
+        write_deltalake(
+            self._table,
+            pa.table(columns, schema=SCHEMA),
+            mode="append",
+            commit_properties=CommitProperties(app_transactions=[Transaction(APP_ID, last)]),
+        )
+        self._last_version = last
+        self.next_sequence = last + 1
+        self.commits += 1
+        self._since_maintenance += 1
+        if self._since_maintenance >= self.maintenance_commits:
+            self.maintain()
+
+    def maintain(self) -> None:
+        """Checkpoint, compact small files, vacuum unreferenced ones, drop old log entries."""
+        started = time.monotonic()
+        self._since_maintenance = 0
+        try:
+            self._table.optimize.compact()
+            self._table.create_checkpoint()
+            # files replaced within the last hour stay, for readers that listed them
+            self._table.vacuum(retention_hours=1, dry_run=False, enforce_retention_duration=False)
+            self._table.cleanup_metadata()
+        except Exception:  # noqa: BLE001 - maintenance is best effort; commits carry on
+            log.exception("offsets table maintenance failed on %s; will retry", self.path)
+            return
+        log.debug("offsets table maintenance took %.0f ms", (time.monotonic() - started) * 1e3)
+
+    def version(self) -> int:
+        return self._table.version()

@@ -1,0 +1,313 @@
+"""Consumer groups with real Kafka clients as oracles: confluent-kafka (eager range and
+cooperative-sticky), kafka-python and aiokafka form groups of three on sparklog's driver-side
+coordinator, split the partitions without overlap, and consume every record once; a member
+killed with SIGKILL is evicted after its session timeout; committed offsets survive a
+coordinator restart; the clients' admin APIs list, describe and read group offsets."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from sparklog.broker.embedded import EmbeddedCluster
+
+pytestmark = pytest.mark.interop
+
+PARTITIONS = 6
+RECORDS = 600
+SESSION_MS = 2000
+CONFIG = {
+    "group.initial.rebalance.delay.ms": "0",
+    "group.min.session.timeout.ms": "1000",
+    "num.partitions": str(PARTITIONS),
+}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with EmbeddedCluster(brokers=2, data_dir=tmp_path_factory.mktemp("groups"), config=CONFIG) as c:
+        yield c
+
+
+def new_topic(cluster: EmbeddedCluster, records: int = RECORDS) -> str:
+    topic = f"g-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers})
+    for i in range(records):
+        producer.produce(topic, key=b"%d" % i, value=b"v%d" % i, partition=i % PARTITIONS)
+    assert producer.flush(30) == 0
+    return topic
+
+
+def confluent_consumer(cluster: EmbeddedCluster, group: str, **extra) -> Consumer:
+    return Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "session.timeout.ms": SESSION_MS,
+            "heartbeat.interval.ms": 300,
+            "enable.auto.commit": False,
+            **extra,
+        }
+    )
+
+
+def consume_all(consumers: list[Consumer], records: int, timeout_s: float = 60) -> list[set]:
+    """Poll every consumer in turn until `records` values arrived; each one's values."""
+    seen: list[set] = [set() for _ in consumers]
+    deadline = time.monotonic() + timeout_s
+    while sum(len(s) for s in seen) < records and time.monotonic() < deadline:
+        for i, c in enumerate(consumers):
+            m = c.poll(0.05)
+            if m is not None and m.error() is None:
+                seen[i].add(m.value())
+    return seen
+
+
+def assignments(consumers: list[Consumer]) -> list[set[int]]:
+    return [{tp.partition for tp in c.assignment()} for c in consumers]
+
+
+def wait_for_split(consumers: list[Consumer], timeout_s: float = 30) -> list[set[int]]:
+    """Poll until the members' assignments cover every partition without overlap."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for c in consumers:
+            c.poll(0.05)
+        split = assignments(consumers)
+        covered = set().union(*split) == set(range(PARTITIONS))
+        if all(split) and sum(len(s) for s in split) == PARTITIONS and covered:
+            return split
+    raise AssertionError(f"no clean split within {timeout_s} s: {assignments(consumers)}")
+
+
+@pytest.mark.parametrize(
+    "strategy", ["range", "cooperative-sticky"], ids=["eager-range", "cooperative-sticky"]
+)
+def test_confluent_group_of_three_splits_partitions_and_reads_each_record_once(cluster, strategy):
+    topic, group = new_topic(cluster), f"grp-{uuid.uuid4().hex[:6]}"
+    consumers = [
+        confluent_consumer(cluster, group, **{"partition.assignment.strategy": strategy})
+        for _ in range(3)
+    ]
+    try:
+        for c in consumers:
+            c.subscribe([topic])
+        seen = consume_all(consumers, RECORDS)
+        split = wait_for_split(consumers)
+        assert sorted(len(s) for s in split) == [2, 2, 2]
+        union = set().union(*seen)
+        assert len(union) == RECORDS == sum(len(s) for s in seen)  # no record twice
+        for c in consumers:
+            c.commit(asynchronous=False)
+        committed = consumers[0].committed(
+            [TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=10
+        )
+        assert [tp.offset for tp in committed] == [RECORDS // PARTITIONS] * PARTITIONS
+    finally:
+        for c in consumers:
+            c.close()
+
+
+def test_kafka_python_group_of_three(cluster):
+    from kafka import KafkaConsumer
+
+    topic, group = new_topic(cluster), f"kp-{uuid.uuid4().hex[:6]}"
+    consumers = [
+        KafkaConsumer(
+            topic,
+            bootstrap_servers=cluster.bootstrap_servers,
+            group_id=group,
+            auto_offset_reset="earliest",
+            session_timeout_ms=6000,
+            heartbeat_interval_ms=300,
+            enable_auto_commit=False,
+        )
+        for _ in range(3)
+    ]
+    try:
+        seen: list[set] = [set() for _ in consumers]
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            for i, c in enumerate(consumers):
+                for records in c.poll(timeout_ms=50).values():
+                    seen[i].update(r.value for r in records)
+            split = [{tp.partition for tp in c.assignment()} for c in consumers]
+            if sum(len(s) for s in seen) >= RECORDS and all(split):
+                break
+        split = [{tp.partition for tp in c.assignment()} for c in consumers]
+        assert set().union(*split) == set(range(PARTITIONS)) and sum(map(len, split)) == 6
+        assert len(set().union(*seen)) == RECORDS
+        for c in consumers:
+            c.commit()
+    finally:
+        for c in consumers:
+            c.close()
+    from kafka import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
+    try:
+        offsets = admin.list_group_offsets({group: None})
+        offsets = offsets.get(group, offsets)
+        assert {tp.partition: o.offset for tp, o in offsets.items()} == dict.fromkeys(
+            range(PARTITIONS), RECORDS // PARTITIONS
+        )
+        listed = admin.list_groups()
+        names = {g["group_id"] if isinstance(g, dict) else g[0] for g in listed}
+        assert group in names
+        described = admin.describe_groups([group])[group]
+        assert (described["group_state"], described["protocol_type"]) == ("Empty", "consumer")
+        assert described["members"] == []  # every member closed and left
+    finally:
+        admin.close()
+
+
+def test_aiokafka_group_of_three(cluster):
+    from aiokafka import AIOKafkaConsumer
+
+    topic, group = new_topic(cluster), f"aio-{uuid.uuid4().hex[:6]}"
+
+    async def run() -> tuple[list[set], list[set[int]]]:
+        consumers = [
+            AIOKafkaConsumer(
+                topic,
+                bootstrap_servers=cluster.bootstrap_servers,
+                group_id=group,
+                auto_offset_reset="earliest",
+                session_timeout_ms=6000,
+                heartbeat_interval_ms=300,
+                enable_auto_commit=False,
+            )
+            for _ in range(3)
+        ]
+        for c in consumers:
+            await c.start()
+        seen: list[set] = [set() for _ in consumers]
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                for i, c in enumerate(consumers):
+                    batches = await c.getmany(timeout_ms=50)
+                    for records in batches.values():
+                        seen[i].update(r.value for r in records)
+                split = [{tp.partition for tp in c.assignment()} for c in consumers]
+                done = sum(len(s) for s in seen) >= RECORDS
+                if done and sum(map(len, split)) == PARTITIONS and all(split):
+                    break
+            return seen, [{tp.partition for tp in c.assignment()} for c in consumers]
+        finally:
+            for c in consumers:
+                await c.stop()
+
+    seen, split = asyncio.run(run())
+    assert set().union(*split) == set(range(PARTITIONS)) and all(split)
+    assert len(set().union(*seen)) == RECORDS
+
+
+_KILLED_MEMBER = f"""
+import sys, time
+from confluent_kafka import Consumer
+c = Consumer({{"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2],
+              "session.timeout.ms": {SESSION_MS}, "heartbeat.interval.ms": 300}})
+c.subscribe([sys.argv[3]])
+told = False
+while True:
+    c.poll(0.1)
+    if c.assignment() and not told:
+        print("assigned", flush=True)
+        told = True
+"""
+
+
+def test_a_member_killed_with_sigkill_is_evicted_and_its_partitions_move(cluster):
+    topic, group = new_topic(cluster, records=6), f"kill-{uuid.uuid4().hex[:6]}"
+    survivor = confluent_consumer(cluster, group)
+    survivor.subscribe([topic])
+    child = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_MEMBER, cluster.bootstrap_servers, group, topic],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        assigned = threading.Event()
+        threading.Thread(
+            target=lambda: "assigned" in child.stdout.readline() and assigned.set(), daemon=True
+        ).start()
+        deadline = time.monotonic() + 30
+        while not assigned.is_set() and time.monotonic() < deadline:
+            survivor.poll(0.05)  # the survivor must keep polling to rejoin
+        assert assigned.is_set(), "the second member never got partitions"
+        deadline = time.monotonic() + 20
+        while len(assignments([survivor])[0]) != PARTITIONS // 2 and time.monotonic() < deadline:
+            survivor.poll(0.05)
+        assert len(assignments([survivor])[0]) == PARTITIONS // 2
+        os.kill(child.pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        while len(assignments([survivor])[0]) < PARTITIONS and time.monotonic() - killed_at < 20:
+            survivor.poll(0.05)
+        moved_after_s = time.monotonic() - killed_at
+        assert assignments([survivor])[0] == set(range(PARTITIONS))
+        assert moved_after_s >= SESSION_MS / 1000 * 0.9, "evicted before its session ended"
+    finally:
+        child.kill()
+        child.wait()
+        survivor.close()
+
+
+def test_committed_offsets_survive_a_coordinator_restart(cluster):
+    topic, group = new_topic(cluster), f"rst-{uuid.uuid4().hex[:6]}"
+    first = confluent_consumer(cluster, group)
+    first.subscribe([topic])
+    consume_all([first], RECORDS // 2)
+    first.commit(asynchronous=False)
+    partitions = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+    before = {tp.partition: max(tp.offset, 0) for tp in first.committed(partitions, timeout=10)}
+    assert 0 < sum(before.values()) < RECORDS
+    first.close()
+    cluster.restart_coordinator()
+    second = confluent_consumer(cluster, group)
+    try:
+        second.subscribe([topic])
+        rest = consume_all([second], RECORDS - sum(before.values()))[0]
+        assert len(rest) == RECORDS - sum(before.values())
+        committed = second.committed(partitions, timeout=10)
+        assert {tp.partition: max(tp.offset, 0) for tp in committed} == before
+    finally:
+        second.close()
+
+
+def test_confluent_admin_lists_and_describes_groups(cluster):
+    topic, group = new_topic(cluster, records=6), f"adm-{uuid.uuid4().hex[:6]}"
+    members = [confluent_consumer(cluster, group, **{"client.id": f"m{i}"}) for i in range(2)]
+    try:
+        for c in members:
+            c.subscribe([topic])
+        wait_for_split(members)
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+        listed = admin.list_consumer_groups().result(30)
+        ours = [g for g in listed.valid if g.group_id == group]
+        assert len(ours) == 1 and ours[0].state.name == "STABLE"
+        described = admin.describe_consumer_groups([group])[group].result(30)
+        assert described.state.name == "STABLE"
+        assert sorted(m.client_id for m in described.members) == ["m0", "m1"]
+        parts = sorted(
+            tp.partition for m in described.members for tp in m.assignment.topic_partitions
+        )
+        assert parts == list(range(PARTITIONS))
+        assert described.coordinator.id == 3001
+    finally:
+        for c in members:
+            c.close()
