@@ -3,7 +3,8 @@
 `sparklog.start(spark, brokers=N)` runs a cluster in this Spark application and
 `sparklog.register(spark)` makes `format("sparklog")` known to a session (done automatically
 by `start`, and at import when a SparkSession is already active). `sparklog.topics_df(spark)`,
-`offsets_df`, `brokers_df` and `query_lag_df` are small DataFrames to `display()` in a notebook.
+`offsets_df`, `brokers_df` and `query_lag_df` are small DataFrames to `display()` in a notebook;
+`group_offsets_df` and `consumer_lag_df` read the consumer groups' Delta table.
 Importing sparklog does not import pyspark.
 """
 
@@ -30,15 +31,23 @@ def start(spark: Any, brokers: int = 1, **kwargs: Any) -> Any:
     return cluster
 
 
-_NOTEBOOK_VIEWS = frozenset({"topics_df", "offsets_df", "brokers_df", "query_lag_df"})
+_NOTEBOOK_VIEWS = {
+    "topics_df": "sparklog.spark.notebook",
+    "offsets_df": "sparklog.spark.notebook",
+    "brokers_df": "sparklog.spark.notebook",
+    "query_lag_df": "sparklog.spark.notebook",
+    "group_offsets_df": "sparklog.spark.group_views",
+    "consumer_lag_df": "sparklog.spark.group_views",
+}
 
 
 def __getattr__(name: str) -> Any:
     """The notebook views (`sparklog.topics_df` ...), loaded on first use."""
-    if name in _NOTEBOOK_VIEWS:
-        from sparklog.spark import notebook
+    module = _NOTEBOOK_VIEWS.get(name)
+    if module is not None:
+        import importlib
 
-        return getattr(notebook, name)
+        return getattr(importlib.import_module(module), name)
     raise AttributeError(f"module 'sparklog' has no attribute {name!r}")
 
 

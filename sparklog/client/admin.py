@@ -19,8 +19,9 @@ from sparklog.errors import (
 )
 from sparklog.protocol.api_versions import ApiKey
 
-from . import admin_reassignments
+from . import admin_groups, admin_reassignments
 from .admin_channel import AdminChannel, admin_error, raise_first, retry_until
+from .admin_groups import GroupDescription, GroupListing
 from .admin_reassignments import PartitionReassignment
 from .config import admin_config
 from .metadata import (
@@ -491,6 +492,27 @@ class AdminClient:
             )
         )
         return ClusterDescription(response.cluster_id, int(response.controller_id), brokers)
+
+    # ------------------------------------------------------------------ groups
+
+    def list_groups(self, states: Iterable[str] = ()) -> list[GroupListing]:
+        """Every consumer group (optionally only those in `states`, e.g. "Stable")."""
+        return admin_groups.list_groups(self._channel, states)
+
+    def describe_group(self, group_id: str) -> GroupDescription:
+        return admin_groups.describe_group(self._channel, group_id)
+
+    def list_group_offsets(self, group_id: str) -> dict[tuple[str, int], int]:
+        return admin_groups.list_group_offsets(self._channel, group_id)
+
+    def alter_group_offsets(self, group_id: str, offsets: Mapping[tuple[str, int], int]) -> None:
+        admin_groups.alter_group_offsets(self._channel, group_id, offsets)
+
+    def delete_groups(self, group_ids: Iterable[str]) -> None:
+        admin_groups.delete_groups(self._channel, group_ids)
+
+    def delete_group_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]]) -> None:
+        admin_groups.delete_group_offsets(self._channel, group_id, partitions)
 
     # --------------------------------------------------------- reassignments
 

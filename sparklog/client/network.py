@@ -68,6 +68,14 @@ CLIENT_APIS: Mapping[ApiKey, VersionRange] = types.MappingProxyType(
         ApiKey.ELECT_LEADERS: (0, 2),
         ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 1),
         ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
+        # consumer groups (admin calls; built with the newest field layout)
+        ApiKey.FIND_COORDINATOR: (4, 4),
+        ApiKey.LIST_GROUPS: (4, 5),
+        ApiKey.DESCRIBE_GROUPS: (5, 5),
+        ApiKey.OFFSET_FETCH: (8, 9),
+        ApiKey.OFFSET_COMMIT: (8, 9),
+        ApiKey.DELETE_GROUPS: (2, 2),
+        ApiKey.OFFSET_DELETE: (0, 0),
     }
 )
 

@@ -146,6 +146,10 @@ class GroupCoordinatorApis:
             {"throttle_time": 0, "error_code": top, "members": [] if top else answer},
         )
 
+    def _write_timeout_s(self) -> float:
+        """How long a request waits for its rows to be durable (`offsets.commit.timeout.ms`)."""
+        return self.coordinator.config.offsets_commit_timeout_ms / 1000
+
     def _max_rebalance_s(self, group_id: str) -> float:
         group = self.coordinator.groups.get(group_id)
         return (group.max_rebalance_timeout_ms() / 1000) if group is not None else 0.0
@@ -167,9 +171,8 @@ class GroupCoordinatorApis:
         ]
         retention = getattr(body, "retention_time", -1)
         retention_ms = kio_build.millis(retention) if retention is not None else -1
-        commit_timeout_s = self.coordinator.config.offsets_commit_timeout_ms / 1000
         try:
-            codes = await self._commit(body, partitions, retention_ms, commit_timeout_s)
+            codes = await self._commit(body, partitions, retention_ms, self._write_timeout_s())
         except TimeoutError:  # not durable in time: the client retries (Kafka's answer)
             codes = dict.fromkeys(
                 ((p.topic, p.partition) for p in partitions), RequestTimedOutError.code
@@ -249,7 +252,7 @@ class GroupCoordinatorApis:
                 self.clock(),
                 lambda error, per_partition: respond((error, per_partition)),
             ),
-            0.0,
+            self._write_timeout_s(),
         )
         items = [
             (t, {"partition_index": p, "error_code": codes.get((t, p), 0)}) for t, p in partitions
@@ -295,7 +298,8 @@ class GroupCoordinatorApis:
         if len(set(names)) != len(names):
             raise InvalidRequestError("DeleteGroups names a group twice")
         codes = await self._wait(
-            lambda respond: self.coordinator.delete_groups(names, self.clock(), respond), 0.0
+            lambda respond: self.coordinator.delete_groups(names, self.clock(), respond),
+            self._write_timeout_s(),
         )
         results = [{"group_id": g, "error_code": codes[g]} for g in names]
         return kio_build.response(request, {"throttle_time": 0, "results": results})

@@ -248,7 +248,7 @@ class ClassicGroup:
         """Topics the members subscribe to (consumer protocol type), None when unknown."""
         if self.protocol_type != "consumer" or self.protocol_name is None:
             return None
-        from sparklog.coordinator.group.consumer_protocol import subscription_topics
+        from sparklog.protocol.consumer_protocol import subscription_topics
 
         topics: set[str] = set()
         for m in self.members.values():

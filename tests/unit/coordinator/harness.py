@@ -11,8 +11,8 @@ import itertools
 from typing import Any
 
 from sparklog.coordinator.group.config import GroupConfig
-from sparklog.coordinator.group.consumer_protocol import encode_subscription
 from sparklog.coordinator.group.coordinator import GroupCoordinator, OffsetCommitPartition
+from sparklog.protocol.consumer_protocol import encode_subscription
 
 SESSION_MS = 10_000
 REBALANCE_MS = 30_000

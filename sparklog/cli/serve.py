@@ -1,0 +1,216 @@
+"""`serve` (kafka-server-start): a controller, the group coordinator and N brokers until
+SIGINT/SIGTERM, in this process (`--master none`) or as Spark tasks (`sparklog.start`)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TextIO
+
+from sparklog.cli.common import (
+    SPARK_STOP_TIMEOUT_S,
+    CliError,
+    progress,
+    server_settings,
+)
+
+# -- serve -------------------------------------------------------------------------------------
+
+
+@contextmanager
+def stop_on_signals(stop: threading.Event) -> Iterator[None]:
+    """Set `stop` on SIGINT/SIGTERM while inside (main thread only); restores the handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    handler = lambda signum, frame: stop.set()  # noqa: E731
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def announce(bootstrap_servers: str, out: TextIO | None = None) -> None:
+    """The one line scripts wait for (stdout, flushed)."""
+    out = out or sys.stdout
+    print(f"bootstrap.servers={bootstrap_servers}", file=out, flush=True)
+
+
+def wait_until(stop: threading.Event, alive: Callable[[], bool] = lambda: True) -> None:
+    """Block until `stop` is set (a signal) or `alive()` turns false."""
+    while not stop.wait(0.2):
+        if not alive():
+            return
+
+
+def serve_spark(
+    spark: Any,
+    brokers: int,
+    data_dir: Path,
+    settings: dict[str, str],
+    stop: threading.Event,
+    jvm_alive: Callable[[], bool] = lambda: True,
+) -> bool:
+    """Run a cluster as Spark tasks of `spark` until `stop` is set (also `jobs/serve.py`).
+
+    Returns False when `jvm_alive()` turned false first: Spark's JVM is gone, and with it every
+    broker task; only the controller (in this process) is left to stop.
+    """
+    import sparklog
+
+    settings = dict(settings)
+    settings.setdefault("log.dirs", str(data_dir / "brokers"))
+    master = spark.sparkContext.master
+    progress(f"starting a controller and {brokers} broker(s) as Spark tasks on {master}")
+    cluster = sparklog.start(spark, brokers=brokers, config=settings, data_dir=data_dir)
+    try:
+        announce(cluster.bootstrap_servers)
+        progress(f"serving (data in {data_dir}); Ctrl-C or SIGTERM stops it")
+        wait_until(stop, jvm_alive)
+    except BaseException:
+        cluster.stop()
+        raise
+    if not jvm_alive():
+        progress("Spark's JVM is gone (and its broker tasks with it); stopping the controller")
+        cluster.controller.stop()
+        return False
+    progress("stopping the brokers and the controller")
+    cluster.stop()
+    return True
+
+
+def _serve_embedded(
+    brokers: int, data_dir: Path, settings: dict[str, str], stop: threading.Event
+) -> None:
+    from sparklog.broker.embedded import EmbeddedCluster
+
+    progress(f"starting a controller and {brokers} broker(s) in this process")
+    cluster = EmbeddedCluster(brokers=brokers, data_dir=data_dir, config=settings)
+    cluster.start()
+    try:
+        announce(cluster.bootstrap_servers)
+        progress(f"serving (data in {data_dir}); Ctrl-C or SIGTERM stops it")
+        wait_until(stop)
+        progress("stopping the brokers and the controller")
+    finally:
+        cluster.stop()
+
+
+def _new_spark_session(master: str, brokers: int) -> Any:
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError as e:
+        raise CliError(f"--master {master} needs pyspark ({e}); or use --master none") from None
+    progress(f"starting Spark ({master})")
+    # Spark's Python workers (the brokers) run this interpreter unless told otherwise.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from sparklog.spark.session import with_reference_jars
+
+    spark = (
+        with_reference_jars(SparkSession.builder.master(master))
+        .appName(f"sparklog serve ({brokers} brokers)")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.speculation", "false")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def _stop_spark(spark: Any) -> None:
+    """Stop the session and wait for its JVM (it exits when its stdin pipe closes) and for the
+    JVM's own children (Python workers), so nothing outlives `serve`."""
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    proc = getattr(gateway, "proc", None)
+    children = _descendants(proc.pid) if proc is not None else set()
+    if proc is None or proc.poll() is None:  # a dead JVM cannot answer spark.stop()
+        spark.stop()
+    if gateway is not None:
+        gateway.shutdown()
+    if proc is None:
+        return
+    if proc.stdin is not None:
+        proc.stdin.close()
+    try:
+        proc.wait(SPARK_STOP_TIMEOUT_S)
+    except Exception:  # noqa: BLE001 - subprocess.TimeoutExpired: do not leave it behind
+        proc.kill()
+        proc.wait()
+    deadline = time.monotonic() + SPARK_STOP_TIMEOUT_S
+    while any(_running(pid) for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every process below `pid` (Linux /proc; empty elsewhere)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            parents[int(entry.name)] = int(
+                (entry / "stat").read_text().rsplit(")", 1)[1].split()[1]
+            )
+        except (OSError, ValueError, IndexError):
+            continue
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` exists and is not a zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    if args.brokers < 1:
+        raise CliError(f"--brokers {args.brokers}: a cluster needs at least one broker")
+    settings = server_settings(args)
+    master = args.master or f"local[{args.brokers + 1}]"
+    stop = threading.Event()
+    with stop_on_signals(stop), _data_dir(args.data_dir) as data_dir:
+        if master == "none":
+            _serve_embedded(args.brokers, data_dir, settings, stop)
+            return 0
+        from sparklog.spark.cluster import ClusterStartError
+
+        spark = _new_spark_session(master, args.brokers)
+        proc = getattr(spark.sparkContext._gateway, "proc", None)
+        try:
+            if not serve_spark(
+                spark, args.brokers, data_dir, settings, stop, lambda: proc.poll() is None
+            ):
+                raise CliError(f"Spark's JVM exited (code {proc.returncode}); the brokers are gone")
+        except ClusterStartError as e:
+            raise CliError(str(e)) from None
+        finally:
+            _stop_spark(spark)
+    return 0
+
+
+@contextmanager
+def _data_dir(path: str | None) -> Iterator[Path]:
+    """`path` (kept), or a temp dir removed afterwards."""
+    if path is not None:
+        Path(path).mkdir(parents=True, exist_ok=True)
+        yield Path(path).resolve()
+        return
+    with tempfile.TemporaryDirectory(prefix="sparklog-serve-") as tmp:
+        progress(f"no --data-dir: using {tmp} (removed on exit)")
+        yield Path(tmp)

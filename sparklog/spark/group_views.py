@@ -1,0 +1,82 @@
+"""Consumer-group DataFrames over the group coordinator's Delta table: the latest committed
+offset of every (group, topic, partition), and lag against the partitions' log end offsets
+(what `kafka-consumer-groups --describe` prints).
+
+The table is read with `read_delta` (D8's fallback: delta-spark cannot read on PySpark 4.3); the
+"latest row per key" step runs in Spark, so the helpers stay cheap on a long history. Without
+`path` they read the table of the cluster `sparklog.start(spark)` launched here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sparklog.spark.delta_read import read_delta
+
+GROUP_OFFSETS_COLUMNS = (
+    "group_id",
+    "topic",
+    "partition",
+    "committed_offset",
+    "leader_epoch",
+    "metadata",
+    "commit_timestamp",
+)
+LAG_DDL = "group_id string, topic string, partition int, committed_offset long, log_end_offset long, lag long"
+
+
+def offsets_table_path(path: str | None = None) -> str:
+    """`path`, else the offsets table of the cluster running in this application."""
+    if path:
+        return path
+    from sparklog.spark.cluster import active_cluster
+
+    cluster = active_cluster()
+    coordinator = getattr(cluster, "coordinator", None) if cluster is not None else None
+    if coordinator is None:
+        raise ValueError(
+            "no sparklog cluster here: start one with sparklog.start(spark), or pass "
+            "path='<offsets.table.path of the cluster>'"
+        )
+    return coordinator.table_path
+
+
+def group_offsets_df(spark: Any, group: str | None = None, path: str | None = None) -> Any:
+    """The latest committed offset per (group, topic, partition), deleted offsets excluded."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    rows = read_delta(spark, offsets_table_path(path)).where(F.col("record_type") == "offset")
+    if group is not None:
+        rows = rows.where(F.col("group_id") == group)
+    newest = Window.partitionBy("group_id", "topic", "partition").orderBy(F.col("sequence").desc())
+    latest = rows.withColumn("_rank", F.row_number().over(newest)).where(F.col("_rank") == 1)
+    return (
+        latest.where(F.col("committed_offset").isNotNull())
+        .select(*GROUP_OFFSETS_COLUMNS)
+        .orderBy("group_id", "topic", "partition")
+    )
+
+
+def consumer_lag_df(
+    spark: Any,
+    group: str | None = None,
+    path: str | None = None,
+    bootstrap_servers: str | None = None,
+) -> Any:
+    """Per (group, topic, partition): committed offset, log end offset now, and their
+    difference, like `kafka-consumer-groups --describe`."""
+    from sparklog.spark.notebook import partition_offsets
+
+    committed = group_offsets_df(spark, group, path).select(
+        "group_id", "topic", "partition", "committed_offset"
+    )
+    keys = committed.collect()
+    topics = sorted({r["topic"] for r in keys})
+    ends = {(t, p): end for t, p, _, _, end, _ in partition_offsets(topics, bootstrap_servers)}
+    rows = []
+    for r in keys:
+        end = ends.get((r["topic"], r["partition"]))  # None: the partition is gone
+        lag = None if end is None else max(0, end - r["committed_offset"])
+        rows.append((r["group_id"], r["topic"], r["partition"], r["committed_offset"], end, lag))
+    return spark.createDataFrame(sorted(rows, key=lambda x: x[:3]), LAG_DDL)

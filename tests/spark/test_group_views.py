@@ -1,0 +1,79 @@
+"""Consumer-group DataFrames on a cluster from `sparklog.start`: `group_offsets_df` and
+`consumer_lag_df` agree with what a real consumer committed, and the Delta table reads the same
+through Spark (D8's reader) as through `deltalake`."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+import sparklog
+from sparklog.client import AdminClient, NewTopic
+from sparklog.coordinator.offsets_store import OffsetsStore
+from sparklog.spark.delta_read import read_delta
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture(scope="module")
+def cluster(spark, tmp_path_factory):
+    running = sparklog.start(
+        spark,
+        brokers=1,
+        data_dir=tmp_path_factory.mktemp("groups"),
+        config={"group.initial.rebalance.delay.ms": "0"},
+    )
+    yield running
+    running.stop()
+
+
+def commit(cluster, group: str, offsets: list[TopicPartition]) -> None:
+    """Commit `offsets` for `group` the way any Kafka consumer does."""
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": group})
+    try:
+        consumer.commit(offsets=offsets, asynchronous=False)
+    finally:
+        consumer.close()
+
+
+def test_committed_offsets_and_lag_as_dataframes(spark, cluster):
+    topic, group = f"gv-{uuid.uuid4().hex[:6]}", f"gv-group-{uuid.uuid4().hex[:6]}"
+    with AdminClient({"bootstrap.servers": cluster.bootstrap_servers}) as admin:
+        admin.create_topics([NewTopic(topic, 2)])
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers})
+    for i in range(100):
+        producer.produce(topic, value=b"%d" % i, partition=i % 2)
+    assert producer.flush(30) == 0
+    commit(cluster, group, [TopicPartition(topic, 0, 10), TopicPartition(topic, 1, 45)])
+    commit(cluster, group, [TopicPartition(topic, 0, 30)])
+
+    offsets = sparklog.group_offsets_df(spark, group=group).collect()
+    assert [(r.topic, r.partition, r.committed_offset) for r in offsets] == [
+        (topic, 0, 30),
+        (topic, 1, 45),
+    ]
+    lag = sparklog.consumer_lag_df(spark, group=group).collect()
+    assert [(r.partition, r.committed_offset, r.log_end_offset, r.lag) for r in lag] == [
+        (0, 30, 50, 20),
+        (1, 45, 50, 5),
+    ]
+
+
+def test_spark_and_deltalake_read_the_same_rows(spark, cluster):
+    topic = f"gv-{uuid.uuid4().hex[:6]}"
+    with AdminClient({"bootstrap.servers": cluster.bootstrap_servers}) as admin:
+        admin.create_topics([NewTopic(topic, 3)])
+    for n in range(3):
+        commit(cluster, f"gv-rows-{n}", [TopicPartition(topic, p, 7 * n + p) for p in range(3)])
+    path = cluster.coordinator.table_path
+    spark_rows = read_delta(spark, path).orderBy("sequence").collect()
+    expected = list(OffsetsStore(path).read_rows())
+    assert [
+        (r.sequence, r.group_id, r.topic, r.partition, r.committed_offset) for r in spark_rows
+    ] == [
+        (r["sequence"], r["group_id"], r["topic"], r["partition"], r["committed_offset"])
+        for r in expected
+    ]
+    assert spark_rows, "the groups test committed offsets"
