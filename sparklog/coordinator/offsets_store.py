@@ -6,11 +6,13 @@ The table is append-only: the live state is, per key, the row with the highest `
 (key = group for `group` rows, (group, topic, partition) for `offset` rows; a row whose value
 is null is a deletion). One `append(rows)` is one Delta commit, so callers batch many client
 requests into one call (group commit). Every commit carries a Delta app transaction
-(`APP_ID`, sequence of its last row): a second coordinator writing the same table — a zombie
-driver — is detected before it writes and refused (`OffsetsStoreFencedError`).
+(`APP_ID`, sequence of its last row): once a second coordinator (a zombie driver's successor)
+has written, Delta's conflict check refuses the first one's next commit, which raises
+`OffsetsStoreFencedError`.
 
-Every `offsets.table.maintenance.commits` commits the store writes a checkpoint, compacts small
-files and vacuums, so loading and Spark reads stay fast however long the cluster runs.
+Every `offsets.table.maintenance.commits` commits a background thread compacts small files,
+writes a checkpoint and vacuums, so loading and Spark reads stay fast however long the cluster
+runs, and commits never wait for it.
 
 Not thread-safe: one owner (the coordinator's flush thread) calls it.
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -98,6 +101,7 @@ class OffsetsStore:
         self.next_sequence = 0 if self._last_version is None else self._last_version + 1
         self.commits = 0
         self._since_maintenance = 0
+        self._maintenance: threading.Thread | None = None
 
     def _check_schema(self) -> None:
         have = {f.name for f in self._table.schema().to_arrow()}
@@ -125,17 +129,15 @@ class OffsetsStore:
 
     def append(self, rows: list[dict[str, Any]]) -> None:
         """Persist `rows` in one Delta commit (fenced if another writer got in first)."""
-        from deltalake import CommitProperties, Transaction, write_deltalake
+        from deltalake import (
+            CommitProperties,
+            PostCommitHookProperties,
+            Transaction,
+            write_deltalake,
+        )
 
         if not rows:
             return
-        self._table.update_incremental()
-        current = self._table.transaction_version(APP_ID)
-        if current != self._last_version:
-            raise OffsetsStoreFencedError(
-                f"{self.path} was written by another group coordinator (version {current}, "
-                f"ours {self._last_version}); this one stops serving"
-            )
         first = self.next_sequence
         columns: dict[str, list[Any]] = {f.name: [] for f in SCHEMA}
         for i, row in enumerate(rows):
@@ -148,29 +150,57 @@ class OffsetsStore:
                 else:
                     columns[name].append(row[name])
         last = first + len(rows) - 1
-        write_deltalake(
-            self._table,
-            pa.table(columns, schema=SCHEMA),
-            mode="append",
-            commit_properties=CommitProperties(app_transactions=[Transaction(APP_ID, last)]),
-        )
+        try:
+            write_deltalake(
+                self._table,
+                pa.table(columns, schema=SCHEMA),
+                mode="append",
+                commit_properties=CommitProperties(app_transactions=[Transaction(APP_ID, last)]),
+                # checkpoints and log cleanup happen in `maintain`, off the commit path
+                post_commithook_properties=PostCommitHookProperties(
+                    create_checkpoint=False, cleanup_expired_logs=False
+                ),
+            )
+        except Exception as e:
+            # Delta's conflict check: a commit since our snapshot carries our app id
+            if "Concurrent transaction" in str(e):
+                raise OffsetsStoreFencedError(
+                    f"{self.path} was written by another group coordinator since this one last "
+                    "did; this one stops serving"
+                ) from e
+            raise
         self._last_version = last
         self.next_sequence = last + 1
         self.commits += 1
         self._since_maintenance += 1
-        if self._since_maintenance >= self.maintenance_commits:
-            self.maintain()
+        if self._since_maintenance >= self.maintenance_commits and not self.maintaining():
+            self._since_maintenance = 0
+            self._maintenance = threading.Thread(
+                target=self.maintain, name="sparklog-offsets-maintenance", daemon=True
+            )
+            self._maintenance.start()
+
+    def maintaining(self) -> bool:
+        return self._maintenance is not None and self._maintenance.is_alive()
+
+    def wait_for_maintenance(self, timeout_s: float = 60.0) -> None:
+        if self._maintenance is not None:
+            self._maintenance.join(timeout_s)
 
     def maintain(self) -> None:
-        """Checkpoint, compact small files, vacuum unreferenced ones, drop old log entries."""
+        """Compact small files, checkpoint, vacuum unreferenced files, drop old log entries.
+        Runs beside appends on its own table handle (compaction and blind appends do not
+        conflict in Delta), so commits never wait for it."""
+        from deltalake import DeltaTable
+
         started = time.monotonic()
-        self._since_maintenance = 0
         try:
-            self._table.optimize.compact()
-            self._table.create_checkpoint()
+            table = DeltaTable(self.path, storage_options=self.storage_options)
+            table.optimize.compact()
+            table.create_checkpoint()
             # files replaced within the last hour stay, for readers that listed them
-            self._table.vacuum(retention_hours=1, dry_run=False, enforce_retention_duration=False)
-            self._table.cleanup_metadata()
+            table.vacuum(retention_hours=1, dry_run=False, enforce_retention_duration=False)
+            table.cleanup_metadata()
         except Exception:  # noqa: BLE001 - maintenance is best effort; commits carry on
             log.exception("offsets table maintenance failed on %s; will retry", self.path)
             return

@@ -23,7 +23,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -60,8 +60,13 @@ class GroupCoordinatorServer:
         host: str = "127.0.0.1",
         port: int = 0,
         config: Mapping[str, object] | None = None,
+        store_factory: Callable[[str, int], Any] | None = None,
     ) -> None:
         self.config = GroupConfig.from_properties(config or {})
+        #: (path, maintenance commits) -> store; benchmarks swap in an in-memory one
+        self.store_factory = store_factory or (
+            lambda path, every: OffsetsStore(path, maintenance_commits=every)
+        )
         self.table_path = self.config.offsets_table_path or str(
             Path(data_dir) / "__consumer_offsets"
         )
@@ -96,8 +101,8 @@ class GroupCoordinatorServer:
         loop = self._loop = asyncio.get_running_loop()
         self.store = await loop.run_in_executor(
             self._store_thread,
-            lambda: OffsetsStore(
-                self.table_path, maintenance_commits=self.config.offsets_table_maintenance_commits
+            lambda: self.store_factory(
+                self.table_path, self.config.offsets_table_maintenance_commits
             ),
         )
         rows = await loop.run_in_executor(self._store_thread, lambda: list(self.store.read_rows()))

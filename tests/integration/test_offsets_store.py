@@ -48,6 +48,8 @@ def test_a_second_coordinator_on_the_same_table_fences_the_first(tmp_path: Path)
     second.append(rows(2, start=10))
     with pytest.raises(OffsetsStoreFencedError, match="another group coordinator"):
         first.append(rows(1, start=99))
+    with pytest.raises(OffsetsStoreFencedError):  # and stays fenced
+        first.append(rows(1, start=99))
     assert [r["committed_offset"] for r in second.read_rows()] == [0, 1, 10, 11]
 
 
@@ -55,6 +57,7 @@ def test_maintenance_checkpoints_and_compacts(tmp_path: Path):
     store = OffsetsStore(tmp_path / "offsets", maintenance_commits=10)
     for i in range(25):
         store.append(rows(2, start=i * 2))
+        store.wait_for_maintenance()
     log_dir = tmp_path / "offsets" / "_delta_log"
     assert list(log_dir.glob("*.checkpoint.parquet")), "a checkpoint after 10 commits"
     table = DeltaTable(str(tmp_path / "offsets"))
