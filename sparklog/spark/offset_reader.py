@@ -21,6 +21,7 @@ from sparklog.spark.options import (
     Assign,
     EarliestOffsets,
     GlobalTimestamp,
+    GroupOffsets,
     LatestOffsets,
     OffsetSpec,
     SourceOptions,
@@ -138,6 +139,8 @@ class OffsetReader:
             return self.earliest(tps)
         if isinstance(spec, LatestOffsets):
             return self.latest(tps)
+        if isinstance(spec, GroupOffsets):
+            return self._group_offsets(tps)
         which = "starting" if starting else "ending"
         if isinstance(spec, SpecificOffsets):
             _check_same(spec.offsets, tps, which)
@@ -149,6 +152,16 @@ class OffsetReader:
             return self._by_timestamp(dict(spec.timestamps), spec.strategy, starting)
         assert isinstance(spec, GlobalTimestamp)
         return self._by_timestamp(dict.fromkeys(tps, spec.timestamp_ms), spec.strategy, starting)
+
+    def _group_offsets(self, tps: list[TopicPartition]) -> PartitionOffsets:
+        """`kafka.group.id`'s committed offsets; the log start where it has none."""
+        group = self.options.kafka["group.id"]
+        committed = self._retrying(
+            f"the committed offsets of group {group!r}",
+            lambda: self.admin.list_group_offsets(group),
+        )
+        first = self.earliest([tp for tp in tps if tp not in committed])
+        return {tp: committed.get(tp, first.get(tp, 0)) for tp in tps}
 
     def _by_timestamp(
         self, timestamps: dict[TopicPartition, int], strategy: str, starting: bool

@@ -67,7 +67,9 @@ _SINK_REFUSED = {
     "value.serializer": "values are written as binary; give a string or binary 'value' column",
     "interceptor.classes": "interceptors could change records behind the query's back",
 }
-_SPARK_ONLY = {"group.id"}  # accepted and logged: sparklog reads by assignment, not by group
+#: Not a client setting: streaming sources commit each batch's offsets to this group
+#: (stream_reader.commit) and batch reads may start from its offsets; sinks ignore it.
+_SPARK_ONLY = {"group.id"}
 
 _SOURCE_KEYS = frozenset(
     {
@@ -159,8 +161,19 @@ class GlobalTimestamp:
     strategy: str = "error"
 
 
+@dataclass(frozen=True, slots=True)
+class GroupOffsets:
+    """`startingOffsets="group"`: the committed offsets of `kafka.group.id` (a partition the
+    group never committed starts at its log start offset). sparklog only."""
+
+
 OffsetSpec = (
-    EarliestOffsets | LatestOffsets | SpecificOffsets | SpecificTimestamps | GlobalTimestamp
+    EarliestOffsets
+    | LatestOffsets
+    | SpecificOffsets
+    | SpecificTimestamps
+    | GlobalTimestamp
+    | GroupOffsets
 )
 
 
@@ -271,6 +284,11 @@ def parse_source_options(
         for key in ("maxoffsetspertrigger", "minoffsetspertrigger", "maxtriggerdelay"):
             if key in opts:
                 log.warning("%s option ignored in batch queries", display(key))
+    if isinstance(starting, GroupOffsets) and not kafka.get("group.id"):
+        raise SparkLogOptionError(
+            "startingOffsets 'group' starts from a consumer group's committed offsets: set "
+            "the option 'kafka.group.id' to that group"
+        )
     if isinstance(subscription, Assign) and streaming is not None:
         _check_assigned(subscription, starting, "starting")
         if ending is not None:
@@ -336,8 +354,9 @@ def _kafka_settings(
     for name, why in refused.items():
         if name in kafka:
             raise SparkLogOptionError(f"Kafka option 'kafka.{name}' is not supported: {why}")
-    for name in _SPARK_ONLY & kafka.keys():
-        log.info("kafka.%s is not used: the %s reads by assignment, not by group", name, what)
+    if what == "sink":
+        for name in _SPARK_ONLY & kafka.keys():
+            log.info("kafka.%s is not used by the sink", name)
     return kafka
 
 
@@ -467,6 +486,8 @@ def _offset_spec(
         return EarliestOffsets()
     if raw.lower() == "latest":
         return LatestOffsets()
+    if raw.lower() == "group" and which == "starting":
+        return GroupOffsets()
     example = '{"topicA":{"0":23,"1":-1},"topicB":{"0":-2}}'
     offsets = partition_map(raw, offsets_key, example)
     for tp, offset in offsets.items():

@@ -17,8 +17,11 @@ worker and asks it, per trigger:
 3. `read(partition)` on executors: `partition_reader.read_range`.
 
 The offsets a batch covers are in Spark's checkpoint, so a restarted query re-plans the same
-ranges and reads the same records. `commit` has nothing to do: the query's position lives in
-its checkpoint, not in the cluster.
+ranges and reads the same records: the checkpoint stays the source of truth. With
+`kafka.group.id`, `commit(end)` also commits each finished batch's end offsets to that consumer
+group (in the group coordinator's Delta table), so `kafka-consumer-groups`, `consumer_lag_df`
+and any lag monitor see the query's progress (Spark's Kafka connector never commits). A failed
+group commit is logged, never fails the query; a replayed commit commits the same offsets.
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ class SparkLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._latest: PartitionOffsets | None = None  # ends seen by the last latestOffset
         self._available_now: PartitionOffsets | None = None
         self._last_trigger_ms = 0.0  # Spark's lastTriggerMillis: the first trigger never waits
+        self._group_committed: PartitionOffsets | None = None  # last offsets sent to the group
 
     def __getstate__(self) -> dict[str, Any]:
         """Spark pickles the reader for `read()` on executors: leave the connections behind."""
@@ -98,6 +102,10 @@ class SparkLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         log.info("Trigger.AvailableNow reads up to %s", self._available_now)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        # `start` ends the batch Spark finished last (micro-batches run one after the other):
+        # Spark calls `commit` for it only when it plans the next one, which never comes after
+        # an AvailableNow run's last batch, so the group hears of it here as well
+        self._commit_to_group(start)
         begin = self._current_start(from_json_dict(start))
         latest = self._ends(begin)
         self._latest = latest
@@ -191,7 +199,24 @@ class SparkLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return read_partition(partition)
 
     def commit(self, end: dict) -> None:
-        """Nothing to do: the query's offsets live in its checkpoint."""
+        """With `kafka.group.id`: commit the batch's end offsets to that group (monitoring and
+        hand-over; the checkpoint remains the query's position)."""
+        self._commit_to_group(end)
+
+    def _commit_to_group(self, end: dict) -> None:
+        group = self.options.kafka.get("group.id")
+        offsets = from_json_dict(end or {})
+        if not group or not offsets or offsets == self._group_committed:
+            return
+        from sparklog.client import AdminClient
+        from sparklog.errors import KafkaError
+
+        try:
+            with AdminClient(self.options.admin_config()) as admin:
+                admin.alter_group_offsets(group, offsets)
+            self._group_committed = offsets
+        except (KafkaError, OSError) as e:
+            log.warning("committing the batch's offsets to group %r failed: %s", group, e)
 
     def stop(self) -> None:
         if self._offsets is not None:

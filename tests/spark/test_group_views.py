@@ -77,3 +77,65 @@ def test_spark_and_deltalake_read_the_same_rows(spark, cluster):
         for r in expected
     ]
     assert spark_rows, "the groups test committed offsets"
+
+
+def produce(cluster, topic: str, count: int, start: int = 0) -> None:
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers})
+    for i in range(start, start + count):
+        producer.produce(topic, value=b"%d" % i, partition=i % 2)
+    assert producer.flush(30) == 0
+
+
+def test_a_streaming_query_with_a_group_id_shows_its_lag_falling_to_zero(spark, cluster, tmp_path):
+    topic, group = f"gv-stream-{uuid.uuid4().hex[:6]}", f"gv-query-{uuid.uuid4().hex[:6]}"
+    with AdminClient({"bootstrap.servers": cluster.bootstrap_servers}) as admin:
+        admin.create_topics([NewTopic(topic, 2)])
+    produce(cluster, topic, 40)
+
+    def run_once() -> None:
+        query = (
+            spark.readStream.format("sparklog")
+            .option("subscribe", topic)
+            .option("startingOffsets", "earliest")
+            .option("kafka.group.id", group)
+            .load()
+            .writeStream.format("noop")
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(120)
+        assert query.exception() is None
+
+    run_once()
+    lag = sparklog.consumer_lag_df(spark, group=group).collect()
+    assert [(r.partition, r.committed_offset, r.lag) for r in lag] == [(0, 20, 0), (1, 20, 0)]
+    produce(cluster, topic, 10, start=40)
+    behind = sparklog.consumer_lag_df(spark, group=group).collect()
+    assert [r.lag for r in behind] == [5, 5]  # visible while the query is not running
+    run_once()  # the restarted query resumes from its checkpoint and catches up
+    caught_up = sparklog.consumer_lag_df(spark, group=group).collect()
+    assert [(r.committed_offset, r.lag) for r in caught_up] == [(25, 0), (25, 0)]
+
+
+def test_a_batch_read_can_start_from_a_group_s_committed_offsets(spark, cluster):
+    topic, group = f"gv-batch-{uuid.uuid4().hex[:6]}", f"gv-batch-{uuid.uuid4().hex[:6]}"
+    with AdminClient({"bootstrap.servers": cluster.bootstrap_servers}) as admin:
+        admin.create_topics([NewTopic(topic, 2)])
+    produce(cluster, topic, 20)
+    commit(cluster, group, [TopicPartition(topic, 0, 7)])  # partition 1: never committed
+    rows = (
+        spark.read.format("sparklog")
+        .option("subscribe", topic)
+        .option("startingOffsets", "group")
+        .option("kafka.group.id", group)
+        .load()
+        .select("partition", "offset")
+        .collect()
+    )
+    firsts = {p: min(r.offset for r in rows if r.partition == p) for p in (0, 1)}
+    assert firsts == {0: 7, 1: 0} and len(rows) == (10 - 7) + 10
+    with pytest.raises(Exception, match="kafka.group.id"):
+        spark.read.format("sparklog").option("subscribe", topic).option(
+            "startingOffsets", "group"
+        ).load().collect()
