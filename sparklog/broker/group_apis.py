@@ -26,6 +26,8 @@ REFUSED_GROUP_APIS = frozenset(
         ApiKey.OFFSET_DELETE,
         ApiKey.DESCRIBE_GROUPS,
         ApiKey.DELETE_GROUPS,
+        ApiKey.CONSUMER_GROUP_HEARTBEAT,
+        ApiKey.CONSUMER_GROUP_DESCRIBE,
     }
 )
 
@@ -78,6 +80,30 @@ async def handle_not_coordinator(request: Request) -> Any:
                 "authorized_operations": -(2**31),
             }
             for g in body.groups
+        ]
+    elif key == ApiKey.CONSUMER_GROUP_HEARTBEAT:
+        data.update(
+            error_code=_CODE,
+            error_message="not the group coordinator",
+            member_id=body.member_id or None,
+            member_epoch=-1,
+            heartbeat_interval=0,
+            assignment=None,
+        )
+    elif key == ApiKey.CONSUMER_GROUP_DESCRIBE:
+        data["groups"] = [
+            {
+                "error_code": _CODE,
+                "error_message": None,
+                "group_id": g,
+                "group_state": "",
+                "group_epoch": -1,
+                "assignment_epoch": -1,
+                "assignor_name": "",
+                "members": [],
+                "authorized_operations": -(2**31),
+            }
+            for g in body.group_ids
         ]
     elif key == ApiKey.DELETE_GROUPS:
         data["results"] = [{"group_id": g, "error_code": _CODE} for g in body.groups_names]

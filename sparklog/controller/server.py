@@ -366,6 +366,26 @@ class ControllerServer:
         image = controller.image.topic(topic)
         return image is not None and partition in image.partitions
 
+    def partition_count(self, topic: str) -> int:
+        """How many partitions `topic` has (0: no such topic); an image read, as above."""
+        controller = self.controller
+        image = None if controller is None else controller.image.topic(topic)
+        return 0 if image is None else len(image.partitions)
+
+    def topic_names(self) -> list[str]:
+        controller = self.controller
+        return [] if controller is None else list(controller.image.topic_names())
+
+    def topic_id(self, topic: str) -> uuid.UUID | None:
+        controller = self.controller
+        image = None if controller is None else controller.image.topic(topic)
+        return None if image is None else image.topic_id
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        controller = self.controller
+        image = None if controller is None else controller.image.topic_by_id(topic_id)
+        return None if image is None else image.name
+
     def _require_controller(self) -> QuorumController:
         if self.controller is None:
             raise RuntimeError("the controller is not started")

@@ -106,10 +106,17 @@ class GroupCoordinatorServer:
             ),
         )
         rows = await loop.run_in_executor(self._store_thread, lambda: list(self.store.read_rows()))
-        self.core = GroupCoordinator(self.config, self.controller.partition_exists)
+        self.core = GroupCoordinator(
+            self.config,
+            self.controller.partition_exists,
+            partition_count=self.controller.partition_count,
+            topic_names=self.controller.topic_names,
+        )
         self.core.load(rows, self.now_ms())
         self._flush_wanted = asyncio.Event()
-        self._apis = GroupCoordinatorApis(self.core, self.now_ms, self._collect_writes)
+        self._apis = GroupCoordinatorApis(
+            self.core, self.now_ms, self._collect_writes, self.controller
+        )
         self._server = KafkaServer(
             self.handle,
             GROUP_COORDINATOR_APIS,

@@ -94,6 +94,8 @@ BROKER_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
         ApiKey.LIST_GROUPS: (0, 5),
         ApiKey.DESCRIBE_GROUPS: (0, 5),
         ApiKey.DELETE_GROUPS: (0, 2),
+        ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
+        ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
     }
 )
 
@@ -169,6 +171,8 @@ GROUP_COORDINATOR_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyTyp
         ApiKey.LIST_GROUPS: (0, 5),
         ApiKey.DESCRIBE_GROUPS: (0, 5),
         ApiKey.DELETE_GROUPS: (0, 2),
+        ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
+        ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
         **{api: CONTROLLER_APIS[api] for api in COORDINATOR_DELEGATED_APIS},
     }
 )

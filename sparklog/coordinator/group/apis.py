@@ -33,10 +33,13 @@ class GroupCoordinatorApis:
         coordinator: GroupCoordinator,
         clock: Callable[[], int],
         after_call: Callable[[], None],
+        topics: Any = None,
     ) -> None:
         self.coordinator = coordinator
         self.clock = clock
         self.after_call = after_call
+        #: topic name <-> id lookups (`topic_id(name)`, `topic_name(id)`), for KIP-848 APIs
+        self.topics = topics
         self.handlers: dict[int, Callable[[Request], Any]] = {
             ApiKey.JOIN_GROUP: self.handle_join_group,
             ApiKey.SYNC_GROUP: self.handle_sync_group,
@@ -48,6 +51,8 @@ class GroupCoordinatorApis:
             ApiKey.LIST_GROUPS: self.handle_list_groups,
             ApiKey.DESCRIBE_GROUPS: self.handle_describe_groups,
             ApiKey.DELETE_GROUPS: self.handle_delete_groups,
+            ApiKey.CONSUMER_GROUP_HEARTBEAT: self.handle_consumer_group_heartbeat,
+            ApiKey.CONSUMER_GROUP_DESCRIBE: self.handle_consumer_group_describe,
         }
 
     async def _wait(
@@ -303,3 +308,112 @@ class GroupCoordinatorApis:
         )
         results = [{"group_id": g, "error_code": codes[g]} for g in names]
         return kio_build.response(request, {"throttle_time": 0, "results": results})
+
+    # -- KIP-848 ----------------------------------------------------------------------------
+
+    async def handle_consumer_group_heartbeat(self, request: Request) -> Any:
+        body = request.body
+        owned = None
+        if body.topic_partitions is not None:
+            owned = {}
+            for tp in body.topic_partitions:
+                name = self.topics.topic_name(tp.topic_id)
+                if name is not None:  # a deleted topic's partitions are simply gone
+                    owned[name] = {int(p) for p in tp.partitions}
+        values = self.coordinator.consumer_heartbeat(
+            self.clock(),
+            group_id=body.group_id,
+            member_id=body.member_id,
+            member_epoch=int(body.member_epoch),
+            instance_id=body.instance_id,
+            rack_id=body.rack_id,
+            rebalance_timeout_ms=kio_build.millis(body.rebalance_timeout),
+            subscribed_topic_names=(
+                None if body.subscribed_topic_names is None else list(body.subscribed_topic_names)
+            ),
+            subscribed_topic_regex=getattr(body, "subscribed_topic_regex", None),
+            server_assignor=body.server_assignor,
+            owned=owned,
+            client_id=request.client_id or "",
+            client_host=CLIENT_HOST.get(),
+        )
+        self.after_call()
+        assignment = values.pop("assignment")
+        answer = {
+            "throttle_time": 0,
+            **values,
+            "heartbeat_interval": values.pop("heartbeat_interval_ms"),
+            "assignment": None
+            if assignment is None
+            else {"topic_partitions": self._by_id(assignment)},
+        }
+        answer.pop("heartbeat_interval_ms", None)
+        return kio_build.response(request, answer)
+
+    def _by_id(self, assignment: dict[str, set[int]]) -> list[dict[str, Any]]:
+        out = []
+        for topic, partitions in sorted(assignment.items()):
+            topic_id = self.topics.topic_id(topic)
+            if topic_id is not None and partitions:
+                out.append({"topic_id": topic_id, "partitions": sorted(partitions)})
+        return out
+
+    async def handle_consumer_group_describe(self, request: Request) -> Any:
+        from sparklog.coordinator.group.consumer_group import ConsumerGroup
+
+        described = []
+        for group_id in request.body.group_ids:
+            group = self.coordinator.groups.get(group_id)
+            if not isinstance(group, ConsumerGroup):
+                described.append(
+                    {
+                        "error_code": GroupIdNotFoundError.code,
+                        "error_message": f"Group {group_id} is not a consumer group",
+                        "group_id": group_id,
+                        "group_state": "Dead",
+                        "group_epoch": -1,
+                        "assignment_epoch": -1,
+                        "assignor_name": "",
+                        "members": [],
+                        "authorized_operations": -(2**31),
+                    }
+                )
+                continue
+            described.append(
+                {
+                    "error_code": 0,
+                    "error_message": None,
+                    "group_id": group_id,
+                    "group_state": group.state.value,
+                    "group_epoch": group.group_epoch,
+                    "assignment_epoch": group.assignment_epoch,
+                    "assignor_name": group.assignor,
+                    "members": [
+                        {
+                            "member_id": m.member_id,
+                            "instance_id": m.instance_id,
+                            "rack_id": m.rack_id,
+                            "member_epoch": m.member_epoch,
+                            "client_id": m.client_id,
+                            "client_host": m.client_host,
+                            "subscribed_topic_names": m.subscribed_topics,
+                            "subscribed_topic_regex": m.subscribed_regex,
+                            "assignment": {"topic_partitions": self._named(m.assigned)},
+                            "target_assignment": {
+                                "topic_partitions": self._named(group.target.get(m.member_id, {}))
+                            },
+                            "member_type": 1,
+                        }
+                        for m in group.members.values()
+                    ],
+                    "authorized_operations": -(2**31),
+                }
+            )
+        return kio_build.response(request, {"throttle_time": 0, "groups": described})
+
+    def _named(self, assignment: dict[str, set[int]]) -> list[dict[str, Any]]:
+        return [
+            {"topic_id": self.topics.topic_id(t), "topic_name": t, "partitions": sorted(ps)}
+            for t, ps in sorted(assignment.items())
+            if ps and self.topics.topic_id(t) is not None
+        ]

@@ -105,7 +105,9 @@ class ClassicGroups:
             if member_id:
                 return respond(join_error(UnknownMemberIdError.code, member_id))
             group = self.groups[group_id] = ClassicGroup(group_id, now_ms)
-        if not isinstance(group, ClassicGroup) or group.is_in(_S.DEAD):
+        if not isinstance(group, ClassicGroup):  # a KIP-848 group: its members heartbeat
+            return respond(join_error(InconsistentGroupProtocolError.code, member_id))
+        if group.is_in(_S.DEAD):
             return respond(join_error(CoordinatorNotAvailableError.code, member_id))
         if not group.supports(protocol_type, (name for name, _ in protocols)):
             return respond(join_error(InconsistentGroupProtocolError.code, member_id))

@@ -24,6 +24,11 @@ class GroupConfig:
     #: Delta table maintenance (checkpoint, compaction, vacuum) every this many commits.
     offsets_table_maintenance_commits: int = 100
     offsets_table_path: str | None = None
+    # KIP-848 consumer groups
+    group_consumer_session_timeout_ms: int = 45_000
+    group_consumer_heartbeat_interval_ms: int = 5_000
+    group_consumer_max_size: int = 2**31 - 1
+    group_consumer_assignors: str = "uniform,range"
 
     @property
     def offsets_retention_ms(self) -> int:
@@ -39,7 +44,7 @@ class GroupConfig:
             if key not in props:
                 continue
             raw = props[key]
-            if f.name == "offsets_table_path":
+            if f.name in ("offsets_table_path", "group_consumer_assignors"):
                 values[f.name] = str(raw)
                 continue
             try:

@@ -22,6 +22,8 @@ from typing import Any
 from sparklog.coordinator.group.classic_group import ClassicGroup, GroupState, Responder
 from sparklog.coordinator.group.classic_protocol import ClassicGroups
 from sparklog.coordinator.group.config import GroupConfig
+from sparklog.coordinator.group.consumer_group import ConsumerGroup
+from sparklog.coordinator.group.consumer_heartbeat import ConsumerConfig, ConsumerGroups
 from sparklog.coordinator.group.offsets import CommittedOffset, OffsetCache, TopicPartition
 from sparklog.errors import (
     CoordinatorNotAvailableError,
@@ -33,6 +35,7 @@ from sparklog.errors import (
     NonEmptyGroupError,
     OffsetMetadataTooLargeError,
     RebalanceInProgressError,
+    StaleMemberEpochError,
     UnknownMemberIdError,
     UnknownTopicOrPartitionError,
 )
@@ -99,6 +102,8 @@ class GroupCoordinator:
         config: GroupConfig,
         partition_exists: Callable[[str, int], bool],
         new_uuid: Callable[[], str] | None = None,
+        partition_count: Callable[[str], int] | None = None,
+        topic_names: Callable[[], list[str]] | None = None,
     ) -> None:
         self.config = config
         self.partition_exists = partition_exists
@@ -112,6 +117,13 @@ class GroupCoordinator:
             new_uuid or (lambda: str(uuid.uuid4())),
             self.offsets.has_offsets,
         )
+        self.consumer = ConsumerGroups(
+            self.groups,
+            ConsumerConfig.from_group_config(config),
+            partition_count or _count_from(partition_exists),
+            topic_names or list,
+            self._store_consumer_group,
+        )
         self._next_expiry_check_ms = 0
 
     # -- persistence ------------------------------------------------------------------------
@@ -124,6 +136,10 @@ class GroupCoordinator:
     def _store_group(self, group: ClassicGroup, done: Callable[[int, int], None]) -> None:
         now_ms = group.state_timestamp_ms
         self._writes.append(Write([group_row(group.group_id, group.to_record(), now_ms)], done))
+
+    def _store_consumer_group(self, group: ConsumerGroup) -> None:
+        row = group_row(group.group_id, group.to_record(), group.state_timestamp_ms)
+        self._writes.append(Write([row], lambda _now_ms, _code: None))
 
     def load(self, rows: Iterable[dict[str, Any]], now_ms: int) -> None:
         """Rebuild groups and offsets from persisted rows, in their persisted order."""
@@ -151,7 +167,13 @@ class GroupCoordinator:
                     )
                 self.offsets.apply(group_id, {tp: value})
         for group_id, record in records.items():
-            if record is not None:
+            if record is None:
+                continue
+            if record.get("type") == "consumer":
+                self.groups[group_id] = ConsumerGroup.from_record(group_id, record, now_ms)
+                for member in self.groups[group_id].members.values():
+                    member.heartbeat_deadline_ms = now_ms + self.consumer.config.session_timeout_ms
+            else:
                 self.groups[group_id] = ClassicGroup.from_record(group_id, record, now_ms)
         log.info(
             "group coordinator loaded %d groups, %d with committed offsets",
@@ -169,6 +191,10 @@ class GroupCoordinator:
 
     def heartbeat(self, now_ms: int, **request: Any) -> int:
         return self.classic.heartbeat(now_ms, **request)
+
+    def consumer_heartbeat(self, now_ms: int, **request: Any) -> dict[str, Any]:
+        """ConsumerGroupHeartbeat (KIP-848)."""
+        return self.consumer.heartbeat(now_ms, **request)
 
     def leave_group(
         self, now_ms: int, group_id: str, members: list[tuple[str, str | None]]
@@ -236,6 +262,13 @@ class GroupCoordinator:
             return CoordinatorNotAvailableError.code
         if generation_id < 0 and group.is_in(_S.EMPTY):
             return 0  # an admin or a consumer using assign(): no membership needed
+        if isinstance(group, ConsumerGroup):
+            member = group.members.get(member_id)
+            if member is None:
+                return UnknownMemberIdError.code
+            if generation_id != member.member_epoch:
+                return StaleMemberEpochError.code
+            return 0
         if instance_id is not None:
             registered = group.static_member_id(instance_id)
             if registered is not None and registered != member_id:
@@ -304,7 +337,7 @@ class GroupCoordinator:
                 "group_id": group_id,
                 "protocol_type": group.protocol_type or "",
                 "group_state": group.state.value,
-                "group_type": "classic",
+                "group_type": getattr(group, "group_type", "classic"),
             }
             if want_states and entry["group_state"].lower() not in want_states:
                 continue
@@ -318,6 +351,8 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is None:
             return None
+        if isinstance(group, ConsumerGroup):
+            return describe_consumer_group_classic(group)
         stable = group.is_in(_S.STABLE)
         return {
             "group_id": group_id,
@@ -380,7 +415,9 @@ class GroupCoordinator:
 
     def _forget_group(self, group_id: str, now_ms: int) -> None:
         group = self.groups.pop(group_id, None)
-        if group is not None and not group.is_in(_S.DEAD):
+        if isinstance(group, ConsumerGroup):
+            group.dead = True
+        elif group is not None and not group.is_in(_S.DEAD):
             group.transition_to(_S.DEAD, now_ms)
         self.offsets.delete_group(group_id)
 
@@ -389,6 +426,7 @@ class GroupCoordinator:
     def tick(self, now_ms: int) -> None:
         """Fire membership timers; every `offsets.retention.check.interval.ms`, expire offsets."""
         self.classic.tick(now_ms)
+        self.consumer.tick(now_ms)
         if now_ms >= self._next_expiry_check_ms:
             self._next_expiry_check_ms = now_ms + self.config.offsets_retention_check_interval_ms
             self.expire_offsets(now_ms)
@@ -425,3 +463,41 @@ class GroupCoordinator:
                 self._forget_group(group_id, now_ms)
 
         return done
+
+
+def _count_from(partition_exists: Callable[[str, int], bool]) -> Callable[[str], int]:
+    """A partition counter from an existence check (tests that give only the latter)."""
+
+    def count(topic: str) -> int:
+        n = 0
+        while partition_exists(topic, n):
+            n += 1
+        return n
+
+    return count
+
+
+def describe_consumer_group_classic(group: ConsumerGroup) -> dict[str, Any]:
+    """DescribeGroups' view of a KIP-848 group: members with their assignments encoded as the
+    classic consumer protocol does, so classic tools can show them."""
+    from sparklog.protocol.consumer_protocol import encode_assignment, encode_subscription
+
+    return {
+        "group_id": group.group_id,
+        "group_state": group.state.value,
+        "protocol_type": "consumer",
+        "protocol_data": group.assignor,
+        "members": [
+            {
+                "member_id": m.member_id,
+                "group_instance_id": m.instance_id,
+                "client_id": m.client_id,
+                "client_host": m.client_host,
+                "member_metadata": encode_subscription(m.subscribed_topics),
+                "member_assignment": encode_assignment(
+                    [(t, p) for t, ps in sorted(m.assigned.items()) for p in sorted(ps)]
+                ),
+            }
+            for m in group.members.values()
+        ],
+    }

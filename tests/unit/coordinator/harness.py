@@ -194,3 +194,34 @@ class Harness:
     def state(self, group: str = "g") -> str:
         described = self.core.describe_group(group)
         return "Dead" if described is None else described["group_state"]
+
+
+def consumer_heartbeat(
+    h: Harness,
+    member_id: str,
+    epoch: int,
+    group: str = "cg",
+    *,
+    topics: list[str] | None = None,
+    owned: dict[str, set[int]] | None = None,
+    assignor: str | None = None,
+    instance_id: str | None = None,
+) -> dict[str, Any]:
+    """One ConsumerGroupHeartbeat (KIP-848) with `owned` as the member reports it."""
+    answer = h.core.consumer_heartbeat(
+        h.now_ms,
+        group_id=group,
+        member_id=member_id,
+        member_epoch=epoch,
+        instance_id=instance_id,
+        rack_id=None,
+        rebalance_timeout_ms=REBALANCE_MS,
+        subscribed_topic_names=topics,
+        subscribed_topic_regex=None,
+        server_assignor=assignor,
+        owned=owned,
+        client_id="client",
+        client_host="/127.0.0.1",
+    )
+    h.flush()
+    return answer
