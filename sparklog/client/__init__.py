@@ -27,8 +27,9 @@ from .config import (
     consumer_config,
     producer_config,
 )
-from .consumer import GroupsNotSupportedError, KafkaConsumer, NoOffsetForPartitionError
+from .consumer import KafkaConsumer, NoGroupError, NoOffsetForPartitionError
 from .fetcher import ConsumerRecord, arrow_schema
+from .group_member import CommitFailedError
 from .metadata import BrokerNode, PartitionInfo, TopicPartition
 from .partitioner import BuiltInPartitioner, RoundRobinPartitioner
 from .producer import ClientClosedError, KafkaProducer, ProducerRecord
@@ -52,7 +53,8 @@ __all__ = [
     "ConfigError",
     "ConfigResource",
     "ConsumerRecord",
-    "GroupsNotSupportedError",
+    "NoGroupError",
+    "CommitFailedError",
     "KafkaConsumer",
     "KafkaProducer",
     "NewTopic",

@@ -4,7 +4,13 @@
 (`auto.offset.reset`), one Fetch per leader is kept in flight between polls (so the next
 poll's data is usually already there), and records come out of the `Fetcher` buffer at most
 `max.poll.records` at a time. `poll_arrow()` returns the same records as one Arrow batch,
-decoded vectorized. Consumer groups (subscribe, commits) come later and raise a clear error.
+decoded vectorized.
+
+With `group.id`, `subscribe(topics | pattern)` joins the consumer group (`group_member`: the
+classic protocol with range/roundrobin/sticky, or `group.protocol=consumer`); `poll()` keeps
+the membership alive, partitions come and go through `on_assign` / `on_revoke` / `on_lost`,
+positions start at the group's committed offsets, `enable.auto.commit` commits every
+`auto.commit.interval.ms`, and `commit()` / `committed()` work as in Kafka's consumer.
 
 A leader change costs no record and repeats none: a failed fetch (the leader died, or answers
 NOT_LEADER_OR_FOLLOWER / a fenced epoch) leaves the position where it was and asks for fresh
@@ -17,8 +23,10 @@ Not thread-safe, like Kafka's consumer: use it from one thread.
 
 from __future__ import annotations
 
+import logging
+import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any
 
@@ -36,13 +44,16 @@ from .fetcher import (
     FetchResult,
     SubscriptionState,
 )
+from .group_member import GroupMember
 from .metadata import Metadata, TopicPartition
 from .network import NetworkClient, now_ms
 from .producer import ClientClosedError
 
-_GROUPS_NOT_SUPPORTED = (
-    "consumer groups are not supported by sparklog yet: {what} needs a group. "
-    "Use assign([(topic, partition), ...]) with seek()/auto.offset.reset instead"
+log = logging.getLogger(__name__)
+
+_NEEDS_GROUP = (
+    "{what} needs a consumer group: set group.id in the consumer's settings "
+    "(or use assign([(topic, partition), ...]) with seek() and no group)"
 )
 
 
@@ -51,8 +62,8 @@ class NoOffsetForPartitionError(OffsetOutOfRangeError):
     `NoOffsetForPartitionException`)."""
 
 
-class GroupsNotSupportedError(NotImplementedError):
-    """A group feature (subscribe, commit) was called; only manual assignment works yet."""
+class NoGroupError(ValueError):
+    """A group feature (subscribe, commit) was called on a consumer without `group.id`."""
 
 
 def _tp(tp: TopicPartition | tuple[str, int]) -> TopicPartition:
@@ -85,6 +96,10 @@ class KafkaConsumer:
         self._node_backoff: dict[int, tuple[int, int]] = {}
         self._errors: list[BaseException] = []
         self._closed = False
+        self._group: GroupMember | None = None
+        self._pattern: re.Pattern[str] | None = None
+        self._listeners: dict[str, Callable[..., None] | None] = {}
+        self._next_auto_commit_ms = now_ms() + c["auto.commit.interval.ms"]
 
     def __enter__(self) -> KafkaConsumer:
         return self
@@ -105,18 +120,111 @@ class KafkaConsumer:
     def assignment(self) -> set[TopicPartition]:
         return set(self._subscriptions.assignment())
 
-    def subscribe(self, topics: Any = None, pattern: Any = None, listener: Any = None) -> None:
-        raise GroupsNotSupportedError(_GROUPS_NOT_SUPPORTED.format(what="subscribe()"))
+    def subscribe(
+        self,
+        topics: Iterable[str] | None = None,
+        pattern: str | None = None,
+        *,
+        on_assign: Callable[[list[TopicPartition]], None] | None = None,
+        on_revoke: Callable[[list[TopicPartition]], None] | None = None,
+        on_lost: Callable[[list[TopicPartition]], None] | None = None,
+    ) -> None:
+        """Join the consumer group for `topics` (or every topic matching the regex `pattern`);
+        partitions arrive with the next polls. `on_lost` is called instead of `on_revoke` when
+        the partitions were already taken away (fenced, session expired)."""
+        self._check_open()
+        if not self.config["group.id"]:
+            raise NoGroupError(_NEEDS_GROUP.format(what="subscribe()"))
+        if (topics is None) == (pattern is None):
+            raise ValueError("subscribe() takes topics or a pattern, not both or neither")
+        if self._group is None:
+            self._group = GroupMember(
+                self._network, self._metadata, self.config, self._on_assigned, self._on_revoked
+            )
+        self._listeners = {"assign": on_assign, "revoke": on_revoke, "lost": on_lost}
+        self._pattern = re.compile(pattern) if pattern is not None else None
+        self._group.subscribe(list(topics) if topics is not None else self._matching())
+
+    def subscription(self) -> list[str]:
+        return [] if self._group is None else list(self._group.topics)
+
+    def _matching(self) -> list[str]:
+        assert self._pattern is not None
+        response = self._metadata.request_metadata(None)
+        return sorted(t.name for t in response.topics if t.name and self._pattern.fullmatch(t.name))
 
     def unsubscribe(self) -> None:
-        """Drop the assignment (Kafka's unsubscribe also clears manual assignments)."""
+        """Leave the group, if any, and drop the assignment."""
+        if self._group is not None:
+            self._group.close()
+            self._group = None
         self.assign([])
 
-    def commit(self, *args: Any, **kwargs: Any) -> None:
-        raise GroupsNotSupportedError(_GROUPS_NOT_SUPPORTED.format(what="commit()"))
+    def commit(
+        self,
+        offsets: Mapping[TopicPartition | tuple[str, int], int] | None = None,
+        asynchronous: bool = False,
+    ) -> None:
+        """Commit `offsets` (default: the position of every assigned partition) for the group.
+        Always synchronous here; raises CommitFailedError when the group moved on."""
+        self._check_open()
+        if self._group is None:
+            if not self.config["group.id"]:
+                raise NoGroupError(_NEEDS_GROUP.format(what="commit()"))
+            self._group = GroupMember(
+                self._network, self._metadata, self.config, self._on_assigned, self._on_revoked
+            )
+        if offsets is None:
+            offsets = self._positions()
+        self._group.commit({_tp(tp): int(o) for tp, o in offsets.items()})
 
-    def committed(self, *args: Any, **kwargs: Any) -> None:
-        raise GroupsNotSupportedError(_GROUPS_NOT_SUPPORTED.format(what="committed()"))
+    def committed(
+        self, partitions: Iterable[TopicPartition | tuple[str, int]]
+    ) -> dict[TopicPartition, int | None]:
+        """The group's committed offsets of `partitions` (None where it has none)."""
+        self._check_open()
+        if not self.config["group.id"]:
+            raise NoGroupError(_NEEDS_GROUP.format(what="committed()"))
+        group = self._group or GroupMember(
+            self._network, self._metadata, self.config, self._on_assigned, self._on_revoked
+        )
+        return group.committed([_tp(tp) for tp in partitions])
+
+    def _positions(self) -> dict[TopicPartition, int]:
+        return {
+            tp: state.position
+            for tp in self._subscriptions.assignment()
+            if (state := self._subscriptions.state(tp)).position is not None
+        }
+
+    def _on_assigned(self, partitions: list[TopicPartition]) -> None:
+        assert self._group is not None
+        kept = [tp for tp in self._subscriptions.assignment() if tp in partitions]
+        self._subscriptions.assign([*kept, *[tp for tp in partitions if tp not in kept]])
+        new = [tp for tp in partitions if tp not in kept]
+        if new:
+            for tp, offset in self._group.committed(new).items():
+                if offset is not None:
+                    self._subscriptions.seek(tp, offset)
+        listener = self._listeners.get("assign")
+        if listener is not None:
+            listener(list(partitions))
+
+    def _on_revoked(self, partitions: list[TopicPartition], lost: bool) -> None:
+        if not lost and self.config["enable.auto.commit"] and self._group is not None:
+            mine = {tp: o for tp, o in self._positions().items() if tp in partitions}
+            try:
+                self._group.commit(mine)
+            except KafkaError as e:
+                log.info("commit before revoking %s failed: %s", partitions, e)
+        listener = self._listeners.get("lost" if lost else "revoke") or (
+            self._listeners.get("revoke") if lost else None
+        )
+        if listener is not None:
+            listener(list(partitions))
+        remaining = [tp for tp in self._subscriptions.assignment() if tp not in partitions]
+        self._subscriptions.assign(remaining)
+        self._fetcher.clear_buffer(partitions)
 
     # -------------------------------------------------------------- positions
 
@@ -249,11 +357,20 @@ class KafkaConsumer:
 
     def _poll(self, timeout_ms: int, drain: Any, has_data: Any) -> Any:
         self._check_open()
-        if not self._subscriptions.assignment():
+        if self._group is None and not self._subscriptions.assignment():
             raise ValueError(
                 "the consumer has no partitions assigned: call assign([(topic, partition), ...])"
+                " or subscribe([...]) with a group.id"
             )
         deadline = now_ms() + max(0, timeout_ms)
+        if self._group is not None:
+            self._group.ensure_active(max(deadline, now_ms() + 1))
+            self._maybe_auto_commit()
+            if not self._subscriptions.assignment():
+                remaining = deadline - now_ms()
+                if remaining > 0:
+                    time.sleep(min(remaining, self.config["retry.backoff.ms"]) / 1000)
+                return drain(0)
         while True:
             self._collect_fetches(0)
             self._raise_errors()
@@ -397,9 +514,28 @@ class KafkaConsumer:
 
     # -------------------------------------------------------------- lifecycle
 
+    def _maybe_auto_commit(self) -> None:
+        if not self.config["enable.auto.commit"] or self._group is None:
+            return
+        if now_ms() < self._next_auto_commit_ms:
+            return
+        self._next_auto_commit_ms = now_ms() + self.config["auto.commit.interval.ms"]
+        try:
+            self._group.commit(self._positions())
+        except KafkaError as e:
+            log.info("auto commit failed: %s", e)
+
     def close(self) -> None:
+        """Commit (with enable.auto.commit), leave the group, and close the connections."""
         if self._closed:
             return
+        if self._group is not None:
+            if self.config["enable.auto.commit"]:
+                try:
+                    self._group.commit(self._positions())
+                except KafkaError as e:
+                    log.info("the final auto commit failed: %s", e)
+            self._group.close()
         self._closed = True
         self._network.close()
 

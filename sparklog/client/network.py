@@ -68,8 +68,13 @@ CLIENT_APIS: Mapping[ApiKey, VersionRange] = types.MappingProxyType(
         ApiKey.ELECT_LEADERS: (0, 2),
         ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 1),
         ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
-        # consumer groups (admin calls; built with the newest field layout)
+        # consumer groups (members and admin calls; built with the newest field layout)
         ApiKey.FIND_COORDINATOR: (4, 4),
+        ApiKey.JOIN_GROUP: (5, 9),
+        ApiKey.SYNC_GROUP: (5, 5),
+        ApiKey.HEARTBEAT: (3, 4),
+        ApiKey.LEAVE_GROUP: (3, 5),
+        ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
         ApiKey.LIST_GROUPS: (4, 5),
         ApiKey.DESCRIBE_GROUPS: (5, 5),
         ApiKey.OFFSET_FETCH: (8, 9),

@@ -18,10 +18,10 @@ from sparklog.client import (
     AdminClient,
     ClientClosedError,
     ConfigError,
-    GroupsNotSupportedError,
     KafkaConsumer,
     KafkaProducer,
     NewTopic,
+    NoGroupError,
     NoOffsetForPartitionError,
     RecordMetadata,
     TopicPartition,
@@ -538,10 +538,12 @@ def test_send_arrow_with_partition_column_and_null_keys(cluster, admin):
     assert [r.value for r in got].count(b"d") == 1
 
 
-def test_groups_are_refused_with_a_clear_error(cluster):
+def test_group_features_without_a_group_id_name_the_fix(cluster):
     with consumer(cluster) as c:
-        with pytest.raises(GroupsNotSupportedError, match=r"assign\(\[\(topic, partition\)"):
+        with pytest.raises(NoGroupError, match="set group.id"):
             c.subscribe(["t"])
+        with pytest.raises(NoGroupError, match="set group.id"):
+            c.commit({("t", 0): 1})
         with pytest.raises(ValueError, match="no partitions assigned"):
             c.poll(0)
 
