@@ -346,3 +346,31 @@ def test_a_consumer_protocol_member_that_leaves_hands_its_partitions_over(cluste
         assert len(listed) == 1 and listed[0].type.name == "CONSUMER"
     finally:
         first.close()
+
+
+def test_a_stable_group_carries_on_through_a_coordinator_restart(cluster):
+    topic, group = new_topic(cluster, records=6), f"carry-{uuid.uuid4().hex[:6]}"
+    members = [confluent_consumer(cluster, group) for _ in range(2)]
+    try:
+        for c in members:
+            c.subscribe([topic])
+        before = wait_for_split(members)
+        cluster.restart_coordinator()  # the group comes back from Delta: same generation
+        producer = Producer({"bootstrap.servers": cluster.bootstrap_servers})
+        for i in range(60):
+            producer.produce(topic, value=b"after-%d" % i, partition=i % PARTITIONS)
+        assert producer.flush(30) == 0
+        wanted, got = {b"after-%d" % i for i in range(60)}, set()
+        deadline = time.monotonic() + 30
+        while not wanted <= got and time.monotonic() < deadline:
+            for c in members:
+                m = c.poll(0.05)
+                if m is not None and m.error() is None:
+                    got.add(m.value())
+        assert wanted <= got
+        assert assignments(members) == before  # no rebalance moved anything
+        for c in members:
+            c.commit(asynchronous=False)
+    finally:
+        for c in members:
+            c.close()
