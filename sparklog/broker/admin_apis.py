@@ -122,15 +122,22 @@ class AdminApis:
         try:
             response = await self.controller.forward(request, timeout_s=AUTO_CREATE_WAIT_S + 5)
         except _NETWORK_ERRORS as e:
-            log.warning("auto-creating %s failed: %s", names, e)
+            log.warning("auto-creating %s failed: %s", brief(names), e)
             return {n: LeaderNotAvailableError.code for n in names}
-        errors = {}
+        errors, created = {}, []
         for topic in response.topics:
             code = int(topic.error_code)
             if code not in (0, TopicAlreadyExistsError.code):
                 errors[topic.name] = code  # e.g. INVALID_TOPIC_EXCEPTION for a bad name
             else:
-                log.info("auto-created topic %s", topic.name)
+                created.append(topic.name)
+        if created:
+            log.info("auto-created topics %s", brief(created))
+        if errors:
+            first = next(t for t in response.topics if t.name in errors)
+            log.warning(
+                "auto-creating %s refused: %s", brief(list(errors)), first.error_message or ""
+            )
         await self.wait_for_controller_metadata(AUTO_CREATE_WAIT_S)
         return {n: errors.get(n, LeaderNotAvailableError.code) for n in names}
 
@@ -221,6 +228,14 @@ def _entry_data(entry: ConfigEntry) -> dict[str, Any]:
         "config_type": int(entry.config_type),
         "documentation": None,
     }
+
+
+def brief(names: list[str], limit: int = 10) -> str:
+    """`names` for a log line: the first `limit`, then how many in all (a request may name
+    100,000 topics; a log line should not)."""
+    if len(names) <= limit:
+        return ", ".join(names)
+    return f"{', '.join(names[:limit])}, ... ({len(names)} in all)"
 
 
 def forward_error_response(request: Request, code: int, message: str) -> Any:

@@ -75,32 +75,31 @@ class ControllerClient:
         self.host, self.port = parse_bootstrap(bootstrap)
         self.client_id = client_id
         self.timeout_s = timeout_ms / 1000
-        self._rpc: AsyncKafkaConnection | None = None
-        self._fetch: AsyncKafkaConnection | None = None
+        # Three connections: the broker's own RPCs (registration, heartbeats, AlterPartition),
+        # the metadata long-poll, and client requests forwarded to the controller, so that a
+        # huge or broken forwarded request never takes the broker's heartbeats down with it.
+        self._connections: dict[str, AsyncKafkaConnection] = {}
         self._lock = asyncio.Lock()
         self.closed = False
 
     async def close(self) -> None:
-        """Close both connections; later calls fail instead of reconnecting."""
+        """Close every connection; later calls fail instead of reconnecting."""
         self.closed = True
-        for conn in (self._rpc, self._fetch):
-            if conn is not None:
-                with contextlib.suppress(Exception):
-                    await conn.close()
-        self._rpc = self._fetch = None
+        for conn in self._connections.values():
+            with contextlib.suppress(Exception):
+                await conn.close()
+        self._connections.clear()
 
-    async def _connection(self, fetch: bool) -> AsyncKafkaConnection:
+    async def _connection(self, fetch: bool, forward: bool = False) -> AsyncKafkaConnection:
+        kind = "fetch" if fetch else "forward" if forward else "rpc"
         async with self._lock:
             if self.closed:
                 raise ConnectionError("the controller client is closed (broker stopping)")
-            conn = self._fetch if fetch else self._rpc
+            conn = self._connections.get(kind)
             if conn is None or conn.closed:
                 conn = AsyncKafkaConnection(self.host, self.port, client_id=self.client_id)
                 await conn.connect(self.timeout_s)
-                if fetch:
-                    self._fetch = conn
-                else:
-                    self._rpc = conn
+                self._connections[kind] = conn
             return conn
 
     async def _call(
@@ -235,12 +234,13 @@ class ControllerClient:
 
     async def version_for(self, api_key: ApiKey, ours: tuple[int, int]) -> int:
         """The newest version of `api_key` in `ours` that the controller speaks."""
-        conn = await self._connection(fetch=False)
+        conn = await self._connection(fetch=False, forward=True)
         return conn.version_for(api_key, ours)
 
     async def forward(self, body: Any, timeout_s: float | None = None) -> Any:
-        """Send an admin request to the controller as it came and return its response."""
-        conn = await self._connection(fetch=False)
+        """Send an admin request to the controller as it came and return its response (on
+        the forwarding connection, apart from the broker's own RPCs)."""
+        conn = await self._connection(fetch=False, forward=True)
         return await conn.request(body, timeout_s=timeout_s or self.timeout_s)
 
     # -- the metadata log -------------------------------------------------------------------

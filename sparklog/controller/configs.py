@@ -159,6 +159,7 @@ _CLUSTER_SETTINGS = {
     "auto.leader.rebalance.enable": ("auto_leader_rebalance_enable", bool),
     "leader.imbalance.check.interval.seconds": ("leader_imbalance_check_interval_seconds", int),
     "leader.imbalance.per.broker.percentage": ("leader_imbalance_per_broker_percentage", int),
+    "controller.max.records.per.batch": ("controller_max_records_per_batch", int),
 }
 
 
@@ -175,6 +176,8 @@ class ControllerConfig:
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_check_interval_seconds: int = 300
     leader_imbalance_per_broker_percentage: int = 10
+    #: records one user operation may write (Kafka's KAFKA-14996/KAFKA-20976 bound)
+    controller_max_records_per_batch: int = 10_000
     topic_defaults: LogConfig = field(default_factory=LogConfig)
     #: Kafka names given explicitly (DescribeConfigs reports them as STATIC_BROKER_CONFIG).
     explicit_names: frozenset[str] = frozenset()
@@ -202,6 +205,11 @@ class ControllerConfig:
         _check(
             self.leader_imbalance_check_interval_seconds >= 1,
             "leader.imbalance.check.interval.seconds",
+            "must be at least 1",
+        )
+        _check(
+            self.controller_max_records_per_batch >= 1,
+            "controller.max.records.per.batch",
             "must be at least 1",
         )
         _check(

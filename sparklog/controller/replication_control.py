@@ -41,6 +41,7 @@ from sparklog.errors import (
     InvalidRequestError,
     InvalidTopicError,
     KafkaError,
+    PolicyViolationError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
@@ -123,6 +124,11 @@ class ReplicationControl:
         counts: dict[str, int] = {}
         for topic in topics:
             counts[topic.name] = counts.get(topic.name, 0) + 1
+        too_big = self._over_budget(
+            sum(self._partitions_asked(t) for t in topics), len(topics), "topics"
+        )
+        if too_big is not None:
+            return [CreateTopicResult(t.name, too_big) for t in topics], []
         results: list[CreateTopicResult] = []
         records: list[dict[str, Any]] = []
         created: dict[str, str] = {}  # normalized name -> name, for collisions in this request
@@ -140,6 +146,32 @@ class ReplicationControl:
             results.append(result)
             records.extend(topic_records)
         return results, records
+
+    def _partitions_asked(self, topic: NewTopic) -> int:
+        if topic.assignments:
+            return len(topic.assignments)
+        return topic.num_partitions if topic.num_partitions > 0 else self.config.num_partitions
+
+    def _over_budget(self, partitions: int, topics: int, what: str) -> ApiError | None:
+        """POLICY_VIOLATION when one request would write more records than one controller
+        write may hold (Kafka refuses it the same way rather than failing the write)."""
+        budget = self.config.controller_max_records_per_batch
+        if partitions + topics <= budget:
+            return None
+        log.warning(
+            "refused a request creating %d partitions in %d %s: over "
+            "controller.max.records.per.batch=%d",
+            partitions,
+            topics,
+            what,
+            budget,
+        )
+        return ApiError(
+            PolicyViolationError.code,
+            f"Excessively large number of partitions per request: {partitions} partitions in "
+            f"{topics} {what} would need more than controller.max.records.per.batch={budget} "
+            "metadata records; split the request",
+        )
 
     def _create_topic(
         self, topic: NewTopic, created: Mapping[str, str], validate_only: bool
@@ -305,6 +337,13 @@ class ReplicationControl:
     ) -> tuple[list[tuple[str, ApiError]], list[dict[str, Any]]]:
         """Per-topic results (in request order) and the new Partition records."""
         names = [t.name for t in topics]
+        existing = {
+            t.name: len(image.partitions) for t in topics if (image := self.image.topic(t.name))
+        }
+        new = sum(max(0, t.count - existing.get(t.name, t.count)) for t in topics)
+        too_big = self._over_budget(new, len(topics), "topics")
+        if too_big is not None:
+            return [(t.name, too_big) for t in topics], []
         results: list[tuple[str, ApiError]] = []
         records: list[dict[str, Any]] = []
         for topic in topics:
