@@ -26,6 +26,7 @@ _OTHER_NAMES = frozenset(
     {
         "num.partitions",
         "default.replication.factor",
+        "offset.metadata.max.bytes",  # the group coordinator's
         "metadata.log.snapshot.records",
         "log.retention.minutes",
         "log.retention.hours",

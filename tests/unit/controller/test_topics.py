@@ -15,6 +15,7 @@ from sparklog.errors import (
     InvalidReplicationFactorError,
     InvalidRequestError,
     InvalidTopicError,
+    PolicyViolationError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
@@ -90,7 +91,7 @@ def test_replication_factor_larger_than_brokers_names_both_numbers(h):
             InvalidReplicationFactorError.code,
             "Replication factor was set to an invalid non-positive value.",
         ),
-        (20_000, 1, InvalidPartitionsError.code, None),
+        (20_000, 1, PolicyViolationError.code, None),  # Kafka since KAFKA-17870
     ],
 )
 def test_non_positive_or_huge_counts_are_refused(h, partitions, rf, code, message):
