@@ -105,6 +105,21 @@ def test_create_topics_that_collide_on_dot_and_underscore(brokers):
     assert both_equal(run(go())) == {f"{base}_a": 17}  # INVALID_TOPIC_EXCEPTION
 
 
+def test_a_request_over_the_controller_record_budget_is_a_policy_violation(brokers):
+    """12,000 partitions in one CreateTopics: more than the 10,000 records one controller write
+    may hold (KAFKA-14996 / KAFKA-17870), refused by both with POLICY_VIOLATION."""
+    base = unique("budget")
+    topics = [new_topic(f"{base}-{i}", 6_000) for i in range(2)]
+
+    async def go():
+        async with Pair(brokers) as pair:
+            return await pair.ask(
+                ApiKey.CREATE_TOPICS, {"topics": topics, "timeout": 10_000, "validate_only": True}
+            )
+
+    assert both_equal(run(go())) == {f"{base}-0": 44, f"{base}-1": 44}
+
+
 def test_create_partitions_and_delete_topics(brokers):
     topic, missing = unique("grow"), unique("missing")
 
