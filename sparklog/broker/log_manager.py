@@ -307,13 +307,24 @@ class LogManager:
         if self.cleaner is not None:
             self.cleaner.stop()
         logs = self.logs()
-        for log_ in logs.values():
+        for tp, log_ in logs.items():
             if clean:
-                log_.close()
+                try:
+                    log_.close()
+                except OSError as e:  # a full or failed disk: close as a crash would
+                    log.error("closing %s-%d failed (%s); recovery will check it", *tp, e)
+                    _close_without_flush(log_)
         if clean:
-            self._recovery_points.write({tp: lg.recovery_point for tp, lg in logs.items()})
-            self._high_watermarks.write({tp: lg.high_watermark for tp, lg in logs.items()})
-            self._log_starts.write({tp: lg.log_start_offset for tp, lg in logs.items()})
+            checkpoints = (
+                (self._recovery_points, {tp: lg.recovery_point for tp, lg in logs.items()}),
+                (self._high_watermarks, {tp: lg.high_watermark for tp, lg in logs.items()}),
+                (self._log_starts, {tp: lg.log_start_offset for tp, lg in logs.items()}),
+            )
+            for checkpoint, values in checkpoints:
+                try:
+                    checkpoint.write(values)
+                except OSError as e:  # the previous checkpoint stays; recovery re-scans more
+                    log.error("writing a checkpoint on shutdown failed: %s", e)
         else:
             for log_ in logs.values():
                 _close_without_flush(log_)

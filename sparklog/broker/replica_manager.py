@@ -46,6 +46,7 @@ from sparklog.errors import (
     InvalidRecordError,
     InvalidRequiredAcksError,
     KafkaError,
+    KafkaStorageError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
     RequestTimedOutError,
@@ -133,6 +134,9 @@ def error_code_of(e: Exception, what: str) -> tuple[int, str]:
         return e.code, str(e)
     if isinstance(e, CorruptRecordError):
         return CorruptMessageError.code, str(e)
+    if isinstance(e, OSError):  # a full or failing disk: Kafka's KAFKA_STORAGE_ERROR, no traceback
+        log.error("storage error serving %s: %s", what, e)
+        return KafkaStorageError.code, f"the broker's log dir failed: {e}"
     log.exception("unexpected error serving %s", what)
     return UnknownServerError.code, f"{type(e).__name__}: {e}"
 
