@@ -1,5 +1,6 @@
 """Client-side partition assignors of the classic group protocol (run by the group leader):
-`range`, `roundrobin` and `sticky`, with Kafka's names and results for the common cases.
+`range`, `roundrobin`, `sticky` and `cooperative-sticky`, with Kafka's names and results for the
+common cases.
 
 Each takes {member id: subscribed topics}, {topic: partition count} and, for `sticky`,
 {member id: partitions it owned}, and returns {member id: [(topic, partition), ...]}.
@@ -84,4 +85,24 @@ def sticky_assign(
     return out
 
 
-ASSIGNORS = {"range": range_assign, "roundrobin": roundrobin_assign, "sticky": sticky_assign}
+def cooperative_sticky_assign(
+    subscriptions: Mapping[str, list[str]],
+    counts: Mapping[str, int],
+    owned: Mapping[str, list[TopicPartition]] = {},  # noqa: B006
+) -> dict[str, list[TopicPartition]]:
+    """Sticky, in KIP-429's two rounds: a partition moving from A to B is left out of B's
+    share this round, so A revokes it first; the rejoin that follows hands it to B."""
+    plan = sticky_assign(subscriptions, counts, owned)
+    owner = {tp: m for m, tps in owned.items() for tp in tps}
+    return {
+        m: [tp for tp in tps if owner.get(tp, m) == m or owner.get(tp) not in subscriptions]
+        for m, tps in plan.items()
+    }
+
+
+ASSIGNORS = {
+    "range": range_assign,
+    "roundrobin": roundrobin_assign,
+    "sticky": sticky_assign,
+    "cooperative-sticky": cooperative_sticky_assign,
+}

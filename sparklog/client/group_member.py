@@ -3,9 +3,10 @@
 
 `ensure_active(deadline)` runs inside `poll()`: it finds the coordinator and, when needed,
 (re)joins. Classic protocol: JoinGroup (with the KIP-394 member-id round trip), the leader runs
-the client-side assignor (`partition.assignment.strategy`: range, roundrobin, sticky), SyncGroup
-hands everyone their share; eager rebalancing, so a member gives up everything before it
-rejoins (`on_revoke`). KIP-848 (`group.protocol=consumer`): ConsumerGroupHeartbeat carries the
+the client-side assignor (`partition.assignment.strategy`: range, roundrobin, sticky,
+cooperative-sticky), SyncGroup hands everyone their share. Eager assignors give up everything
+before rejoining (`on_revoke`); with only cooperative-sticky configured (KIP-429) a member keeps
+what it owns, gives up only what moved, and rejoins once more so it is handed over. KIP-848 (`group.protocol=consumer`): ConsumerGroupHeartbeat carries the
 subscription and owned partitions, the coordinator assigns, and the member revokes and takes
 partitions as the answers say.
 
@@ -30,6 +31,7 @@ from sparklog.protocol.consumer_protocol import (
     assignment_partitions,
     encode_assignment,
     encode_subscription,
+    subscription_owned,
     subscription_topics,
 )
 
@@ -70,14 +72,16 @@ class GroupMember:
         self.kip848 = config["group.protocol"] == "consumer"
         self.on_assigned = on_assigned
         self.on_revoked = on_revoked
-        strategies = [s for s in config["partition.assignment.strategy"] if s in ASSIGNORS]
-        if not self.kip848 and not strategies:
+        strategies = list(config["partition.assignment.strategy"])
+        unknown = [s for s in strategies if s not in ASSIGNORS]
+        if not self.kip848 and (unknown or not strategies):
             raise ValueError(
-                f"partition.assignment.strategy={list(config['partition.assignment.strategy'])}:"
-                f" sparklog's consumer runs {', '.join(ASSIGNORS)} (eager rebalancing); "
-                "cooperative-sticky is not served yet, or use group.protocol=consumer"
+                f"partition.assignment.strategy={strategies}: sparklog's consumer runs "
+                f"{', '.join(ASSIGNORS)} (or use group.protocol=consumer)"
             )
         self.strategies = strategies
+        #: KIP-429: incremental rebalancing when every configured assignor is cooperative
+        self.cooperative = all(s == "cooperative-sticky" for s in strategies)
         self.topics: list[str] = []
         self.coordinator: int | None = None
         self.member_id = str(uuid.uuid4()) if self.kip848 else ""
@@ -161,8 +165,8 @@ class GroupMember:
         collect that and apply the assignment. Requests stay in flight across polls (a
         JoinGroup waits for the whole group), so `poll()` returns when its timeout is up."""
         if self._pending is None:
-            if self.owned:  # eager: give everything up before rejoining
-                self._revoke(self.owned, lost=self._lost)
+            if self.owned and (not self.cooperative or self._lost):
+                self._revoke(self.owned, lost=self._lost)  # eager: give everything up first
             self._send("join", ApiKey.JOIN_GROUP, self._join_fields())
         step, future, context = self._pending
         remaining_s = max(0.0, (deadline_ms - now_ms()) / 1000)
@@ -185,10 +189,12 @@ class GroupMember:
             raise CoordinatorNotAvailableError(f"group {self.group_id} has no coordinator yet")
         timeout = self.config["max.poll.interval.ms"] + self.config["request.timeout.ms"]
         future = self.network.send(self.coordinator, api, fields, timeout_ms=timeout)
+        log.debug("group %s: sent %s as %s", self.group_id, api.name, self.member_id)
         self._pending = (step, future, context)
 
     def _join_fields(self) -> dict[str, Any]:
-        subscription = encode_subscription(self.topics)
+        owned = [(tp.topic, tp.partition) for tp in self.owned] if self.cooperative else None
+        subscription = encode_subscription(self.topics, owned=owned)
         return {
             "group_id": self.group_id,
             "session_timeout": self.config["session.timeout.ms"],
@@ -235,18 +241,25 @@ class GroupMember:
         partitions = [
             TopicPartition(t, p) for t, p in assignment_partitions(bytes(sync.assignment))
         ]
+        revoked = [tp for tp in self.owned if tp not in partitions]
+        if revoked:  # cooperative: give up what moved, then rejoin so it can be handed over
+            self._revoke(revoked, lost=False)
+            with self._lock:
+                self._rejoin = True
         self.owned = partitions
         log.info("group %s generation %d: assigned %s", self.group_id, self.generation, partitions)
         self.on_assigned(partitions)
 
     def _assign(self, protocol: str, members: Iterable[Any]) -> list[dict[str, Any]]:
+        members = list(members)
         subscriptions = {
             m.member_id: sorted(subscription_topics(bytes(m.metadata))) for m in members
         }
+        owned = {m.member_id: subscription_owned(bytes(m.metadata)) for m in members}
         topics = sorted({t for ts in subscriptions.values() for t in ts})
         response = self.metadata.request_metadata(topics)
         counts = {t.name: len(t.partitions) for t in response.topics if int(t.error_code) == 0}
-        plan = ASSIGNORS[protocol](subscriptions, counts, {})
+        plan = ASSIGNORS[protocol](subscriptions, counts, owned)
         return [{"member_id": m, "assignment": encode_assignment(tps)} for m, tps in plan.items()]
 
     def _revoke(self, partitions: list[TopicPartition], lost: bool) -> None:

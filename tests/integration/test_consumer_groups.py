@@ -81,6 +81,7 @@ def test_three_members_split_partitions_read_everything_and_commit(cluster, prot
     try:
         for c in consumers:
             c.subscribe([topic], on_assign=assigned.append)
+
         def caught_up(cs, s) -> bool:  # every owner read its partitions to the end
             ends = [c.position(tp) for c in cs for tp in c.assignment()]
             return split_evenly(cs, s) and ends == [RECORDS // PARTITIONS] * PARTITIONS
@@ -143,7 +144,23 @@ def test_pattern_subscription_and_unserved_settings(cluster):
         poll_until([c], lambda cs, s: len(cs[0].assignment()) >= PARTITIONS)
     finally:
         c.close()
-    with pytest.raises(ValueError, match="cooperative-sticky is not served"):
-        member(cluster, "g", **{"partition.assignment.strategy": "cooperative-sticky"}).subscribe(
-            [topic]
-        )
+    with pytest.raises(ValueError, match="partition.assignment.strategy"):
+        member(cluster, "g", **{"partition.assignment.strategy": "nope"}).subscribe([topic])
+
+
+def test_cooperative_members_keep_their_partitions_through_a_rebalance(cluster):
+    topic, group = topic_with_records(cluster), f"own-coop-{uuid.uuid4().hex[:6]}"
+    revoked: list[list] = []
+    coop = {"partition.assignment.strategy": "cooperative-sticky"}
+    first = member(cluster, group, **coop)
+    first.subscribe([topic], on_revoke=revoked.append)
+    poll_until([first], lambda cs, s: len(cs[0].assignment()) == PARTITIONS)
+    second = member(cluster, group, **coop)
+    try:
+        second.subscribe([topic])
+        poll_until([first, second], split_evenly)
+        # first gave up only the three that moved, never all six (eager would)
+        assert revoked and all(len(r) == PARTITIONS // 2 for r in revoked)
+    finally:
+        first.close()
+        second.close()

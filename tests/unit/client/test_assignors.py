@@ -33,3 +33,23 @@ def test_sticky_keeps_owned_partitions_and_balances():
     assert set(plan["c0"]) <= set(owned["c0"])  # c0 keeps two of its own, gives the rest away
     every = sorted(tp for v in plan.values() for tp in v)
     assert every == sorted(owned["c0"])
+
+
+def test_cooperative_sticky_holds_back_partitions_that_change_owner():
+    from sparklog.client.assignors import cooperative_sticky_assign
+    from sparklog.protocol.consumer_protocol import (
+        encode_subscription,
+        subscription_owned,
+        subscription_topics,
+    )
+
+    owned = {"c0": [("t0", p) for p in range(3)] + [("t1", p) for p in range(3)]}
+    first_round = cooperative_sticky_assign({**SUBS}, COUNTS, owned)
+    # c0 keeps three; the three it must give up go to nobody until it has revoked them
+    assert len(first_round["c0"]) == 3 and first_round["c1"] == []
+    second_round = cooperative_sticky_assign(SUBS, COUNTS, {"c0": first_round["c0"]})
+    assert sorted(second_round["c0"] + second_round["c1"]) == sorted(owned["c0"])
+    encoded = encode_subscription(["t0", "t1"], owned=owned["c0"])
+    assert subscription_owned(encoded) == owned["c0"]
+    assert subscription_topics(encoded) == {"t0", "t1"}
+    assert subscription_owned(encode_subscription(["t0"])) == []  # v0 carries none
