@@ -58,6 +58,9 @@ class BrokerConfig:
     listeners: str = "PLAINTEXT://127.0.0.1:0"
     broker_rack: str | None = None
     socket_request_max_bytes: int = 104_857_600
+    max_connections: int = 2_147_483_647
+    max_connections_per_ip: int = 2_147_483_647
+    connections_max_idle_ms: int = 600_000
     fetch_max_bytes: int = 57_671_680
     # replication (Kafka's ReplicationConfigs): follower fetchers and the ISR
     num_replica_fetchers: int = 1

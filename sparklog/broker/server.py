@@ -172,6 +172,9 @@ class BrokerServer:
             port=port,
             max_request_bytes=self.config.socket_request_max_bytes,
             name=f"broker-{self.node_id}",
+            max_connections=self.config.max_connections,
+            max_connections_per_ip=self.config.max_connections_per_ip,
+            connections_max_idle_ms=self.config.connections_max_idle_ms,
         )
 
     def __repr__(self) -> str:

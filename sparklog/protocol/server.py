@@ -47,6 +47,9 @@ class KafkaServer:
         port: int = 0,
         max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
         name: str = "server",
+        max_connections: int = 2**31 - 1,
+        max_connections_per_ip: int = 2**31 - 1,
+        connections_max_idle_ms: int = 600_000,
     ) -> None:
         self.handler = handler
         self.apis = apis
@@ -54,8 +57,16 @@ class KafkaServer:
         self.port = port
         self.max_request_bytes = max_request_bytes
         self.name = name
+        #: Kafka's `max.connections`, `max.connections.per.ip`, `connections.max.idle.ms`
+        self.max_connections = max_connections
+        self.max_connections_per_ip = max_connections_per_ip
+        self.connections_max_idle_ms = connections_max_idle_ms
+        self.refused_connections = 0
+        self.idle_closed_connections = 0
         self._server: asyncio.base_events.Server | None = None
         self._connections: dict[asyncio.Task, asyncio.StreamWriter] = {}
+        self._per_ip: dict[str, int] = {}
+        self._last_refusal_log = 0.0
 
     async def start(self) -> None:
         """Bind and start accepting; `port` holds the bound port afterwards."""
@@ -86,18 +97,50 @@ class KafkaServer:
     def connection_count(self) -> int:
         return len(self._connections)
 
+    def _refuse(self, ip: str) -> bool:
+        """Whether a new connection from `ip` goes over `max.connections[.per.ip]`."""
+        if len(self._connections) >= self.max_connections:
+            why = f"max.connections={self.max_connections}"
+        elif self._per_ip.get(ip, 0) >= self.max_connections_per_ip:
+            why = f"max.connections.per.ip={self.max_connections_per_ip} for {ip}"
+        else:
+            return False
+        self.refused_connections += 1
+        now = asyncio.get_running_loop().time()
+        if now - self._last_refusal_log > 10:  # one line per 10 s, however many are refused
+            self._last_refusal_log = now
+            log.warning(
+                "%s: refusing connections over %s (%d refused so far)",
+                self.name,
+                why,
+                self.refused_connections,
+            )
+        return True
+
     async def _serve_connection(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
+        peer = writer.get_extra_info("peername")
+        ip = peer[0] if isinstance(peer, tuple) and peer else ""
+        if self._refuse(ip):
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+            return
         task = asyncio.current_task()
         assert task is not None
         self._connections[task] = writer
-        peer = writer.get_extra_info("peername")
-        CLIENT_HOST.set(f"/{peer[0]}" if isinstance(peer, tuple) and peer else "")
+        self._per_ip[ip] = self._per_ip.get(ip, 0) + 1
+        CLIENT_HOST.set(f"/{ip}" if ip else "")
         conn = ServerConnection(self.apis, self.max_request_bytes)
+        idle_s = self.connections_max_idle_ms / 1000
         try:
             while True:
-                data = await reader.read(_READ_BYTES)
+                try:
+                    data = await asyncio.wait_for(reader.read(_READ_BYTES), idle_s)
+                except TimeoutError:  # connections.max.idle.ms: Kafka closes idle connections
+                    self.idle_closed_connections += 1
+                    return
                 if not data:
                     return
                 conn.receive_data(data)
@@ -116,6 +159,9 @@ class KafkaServer:
             log.exception("%s: handler failed; closing connection from %s", self.name, peer)
         finally:
             self._connections.pop(task, None)
+            self._per_ip[ip] -= 1
+            if not self._per_ip[ip]:
+                del self._per_ip[ip]
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()

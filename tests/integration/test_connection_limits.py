@@ -1,0 +1,59 @@
+"""Kafka's connection bounds on a broker: `max.connections.per.ip` / `max.connections` refuse
+what is over the limit (the connection is closed at once, one log line per 10 s), and
+`connections.max.idle.ms` closes connections that stay silent; real clients keep working."""
+
+from __future__ import annotations
+
+import select
+import socket
+import time
+
+import pytest
+from confluent_kafka import Producer
+
+from sparklog.broker.embedded import EmbeddedCluster
+
+
+@pytest.fixture(scope="module")
+def limited(tmp_path_factory):
+    config = {"max.connections.per.ip": "8", "connections.max.idle.ms": "800"}
+    with EmbeddedCluster(brokers=1, data_dir=tmp_path_factory.mktemp("limits"), config=config) as c:
+        yield c
+
+
+def closed_by_peer(s: socket.socket, wait_s: float) -> bool:
+    s.settimeout(wait_s)
+    try:
+        return s.recv(1) == b""
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        return True
+
+
+def test_connections_over_the_per_ip_limit_are_refused(limited):
+    broker = limited.brokers[0]
+    before = broker.server.refused_connections
+    opened = [socket.create_connection((broker.host, broker.port)) for _ in range(12)]
+    try:
+        time.sleep(0.3)  # well inside connections.max.idle.ms: only refusals close sockets
+        readable, _, _ = select.select(opened, [], [], 0)
+        refused = [s for s in readable if closed_by_peer(s, 0.1)]
+        assert len(refused) >= 4  # up to 8 from 127.0.0.1, some already taken by the cluster
+        assert broker.server.refused_connections - before == len(refused)
+    finally:
+        for s in opened:
+            s.close()
+    time.sleep(0.2)
+    producer = Producer({"bootstrap.servers": limited.bootstrap_servers})
+    producer.produce("limits", b"still served")
+    assert producer.flush(30) == 0
+
+
+def test_idle_connections_are_closed(limited):
+    broker = limited.brokers[0]
+    before = broker.server.idle_closed_connections
+    with socket.create_connection((broker.host, broker.port)) as s:
+        assert not closed_by_peer(s, 0.2)  # not yet idle long enough
+        assert closed_by_peer(s, 3.0)  # connections.max.idle.ms=800
+    assert broker.server.idle_closed_connections > before
