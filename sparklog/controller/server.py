@@ -37,6 +37,7 @@ from sparklog.controller.quorum_controller import QuorumController
 from sparklog.controller.results import ControllerResult
 from sparklog.protocol.api_versions import CONTROLLER_APIS
 from sparklog.protocol.connection import Request
+from sparklog.protocol.loop_thread import LoopThread
 from sparklog.protocol.server import KafkaServer
 from sparklog.storage.checkpoint import write_atomically
 
@@ -105,7 +106,7 @@ class ControllerServer:
         self._appended: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread_id: int | None = None
-        self._thread: threading.Thread | None = None
+        self._runner: LoopThread | None = None
         self._stopping = False
 
     @property
@@ -170,43 +171,18 @@ class ControllerServer:
 
     def start_in_thread(self, timeout_s: float = 30.0) -> ControllerServer:
         """Run the controller's loop in a daemon thread; returns once it is listening."""
-        ready = threading.Event()
-        failure: list[BaseException] = []
-
-        def run() -> None:
-            loop = asyncio.new_event_loop()
-            try:
-                loop.run_until_complete(self.start())
-            except BaseException as e:
-                failure.append(e)
-            ready.set()
-            if not failure:
-                loop.run_forever()
-            loop.run_until_complete(loop.shutdown_default_executor())
-            loop.close()
-
-        self._thread = threading.Thread(target=run, name="sparklog-controller", daemon=True)
-        self._thread.start()
-        if not ready.wait(timeout_s):
-            raise TimeoutError(f"controller did not start listening within {timeout_s} s")
-        if failure:
-            self._thread.join()
-            raise failure[0]
+        self._runner = LoopThread("sparklog-controller")
+        self._runner.start(self.start, timeout_s)
         return self
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """Shut down from another thread (and join the loop thread of `start_in_thread`)."""
-        loop = self._loop
-        if loop is None or loop.is_closed():
-            return
-        assert threading.get_ident() != self._loop_thread_id, (
-            "stop() from the loop: await shutdown()"
-        )
-        asyncio.run_coroutine_threadsafe(self.shutdown(), loop).result(timeout_s)
-        if self._thread is not None:
-            loop.call_soon_threadsafe(loop.stop)
-            self._thread.join(timeout_s)
-            self._thread = None
+        if self._runner is not None:
+            self._runner.stop(self.shutdown, timeout_s)
+            self._runner = None
+        elif self._loop is not None and not self._loop.is_closed():  # started on a caller's loop
+            assert threading.get_ident() != self._loop_thread_id, "on the loop: await shutdown()"
+            asyncio.run_coroutine_threadsafe(self.shutdown(), self._loop).result(timeout_s)
 
     # -- writes (on the loop) ---------------------------------------------------------------
 

@@ -21,7 +21,6 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -41,6 +40,7 @@ from sparklog.protocol.api_versions import (
 )
 from sparklog.protocol.async_client import api_versions_response
 from sparklog.protocol.connection import ProtocolError, Request
+from sparklog.protocol.loop_thread import LoopThread
 from sparklog.protocol.server import KafkaServer
 
 log = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ class GroupCoordinatorServer:
         self._fenced = False
         self._producer_ids = [0, 0]  # the current block: [next, end)
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
+        self._runner: LoopThread | None = None
         self._stopping = False
 
     @property
@@ -155,39 +155,14 @@ class GroupCoordinatorServer:
 
     def start_in_thread(self, timeout_s: float = 60.0) -> GroupCoordinatorServer:
         """Run the coordinator's loop in a daemon thread; returns once it is listening."""
-        ready = threading.Event()
-        failure: list[BaseException] = []
-
-        def run() -> None:
-            loop = asyncio.new_event_loop()
-            try:
-                loop.run_until_complete(self.start())
-            except BaseException as e:
-                failure.append(e)
-            ready.set()
-            if not failure:
-                loop.run_forever()
-            loop.run_until_complete(loop.shutdown_default_executor())
-            loop.close()
-
-        self._thread = threading.Thread(target=run, name="sparklog-group-coordinator", daemon=True)
-        self._thread.start()
-        if not ready.wait(timeout_s):
-            raise TimeoutError(f"group coordinator did not start within {timeout_s} s")
-        if failure:
-            self._thread.join()
-            raise failure[0]
+        self._runner = LoopThread("sparklog-group-coordinator")
+        self._runner.start(self.start, timeout_s)
         return self
 
     def stop(self, timeout_s: float = 30.0) -> None:
-        loop = self._loop
-        if loop is None or loop.is_closed():
-            return
-        asyncio.run_coroutine_threadsafe(self.shutdown(), loop).result(timeout_s)
-        if self._thread is not None:
-            loop.call_soon_threadsafe(loop.stop)
-            self._thread.join(timeout_s)
-            self._thread = None
+        if self._runner is not None:
+            self._runner.stop(self.shutdown, timeout_s)
+            self._runner = None
 
     # -- requests ---------------------------------------------------------------------------
 

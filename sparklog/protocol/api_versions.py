@@ -59,6 +59,25 @@ class ApiKey(enum.IntEnum):
 
 VersionRange = tuple[int, int]
 
+#: The group APIs and the versions served: OffsetCommit/OffsetFetch stop below v10 (topic ids);
+#: OffsetCommit v0-v1 are gone since Kafka 4.0 (KIP-896).
+GROUP_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
+    {
+        ApiKey.JOIN_GROUP: (0, 9),
+        ApiKey.SYNC_GROUP: (0, 5),
+        ApiKey.HEARTBEAT: (0, 4),
+        ApiKey.LEAVE_GROUP: (0, 5),
+        ApiKey.OFFSET_COMMIT: (2, 9),
+        ApiKey.OFFSET_FETCH: (1, 9),
+        ApiKey.OFFSET_DELETE: (0, 0),
+        ApiKey.LIST_GROUPS: (0, 5),
+        ApiKey.DESCRIBE_GROUPS: (0, 5),
+        ApiKey.DELETE_GROUPS: (0, 2),
+        ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
+        ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
+    }
+)
+
 #: What a broker serves to clients (and followers).
 BROKER_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
     {
@@ -84,18 +103,7 @@ BROKER_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
         ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
         # group APIs: brokers answer NOT_COORDINATOR (ListGroups: none here); the groups live
         # on the driver's coordinator, `GROUP_COORDINATOR_APIS`
-        ApiKey.JOIN_GROUP: (0, 9),
-        ApiKey.SYNC_GROUP: (0, 5),
-        ApiKey.HEARTBEAT: (0, 4),
-        ApiKey.LEAVE_GROUP: (0, 5),
-        ApiKey.OFFSET_COMMIT: (2, 9),
-        ApiKey.OFFSET_FETCH: (1, 9),
-        ApiKey.OFFSET_DELETE: (0, 0),
-        ApiKey.LIST_GROUPS: (0, 5),
-        ApiKey.DESCRIBE_GROUPS: (0, 5),
-        ApiKey.DELETE_GROUPS: (0, 2),
-        ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
-        ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
+        **GROUP_APIS,
     }
 )
 
@@ -154,25 +162,12 @@ COORDINATOR_DELEGATED_APIS = frozenset(
 
 #: What the group coordinator serves (its own listener on the driver): the group APIs,
 #: InitProducerId for idempotent producers, and the delegated controller APIs.
-#: OffsetCommit/OffsetFetch stop below v10 (topic ids); OffsetCommit v0-v1 are gone since
-#: Kafka 4.0 (KIP-896).
 GROUP_COORDINATOR_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
     {
         ApiKey.API_VERSIONS: (0, 3),
         ApiKey.FIND_COORDINATOR: (0, 4),
         ApiKey.INIT_PRODUCER_ID: (0, 4),
-        ApiKey.JOIN_GROUP: (0, 9),
-        ApiKey.SYNC_GROUP: (0, 5),
-        ApiKey.HEARTBEAT: (0, 4),
-        ApiKey.LEAVE_GROUP: (0, 5),
-        ApiKey.OFFSET_COMMIT: (2, 9),
-        ApiKey.OFFSET_FETCH: (1, 9),
-        ApiKey.OFFSET_DELETE: (0, 0),
-        ApiKey.LIST_GROUPS: (0, 5),
-        ApiKey.DESCRIBE_GROUPS: (0, 5),
-        ApiKey.DELETE_GROUPS: (0, 2),
-        ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
-        ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
+        **GROUP_APIS,
         **{api: CONTROLLER_APIS[api] for api in COORDINATOR_DELEGATED_APIS},
     }
 )
