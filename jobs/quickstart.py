@@ -112,6 +112,7 @@ def main() -> None:
             .option("subscribe", TOPIC)
             .option("startingOffsets", "earliest")
             .option("maxOffsetsPerTrigger", args.rows // 4)
+            .option("kafka.group.id", "quickstart-totals")  # lag visible while it runs
             .load()
             .select(
                 F.get_json_object(F.col("value").cast("string"), "$.amount")
@@ -137,6 +138,13 @@ def main() -> None:
         assert counted == args.rows, f"streaming counted {counted}, expected {args.rows}"
         print(
             f"streamed the topic with Trigger.AvailableNow in {batches} bounded batches ({stream_s:.1f}s): {counted:,} events in {len(totals)} buckets"
+        )
+        lag = sparklog.consumer_lag_df(spark, group="quickstart-totals").collect()
+        behind = sum(r["lag"] for r in lag)
+        assert behind == 0, f"the query's group still lags by {behind} records"
+        print(
+            f"consumer group quickstart-totals: {len(lag)} partitions committed in Delta, "
+            f"lag {behind} (sparklog.consumer_lag_df)"
         )
     finally:
         cluster.stop()
