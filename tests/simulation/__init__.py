@@ -11,7 +11,7 @@ schedule and every random choice, so a failure replays exactly from its number.
 
 Run (from the repository root):
 
-    .venv/bin/pytest tests/simulation -q -p no:cacheprovider            # seeds 0..299
+    .venv/bin/pytest tests/simulation -q -p no:cacheprovider            # seeds 0..499
     .venv/bin/pytest tests/simulation -q -p no:cacheprovider --sim-seeds=5000
     .venv/bin/pytest tests/simulation -q -p no:cacheprovider --sim-seed=K   # replay one
 

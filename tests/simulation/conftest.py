@@ -1,11 +1,12 @@
-"""Seed selection for the simulation: `--sim-seeds=N` runs seeds 0..N-1 (default 300),
-`--sim-seed=K` (repeatable) runs exactly those seeds, to reproduce a failure."""
+"""Seed selection for the simulation: `--sim-seeds=N` runs seeds 0..N-1 (default 500),
+`--sim-seed=K` (repeatable) runs exactly those seeds, to reproduce a failure. The terminal
+summary says how many fault schedules ran and passed."""
 
 from __future__ import annotations
 
 import pytest
 
-DEFAULT_SEEDS = 300
+DEFAULT_SEEDS = 500
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -39,3 +40,17 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "sim_seed" in metafunc.fixturenames:
         seeds = selected_seeds(metafunc.config)
         metafunc.parametrize("sim_seed", seeds, ids=[f"seed_{s}" for s in seeds])
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    ran = [
+        r
+        for key in ("passed", "failed")
+        for r in terminalreporter.stats.get(key, [])
+        if getattr(r, "when", "call") == "call" and "::test_seed[" in r.nodeid
+    ]
+    if ran:
+        failed = sum(1 for r in ran if r.failed)
+        terminalreporter.write_line(
+            f"simulation: {len(ran)} seeded fault schedules ran, {failed} failed"
+        )

@@ -1,7 +1,7 @@
 """The deterministic replication simulation: hundreds of seeded fault schedules against the
 real controller and partition cores, plus the self-tests that show the checks can fail.
 
-Run: `.venv/bin/pytest tests/simulation -q -p no:cacheprovider` (seeds 0..299);
+Run: `.venv/bin/pytest tests/simulation -q -p no:cacheprovider` (seeds 0..499);
 more: `--sim-seeds=5000`; reproduce one: `--sim-seed=K` (its failure report prints K, the
 schedule and the last events).
 """
