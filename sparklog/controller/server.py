@@ -333,17 +333,10 @@ class ControllerServer:
 
         return self._call(allocate)
 
-    def partition_exists(self, topic: str, partition: int) -> bool:
-        """Whether `topic` has `partition`, read from the image without hopping onto the loop
-        (a lookup in dicts the loop replaces atomically; it may lag one record behind)."""
-        controller = self.controller
-        if controller is None:
-            return False
-        image = controller.image.topic(topic)
-        return image is not None and partition in image.partitions
-
     def partition_count(self, topic: str) -> int:
-        """How many partitions `topic` has (0: no such topic); an image read, as above."""
+        """How many partitions `topic` has (0: no such topic), read from the image without
+        hopping onto the loop (a lookup in dicts the loop replaces atomically; it may lag one
+        record behind)."""
         controller = self.controller
         image = None if controller is None else controller.image.topic(topic)
         return 0 if image is None else len(image.partitions)

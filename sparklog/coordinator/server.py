@@ -18,6 +18,7 @@ Embedding: `start_in_thread()` runs the loop in a daemon thread; `stop()` joins 
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import logging
@@ -78,7 +79,7 @@ class GroupCoordinatorServer:
         self._server: KafkaServer | None = None
         self._apis: GroupCoordinatorApis | None = None
         self._tasks: list[asyncio.Task] = []
-        self._pending: list[Write] = []
+        self._pending: collections.deque[Write] = collections.deque()
         self._flush_wanted: asyncio.Event | None = None
         self._store_thread = concurrent.futures.ThreadPoolExecutor(1, "sparklog-offsets-store")
         self._fenced = False
@@ -108,8 +109,7 @@ class GroupCoordinatorServer:
         rows = await loop.run_in_executor(self._store_thread, lambda: list(self.store.read_rows()))
         self.core = GroupCoordinator(
             self.config,
-            self.controller.partition_exists,
-            partition_count=self.controller.partition_count,
+            self.controller.partition_count,
             topic_names=self.controller.topic_names,
         )
         self.core.load(rows, self.now_ms())
@@ -228,7 +228,7 @@ class GroupCoordinatorServer:
         while self._pending:
             batch, rows = [], []
             while self._pending and len(rows) < _MAX_ROWS_PER_COMMIT:
-                write = self._pending.pop(0)
+                write = self._pending.popleft()
                 batch.append(write)
                 rows.extend(write.rows)
             code = 0

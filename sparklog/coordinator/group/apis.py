@@ -338,17 +338,16 @@ class GroupCoordinatorApis:
             client_host=CLIENT_HOST.get(),
         )
         self.after_call()
-        assignment = values.pop("assignment")
+        assignment = values["assignment"]
         answer = {
-            "throttle_time": 0,
             **values,
-            "heartbeat_interval": values.pop("heartbeat_interval_ms"),
+            "throttle_time": 0,
+            "heartbeat_interval": values["heartbeat_interval_ms"],  # kio's field name
             "assignment": None
             if assignment is None
             else {"topic_partitions": self._by_id(assignment)},
         }
-        answer.pop("heartbeat_interval_ms", None)
-        return kio_build.response(request, answer)
+        return kio_build.response(request, answer)  # keys the version lacks are dropped
 
     def _by_id(self, assignment: dict[str, set[int]]) -> list[dict[str, Any]]:
         out = []

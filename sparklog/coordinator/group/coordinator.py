@@ -100,13 +100,12 @@ class GroupCoordinator:
     def __init__(
         self,
         config: GroupConfig,
-        partition_exists: Callable[[str, int], bool],
+        partition_count: Callable[[str], int],
         new_uuid: Callable[[], str] | None = None,
-        partition_count: Callable[[str], int] | None = None,
         topic_names: Callable[[], list[str]] | None = None,
     ) -> None:
         self.config = config
-        self.partition_exists = partition_exists
+        self.partition_count = partition_count
         self.groups: dict[str, Any] = {}
         self.offsets = OffsetCache()
         self._writes: list[Write] = []
@@ -120,7 +119,7 @@ class GroupCoordinator:
         self.consumer = ConsumerGroups(
             self.groups,
             ConsumerConfig.from_group_config(config),
-            partition_count or _count_from(partition_exists),
+            partition_count,
             topic_names or list,
             self._store_consumer_group,
         )
@@ -228,7 +227,7 @@ class GroupCoordinator:
             metadata = p.metadata or ""
             if len(metadata.encode()) > self.config.offset_metadata_max_bytes:
                 codes[tp] = OffsetMetadataTooLargeError.code
-            elif not self.partition_exists(p.topic, p.partition):
+            elif not 0 <= p.partition < self.partition_count(p.topic):
                 codes[tp] = UnknownTopicOrPartitionError.code
             else:
                 codes[tp] = 0
@@ -463,18 +462,6 @@ class GroupCoordinator:
                 self._forget_group(group_id, now_ms)
 
         return done
-
-
-def _count_from(partition_exists: Callable[[str, int], bool]) -> Callable[[str], int]:
-    """A partition counter from an existence check (tests that give only the latter)."""
-
-    def count(topic: str) -> int:
-        n = 0
-        while partition_exists(topic, n):
-            n += 1
-        return n
-
-    return count
 
 
 def describe_consumer_group_classic(group: ConsumerGroup) -> dict[str, Any]:

@@ -51,7 +51,7 @@ class Harness:
     def _new_core(self) -> GroupCoordinator:
         return GroupCoordinator(
             self.config,
-            lambda topic, p: 0 <= p < TOPICS.get(topic, 0),
+            lambda topic: TOPICS.get(topic, 0),
             new_uuid=lambda: f"id{next(self._ids)}",
         )
 
