@@ -40,14 +40,15 @@ def run_and_kill(directory: Path, seed: int, rng: random.Random) -> list[tuple[i
     assert proc.stdout.readline().strip() == "ready"
     while len(reported) < target and time.monotonic() < deadline:
         line = proc.stdout.readline()
-        if not line:
+        if not line.endswith("\n"):
             break
         reported.append(tuple(map(int, line.split())))
     time.sleep(rng.random() * 0.01)  # land somewhere inside a later append
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     for line in proc.stdout:  # lines printed before the kill landed are also fully written
-        reported.append(tuple(map(int, line.split())))
+        if line.endswith("\n"):  # the kill can cut the last line short: not a report
+            reported.append(tuple(map(int, line.split())))
     assert reported, f"child wrote nothing (exit {proc.returncode})"
     return reported
 
