@@ -123,6 +123,8 @@ BrokerIdNotRegisteredError = _error("BrokerIdNotRegisteredError", 102)
 InconsistentClusterIdError = _error("InconsistentClusterIdError", 104)
 NewLeaderElectedError = _error("NewLeaderElectedError", 106)
 IneligibleReplicaError = _error("IneligibleReplicaError", 107)
+TransactionalIdNotFoundError = _error("TransactionalIdNotFoundError", 105)
+TransactionAbortableError = _error("TransactionAbortableError", 120)
 
 
 def error_for_code(code: int) -> type[KafkaError]:

@@ -1,4 +1,5 @@
-"""Group APIs on a broker: every group lives on the driver's coordinator (node 3001), so a broker
+"""Group and transaction APIs on a broker: every group and transactional id lives on the driver's
+coordinator (node 3001), so a broker
 answers them as a Kafka broker that is not the group's coordinator does — NOT_COORDINATOR, which
 sends the client back to FindCoordinator. Brokers announce these APIs all the same, because
 some clients (kafka-python's admin) check a request against the versions of any broker."""
@@ -28,6 +29,13 @@ REFUSED_GROUP_APIS = frozenset(
         ApiKey.DELETE_GROUPS,
         ApiKey.CONSUMER_GROUP_HEARTBEAT,
         ApiKey.CONSUMER_GROUP_DESCRIBE,
+        # transactions live on the same driver-side coordinator
+        ApiKey.ADD_PARTITIONS_TO_TXN,
+        ApiKey.ADD_OFFSETS_TO_TXN,
+        ApiKey.END_TXN,
+        ApiKey.TXN_OFFSET_COMMIT,
+        ApiKey.DESCRIBE_TRANSACTIONS,
+        ApiKey.LIST_TRANSACTIONS,
     }
 )
 
@@ -107,6 +115,46 @@ async def handle_not_coordinator(request: Request) -> Any:
         ]
     elif key == ApiKey.DELETE_GROUPS:
         data["results"] = [{"group_id": g, "error_code": _CODE} for g in body.groups_names]
+    elif key in (ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.END_TXN, ApiKey.LIST_TRANSACTIONS):
+        data.update(error_code=_CODE, unknown_state_filters=[], transaction_states=[])
+    elif key == ApiKey.ADD_PARTITIONS_TO_TXN:
+        if version >= 4:
+            data.update(error_code=_CODE, results_by_transaction=[])
+        else:
+            data["results_by_topic_v3_and_below"] = [
+                {
+                    "name": t.name,
+                    "results_by_partition": [
+                        {"partition_index": p, "partition_error_code": _CODE} for p in t.partitions
+                    ],
+                }
+                for t in body.v3_and_below_topics
+            ]
+    elif key == ApiKey.TXN_OFFSET_COMMIT:
+        data["topics"] = [
+            {
+                "name": t.name,
+                "partitions": [
+                    {"partition_index": p.partition_index, "error_code": _CODE}
+                    for p in t.partitions
+                ],
+            }
+            for t in body.topics
+        ]
+    elif key == ApiKey.DESCRIBE_TRANSACTIONS:
+        data["transaction_states"] = [
+            {
+                "error_code": _CODE,
+                "transactional_id": tid,
+                "transaction_state": "",
+                "transaction_timeout": 0,
+                "transaction_start_time": -1,
+                "producer_id": -1,
+                "producer_epoch": -1,
+                "topics": [],
+            }
+            for tid in body.transactional_ids
+        ]
     else:
         raise AssertionError(f"{key.name} is not a refused group API")
     return kio_build.response(request, data)

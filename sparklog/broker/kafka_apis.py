@@ -31,12 +31,14 @@ from sparklog.broker.replica_manager import (
     ReplicaManager,
     error_code_of,
 )
+from sparklog.broker.txn_apis import handle_describe_producers, handle_write_txn_markers
 from sparklog.errors import (
     CoordinatorNotAvailableError,
     FetchSessionIdNotFoundError,
     InvalidRequestError,
     KafkaError,
     LeaderNotAvailableError,
+    NotCoordinatorError,
     NotLeaderOrFollowerError,
     UnsupportedVersionError,
 )
@@ -183,6 +185,10 @@ class KafkaApis:
             **dict.fromkeys(REFUSED_GROUP_APIS, handle_not_coordinator),
             ApiKey.DESCRIBE_CONFIGS: admin.handle_describe_configs,
             ApiKey.DESCRIBE_LOG_DIRS: self.handle_describe_log_dirs,
+            ApiKey.WRITE_TXN_MARKERS: lambda r: handle_write_txn_markers(
+                r, replica_manager, replica_manager.now_ms
+            ),
+            ApiKey.DESCRIBE_PRODUCERS: self.handle_describe_producers,
             ApiKey.CREATE_TOPICS: admin.handle_forwarded,
             ApiKey.DELETE_TOPICS: admin.handle_forwarded,
             ApiKey.CREATE_PARTITIONS: admin.handle_forwarded,
@@ -358,20 +364,23 @@ class KafkaApis:
     # -- coordinators -------------------------------------------------------------------------
 
     async def handle_find_coordinator(self, request: Request) -> Any:
-        """Groups: the group coordinator on the driver (its own listener, node
-        `GROUP_COORDINATOR_NODE_ID`). Transactions are not served yet: COORDINATOR_NOT_AVAILABLE
+        """Groups and transactions: the coordinator on the driver (its own listener, node
+        `GROUP_COORDINATOR_NODE_ID`). Without one (a broker run alone), COORDINATOR_NOT_AVAILABLE
         (retriable), as a Kafka cluster answers while its coordinators load. Served even without
         a coordinator because librdkafka turns on lz4 only for brokers that list it."""
-        key_type = int(getattr(request.body, "key_type", 0))
         endpoint = self.config.originals.get(GROUP_COORDINATOR_ENDPOINT)
-        if key_type == 0 and endpoint:
+        if endpoint:
             host, _sep, port = endpoint.rpartition(":")
             return find_coordinator_response(request, host, int(port))
+        key_type = int(getattr(request.body, "key_type", 0))
         what = "transactions" if key_type == 1 else "consumer groups"
-        message = f"sparklog does not serve {what} on this cluster"
+        message = f"sparklog does not serve {what} on this cluster (no coordinator configured)"
         return find_coordinator_response(
             request, "", -1, (CoordinatorNotAvailableError.code, message)
         )
+
+    async def handle_describe_producers(self, request: Request) -> Any:
+        return handle_describe_producers(request, self.replica_manager)
 
     async def handle_list_groups(self, request: Request) -> Any:
         """No groups here: they all live on the driver's coordinator, which admin clients ask
@@ -383,12 +392,8 @@ class KafkaApis:
     async def handle_init_producer_id(self, request: Request) -> Any:
         body = request.body
         answer: dict[str, Any] = {"throttle_time": 0, "producer_id": -1, "producer_epoch": -1}
-        if body.transactional_id is not None:
-            log.info(
-                "InitProducerId for transactional id %r refused: transactions are not served yet",
-                body.transactional_id,
-            )
-            answer["error_code"] = CoordinatorNotAvailableError.code
+        if body.transactional_id is not None:  # the transaction coordinator's (on the driver)
+            answer["error_code"] = NotCoordinatorError.code
             return kio_build.response(request, answer)
         try:
             answer.update(

@@ -238,6 +238,9 @@ class ReplicaManager:
         if events:
             self.delayed.notify(tp)
 
+    def now_ms(self) -> int:
+        return self._clock_ms()
+
     def hosted(self, topic: str, partition: int) -> HostedPartition:
         """The hosted partition, or the error Kafka gives for it."""
         found = self._partitions.get((topic, partition))

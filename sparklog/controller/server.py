@@ -341,6 +341,20 @@ class ControllerServer:
         image = None if controller is None else controller.image.topic(topic)
         return 0 if image is None else len(image.partitions)
 
+    def partition_leader(self, topic: str, partition: int) -> tuple[int, str, int] | None:
+        """(broker id, host, port) of the partition's leader; None while it has no live one.
+        Read without hopping onto the loop, like `partition_count`."""
+        controller = self.controller
+        image = None if controller is None else controller.image
+        found = None if image is None else image.topic(topic)
+        registration = None if found is None else found.partitions.get(partition)
+        if registration is None or not registration.is_online:
+            return None
+        broker = image.broker(registration.leader)
+        if broker is None or broker.fenced:
+            return None
+        return broker.broker_id, broker.host, broker.port
+
     def topic_names(self) -> list[str]:
         controller = self.controller
         return [] if controller is None else list(controller.image.topic_names())

@@ -48,7 +48,22 @@ SCHEMA = pa.schema(
         pa.field("commit_timestamp", _TS),
         pa.field("expire_timestamp", _TS),
         pa.field("group_metadata", pa.string()),
+        # transactions (docs/transactions.md): `transaction` and `txn_offset` rows
+        pa.field("transactional_id", pa.string()),
+        pa.field("producer_id", pa.int64()),
+        pa.field("producer_epoch", pa.int16()),
+        pa.field("txn_state", pa.string()),
+        pa.field("transaction_metadata", pa.string()),
     ]
+)
+
+#: Columns added after the first release: a table without them gains them on open.
+_ADDED_COLUMNS = (
+    "transactional_id",
+    "producer_id",
+    "producer_epoch",
+    "txn_state",
+    "transaction_metadata",
 )
 
 
@@ -106,7 +121,14 @@ class OffsetsStore:
     def _check_schema(self) -> None:
         have = {f.name for f in self._table.schema().to_arrow()}
         missing = [f.name for f in SCHEMA if f.name not in have]
-        if missing:
+        if missing and set(missing) <= set(_ADDED_COLUMNS):
+            from deltalake import Field
+
+            log.info("adding columns %s to %s", ", ".join(missing), self.path)
+            self._table.alter.add_columns(
+                [Field.from_arrow(SCHEMA.field(name)) for name in missing]
+            )
+        elif missing:
             raise ValueError(
                 f"{self.path} is a Delta table but not a sparklog offsets table (no column "
                 f"{', '.join(missing)}); point offsets.table.path at another location"
@@ -148,7 +170,7 @@ class OffsetsStore:
                 elif name == "expire_timestamp":
                     columns[name].append(_ts(row["expire_timestamp_ms"]))
                 else:
-                    columns[name].append(row[name])
+                    columns[name].append(row.get(name))
         last = first + len(rows) - 1
         try:
             write_deltalake(

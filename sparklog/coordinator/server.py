@@ -1,5 +1,7 @@
-"""The group coordinator as a server on the driver: the sans-IO `GroupCoordinator` behind Kafka's
-protocol, its offsets and membership in a Delta table (`OffsetsStore`).
+"""The group and transaction coordinators as one server on the driver: the sans-IO
+`GroupCoordinator` and `TransactionCoordinator` behind Kafka's protocol, their offsets,
+membership and transaction decisions in one Delta table (`OffsetsStore`), so a transaction's
+decision and its consumer offsets land in one Delta commit (DESIGN D9).
 
 Flow of a write: a handler calls the core; the core's `Write`s join `_pending`; the flush task
 takes everything pending (group commit: one Delta commit for many requests, after a short
@@ -7,8 +9,11 @@ linger), appends it on the store's own thread, then calls each write's `done` on
 which applies the change and answers the client. A write that is not durable within
 `offsets.commit.timeout.ms` is answered with REQUEST_TIMED_OUT by its handler.
 
-Clients find the coordinator with FindCoordinator on any broker (node 3001,
-this listener's host and port). It also answers Metadata and DescribeCluster, from the
+Decided transactions go to the `TransactionMarkerChannel`, which writes their markers to the
+partition leaders and reports back so the coordinator can complete them.
+
+Clients find the coordinator with FindCoordinator (groups and transactions) on any broker
+(node 3001, this listener's host and port). It also answers Metadata and DescribeCluster, from the
 controller's image, for clients that use it as one more node. Starting on the same table
 reloads every group and offset, so a driver restart on the same disk loses nothing.
 
@@ -33,6 +38,10 @@ from sparklog.coordinator.group.apis import GroupCoordinatorApis
 from sparklog.coordinator.group.config import GroupConfig
 from sparklog.coordinator.group.coordinator import GroupCoordinator, Write
 from sparklog.coordinator.offsets_store import OffsetsStore, OffsetsStoreFencedError
+from sparklog.coordinator.transaction.apis import TransactionApis
+from sparklog.coordinator.transaction.config import TransactionConfig
+from sparklog.coordinator.transaction.coordinator import MarkerJob, TransactionCoordinator
+from sparklog.coordinator.transaction.marker_channel import TransactionMarkerChannel
 from sparklog.errors import CoordinatorNotAvailableError, NotCoordinatorError
 from sparklog.protocol.api_versions import (
     COORDINATOR_DELEGATED_APIS,
@@ -64,6 +73,7 @@ class GroupCoordinatorServer:
         store_factory: Callable[[str, int], Any] | None = None,
     ) -> None:
         self.config = GroupConfig.from_properties(config or {})
+        self.txn_config = TransactionConfig.from_properties(config or {})
         #: (path, maintenance commits) -> store; benchmarks swap in an in-memory one
         self.store_factory = store_factory or (
             lambda path, every: OffsetsStore(path, maintenance_commits=every)
@@ -75,6 +85,9 @@ class GroupCoordinatorServer:
         self.host = host
         self.port = port
         self.core: GroupCoordinator | None = None
+        self.txn: TransactionCoordinator | None = None
+        self._txn_apis: TransactionApis | None = None
+        self.markers: TransactionMarkerChannel | None = None
         self.store: OffsetsStore | None = None
         self._server: KafkaServer | None = None
         self._apis: GroupCoordinatorApis | None = None
@@ -113,9 +126,32 @@ class GroupCoordinatorServer:
             topic_names=self.controller.topic_names,
         )
         self.core.load(rows, self.now_ms())
+        version = getattr(self.store, "version", lambda: 0)()
+        self.txn = TransactionCoordinator(
+            self.txn_config,
+            coordinator_epoch=max(0, min(version, 2**31 - 1)),
+            new_producer_id=self._take_producer_id,
+            offsets=self.core,
+        )
+        self.txn.load(rows)
+        self.core.txn_check = self.txn.check_offset_commit
         self._flush_wanted = asyncio.Event()
         self._apis = GroupCoordinatorApis(
             self.core, self.now_ms, self._collect_writes, self.controller
+        )
+        self._txn_apis = TransactionApis(
+            self.txn,
+            self.core,
+            self.now_ms,
+            self._collect_writes,
+            self.controller.partition_count,
+            self._reserve_producer_ids,
+        )
+        self.markers = TransactionMarkerChannel(
+            self.controller.partition_leader,
+            self.controller.partition_count,
+            self._markers_done,
+            request_timeout_ms=self.txn_config.transaction_marker_request_timeout_ms,
         )
         self._server = KafkaServer(
             self.handle,
@@ -129,7 +165,9 @@ class GroupCoordinatorServer:
         self._tasks = [
             asyncio.create_task(self._tick_loop(), name="group-coordinator-tick"),
             asyncio.create_task(self._flush_loop(), name="group-coordinator-flush"),
+            asyncio.create_task(self.markers.run(), name="transaction-markers"),
         ]
+        self._collect_writes()  # markers of transactions prepared before a restart
         log.info(
             "group coordinator listening on %s (offsets table %s, %d rows loaded)",
             self.bootstrap,
@@ -150,6 +188,8 @@ class GroupCoordinatorServer:
                 await task
         if self._pending:
             await self._flush()
+        if self.markers is not None:
+            await self.markers.close()
         self._store_thread.shutdown(wait=True)
         log.info("group coordinator on %s stopped", self.bootstrap)
 
@@ -178,8 +218,13 @@ class GroupCoordinatorServer:
         if api in COORDINATOR_DELEGATED_APIS:
             return await self.controller.handle_from_other_loop(request)
         if api == ApiKey.INIT_PRODUCER_ID:
+            if request.body.transactional_id is not None:
+                assert self._txn_apis is not None
+                return await self._txn_apis.init_producer_id(request)
             return await self._init_producer_id(request)
         handler = self._apis.handlers.get(api)
+        if handler is None and self._txn_apis is not None:
+            handler = self._txn_apis.handlers.get(api)
         if handler is None:
             raise ProtocolError(f"no handler for api {request.api_key}")
         try:
@@ -188,30 +233,49 @@ class GroupCoordinatorServer:
             raise ProtocolError(f"{api.name} was not answered in time; closing") from None
 
     async def _init_producer_id(self, request: Request) -> Any:
-        """InitProducerId for idempotent producers (ids from a controller block, like a
-        broker's); transactional ids wait for the transaction coordinator."""
-        answer: dict[str, Any] = {"throttle_time": 0, "producer_id": -1, "producer_epoch": -1}
-        if request.body.transactional_id is not None:
-            answer["error_code"] = CoordinatorNotAvailableError.code
-            return kio_build.response(request, answer)
-        if self._producer_ids[0] >= self._producer_ids[1]:
-            assert self._loop is not None
-            start, count = await self._loop.run_in_executor(
-                None, self.controller.allocate_producer_ids, GROUP_COORDINATOR_NODE_ID
-            )
-            self._producer_ids = [start, start + count]
-        answer.update(error_code=0, producer_id=self._producer_ids[0], producer_epoch=0)
-        self._producer_ids[0] += 1
+        """InitProducerId for idempotent producers: ids from a controller block, like a
+        broker's."""
+        await self._reserve_producer_ids(1)
+        answer = {
+            "throttle_time": 0,
+            "error_code": 0,
+            "producer_id": self._take_producer_id(),
+            "producer_epoch": 0,
+        }
         return kio_build.response(request, answer)
+
+    async def _reserve_producer_ids(self, count: int) -> None:
+        """Make sure the current block holds `count` more ids (a controller call if not)."""
+        if self._producer_ids[1] - self._producer_ids[0] >= count:
+            return
+        assert self._loop is not None
+        start, size = await self._loop.run_in_executor(
+            None, self.controller.allocate_producer_ids, GROUP_COORDINATOR_NODE_ID
+        )
+        self._producer_ids = [start, start + size]
+
+    def _take_producer_id(self) -> int:
+        if self._producer_ids[0] >= self._producer_ids[1]:
+            raise CoordinatorNotAvailableError("no producer id reserved; retry")
+        self._producer_ids[0] += 1
+        return self._producer_ids[0] - 1
 
     # -- writes -----------------------------------------------------------------------------
 
     def _collect_writes(self) -> None:
         assert self.core is not None and self._flush_wanted is not None
-        writes = self.core.take_writes()
+        assert self.txn is not None and self.markers is not None
+        writes = self.core.take_writes() + self.txn.take_writes()
         if writes:
             self._pending.extend(writes)
             self._flush_wanted.set()
+        for job in self.txn.take_markers():
+            self.markers.add(job)
+
+    def _markers_done(self, job: MarkerJob) -> None:
+        assert self.txn is not None
+        self.txn.markers_done(self.now_ms(), job)
+        self._collect_writes()
 
     async def _flush_loop(self) -> None:
         assert self._flush_wanted is not None
@@ -257,7 +321,10 @@ class GroupCoordinatorServer:
         while True:
             await asyncio.sleep(_TICK_MS / 1000)
             try:
-                self.core.tick(self.now_ms())
+                now_ms = self.now_ms()
+                self.core.tick(now_ms)
+                assert self.txn is not None
+                self.txn.tick(now_ms)
                 self._collect_writes()
             except Exception:  # noqa: BLE001
                 log.exception("group coordinator tick failed; retrying")

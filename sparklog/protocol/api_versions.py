@@ -40,8 +40,8 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
     DESCRIBE_LOG_DIRS = 35
-    DELETE_GROUPS = 42
     CREATE_PARTITIONS = 37
+    DELETE_GROUPS = 42
     ELECT_LEADERS = 43
     INCREMENTAL_ALTER_CONFIGS = 44
     ALTER_PARTITION_REASSIGNMENTS = 45
@@ -49,9 +49,12 @@ class ApiKey(enum.IntEnum):
     OFFSET_DELETE = 47
     ALTER_PARTITION = 56
     DESCRIBE_CLUSTER = 60
+    DESCRIBE_PRODUCERS = 61
     BROKER_REGISTRATION = 62
     BROKER_HEARTBEAT = 63
     UNREGISTER_BROKER = 64
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
     ALLOCATE_PRODUCER_IDS = 67
     CONSUMER_GROUP_HEARTBEAT = 68
     CONSUMER_GROUP_DESCRIBE = 69
@@ -78,6 +81,20 @@ GROUP_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
     }
 )
 
+#: The transaction APIs clients send to the transaction coordinator, and the versions served:
+#: below the versions that bring transaction version 2 (KIP-890 part 2) and TRANSACTION_ABORTABLE;
+#: AddPartitionsToTxn v4 is the brokers' batched verification (KIP-890 part 1).
+TRANSACTION_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
+    {
+        ApiKey.ADD_PARTITIONS_TO_TXN: (0, 4),
+        ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),
+        ApiKey.END_TXN: (0, 3),
+        ApiKey.TXN_OFFSET_COMMIT: (0, 3),
+        ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
+        ApiKey.LIST_TRANSACTIONS: (0, 1),
+    }
+)
+
 #: What a broker serves to clients (and followers).
 BROKER_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
     {
@@ -101,9 +118,12 @@ BROKER_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
         ApiKey.ELECT_LEADERS: (0, 2),
         ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 1),
         ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
-        # group APIs: brokers answer NOT_COORDINATOR (ListGroups: none here); the groups live
+        ApiKey.WRITE_TXN_MARKERS: (1, 1),
+        ApiKey.DESCRIBE_PRODUCERS: (0, 0),
+        # group and transaction APIs: brokers answer NOT_COORDINATOR (ListGroups: none here); the groups live
         # on the driver's coordinator, `GROUP_COORDINATOR_APIS`
         **GROUP_APIS,
+        **TRANSACTION_APIS,
     }
 )
 
@@ -160,14 +180,15 @@ COORDINATOR_DELEGATED_APIS = frozenset(
     }
 )
 
-#: What the group coordinator serves (its own listener on the driver): the group APIs,
-#: InitProducerId for idempotent producers, and the delegated controller APIs.
+#: What the driver's coordinator serves (its own listener): the group and transaction APIs,
+#: InitProducerId, and the delegated controller APIs.
 GROUP_COORDINATOR_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
     {
         ApiKey.API_VERSIONS: (0, 3),
         ApiKey.FIND_COORDINATOR: (0, 4),
         ApiKey.INIT_PRODUCER_ID: (0, 4),
         **GROUP_APIS,
+        **TRANSACTION_APIS,
         **{api: CONTROLLER_APIS[api] for api in COORDINATOR_DELEGATED_APIS},
     }
 )

@@ -124,6 +124,10 @@ class GroupCoordinator:
             self._store_consumer_group,
         )
         self._next_expiry_check_ms = 0
+        #: offsets of open transactions: producer id -> group -> partition -> offset
+        self.txn_offsets: dict[int, dict[str, dict[TopicPartition, CommittedOffset]]] = {}
+        #: the transaction coordinator's check of a TxnOffsetCommit (0: it may go ahead)
+        self.txn_check: Callable[[str, int, int, str], int] | None = None
 
     # -- persistence ------------------------------------------------------------------------
 
@@ -146,24 +150,22 @@ class GroupCoordinator:
         records: dict[str, dict[str, Any] | None] = {}
         for row in rows:
             group_id = row["group_id"]
-            if row["record_type"] == "group":
+            if row["record_type"] == "transaction":
+                # a decision (or a new epoch): the producer's pending offsets are settled; a
+                # commit's offsets follow as plain offset rows in the same Delta commit
+                self.txn_offsets.pop(int(row["producer_id"]), None)
+            elif row["record_type"] == "txn_offset":
+                tp = (row["topic"], int(row["partition"]))
+                pending = self.txn_offsets.setdefault(int(row["producer_id"]), {})
+                pending.setdefault(group_id, {})[tp] = _offset_of(row)
+            elif row["record_type"] == "group":
                 meta = row["group_metadata"]
                 records[group_id] = None if meta is None else json.loads(meta)
                 if meta is None:
                     self.offsets.delete_group(group_id)
             elif row["record_type"] == "offset":
                 tp = (row["topic"], int(row["partition"]))
-                value = None
-                if row["committed_offset"] is not None:
-                    value = CommittedOffset(
-                        int(row["committed_offset"]),
-                        int(row["leader_epoch"] if row["leader_epoch"] is not None else -1),
-                        row["metadata"] or "",
-                        int(row["commit_timestamp_ms"]),
-                        None
-                        if row["expire_timestamp_ms"] is None
-                        else int(row["expire_timestamp_ms"]),
-                    )
+                value = None if row["committed_offset"] is None else _offset_of(row)
                 self.offsets.apply(group_id, {tp: value})
         for group_id, record in records.items():
             if record is None:
@@ -247,6 +249,87 @@ class GroupCoordinator:
 
         rows = [offset_row(group_id, tp, v) for tp, v in changes.items()]
         self._writes.append(Write(rows, done))
+
+    def txn_commit_offsets(
+        self,
+        now_ms: int,
+        *,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        partitions: list[OffsetCommitPartition],
+        respond: Callable[[dict[TopicPartition, int]], None],
+    ) -> None:
+        """TxnOffsetCommit: the offsets are persisted as pending and become committed only
+        with the transaction's commit decision (`txn_offset_rows`, `complete_txn_offsets`)."""
+        code = 0
+        if self.txn_check is not None:
+            code = self.txn_check(transactional_id, producer_id, producer_epoch, group_id)
+        if not code:
+            code = self._check_commit(group_id, generation_id, member_id, group_instance_id)
+        if code:
+            return respond({(p.topic, p.partition): code for p in partitions})
+        codes: dict[TopicPartition, int] = {}
+        changes: dict[TopicPartition, CommittedOffset] = {}
+        for p in partitions:
+            tp = (p.topic, p.partition)
+            metadata = p.metadata or ""
+            if len(metadata.encode()) > self.config.offset_metadata_max_bytes:
+                codes[tp] = OffsetMetadataTooLargeError.code
+            elif not 0 <= p.partition < self.partition_count(p.topic):
+                codes[tp] = UnknownTopicOrPartitionError.code
+            else:
+                codes[tp] = 0
+                changes[tp] = CommittedOffset(p.committed_offset, p.leader_epoch, metadata, now_ms)
+        if not changes:
+            return respond(codes)
+
+        def done(_now_ms: int, error: int) -> None:
+            if error == 0:
+                pending = self.txn_offsets.setdefault(producer_id, {})
+                pending.setdefault(group_id, {}).update(changes)
+            respond({tp: (error if tp in changes else c) for tp, c in codes.items()})
+
+        rows = []
+        for tp, value in changes.items():
+            row = offset_row(group_id, tp, value)
+            row.update(
+                record_type="txn_offset",
+                transactional_id=transactional_id,
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+            )
+            rows.append(row)
+        self._writes.append(Write(rows, done))
+
+    def txn_offset_rows(self, producer_id: int, groups: set[str]) -> list[dict[str, Any]]:
+        """Offset rows that commit the pending offsets of `producer_id` (its decision's)."""
+        pending = self.txn_offsets.get(producer_id, {})
+        return [
+            offset_row(group_id, tp, value)
+            for group_id in sorted(groups)
+            for tp, value in pending.get(group_id, {}).items()
+        ]
+
+    def complete_txn_offsets(self, producer_id: int, committed: bool) -> None:
+        """The transaction's decision is durable: its offsets become committed or vanish."""
+        pending = self.txn_offsets.pop(producer_id, {})
+        if not committed:
+            return
+        for group_id, changes in pending.items():
+            if group_id not in self.groups:
+                self.groups[group_id] = ClassicGroup(
+                    group_id, next(iter(changes.values())).commit_timestamp_ms
+                )
+            self.offsets.apply(group_id, dict(changes))
+
+    def has_pending_txn_offset(self, group_id: str, tp: TopicPartition) -> bool:
+        """Whether an open transaction holds an offset for `tp` (OffsetFetch requireStable)."""
+        return any(tp in g.get(group_id, {}) for g in self.txn_offsets.values())
 
     def _check_commit(
         self, group_id: str, generation_id: int, member_id: str, instance_id: str | None
@@ -462,6 +545,16 @@ class GroupCoordinator:
                 self._forget_group(group_id, now_ms)
 
         return done
+
+
+def _offset_of(row: dict[str, Any]) -> CommittedOffset:
+    return CommittedOffset(
+        int(row["committed_offset"]),
+        int(row["leader_epoch"] if row["leader_epoch"] is not None else -1),
+        row["metadata"] or "",
+        int(row["commit_timestamp_ms"]),
+        None if row["expire_timestamp_ms"] is None else int(row["expire_timestamp_ms"]),
+    )
 
 
 def describe_consumer_group_classic(group: ConsumerGroup) -> dict[str, Any]:

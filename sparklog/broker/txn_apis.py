@@ -1,0 +1,91 @@
+"""A broker's part in transactions (Kafka's `KafkaApis.handleWriteTxnMarkersRequest` and
+`handleDescribeProducersRequest`): it appends the COMMIT/ABORT markers the driver's transaction
+coordinator sends, and describes the producers its partitions know."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from sparklog.broker import kio_build
+from sparklog.broker.replica_manager import ReplicaManager, error_code_of
+from sparklog.records.control import (
+    ControlRecordType,
+    EndTransactionMarker,
+    build_end_txn_marker_batch,
+)
+from sparklog.storage.producer_state import AppendOrigin
+
+#: How long a marker append waits for the in-sync replicas (Kafka: request.timeout.ms).
+MARKER_APPEND_TIMEOUT_MS = 30_000
+
+
+async def handle_write_txn_markers(
+    request: Any, replica_manager: ReplicaManager, clock_ms: Callable[[], int]
+) -> Any:
+    """Append each marker to each of its partitions (acks=all, as Kafka writes markers) and
+    answer every partition's error code."""
+
+    async def write(marker: Any) -> dict[str, Any]:
+        kind = ControlRecordType.COMMIT if marker.transaction_result else ControlRecordType.ABORT
+        batch = build_end_txn_marker_batch(
+            EndTransactionMarker(kind, int(marker.coordinator_epoch)),
+            producer_id=int(marker.producer_id),
+            producer_epoch=int(marker.producer_epoch),
+            timestamp_ms=clock_ms(),
+        )
+        entries = {(t.name, int(p)): batch for t in marker.topics for p in t.partition_indexes}
+        results = await replica_manager.append_records(
+            -1, MARKER_APPEND_TIMEOUT_MS, entries, origin=AppendOrigin.COORDINATOR
+        )
+        topics: dict[str, list[dict[str, int]]] = {}
+        for (topic, partition), result in results.items():
+            topics.setdefault(topic, []).append(
+                {"partition_index": partition, "error_code": result.error_code}
+            )
+        return {
+            "producer_id": int(marker.producer_id),
+            "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
+        }
+
+    answers = await asyncio.gather(*(write(m) for m in request.body.markers))
+    return kio_build.response(request, {"markers": answers})
+
+
+def handle_describe_producers(request: Any, replica_manager: ReplicaManager) -> Any:
+    """The active producers of each partition this broker leads."""
+    topics = []
+    for t in request.body.topics:
+        partitions = []
+        for p in t.partition_indexes:
+            answer: dict[str, Any] = {
+                "partition_index": int(p),
+                "error_code": 0,
+                "error_message": None,
+                "active_producers": [],
+            }
+            try:
+                hosted = replica_manager.hosted(t.name, int(p))
+                hosted.partition.check_leader()
+                producers = hosted.log.producer_state.active_producers
+                answer["active_producers"] = [
+                    {
+                        "producer_id": pid,
+                        "producer_epoch": entry.producer_epoch,
+                        "last_sequence": entry.last_seq,
+                        "last_timestamp": entry.last_timestamp,
+                        "coordinator_epoch": entry.coordinator_epoch,
+                        "current_txn_start_offset": -1
+                        if entry.current_txn_first_offset is None
+                        else entry.current_txn_first_offset,
+                    }
+                    for pid, entry in sorted(producers.items())
+                ]
+            except Exception as e:  # noqa: BLE001 - becomes the partition's error
+                answer["error_code"], answer["error_message"] = error_code_of(
+                    e, f"describe producers of {t.name}-{p}"
+                )
+            partitions.append(answer)
+        topics.append({"name": t.name, "partitions": partitions})
+    return kio_build.response(request, {"throttle_time": 0, "topics": topics})

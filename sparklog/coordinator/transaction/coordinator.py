@@ -1,0 +1,544 @@
+"""The transaction coordinator's core (Kafka's `TransactionCoordinator` +
+`TransactionStateManager`, without I/O).
+
+Theory of operation. Every request is a call with `now_ms` and a responder. A state change is
+validated against the id's `TransactionMetadata`, becomes a `Write` (one row per change, in the
+same Delta table as the group coordinator's offsets) and is applied to memory only once the
+edge reports it durable (`write.done`). The decision of a transaction - the row that moves it
+to PrepareCommit or PrepareAbort - is written together with the consumer offsets the
+transaction carries (`TxnOffsets.txn_offset_rows`), so one Delta commit makes both visible
+(DESIGN D9). Then a `MarkerJob` asks the edge to write COMMIT/ABORT markers to every partition
+of the transaction; when all are acknowledged (`markers_done`) the CompleteCommit /
+CompleteAbort row is written. `load(rows)` rebuilds every id after a restart and re-queues the
+markers of every prepared transaction.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
+
+from sparklog.coordinator.group.coordinator import Write
+from sparklog.coordinator.transaction.config import TransactionConfig
+from sparklog.coordinator.transaction.metadata import (
+    MAX_PRODUCER_EPOCH,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    TopicPartition,
+    TransactionMetadata,
+    TxnState,
+)
+from sparklog.errors import (
+    ConcurrentTransactionsError,
+    InvalidProducerIdMappingError,
+    InvalidRequestError,
+    InvalidTransactionTimeoutError,
+    InvalidTxnStateError,
+    ProducerFencedError,
+)
+
+log = logging.getLogger(__name__)
+
+_S = TxnState
+Respond = Callable[[int], None]
+
+
+class TxnOffsets(Protocol):
+    """The group coordinator's side of transactional offset commits."""
+
+    def txn_offset_rows(self, producer_id: int, groups: set[str]) -> list[dict[str, Any]]:
+        """Offset rows that make the pending offsets of `producer_id` committed."""
+
+    def complete_txn_offsets(self, producer_id: int, committed: bool) -> None:
+        """The decision is durable: apply (commit) or drop (abort) the pending offsets."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MarkerJob:
+    """COMMIT/ABORT markers to write to every partition of one transaction."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    committed: bool
+    coordinator_epoch: int
+    partitions: frozenset[TopicPartition]
+
+
+def transaction_row(meta: TransactionMetadata, now_ms: int) -> dict[str, Any]:
+    """The persisted row of one transactional id's new state."""
+    return {
+        "record_type": "transaction",
+        "group_id": "",
+        "commit_timestamp_ms": now_ms,
+        "expire_timestamp_ms": None,
+        "transactional_id": meta.transactional_id,
+        "producer_id": meta.producer_id,
+        "producer_epoch": meta.producer_epoch,
+        "txn_state": meta.state.value,
+        "transaction_metadata": json.dumps(meta.to_record(), sort_keys=True),
+    }
+
+
+class TransactionCoordinator:
+    """Every transactional id of the cluster; see the module doc for the flow."""
+
+    def __init__(
+        self,
+        config: TransactionConfig,
+        coordinator_epoch: int,
+        new_producer_id: Callable[[], int],
+        offsets: TxnOffsets | None = None,
+    ) -> None:
+        self.config = config
+        self.coordinator_epoch = coordinator_epoch
+        self.new_producer_id = new_producer_id
+        self.offsets = offsets
+        self.transactions: dict[str, TransactionMetadata] = {}
+        self._writes: list[Write] = []
+        self._markers: list[MarkerJob] = []
+        self._complete_retry: set[str] = set()
+        self._next_abort_check_ms = 0
+        self._next_expiry_check_ms = 0
+
+    # -- outputs ----------------------------------------------------------------------------
+
+    def take_writes(self) -> list[Write]:
+        writes, self._writes = self._writes, []
+        return writes
+
+    def take_markers(self) -> list[MarkerJob]:
+        markers, self._markers = self._markers, []
+        return markers
+
+    def _persist(
+        self,
+        meta: TransactionMetadata,
+        new: TransactionMetadata,
+        now_ms: int,
+        on_durable: Callable[[int], None],
+        on_error: Respond,
+        extra_rows: Iterable[dict[str, Any]] = (),
+    ) -> None:
+        """Write `new` (with `extra_rows` in the same commit); apply it once durable."""
+        meta.pending = True
+        tid = meta.transactional_id
+
+        def done(done_ms: int, error: int) -> None:
+            meta.pending = False
+            if error:
+                return on_error(error)
+            if self.transactions.get(tid) is meta:
+                if new.state is _S.DEAD:
+                    del self.transactions[tid]
+                else:
+                    self.transactions[tid] = new
+            on_durable(done_ms)
+
+        rows = [transaction_row(new, now_ms), *extra_rows]
+        self._writes.append(Write(rows, done))
+
+    # -- InitProducerId ---------------------------------------------------------------------
+
+    def init_producer_id(
+        self,
+        now_ms: int,
+        *,
+        transactional_id: str,
+        timeout_ms: int,
+        producer_id: int,
+        producer_epoch: int,
+        respond: Callable[[int, int, int], None],
+    ) -> None:
+        """InitProducerId for a transactional id: `respond(error, producer id, epoch)`.
+
+        A new id gets a producer id; a known one gets its epoch bumped, which fences every older
+        incarnation; an Ongoing transaction of the old epoch is aborted first (the caller gets
+        CONCURRENT_TRANSACTIONS and retries, as Kafka's clients do).
+        """
+
+        def fail(code: int) -> None:
+            respond(code, NO_PRODUCER_ID, NO_PRODUCER_EPOCH)
+
+        if not transactional_id:
+            return fail(InvalidRequestError.code)
+        if not 0 < timeout_ms <= self.config.transaction_max_timeout_ms:
+            return fail(InvalidTransactionTimeoutError.code)
+        meta = self.transactions.get(transactional_id)
+        if meta is None:
+            meta = TransactionMetadata(
+                transactional_id,
+                self.new_producer_id(),
+                NO_PRODUCER_EPOCH,
+                timeout_ms,
+                last_update_ms=now_ms,
+            )
+            self.transactions[transactional_id] = meta
+        if meta.pending:
+            return fail(ConcurrentTransactionsError.code)
+        expected = (producer_id, producer_epoch) if producer_id != NO_PRODUCER_ID else None
+        current = (meta.producer_id, meta.producer_epoch)
+        last = (meta.last_producer_id, meta.last_producer_epoch)
+        if expected is not None and expected not in (current, last):
+            return fail(ProducerFencedError.code)
+        if meta.state.is_prepared or meta.state is _S.PREPARE_EPOCH_FENCE:
+            return fail(ConcurrentTransactionsError.code)
+        if meta.state is _S.ONGOING:
+            self._fence_and_abort(meta, now_ms)
+            return fail(ConcurrentTransactionsError.code)
+        if expected is not None and expected == last and expected != current:
+            # a retry of an InitProducerId that already bumped: answer what it got
+            return respond(0, meta.producer_id, meta.producer_epoch)
+        if meta.epoch_exhausted():
+            new = meta.copy(producer_id=self.new_producer_id(), producer_epoch=0)
+        else:
+            new = meta.copy(producer_epoch=meta.producer_epoch + 1)
+        new.last_producer_id, new.last_producer_epoch = current
+        new.timeout_ms = timeout_ms
+        new.state = _S.EMPTY
+        new.partitions, new.groups, new.txn_start_ms = set(), set(), -1
+        new.last_update_ms = now_ms
+        self._persist(
+            meta,
+            new,
+            now_ms,
+            lambda _ms: respond(0, new.producer_id, new.producer_epoch),
+            fail,
+        )
+
+    # -- AddPartitionsToTxn / AddOffsetsToTxn ----------------------------------------------
+
+    def check_producer(self, transactional_id: str, producer_id: int, producer_epoch: int) -> int:
+        """Kafka's first checks of every transactional request: 0 when they pass."""
+        meta = self.transactions.get(transactional_id)
+        if meta is None or meta.producer_id != producer_id:
+            return InvalidProducerIdMappingError.code
+        if meta.producer_epoch != producer_epoch:
+            return ProducerFencedError.code
+        return 0
+
+    def _check_may_add(self, transactional_id: str, producer_id: int, epoch: int) -> int:
+        code = self.check_producer(transactional_id, producer_id, epoch)
+        if code:
+            return code
+        meta = self.transactions[transactional_id]
+        if meta.pending or meta.state.is_prepared or meta.state is _S.PREPARE_EPOCH_FENCE:
+            return ConcurrentTransactionsError.code
+        return 0
+
+    def add_partitions(
+        self,
+        now_ms: int,
+        *,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Iterable[TopicPartition],
+        respond: Respond,
+    ) -> None:
+        """AddPartitionsToTxn: the partitions join the transaction (it becomes Ongoing)."""
+        self._add(
+            now_ms, transactional_id, producer_id, producer_epoch, set(partitions), set(), respond
+        )
+
+    def add_offsets(
+        self,
+        now_ms: int,
+        *,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        group_id: str,
+        respond: Respond,
+    ) -> None:
+        """AddOffsetsToTxn: the group's offsets (TxnOffsetCommit) join the transaction."""
+        if not group_id:
+            return respond(InvalidRequestError.code)
+        self._add(now_ms, transactional_id, producer_id, producer_epoch, set(), {group_id}, respond)
+
+    def _add(
+        self,
+        now_ms: int,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: set[TopicPartition],
+        groups: set[str],
+        respond: Respond,
+    ) -> None:
+        code = self._check_may_add(transactional_id, producer_id, producer_epoch)
+        if code:
+            return respond(code)
+        meta = self.transactions[transactional_id]
+        ongoing = meta.state is _S.ONGOING
+        if ongoing and partitions <= meta.partitions and groups <= meta.groups:
+            return respond(0)
+        new = meta.copy(
+            state=_S.ONGOING,
+            partitions=meta.partitions | partitions,
+            groups=meta.groups | groups,
+            txn_start_ms=meta.txn_start_ms if ongoing else now_ms,
+            last_update_ms=now_ms,
+        )
+        self._persist(meta, new, now_ms, lambda _ms: respond(0), respond)
+
+    def verify_partitions(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Iterable[TopicPartition],
+    ) -> dict[TopicPartition, int]:
+        """AddPartitionsToTxn v4+ with verifyOnly (KIP-890): is each partition part of the
+        ongoing transaction of this producer? INVALID_TXN_STATE where it is not."""
+        partitions = list(partitions)
+        code = self.check_producer(transactional_id, producer_id, producer_epoch)
+        meta = self.transactions.get(transactional_id)
+        if not code and meta is not None and meta.state is _S.PREPARE_EPOCH_FENCE:
+            code = ConcurrentTransactionsError.code
+        if code:
+            return dict.fromkeys(partitions, code)
+        assert meta is not None
+        ongoing = meta.state is _S.ONGOING
+        return {
+            tp: 0 if ongoing and tp in meta.partitions else InvalidTxnStateError.code
+            for tp in partitions
+        }
+
+    def check_offset_commit(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str
+    ) -> int:
+        """TxnOffsetCommit may go ahead (0): the transaction is Ongoing with the group added."""
+        code = self.check_producer(transactional_id, producer_id, producer_epoch)
+        if code:
+            return code
+        meta = self.transactions[transactional_id]
+        if meta.state is not _S.ONGOING or group_id not in meta.groups:
+            return InvalidTxnStateError.code
+        return 0
+
+    # -- EndTxn -----------------------------------------------------------------------------
+
+    def end_txn(
+        self,
+        now_ms: int,
+        *,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        committed: bool,
+        respond: Respond,
+    ) -> None:
+        """EndTxn: write the decision (with the transaction's offsets), answer, then markers."""
+        code = self.check_producer(transactional_id, producer_id, producer_epoch)
+        if code:
+            return respond(code)
+        meta = self.transactions[transactional_id]
+        if meta.pending:
+            return respond(ConcurrentTransactionsError.code)
+        state = meta.state
+        if state is _S.ONGOING:
+            return self._prepare(meta, committed, now_ms, respond)
+        same = _S.COMPLETE_COMMIT if committed else _S.COMPLETE_ABORT
+        if state is same:
+            return respond(0)  # a retry of an EndTxn that succeeded
+        prepared_same = _S.PREPARE_COMMIT if committed else _S.PREPARE_ABORT
+        if state is prepared_same or state is _S.PREPARE_EPOCH_FENCE:
+            return respond(ConcurrentTransactionsError.code)
+        return respond(InvalidTxnStateError.code)
+
+    def _prepare(
+        self,
+        meta: TransactionMetadata,
+        committed: bool,
+        now_ms: int,
+        respond: Respond,
+        *,
+        fence: bool = False,
+    ) -> None:
+        new = meta.copy(
+            state=_S.PREPARE_COMMIT if committed else _S.PREPARE_ABORT, last_update_ms=now_ms
+        )
+        if fence:
+            if meta.producer_epoch < MAX_PRODUCER_EPOCH:
+                new.producer_epoch = meta.producer_epoch + 1
+                new.last_producer_id, new.last_producer_epoch = (
+                    meta.producer_id,
+                    meta.producer_epoch,
+                )
+            meta.state = _S.PREPARE_EPOCH_FENCE
+        offset_rows: list[dict[str, Any]] = []
+        if committed and self.offsets is not None and meta.groups:
+            offset_rows = self.offsets.txn_offset_rows(meta.producer_id, meta.groups)
+
+        def durable(_ms: int) -> None:
+            if self.offsets is not None:
+                self.offsets.complete_txn_offsets(meta.producer_id, committed)
+            respond(0)
+            self._send_markers(new)
+
+        def failed(code: int) -> None:
+            if fence:
+                meta.state = _S.ONGOING  # the tick retries the abort
+            respond(code)
+
+        self._persist(meta, new, now_ms, durable, failed, offset_rows)
+
+    def _fence_and_abort(self, meta: TransactionMetadata, now_ms: int) -> None:
+        """Bump the epoch of an Ongoing transaction (fencing its producer) and abort it."""
+        log.info(
+            "transactional id %s: aborting the ongoing transaction of producer %d epoch %d",
+            meta.transactional_id,
+            meta.producer_id,
+            meta.producer_epoch,
+        )
+        self._prepare(meta, False, now_ms, lambda _code: None, fence=True)
+
+    def _send_markers(self, meta: TransactionMetadata) -> None:
+        if not meta.partitions:
+            self._complete(meta.transactional_id, meta.last_update_ms)
+            return
+        self._markers.append(
+            MarkerJob(
+                meta.transactional_id,
+                meta.producer_id,
+                meta.producer_epoch,
+                meta.state is _S.PREPARE_COMMIT,
+                self.coordinator_epoch,
+                frozenset(meta.partitions),
+            )
+        )
+
+    def markers_done(self, now_ms: int, job: MarkerJob) -> None:
+        """Every marker of `job` is acknowledged: write CompleteCommit / CompleteAbort."""
+        meta = self.transactions.get(job.transactional_id)
+        if meta is None or (meta.producer_id, meta.producer_epoch) != (
+            job.producer_id,
+            job.producer_epoch,
+        ):
+            return
+        if meta.state.is_prepared:
+            self._complete(job.transactional_id, now_ms)
+
+    def _complete(self, transactional_id: str, now_ms: int) -> None:
+        meta = self.transactions[transactional_id]
+        if meta.pending:
+            self._complete_retry.add(transactional_id)
+            return
+        new = meta.copy(
+            state=_S.COMPLETE_COMMIT if meta.state is _S.PREPARE_COMMIT else _S.COMPLETE_ABORT,
+            partitions=set(),
+            groups=set(),
+            txn_start_ms=-1,
+            last_update_ms=now_ms,
+        )
+
+        def failed(_code: int) -> None:
+            self._complete_retry.add(transactional_id)
+
+        self._persist(meta, new, now_ms, lambda _ms: None, failed)
+
+    # -- timers -----------------------------------------------------------------------------
+
+    def tick(self, now_ms: int) -> None:
+        """Abort transactions open longer than their timeout; expire idle ids; retry
+        completions whose write failed."""
+        for tid in list(self._complete_retry):
+            meta = self.transactions.get(tid)
+            if meta is None or not meta.state.is_prepared:
+                self._complete_retry.discard(tid)
+            elif not meta.pending:
+                self._complete_retry.discard(tid)
+                self._complete(tid, now_ms)
+        if now_ms >= self._next_abort_check_ms:
+            self._next_abort_check_ms = (
+                now_ms + self.config.transaction_abort_timed_out_transaction_cleanup_interval_ms
+            )
+            self.abort_timed_out(now_ms)
+        if now_ms >= self._next_expiry_check_ms:
+            self._next_expiry_check_ms = (
+                now_ms + self.config.transaction_remove_expired_transaction_cleanup_interval_ms
+            )
+            self.expire_transactional_ids(now_ms)
+
+    def abort_timed_out(self, now_ms: int) -> list[str]:
+        """Abort (and fence) every Ongoing transaction older than its `transaction.timeout.ms`."""
+        aborted = []
+        for tid, meta in list(self.transactions.items()):
+            if (
+                meta.state is _S.ONGOING
+                and not meta.pending
+                and meta.txn_start_ms + meta.timeout_ms <= now_ms
+            ):
+                log.info("transactional id %s timed out after %d ms", tid, meta.timeout_ms)
+                self._fence_and_abort(meta, now_ms)
+                aborted.append(tid)
+        return aborted
+
+    def expire_transactional_ids(self, now_ms: int) -> list[str]:
+        """Forget ids idle for `transactional.id.expiration.ms` with no transaction open."""
+        expired = []
+        for tid, meta in list(self.transactions.items()):
+            if (
+                meta.state.is_complete
+                and not meta.pending
+                and meta.last_update_ms + self.config.transactional_id_expiration_ms <= now_ms
+            ):
+                self._persist(
+                    meta, meta.copy(state=_S.DEAD), now_ms, lambda _ms: None, lambda _c: None
+                )
+                expired.append(tid)
+        return expired
+
+    # -- restart ----------------------------------------------------------------------------
+
+    def load(self, rows: Iterable[dict[str, Any]]) -> None:
+        """Rebuild every id from persisted rows (in order) and re-send the markers of every
+        prepared transaction."""
+        assert not self.transactions, "load into an empty coordinator"
+        for row in rows:
+            if row["record_type"] != "transaction":
+                continue
+            tid = row["transactional_id"]
+            record = json.loads(row["transaction_metadata"])
+            if record["state"] == _S.DEAD.value:
+                self.transactions.pop(tid, None)
+            else:
+                self.transactions[tid] = TransactionMetadata.from_record(tid, record)
+        prepared = [m for m in self.transactions.values() if m.state.is_prepared]
+        for meta in prepared:
+            self._send_markers(meta)
+        log.info(
+            "transaction coordinator loaded %d transactional ids, %d prepared",
+            len(self.transactions),
+            len(prepared),
+        )
+
+    # -- admin ------------------------------------------------------------------------------
+
+    def describe(self, transactional_id: str) -> TransactionMetadata | None:
+        return self.transactions.get(transactional_id)
+
+    def list_transactions(
+        self,
+        states: set[str] | None = None,
+        producer_ids: set[int] | None = None,
+        duration_filter_ms: int = -1,
+        now_ms: int = 0,
+    ) -> list[TransactionMetadata]:
+        """ListTransactions: empty filters match everything."""
+        out = []
+        for meta in sorted(self.transactions.values(), key=lambda m: m.transactional_id):
+            if states and meta.state.value not in states:
+                continue
+            if producer_ids and meta.producer_id not in producer_ids:
+                continue
+            if duration_filter_ms >= 0 and (
+                meta.txn_start_ms < 0 or now_ms - meta.txn_start_ms < duration_filter_ms
+            ):
+                continue
+            out.append(meta)
+        return out

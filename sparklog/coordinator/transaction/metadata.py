@@ -1,0 +1,101 @@
+"""One transactional id's state (Kafka's `TransactionMetadata` and `TransactionState`).
+
+States: Empty -> Ongoing -> PrepareCommit | PrepareAbort -> CompleteCommit | CompleteAbort ->
+Ongoing ...; PrepareEpochFence is the moment between fencing an Ongoing transaction (epoch
+bumped) and its abort being durable; Dead is an expired id. `pending` is set while a write that
+changes this id is in flight: any other request for it answers CONCURRENT_TRANSACTIONS.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Any
+
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+#: Kafka bumps to a fresh producer id once the epoch reaches Short.MAX_VALUE - 1.
+MAX_PRODUCER_EPOCH = 32_767
+
+TopicPartition = tuple[str, int]
+
+
+class TxnState(enum.StrEnum):
+    EMPTY = "Empty"
+    ONGOING = "Ongoing"
+    PREPARE_COMMIT = "PrepareCommit"
+    PREPARE_ABORT = "PrepareAbort"
+    COMPLETE_COMMIT = "CompleteCommit"
+    COMPLETE_ABORT = "CompleteAbort"
+    DEAD = "Dead"
+    PREPARE_EPOCH_FENCE = "PrepareEpochFence"
+
+    @property
+    def is_prepared(self) -> bool:
+        return self in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+
+    @property
+    def is_complete(self) -> bool:
+        return self in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+
+
+@dataclasses.dataclass(slots=True)
+class TransactionMetadata:
+    """What the coordinator knows about one transactional id."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    state: TxnState = TxnState.EMPTY
+    last_producer_id: int = NO_PRODUCER_ID
+    last_producer_epoch: int = NO_PRODUCER_EPOCH
+    partitions: set[TopicPartition] = dataclasses.field(default_factory=set)
+    #: consumer groups whose offsets join this transaction (AddOffsetsToTxn)
+    groups: set[str] = dataclasses.field(default_factory=set)
+    txn_start_ms: int = -1
+    last_update_ms: int = -1
+    pending: bool = False
+
+    def epoch_exhausted(self) -> bool:
+        return self.producer_epoch >= MAX_PRODUCER_EPOCH - 1
+
+    def to_record(self) -> dict[str, Any]:
+        """The JSON-able form persisted in the coordinator table."""
+        return {
+            "producer_id": self.producer_id,
+            "producer_epoch": self.producer_epoch,
+            "last_producer_id": self.last_producer_id,
+            "last_producer_epoch": self.last_producer_epoch,
+            "timeout_ms": self.timeout_ms,
+            "state": self.state.value,
+            "partitions": sorted([t, p] for t, p in self.partitions),
+            "groups": sorted(self.groups),
+            "txn_start_ms": self.txn_start_ms,
+            "last_update_ms": self.last_update_ms,
+        }
+
+    @classmethod
+    def from_record(cls, transactional_id: str, record: dict[str, Any]) -> TransactionMetadata:
+        return cls(
+            transactional_id=transactional_id,
+            producer_id=int(record["producer_id"]),
+            producer_epoch=int(record["producer_epoch"]),
+            timeout_ms=int(record["timeout_ms"]),
+            state=TxnState(record["state"]),
+            last_producer_id=int(record["last_producer_id"]),
+            last_producer_epoch=int(record["last_producer_epoch"]),
+            partitions={(t, int(p)) for t, p in record["partitions"]},
+            groups=set(record["groups"]),
+            txn_start_ms=int(record["txn_start_ms"]),
+            last_update_ms=int(record["last_update_ms"]),
+        )
+
+    def copy(self, **changes: Any) -> TransactionMetadata:
+        """A copy with `changes`; sets are copied so the original stays as it was."""
+        new = dataclasses.replace(
+            self, partitions=set(self.partitions), groups=set(self.groups), pending=False
+        )
+        for name, value in changes.items():
+            setattr(new, name, value)
+        return new
