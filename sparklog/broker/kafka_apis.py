@@ -28,10 +28,12 @@ from sparklog.broker.replica_manager import (
     FetchParams,
     FetchPartition,
     FetchResult,
+    ProduceResult,
     ReplicaManager,
     error_code_of,
 )
 from sparklog.broker.txn_apis import handle_describe_producers, handle_write_txn_markers
+from sparklog.broker.txn_verification import TransactionVerifier
 from sparklog.errors import (
     CoordinatorNotAvailableError,
     FetchSessionIdNotFoundError,
@@ -119,6 +121,8 @@ def fetch_partition_data(p: FetchPartition, r: FetchResult, isolation_level: int
 
 #: The group coordinator's node id in FindCoordinator answers; broker ids stay far below it.
 GROUP_COORDINATOR_NODE_ID = 3001
+#: Kafka's switch for produce-time transaction verification (KIP-890), on by default.
+TXN_VERIFICATION = "transaction.partition.verification.enable"
 #: Broker setting the launchers set: host:port of the driver's group coordinator.
 GROUP_COORDINATOR_ENDPOINT = "sparklog.group.coordinator.endpoint"
 
@@ -170,6 +174,12 @@ class KafkaApis:
         self.replica_manager = replica_manager
         self.admin = admin
         self.producer_ids = producer_ids
+        #: KIP-890 produce-time verification, when there is a coordinator to ask
+        self.txn_verifier: TransactionVerifier | None = None
+        endpoint = config.originals.get(GROUP_COORDINATOR_ENDPOINT)
+        enabled = str(config.originals.get(TXN_VERIFICATION, "true")).lower() != "false"
+        if endpoint and enabled:
+            self.txn_verifier = TransactionVerifier(str(endpoint), replica_manager)
         self._handlers = {
             ApiKey.API_VERSIONS: self.handle_api_versions,
             ApiKey.PRODUCE: self.handle_produce,
@@ -218,9 +228,20 @@ class KafkaApis:
         body = request.body
         acks = int(body.acks)
         entries = produce_entries(body)
+        refused: dict[TopicPartition, int] = {}
+        if self.txn_verifier is not None:
+            refused = await self.txn_verifier.verify(body.transactional_id, entries)
         results = await self.replica_manager.append_records(
-            acks, kio_build.millis(body.timeout), entries
+            acks,
+            kio_build.millis(body.timeout),
+            {tp: r for tp, r in entries.items() if tp not in refused},
         )
+        for tp, code in refused.items():
+            results[tp] = ProduceResult(
+                code,
+                error_message=f"{tp[0]}-{tp[1]} is not part of the producer's ongoing "
+                "transaction (AddPartitionsToTxn first)",
+            )
         if acks == 0:
             failed = [
                 f"{t}-{p}: {r.error_message}" for (t, p), r in results.items() if r.error_code

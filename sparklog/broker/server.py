@@ -508,6 +508,8 @@ class BrokerServer:
         self.replica_manager.close()  # waiting fetches and produces answer now
         await self.controller.close()  # forwarded requests fail fast instead of waiting
         await self.server.stop()
+        if self.apis.txn_verifier is not None:
+            await self.apis.txn_verifier.close()
         self.log_manager.shutdown(clean=clean)
         if self._lock is not None:
             self._lock.release()

@@ -100,6 +100,7 @@ async def produce(
     acks: int = 1,
     timeout_ms: int = 10_000,
     version: int | None = None,
+    transactional_id: str | None = None,
 ) -> Any:
     """The partition response (None for acks=0)."""
     body = kio_build.build(
@@ -107,7 +108,7 @@ async def produce(
             ApiKey.PRODUCE, version or conn.version_for(ApiKey.PRODUCE, BROKER_APIS[ApiKey.PRODUCE])
         ),
         {
-            "transactional_id": None,
+            "transactional_id": transactional_id,
             "acks": acks,
             "timeout": timeout_ms,
             "topic_data": [

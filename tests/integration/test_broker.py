@@ -39,7 +39,7 @@ NOT_LEADER, MESSAGE_TOO_LARGE, INVALID_TOPIC = 6, 10, 17
 INVALID_REQUIRED_ACKS, INVALID_TIMESTAMP, UNSUPPORTED_VERSION = 21, 32, 35
 OUT_OF_ORDER_SEQUENCE, INVALID_PRODUCER_EPOCH = 45, 47
 FETCH_SESSION_ID_NOT_FOUND, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH = 70, 74, 75
-COORDINATOR_NOT_AVAILABLE = 15
+NOT_COORDINATOR = 16
 
 
 def unique(prefix: str) -> str:
@@ -441,7 +441,7 @@ def test_idempotent_producer_dedupes_retries_and_rejects_gaps(cluster):
 
     init, txn, first, retry, gap, nxt, bumped, stale, fetched = run(go())
     assert (init.error_code, init.producer_epoch) == (NONE, 0) and init.producer_id >= 0
-    assert txn.error_code == COORDINATOR_NOT_AVAILABLE
+    assert txn.error_code == NOT_COORDINATOR, "transactional ids belong to the driver's coordinator"
     assert (first.error_code, first.base_offset) == (NONE, 0)
     assert (retry.error_code, retry.base_offset) == (NONE, 0), (
         "a retried batch is not written twice"

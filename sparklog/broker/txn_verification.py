@@ -1,0 +1,164 @@
+"""Produce-time transaction verification (KIP-890 part 1, Kafka's `AddPartitionsToTxnManager`).
+
+Before a partition takes the first transactional batch of a producer's transaction, the broker
+asks the transaction coordinator (AddPartitionsToTxn v4, verifyOnly) whether the partition was
+added to that producer's ongoing transaction. A batch that was not - a late retry of an aborted
+transaction, a buggy client - is refused instead of opening a transaction no marker will ever
+close (a "hanging" transaction that would hold back the last stable offset for ever).
+`transaction.partition.verification.enable=false` turns the check off, as in Kafka.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Mapping
+
+from kio.schema.add_partitions_to_txn.v4.request import (
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnTopic,
+    AddPartitionsToTxnTransaction,
+)
+from kio.schema.types import ProducerId, TopicName, TransactionalId
+from kio.static.primitive import i16, i32
+
+from sparklog.broker.replica_manager import ReplicaManager
+from sparklog.errors import (
+    ConcurrentTransactionsError,
+    CoordinatorLoadInProgressError,
+    CoordinatorNotAvailableError,
+    InvalidProducerEpochError,
+    NotCoordinatorError,
+    NotEnoughReplicasError,
+    ProducerFencedError,
+    RequestTimedOutError,
+    TransactionalIdAuthorizationFailedError,
+)
+from sparklog.protocol.async_client import AsyncKafkaConnection
+from sparklog.records.batch import HEADER_SIZE, read_header
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+#: Coordinator answers a producer should simply retry: Kafka hands them to Produce clients as
+#: NOT_ENOUGH_REPLICAS, which every client retries.
+_RETRIABLE = frozenset(
+    {
+        ConcurrentTransactionsError.code,
+        CoordinatorLoadInProgressError.code,
+        CoordinatorNotAvailableError.code,
+        NotCoordinatorError.code,
+        RequestTimedOutError.code,
+    }
+)
+
+
+class TransactionVerifier:
+    """Verifies transactional produce requests with the coordinator at `endpoint`."""
+
+    def __init__(self, endpoint: str, replica_manager: ReplicaManager) -> None:
+        host, _sep, port = endpoint.rpartition(":")
+        self.host, self.port = host, int(port)
+        self.replica_manager = replica_manager
+        self._conn: AsyncKafkaConnection | None = None
+        self.verified = 0
+
+    def _needs_verification(
+        self, tp: TopicPartition, records: bytes | None
+    ) -> tuple[int, int] | None:
+        """(producer id, epoch) when `records` would start a transaction on `tp`."""
+        if records is None or len(records) < HEADER_SIZE:
+            return None  # refused by validation later
+        try:
+            header = read_header(records, 0)
+            hosted = self.replica_manager.hosted(*tp)
+        except Exception:  # noqa: BLE001 - the append reports what is wrong
+            return None
+        if not header.is_transactional or header.is_control:
+            return None
+        entry = hosted.log.producer_state.last_entry(header.producer_id)
+        if (
+            entry is not None
+            and entry.current_txn_first_offset is not None
+            and entry.producer_epoch == header.producer_epoch
+        ):
+            return None  # this transaction is already open here
+        return header.producer_id, header.producer_epoch
+
+    async def verify(
+        self, transactional_id: str | None, entries: Mapping[TopicPartition, bytes | None]
+    ) -> dict[TopicPartition, int]:
+        """Error codes for the partitions whose batches must not be appended."""
+        needed = {
+            tp: found
+            for tp, records in entries.items()
+            if (found := self._needs_verification(tp, records)) is not None
+        }
+        if not needed:
+            return {}
+        if not transactional_id:
+            # Kafka: transactional records need a transactional id to authorize
+            return dict.fromkeys(needed, TransactionalIdAuthorizationFailedError.code)
+        producer_id, epoch = next(iter(needed.values()))
+        topics: dict[str, list[int]] = {}
+        for topic, partition in needed:
+            topics.setdefault(topic, []).append(partition)
+        request = AddPartitionsToTxnRequest(
+            transactions=(
+                AddPartitionsToTxnTransaction(
+                    transactional_id=TransactionalId(transactional_id),
+                    producer_id=ProducerId(producer_id),
+                    producer_epoch=i16(epoch),
+                    verify_only=True,
+                    topics=tuple(
+                        AddPartitionsToTxnTopic(
+                            name=TopicName(t), partitions=tuple(i32(p) for p in ps)
+                        )
+                        for t, ps in topics.items()
+                    ),
+                ),
+            )
+        )
+        try:
+            response = await (await self._connection()).request(request, timeout_s=10.0)
+        except (ConnectionError, OSError, TimeoutError) as e:
+            log.info("transaction verification for %s failed (%s)", transactional_id, e)
+            await self._drop_connection()
+            return dict.fromkeys(needed, NotEnoughReplicasError.code)
+        self.verified += 1
+        codes: dict[TopicPartition, int] = {}
+        top = int(response.error_code)
+        for result in response.results_by_transaction:
+            for topic in result.topic_results:
+                for p in topic.results_by_partition:
+                    code = top or int(p.partition_error_code)
+                    if code:
+                        codes[(topic.name, int(p.partition_index))] = _for_produce(code)
+        if top:
+            codes.update(dict.fromkeys(needed, _for_produce(top)))
+        return {tp: c for tp, c in codes.items() if tp in needed}
+
+    async def _connection(self) -> AsyncKafkaConnection:
+        if self._conn is None or self._conn.closed:
+            self._conn = await AsyncKafkaConnection(
+                self.host, self.port, client_id="sparklog-txn-verification"
+            ).connect()
+        return self._conn
+
+    async def _drop_connection(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                await conn.close()
+
+    async def close(self) -> None:
+        await self._drop_connection()
+
+
+def _for_produce(code: int) -> int:
+    if code in _RETRIABLE:
+        return NotEnoughReplicasError.code
+    if code == ProducerFencedError.code:
+        return InvalidProducerEpochError.code
+    return code

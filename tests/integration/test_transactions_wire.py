@@ -1,0 +1,332 @@
+"""Transactions on the wire, request by request: FindCoordinator for transactional ids, the
+coordinator's answers to requests out of order, produce-time verification (KIP-890) refusing a
+batch for a partition the transaction never added, brokers refusing stale markers, and a
+decided transaction finished after the coordinator restarts while its markers could not be
+delivered. Every refusal leaves the log as it was."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import pytest
+
+from sparklog.broker.embedded import EmbeddedCluster
+from sparklog.protocol.api_versions import GROUP_COORDINATOR_APIS, ApiKey
+
+from .broker_wire import batch, call, connect, create_topic, fetch, produce, records_of
+from .conftest import TEST_CONFIG
+
+NONE, UNKNOWN_PARTITION, NOT_COORDINATOR = 0, 3, 16
+INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE, INVALID_MAPPING = 47, 48, 49
+CONCURRENT, COORDINATOR_FENCED, NOT_ATTEMPTED, PRODUCER_FENCED = 51, 52, 55, 90
+READ_COMMITTED, TXN_ID_AUTHORIZATION_FAILED = 1, 53
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with EmbeddedCluster(
+        brokers=1, data_dir=tmp_path_factory.mktemp("txn"), config=TEST_CONFIG
+    ) as running:
+        yield running
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def coordinator_version(api: ApiKey) -> int:
+    return GROUP_COORDINATOR_APIS[api][1]
+
+
+async def init(coord, tid: str) -> tuple[int, int]:
+    r = await call(
+        coord,
+        ApiKey.INIT_PRODUCER_ID,
+        {"transactional_id": tid, "transaction_timeout": 60_000},
+        version=coordinator_version(ApiKey.INIT_PRODUCER_ID),
+    )
+    assert r.error_code == NONE, r
+    return int(r.producer_id), int(r.producer_epoch)
+
+
+async def add_partitions(coord, tid: str, pid: int, epoch: int, topic: str, *parts: int):
+    r = await call(
+        coord,
+        ApiKey.ADD_PARTITIONS_TO_TXN,
+        {
+            "v3_and_below_transactional_id": tid,
+            "v3_and_below_producer_id": pid,
+            "v3_and_below_producer_epoch": epoch,
+            "v3_and_below_topics": [{"name": topic, "partitions": list(parts)}],
+        },
+        version=3,
+    )
+    return {
+        (t.name, int(p.partition_index)): int(p.partition_error_code)
+        for t in r.results_by_topic_v3_and_below
+        for p in t.results_by_partition
+    }
+
+
+async def end_txn(coord, tid: str, pid: int, epoch: int, commit: bool) -> int:
+    r = await call(
+        coord,
+        ApiKey.END_TXN,
+        {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch, "committed": commit},
+        version=coordinator_version(ApiKey.END_TXN),
+    )
+    return int(r.error_code)
+
+
+def txn_batch(values: list[bytes], pid: int, epoch: int, seq: int = 0) -> bytes:
+    return batch(
+        values, producer_id=pid, producer_epoch=epoch, base_sequence=seq, is_transactional=True
+    )
+
+
+async def coordinator_conn(cluster):
+    return await connect(cluster.coordinator.bootstrap)
+
+
+def test_find_coordinator_names_the_driver_for_transactional_ids(cluster):
+    async def go():
+        broker = await connect(cluster.bootstrap_servers)
+        try:
+            old = await call(
+                broker, ApiKey.FIND_COORDINATOR, {"key": "tx", "key_type": 1}, version=3
+            )
+            new = await call(
+                broker,
+                ApiKey.FIND_COORDINATOR,
+                {"key_type": 1, "coordinator_keys": ["tx", "ty"]},
+                version=4,
+            )
+            refused = await call(
+                broker,
+                ApiKey.INIT_PRODUCER_ID,
+                {"transactional_id": "tx", "transaction_timeout": 1000},
+                version=4,
+            )
+            return old, new, refused
+        finally:
+            await broker.close()
+
+    old, new, refused = run(go())
+    assert (old.error_code, old.node_id, old.port) == (NONE, 3001, cluster.coordinator.port)
+    assert [(c.key, c.node_id) for c in new.coordinators] == [("tx", 3001), ("ty", 3001)]
+    assert refused.error_code == NOT_COORDINATOR
+
+
+def test_out_of_order_requests_get_kafkas_errors(cluster):
+    topic = f"order-{uuid.uuid4().hex[:6]}"
+
+    async def go():
+        broker = await connect(cluster.bootstrap_servers)
+        coord = await coordinator_conn(cluster)
+        try:
+            await create_topic(broker, topic, partitions=2)
+            pid, epoch = await init(coord, "order")
+            answers = {
+                "end unknown id": await end_txn(coord, "nobody", pid, epoch, True),
+                "end without txn": await end_txn(coord, "order", pid, epoch, True),
+                "add stale epoch": await add_partitions(coord, "order", pid, epoch - 1, topic, 0),
+                "add unknown topic": await add_partitions(
+                    coord, "order", pid, epoch, "no-such-topic", 0
+                ),
+                "add": await add_partitions(coord, "order", pid, epoch, topic, 0, 1),
+                "commit": await end_txn(coord, "order", pid, epoch, True),
+            }
+            answers["abort after commit"] = await end_txn(coord, "order", pid, epoch, False)
+            answers["commit again"] = await end_txn(coord, "order", pid, epoch, True)
+            return answers
+        finally:
+            await broker.close()
+            await coord.close()
+
+    a = run(go())
+    assert a["end unknown id"] == INVALID_MAPPING
+    assert a["end without txn"] == INVALID_TXN_STATE
+    assert set(a["add stale epoch"].values()) == {PRODUCER_FENCED}
+    assert set(a["add unknown topic"].values()) == {UNKNOWN_PARTITION}
+    assert set(a["add"].values()) == {NONE}
+    assert a["commit"] == NONE
+    assert a["abort after commit"] in (INVALID_TXN_STATE,)
+    assert a["commit again"] in (NONE, CONCURRENT), "a retried commit succeeds"
+
+
+def test_a_batch_for_a_partition_not_in_the_transaction_is_refused_and_not_written(cluster):
+    topic = f"verify-{uuid.uuid4().hex[:6]}"
+
+    async def go():
+        broker = await connect(cluster.bootstrap_servers)
+        coord = await coordinator_conn(cluster)
+        try:
+            await create_topic(broker, topic, partitions=2)
+            pid, epoch = await init(coord, "verify")
+            await add_partitions(coord, "verify", pid, epoch, topic, 0)
+            ok = await produce(
+                broker, topic, txn_batch([b"in"], pid, epoch), 0, acks=-1, transactional_id="verify"
+            )
+            stray = await produce(
+                broker,
+                topic,
+                txn_batch([b"stray"], pid, epoch),
+                1,
+                acks=-1,
+                transactional_id="verify",
+            )
+            no_id = await produce(broker, topic, txn_batch([b"x"], pid, epoch), 1, acks=-1)
+            end = await end_txn(coord, "verify", pid, epoch, True)
+            late = await produce(
+                broker,
+                topic,
+                txn_batch([b"late"], pid, epoch, seq=1),
+                0,
+                acks=-1,
+                transactional_id="verify",
+            )
+            await asyncio.sleep(0.5)
+            p0 = await fetch(broker, topic, 0, 0, isolation_level=READ_COMMITTED)
+            p1 = await fetch(broker, topic, 0, 1)
+            return ok, stray, no_id, end, late, p0, p1
+        finally:
+            await broker.close()
+            await coord.close()
+
+    ok, stray, no_id, end, late, p0, p1 = run(go())
+    assert ok.error_code == NONE
+    assert stray.error_code == INVALID_TXN_STATE and "not part" in stray.error_message
+    assert no_id.error_code == TXN_ID_AUTHORIZATION_FAILED
+    assert end == NONE
+    assert late.error_code == INVALID_TXN_STATE, "a late batch cannot reopen the transaction"
+    assert int(p1.high_watermark) == 0, "nothing was written to the partition never added"
+    values = [r.value for r in records_of(p0.records) if r.value is not None]
+    assert b"in" in values and b"late" not in values
+    assert int(p0.last_stable_offset) == int(p0.high_watermark) == 2, "record + COMMIT marker"
+
+
+def test_brokers_refuse_stale_markers_and_write_nothing(cluster):
+    topic = f"markers-{uuid.uuid4().hex[:6]}"
+
+    async def marker(broker, pid: int, epoch: int, coordinator_epoch: int, name: str = topic):
+        r = await call(
+            broker,
+            ApiKey.WRITE_TXN_MARKERS,
+            {
+                "markers": [
+                    {
+                        "producer_id": pid,
+                        "producer_epoch": epoch,
+                        "transaction_result": False,
+                        "topics": [{"name": name, "partition_indexes": [0]}],
+                        "coordinator_epoch": coordinator_epoch,
+                    }
+                ]
+            },
+            version=1,
+        )
+        return int(r.markers[0].topics[0].partitions[0].error_code)
+
+    async def go():
+        broker = await connect(cluster.bootstrap_servers)
+        coord = await coordinator_conn(cluster)
+        try:
+            await create_topic(broker, topic, partitions=1)
+            pid, epoch = await init(coord, "markers")
+            await add_partitions(coord, "markers", pid, epoch, topic, 0)
+            await produce(
+                broker, topic, txn_batch([b"v"], pid, epoch), 0, acks=-1, transactional_id="markers"
+            )
+            assert await end_txn(coord, "markers", pid, epoch, False) == NONE
+            await asyncio.sleep(0.5)
+            before = int((await fetch(broker, topic, 0)).high_watermark)
+            codes = {
+                "unknown partition": await marker(broker, pid, epoch, 10**6, "no-such-topic"),
+                "older producer epoch": await marker(broker, pid, epoch - 1, 10**6),
+                "older coordinator epoch": await marker(broker, pid, epoch + 1, -5),
+            }
+            after = int((await fetch(broker, topic, 0)).high_watermark)
+            return before, codes, after
+        finally:
+            await broker.close()
+            await coord.close()
+
+    before, codes, after = run(go())
+    assert codes == {
+        "unknown partition": UNKNOWN_PARTITION,
+        "older producer epoch": INVALID_PRODUCER_EPOCH,
+        "older coordinator epoch": COORDINATOR_FENCED,
+    }
+    assert before == after == 2
+
+
+def test_a_decided_transaction_is_finished_after_a_coordinator_restart(tmp_path):
+    topic = "restart"
+    with EmbeddedCluster(brokers=1, data_dir=tmp_path, config=TEST_CONFIG) as cluster:
+
+        async def decide():
+            broker = await connect(cluster.bootstrap_servers)
+            coord = await coordinator_conn(cluster)
+            try:
+                await create_topic(broker, topic, partitions=2)
+                pid, epoch = await init(coord, "restart")
+                await add_partitions(coord, "restart", pid, epoch, topic, 0, 1)
+                for p in (0, 1):
+                    await produce(
+                        broker,
+                        topic,
+                        txn_batch([b"r%d" % p], pid, epoch),
+                        p,
+                        acks=-1,
+                        transactional_id="restart",
+                    )
+            finally:
+                await broker.close()
+            try:
+                cluster.stop_broker(0)  # the markers cannot be delivered
+                return await end_txn(coord, "restart", pid, epoch, True)
+            finally:
+                await coord.close()
+
+        assert run(decide()) == NONE
+        assert cluster.coordinator.call(lambda c: None) is None
+        state = cluster.coordinator.txn.transactions["restart"].state.value
+        assert state == "PrepareCommit"
+        cluster.restart_coordinator()
+        assert cluster.coordinator.txn.transactions["restart"].state.value == "PrepareCommit"
+        cluster.restart_broker(0)
+
+        async def read():
+            broker = await connect(cluster.bootstrap_servers)
+            try:
+                found = {}
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:
+                    for p in (0, 1):
+                        data = await fetch(broker, topic, 0, p, isolation_level=READ_COMMITTED)
+                        if getattr(data, "error_code", 1) == NONE:
+                            found[p] = data
+                    if len(found) == 2 and all(
+                        int(d.last_stable_offset) == 2 for d in found.values()
+                    ):
+                        return found
+                    await asyncio.sleep(0.2)
+                return found
+            finally:
+                await broker.close()
+
+        found = run(read())
+        for p, data in found.items():
+            records = records_of(data.records)
+            assert int(data.last_stable_offset) == 2, p
+            assert [r.value for r in records][0] == b"r%d" % p
+        assert len(found) == 2
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            state = cluster.coordinator.txn.transactions["restart"].state.value
+            if state == "CompleteCommit":
+                break
+            time.sleep(0.1)
+        assert state == "CompleteCommit"
