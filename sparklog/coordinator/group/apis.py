@@ -16,7 +16,12 @@ from typing import Any
 from sparklog.broker import kio_build
 from sparklog.broker.kafka_apis import group_by_topic
 from sparklog.coordinator.group.coordinator import GroupCoordinator, OffsetCommitPartition
-from sparklog.errors import GroupIdNotFoundError, InvalidRequestError, RequestTimedOutError
+from sparklog.errors import (
+    GroupIdNotFoundError,
+    InvalidRequestError,
+    RequestTimedOutError,
+    UnstableOffsetCommitError,
+)
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.protocol.connection import Request
 from sparklog.protocol.server import CLIENT_HOST
@@ -213,26 +218,47 @@ class GroupCoordinatorApis:
 
     async def handle_offset_fetch(self, request: Request) -> Any:
         body, version = request.body, request.api_version
+        stable = bool(getattr(body, "require_stable", False))
         if version >= 8:
             groups = [
                 {
                     "group_id": g.group_id,
-                    "topics": self._fetched_topics(g.group_id, g.topics),
+                    "topics": self._fetched_topics(g.group_id, g.topics, stable),
                     "error_code": 0,
                 }
                 for g in body.groups
             ]
             return kio_build.response(request, {"throttle_time": 0, "groups": groups})
-        topics = self._fetched_topics(body.group_id, body.topics)
+        topics = self._fetched_topics(body.group_id, body.topics, stable)
         return kio_build.response(request, {"throttle_time": 0, "topics": topics, "error_code": 0})
 
-    def _fetched_topics(self, group_id: str, topics: Any) -> list[dict[str, Any]]:
+    def _fetched_topics(
+        self, group_id: str, topics: Any, require_stable: bool = False
+    ) -> list[dict[str, Any]]:
+        """Committed offsets; with `require_stable` (read_committed consumers, KIP-447) a
+        partition an open transaction holds an offset for answers UNSTABLE_OFFSET_COMMIT."""
         wanted = None
         if topics is not None:
             wanted = [(t.name, int(p)) for t in topics for p in t.partition_indexes]
         found = self.coordinator.fetch_offsets(group_id, wanted)
         items = []
         for (topic, partition), o in found.items():
+            if require_stable and self.coordinator.has_pending_txn_offset(
+                group_id, (topic, partition)
+            ):
+                items.append(
+                    (
+                        topic,
+                        {
+                            "partition_index": partition,
+                            "committed_offset": -1,
+                            "committed_leader_epoch": -1,
+                            "metadata": "",
+                            "error_code": UnstableOffsetCommitError.code,
+                        },
+                    )
+                )
+                continue
             items.append(
                 (
                     topic,
