@@ -6,6 +6,7 @@ some clients (kafka-python's admin) check a request against the versions of any 
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 from sparklog.broker import kio_build
@@ -15,7 +16,8 @@ from sparklog.protocol.connection import Request
 
 _CODE = NotCoordinatorError.code
 
-#: The group APIs a broker refuses this way (ListGroups is answered: no groups here).
+#: The group APIs a broker refuses this way (ListGroups and ListTransactions are answered: none
+#: here; admin clients ask every node, the coordinator among them).
 REFUSED_GROUP_APIS = frozenset(
     {
         ApiKey.JOIN_GROUP,
@@ -35,7 +37,6 @@ REFUSED_GROUP_APIS = frozenset(
         ApiKey.END_TXN,
         ApiKey.TXN_OFFSET_COMMIT,
         ApiKey.DESCRIBE_TRANSACTIONS,
-        ApiKey.LIST_TRANSACTIONS,
     }
 )
 
@@ -115,8 +116,8 @@ async def handle_not_coordinator(request: Request) -> Any:
         ]
     elif key == ApiKey.DELETE_GROUPS:
         data["results"] = [{"group_id": g, "error_code": _CODE} for g in body.groups_names]
-    elif key in (ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.END_TXN, ApiKey.LIST_TRANSACTIONS):
-        data.update(error_code=_CODE, unknown_state_filters=[], transaction_states=[])
+    elif key in (ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.END_TXN):
+        data["error_code"] = _CODE
     elif key == ApiKey.ADD_PARTITIONS_TO_TXN:
         if version >= 4:
             data.update(error_code=_CODE, results_by_transaction=[])
@@ -148,7 +149,7 @@ async def handle_not_coordinator(request: Request) -> Any:
                 "transactional_id": tid,
                 "transaction_state": "",
                 "transaction_timeout": 0,
-                "transaction_start_time": -1,
+                "transaction_start_time": datetime.datetime.fromtimestamp(-0.001, tz=datetime.UTC),
                 "producer_id": -1,
                 "producer_epoch": -1,
                 "topics": [],

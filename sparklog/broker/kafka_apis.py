@@ -34,6 +34,7 @@ from sparklog.broker.replica_manager import (
 )
 from sparklog.broker.txn_apis import handle_describe_producers, handle_write_txn_markers
 from sparklog.broker.txn_verification import TransactionVerifier
+from sparklog.coordinator.transaction.metadata import TRANSACTION_STATE_NAMES
 from sparklog.errors import (
     CoordinatorNotAvailableError,
     FetchSessionIdNotFoundError,
@@ -192,6 +193,7 @@ class KafkaApis:
             ApiKey.DESCRIBE_CLUSTER: self.handle_describe_cluster,
             ApiKey.FIND_COORDINATOR: self.handle_find_coordinator,
             ApiKey.LIST_GROUPS: self.handle_list_groups,
+            ApiKey.LIST_TRANSACTIONS: self.handle_list_transactions,
             **dict.fromkeys(REFUSED_GROUP_APIS, handle_not_coordinator),
             ApiKey.DESCRIBE_CONFIGS: admin.handle_describe_configs,
             ApiKey.DESCRIBE_LOG_DIRS: self.handle_describe_log_dirs,
@@ -398,6 +400,20 @@ class KafkaApis:
         message = f"sparklog does not serve {what} on this cluster (no coordinator configured)"
         return find_coordinator_response(
             request, "", -1, (CoordinatorNotAvailableError.code, message)
+        )
+
+    async def handle_list_transactions(self, request: Request) -> Any:
+        """No transactions here: they live on the driver's coordinator (listed like groups)."""
+        wanted = set(request.body.state_filters or ())
+        unknown = sorted(wanted - TRANSACTION_STATE_NAMES)
+        return kio_build.response(
+            request,
+            {
+                "throttle_time": 0,
+                "error_code": 0,
+                "unknown_state_filters": unknown,
+                "transaction_states": [],
+            },
         )
 
     async def handle_describe_producers(self, request: Request) -> Any:

@@ -91,3 +91,33 @@ def test_java_producer_consumer_and_admin(cluster, run_class_path):
         for f in (cluster.broker_dir(cluster.brokers[0].node_id) / f"{topic}-{p}").glob("*.log")
     )
     assert out["log_dirs"] == {"dirs": 1, "partitions": 3, "bytes": on_disk}
+
+
+@pytest.fixture(scope="module")
+def txn_class_path(tmp_path_factory):
+    return compile_java("SparklogJavaTransactions.java", tmp_path_factory.mktemp("java-txn"))
+
+
+def test_java_transactions_read_process_write_zombie_and_admin(cluster, txn_class_path):
+    suffix = uuid.uuid4().hex[:8]
+    done = subprocess.run(
+        ["java", "-Dlog4j2.rootLogger.level=WARN", "-cp", txn_class_path,
+         "SparklogJavaTransactions", cluster.bootstrap_servers,
+         f"jin-{suffix}", f"jout-{suffix}", f"jz-{suffix}"],
+        capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    out = {}
+    for line in done.stdout.splitlines():
+        if line.startswith("{"):
+            out.update(json.loads(line))
+    assert out["aborted_txns"] >= 1
+    assert out["sink"] == {"count": 300, "distinct": 300, "aborted_seen": 0}, (
+        "every input once, nothing from an aborted transaction"
+    )
+    assert out["zombie"] in ("ProducerFencedException", "InvalidProducerEpochException")
+    assert out["fenced_topic"] == "successor"
+    assert out["committed"] == 300, "the group's offsets moved with the transactions"
+    assert out["listed"] == "CompleteCommit"
+    assert out["described"] == {"state": "CompleteCommit", "partitions": 0, "timeout": 60000}
+    assert out["producers_on_sink"] == 1, "one transactional producer wrote the sink"

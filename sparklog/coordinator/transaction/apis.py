@@ -10,6 +10,7 @@ core whether the transaction may carry the group's offsets.
 from __future__ import annotations
 
 import asyncio
+import datetime
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -17,7 +18,7 @@ from sparklog.broker import kio_build
 from sparklog.broker.kafka_apis import group_by_topic
 from sparklog.coordinator.group.coordinator import GroupCoordinator, OffsetCommitPartition
 from sparklog.coordinator.transaction.coordinator import TransactionCoordinator
-from sparklog.coordinator.transaction.metadata import TxnState
+from sparklog.coordinator.transaction.metadata import TRANSACTION_STATE_NAMES, TxnState
 from sparklog.errors import (
     InvalidProducerEpochError,
     OperationNotAttemptedError,
@@ -29,6 +30,8 @@ from sparklog.errors import (
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.protocol.connection import Request
 
+#: Kafka's -1 "no transaction running" start time (kio writes this field from a datetime only)
+_NO_START = datetime.datetime.fromtimestamp(-0.001, tz=datetime.UTC)
 #: How long a request waits for its rows to be durable before answering REQUEST_TIMED_OUT.
 _WRITE_TIMEOUT_S = 10.0
 
@@ -275,7 +278,7 @@ class TransactionApis:
                         "transactional_id": tid,
                         "transaction_state": "",
                         "transaction_timeout": 0,
-                        "transaction_start_time": -1,
+                        "transaction_start_time": _NO_START,
                         "producer_id": -1,
                         "producer_epoch": -1,
                         "topics": [],
@@ -291,7 +294,9 @@ class TransactionApis:
                     "transactional_id": tid,
                     "transaction_state": meta.state.value,
                     "transaction_timeout": meta.timeout_ms,
-                    "transaction_start_time": meta.txn_start_ms,
+                    "transaction_start_time": _NO_START
+                    if meta.txn_start_ms < 0
+                    else meta.txn_start_ms,
                     "producer_id": meta.producer_id,
                     "producer_epoch": meta.producer_epoch,
                     "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
@@ -301,7 +306,7 @@ class TransactionApis:
 
     async def handle_list_transactions(self, request: Request) -> Any:
         body = request.body
-        known = {s.value for s in TxnState}
+        known = TRANSACTION_STATE_NAMES
         wanted = set(body.state_filters or ())
         found = self.core.list_transactions(
             wanted & known,

@@ -39,6 +39,9 @@ class TxnState(enum.StrEnum):
         return self in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
 
 
+TRANSACTION_STATE_NAMES = frozenset(s.value for s in TxnState)
+
+
 @dataclasses.dataclass(slots=True)
 class TransactionMetadata:
     """What the coordinator knows about one transactional id."""
