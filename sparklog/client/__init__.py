@@ -33,6 +33,12 @@ from .group_member import CommitFailedError
 from .metadata import BrokerNode, PartitionInfo, TopicPartition
 from .partitioner import BuiltInPartitioner, RoundRobinPartitioner
 from .producer import ClientClosedError, KafkaProducer, ProducerRecord
+from .transaction_manager import (
+    BatchDecision,
+    TransactionHandle,
+    TransactionStateError,
+    end_transactions,
+)
 
 __all__ = [
     "ADMIN_SETTINGS",
@@ -43,6 +49,7 @@ __all__ = [
     "PRODUCER_SETTINGS",
     "AdminClient",
     "AlterConfigOp",
+    "BatchDecision",
     "BatchMetadata",
     "BrokerNode",
     "BuiltInPartitioner",
@@ -66,8 +73,11 @@ __all__ = [
     "RoundRobinPartitioner",
     "TopicDescription",
     "TopicPartition",
+    "TransactionHandle",
+    "TransactionStateError",
     "admin_config",
     "arrow_schema",
     "consumer_config",
+    "end_transactions",
     "producer_config",
 ]

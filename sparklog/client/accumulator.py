@@ -60,6 +60,7 @@ class BatchMetadata:
 
 
 Thunk = Callable[[Any, BaseException | None], None]
+_TRANSACTIONAL_BIT = 0x10  # attributes bit 4 (the low byte of the int16)
 
 
 def estimate_record_bytes(key: bytes | None, value: bytes | None, headers: tuple) -> int:
@@ -95,6 +96,7 @@ class ProducerBatch:
         "producer_epoch",
         "leader_epoch",
         "done",
+        "transactional",
     )
 
     def __init__(
@@ -123,6 +125,7 @@ class ProducerBatch:
         self.producer_epoch = -1
         self.leader_epoch = -1  # of the partition's leader when this batch was last drained
         self.done = False
+        self.transactional = False
 
     def __repr__(self) -> str:
         return (
@@ -151,13 +154,20 @@ class ProducerBatch:
         """The v2 batch bytes with this batch's producer id, epoch and sequence."""
         sequence = -1 if self.base_sequence is None else self.base_sequence
         if self.prebuilt is not None:
-            return restamp_producer(self.prebuilt, self.producer_id, self.producer_epoch, sequence)
+            return restamp_producer(
+                self.prebuilt,
+                self.producer_id,
+                self.producer_epoch,
+                sequence,
+                transactional=self.transactional,
+            )
         return build_batch(
             self.records,
             compression=compression,
             producer_id=self.producer_id,
             producer_epoch=self.producer_epoch,
             base_sequence=sequence,
+            is_transactional=self.transactional,
         )
 
     def complete(self, base_offset: int, log_append_time_ms: int) -> None:
@@ -183,10 +193,18 @@ class ProducerBatch:
 
 
 def restamp_producer(
-    data: bytes, producer_id: int, producer_epoch: int, base_sequence: int
+    data: bytes,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    *,
+    transactional: bool = False,
 ) -> bytes:
-    """A prebuilt batch with producer id, epoch and base sequence rewritten, CRC recomputed."""
+    """A prebuilt batch with producer id, epoch, base sequence (and the transactional flag)
+    rewritten, CRC recomputed."""
     raw = bytearray(data)
+    if transactional:
+        raw[ATTRIBUTES_OFFSET + 1] |= _TRANSACTIONAL_BIT
     raw[43:51] = producer_id.to_bytes(8, "big", signed=True)
     raw[51:53] = producer_epoch.to_bytes(2, "big", signed=True)
     raw[53:57] = base_sequence.to_bytes(4, "big", signed=True)
@@ -311,10 +329,21 @@ class RecordAccumulator:
         return head.attempts > 0 and self._in_flight.get(tp, 0) > 0
 
     def drain(
-        self, cluster: Cluster, node: int, max_request_size: int, now_ms: int
+        self,
+        cluster: Cluster,
+        node: int,
+        max_request_size: int,
+        now_ms: int,
+        sendable: Callable[[TopicPartition], bool] | None = None,
     ) -> list[ProducerBatch]:
-        """Take at most one sendable batch per partition led by `node`, within the size limit."""
-        tps = [tp for tp, q in self._queues.items() if q and cluster.leader_for(tp) == node]
+        """Take at most one sendable batch per partition led by `node`, within the size limit
+        (a transactional producer's `sendable` holds back partitions not yet in the
+        transaction)."""
+        tps = [
+            tp
+            for tp, q in self._queues.items()
+            if q and cluster.leader_for(tp) == node and (sendable is None or sendable(tp))
+        ]
         if not tps:
             return []
         start = self._drain_start.get(node, 0) % len(tps)

@@ -155,11 +155,13 @@ def producer_config(settings: Mapping[str, Any] | None) -> ClientConfig:
     """Validated producer settings; idempotence rules follow Kafka's `ProducerConfig`."""
     config = _parse("producer", settings)
     values = dict(config)
-    if values["transactional.id"] is not None:
+    if values["transactional.id"] is not None and not values["enable.idempotence"]:
         raise ConfigError(
-            "transactional.id: transactions are not supported by sparklog yet; "
-            "remove it (the idempotent producer is on by default)"
+            "transactional.id needs enable.idempotence=true (Kafka's rule): remove "
+            "enable.idempotence=false or the transactional.id"
         )
+    if values["transactional.id"] == "":
+        raise ConfigError("transactional.id must not be empty; leave it unset for no transactions")
     _check_idempotence(values, config.explicit)
     if values["delivery.timeout.ms"] < values["linger.ms"] + values["request.timeout.ms"]:
         raise ConfigError(

@@ -178,6 +178,20 @@ class KafkaConsumer:
             offsets = self._positions()
         self._group.commit({_tp(tp): int(o) for tp, o in offsets.items()})
 
+    def group_metadata(self) -> dict[str, Any]:
+        """This member's identity for `KafkaProducer.send_offsets_to_transaction` (Kafka's
+        `ConsumerGroupMetadata`): the coordinator refuses offsets from a fenced generation."""
+        group_id = self.config["group.id"]
+        if group_id is None:
+            raise ValueError("group_metadata() needs a group.id")
+        member = self._group
+        return {
+            "group_id": group_id,
+            "generation_id": -1 if member is None else member.generation,
+            "member_id": "" if member is None else member.member_id,
+            "group_instance_id": None if member is None else member.instance_id,
+        }
+
     def committed(
         self, partitions: Iterable[TopicPartition | tuple[str, int]]
     ) -> dict[TopicPartition, int | None]:

@@ -81,6 +81,11 @@ CLIENT_APIS: Mapping[ApiKey, VersionRange] = types.MappingProxyType(
         ApiKey.OFFSET_COMMIT: (8, 9),
         ApiKey.DELETE_GROUPS: (2, 2),
         ApiKey.OFFSET_DELETE: (0, 0),
+        # transactions
+        ApiKey.ADD_PARTITIONS_TO_TXN: (3, 3),
+        ApiKey.ADD_OFFSETS_TO_TXN: (3, 3),
+        ApiKey.END_TXN: (3, 3),
+        ApiKey.TXN_OFFSET_COMMIT: (3, 3),
     }
 )
 

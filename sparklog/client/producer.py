@@ -25,7 +25,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sparklog.errors import KafkaError, MessageTooLargeError, RequestTimedOutError
+from sparklog.errors import (
+    KafkaError,
+    MessageTooLargeError,
+    RequestTimedOutError,
+    TransactionAbortableError,
+)
 from sparklog.records import SimpleRecord
 from sparklog.records.arrow_codec import build_batches
 from sparklog.records.compression import CompressionType
@@ -36,6 +41,7 @@ from .metadata import Metadata, TopicPartition
 from .network import NetworkClient, now_ms
 from .partitioner import BuiltInPartitioner, make_partitioner
 from .sender import Sender
+from .transaction_manager import TransactionHandle, TransactionManager, TransactionStateError
 
 log = logging.getLogger(__name__)
 
@@ -93,8 +99,86 @@ class KafkaProducer:
             metadata=self._metadata,
             network=self._network,
         )
+        self._transaction: TransactionManager | None = None
+        if c["transactional.id"] is not None:
+            self._transaction = TransactionManager(
+                c["transactional.id"],
+                c["transaction.timeout.ms"],
+                self._network,
+                self._metadata.candidates,
+                self._set_producer_id,
+                c["retry.backoff.ms"],
+            )
+            self._sender.transaction = self._transaction
         self._closed = False
         self._sender.start()
+
+    # -- transactions (Kafka's KafkaProducer transactional API) -----------------------------
+
+    def _set_producer_id(self, producer_id: int, producer_epoch: int) -> None:
+        assert self._sender.idempotence is not None
+        with self._lock:
+            self._sender.idempotence.set_producer_id(producer_id, producer_epoch)
+            self._accumulator.reset_sequences()
+        self._sender.wakeup()
+
+    def _transactional(self) -> TransactionManager:
+        self._check_open()
+        if self._transaction is None:
+            raise TransactionStateError(
+                "this producer has no transactional.id; set one to use transactions"
+            )
+        return self._transaction
+
+    def init_transactions(self, timeout_ms: int | None = None) -> None:
+        """Register `transactional.id` with the coordinator: fences every older producer with
+        the same id and aborts a transaction it left open."""
+        self._transactional().init_transactions(timeout_ms or self.config["max.block.ms"])
+
+    def begin_transaction(self) -> None:
+        self._transactional().begin_transaction()
+
+    def send_offsets_to_transaction(
+        self, offsets: Mapping[Any, int] | Iterable[Any], group_metadata: Any
+    ) -> None:
+        """Commit consumer offsets as part of the transaction (Kafka's exactly-once
+        consume-transform-produce). `offsets`: {(topic, partition): next offset} or objects
+        with `topic`, `partition`, `offset`; `group_metadata`: a group id or a consumer's
+        `group_metadata()`."""
+        if isinstance(offsets, Mapping):
+            items = [(tp[0], int(tp[1]), int(o)) for tp, o in offsets.items()]
+        else:
+            items = [(o.topic, int(o.partition), int(o.offset)) for o in offsets]
+        if isinstance(group_metadata, str):
+            group_id, member = group_metadata, {}
+        else:
+            member = dict(group_metadata)
+            group_id = member.pop("group_id")
+        self.flush()
+        self._transactional().send_offsets(items, group_id, member)
+
+    def commit_transaction(self, timeout_ms: int | None = None) -> None:
+        """Send every record of the transaction, then commit it (all visible, or none)."""
+        txn = self._transactional()
+        self.flush(timeout_ms)
+        txn.end(True, timeout_ms or self.config["max.block.ms"])
+
+    def abort_transaction(self, timeout_ms: int | None = None) -> None:
+        """Drop what is unsent, wait for what is in flight, abort the transaction."""
+        txn = self._transactional()
+        self._sender.abort_undrained(TransactionAbortableError("the transaction was aborted"))
+        self.flush(timeout_ms)
+        txn.end(False, timeout_ms or self.config["max.block.ms"])
+
+    def prepare_transaction(self, timeout_ms: int | None = None) -> TransactionHandle:
+        """Send every record of the open transaction and hand it over, undecided, to be ended
+        by `sparklog.client.end_transactions` (Spark's exactly-once sink: the driver ends every
+        task's transaction in one decision)."""
+        txn = self._transactional()
+        self.flush(timeout_ms)
+        if txn.state.value == "abortable error":
+            raise TransactionAbortableError(f"the transaction failed: {txn.error}")
+        return txn.detach()
 
     def __enter__(self) -> KafkaProducer:
         return self
@@ -165,6 +249,8 @@ class KafkaProducer:
                 sticky = isinstance(self._partitioner, BuiltInPartitioner) and (
                     key is None or self._partitioner.ignore_keys
                 )
+            if self._transaction is not None:
+                self._transaction.on_send(TopicPartition(record.topic, partition))
             self._reserve(size, deadline)
             wake = self._accumulator.append(
                 TopicPartition(record.topic, partition), simple, thunk, size, now_ms()
@@ -249,6 +335,8 @@ class KafkaProducer:
             thunk = aggregate.thunk()
             try:
                 with self._lock:
+                    if self._transaction is not None:
+                        self._transaction.on_send(TopicPartition(topic, p))
                     self._reserve(len(raw), deadline)
                     self._accumulator.append_prebuilt(
                         TopicPartition(topic, p), raw, count, thunk, now_ms()

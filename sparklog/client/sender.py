@@ -215,6 +215,8 @@ class Sender:
         self.acks = config["acks"]
         self.compression = CompressionType.from_name(config["compression.type"])
         self.idempotence = IdempotenceState() if config["enable.idempotence"] else None
+        #: set by a transactional producer (its `TransactionManager`)
+        self.transaction: Any = None
         self.fatal_error: BaseException | None = None
         self._completions: deque[tuple[int, list[ProducerBatch], Future]] = deque()
         self._woken = False
@@ -277,6 +279,8 @@ class Sender:
             self.metadata.maybe_refresh()
             self._wait(self.config["retry.backoff.ms"])
             return
+        if self.transaction is not None and not self.transaction.add_pending_partitions():
+            self._wait(self.config["retry.backoff.ms"])  # partitions not in the transaction yet
         with self.lock:
             ready = self.accumulator.ready(now, self.metadata.cluster)
         if ready.unknown_leader_topics:
@@ -330,11 +334,16 @@ class Sender:
             return
         with self.lock:
             batches = self.accumulator.drain(
-                self.metadata.cluster, node, self.config["max.request.size"], now
+                self.metadata.cluster,
+                node,
+                self.config["max.request.size"],
+                now,
+                None if self.transaction is None else self.transaction.sendable,
             )
             if self.idempotence is not None:
                 for batch in batches:
                     self.idempotence.assign(batch)
+                    batch.transactional = self.transaction is not None
         if not batches:
             return
         topics: dict[str, list[dict]] = {}
@@ -343,7 +352,9 @@ class Sender:
                 {"index": batch.tp.partition, "records": batch.encode(self.compression)}
             )
         fields = {
-            "transactional_id": None,
+            "transactional_id": None
+            if self.transaction is None
+            else self.transaction.transactional_id,
             "acks": self.acks,
             "timeout": self.config["request.timeout.ms"],
             "topic_data": [{"name": t, "partition_data": p} for t, p in topics.items()],
@@ -435,8 +446,15 @@ class Sender:
                 if in_flight:
                     self.accumulator.on_attempt_done(batch)
                 refresh = refresh or outcome.refresh_metadata
-                if self.idempotence is not None and outcome.reset_producer_id:
+                resettable = self.idempotence is not None and self.transaction is None
+                if resettable and outcome.reset_producer_id:
                     self.idempotence.reset_pending = True
+                if (
+                    self.transaction is not None
+                    and outcome.decision is Decision.FAIL
+                    and outcome.error is not None
+                ):
+                    self.transaction.on_batch_failed(outcome.error)
                 if outcome.decision is Decision.RETRY:
                     log.debug("retrying %r after %s", batch, outcome.error)
                     self.accumulator.reenqueue(batch, now)
@@ -474,6 +492,8 @@ class Sender:
         state = self.idempotence
         if state is None or (state.has_producer_id and not state.reset_pending):
             return True
+        if self.transaction is not None:
+            return False  # the user's init_transactions() sets the id
         with self.lock:
             if state.reset_pending and self.accumulator.statistics()["in_flight_batches"]:
                 return False  # renumber only once nothing old is in flight
@@ -509,6 +529,12 @@ class Sender:
             state.set_producer_id(int(response.producer_id), int(response.producer_epoch))
             self.accumulator.reset_sequences()
         return True
+
+    def abort_undrained(self, error: BaseException) -> None:
+        """Fail every batch not yet sent (an aborted transaction's)."""
+        with self.lock:
+            batches = self.accumulator.abort_undrained()
+        self._finish([(b, BatchOutcome(Decision.FAIL, error)) for b in batches])
 
     def _abort_all(self, error: BaseException) -> None:
         """Fail everything queued (used on a forced close or a fatal error)."""

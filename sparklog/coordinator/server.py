@@ -46,6 +46,7 @@ from sparklog.errors import CoordinatorNotAvailableError, NotCoordinatorError
 from sparklog.protocol.api_versions import (
     COORDINATOR_DELEGATED_APIS,
     GROUP_COORDINATOR_APIS,
+    GROUP_COORDINATOR_SERVED_APIS,
     ApiKey,
 )
 from sparklog.protocol.async_client import api_versions_response
@@ -155,7 +156,7 @@ class GroupCoordinatorServer:
         )
         self._server = KafkaServer(
             self.handle,
-            GROUP_COORDINATOR_APIS,
+            GROUP_COORDINATOR_SERVED_APIS,
             host=self.host,
             port=self.port,
             name="group-coordinator",

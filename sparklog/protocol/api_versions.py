@@ -58,6 +58,8 @@ class ApiKey(enum.IntEnum):
     ALLOCATE_PRODUCER_IDS = 67
     CONSUMER_GROUP_HEARTBEAT = 68
     CONSUMER_GROUP_DESCRIBE = 69
+    #: sparklog's extension (`sparklog_apis`): many transactions ended in one decision
+    SPARKLOG_END_TXN_BATCH = 32_001
 
 
 VersionRange = tuple[int, int]
@@ -191,6 +193,13 @@ GROUP_COORDINATOR_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyTyp
         **TRANSACTION_APIS,
         **{api: CONTROLLER_APIS[api] for api in COORDINATOR_DELEGATED_APIS},
     }
+)
+
+
+#: What the coordinator's listener accepts: what it announces plus sparklog's extension, which
+#: is not announced (sparklog's own clients send it at v0; other clients never see it).
+GROUP_COORDINATOR_SERVED_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
+    {**GROUP_COORDINATOR_APIS, ApiKey.SPARKLOG_END_TXN_BATCH: (0, 0)}
 )
 
 

@@ -22,6 +22,10 @@ _API_KEY_VERSION = struct.Struct(">hh")
 @cache
 def request_schema(api_key: int, version: int) -> type:
     """kio's request class for (api_key, version); raises KeyError when kio lacks it."""
+    from sparklog.protocol import sparklog_apis
+
+    if (api_key, version) in sparklog_apis.REQUESTS:
+        return sparklog_apis.REQUESTS[(api_key, version)]
     try:
         return load_request_schema(api_key, version)
     except Exception as e:
@@ -30,6 +34,10 @@ def request_schema(api_key: int, version: int) -> type:
 
 @cache
 def response_schema(api_key: int, version: int) -> type:
+    from sparklog.protocol import sparklog_apis
+
+    if (api_key, version) in sparklog_apis.RESPONSES:
+        return sparklog_apis.RESPONSES[(api_key, version)]
     try:
         return load_response_schema(api_key, version)
     except Exception as e:

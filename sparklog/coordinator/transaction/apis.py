@@ -68,6 +68,7 @@ class TransactionApis:
             ApiKey.TXN_OFFSET_COMMIT: self.handle_txn_offset_commit,
             ApiKey.DESCRIBE_TRANSACTIONS: self.handle_describe_transactions,
             ApiKey.LIST_TRANSACTIONS: self.handle_list_transactions,
+            ApiKey.SPARKLOG_END_TXN_BATCH: self.handle_end_txn_batch,
         }
 
     async def _wait(self, start: Callable[[Callable[..., None]], None]) -> Any:
@@ -264,6 +265,38 @@ class TransactionApis:
             code = RequestTimedOutError.code
         code = _fenced_for(request.api_version, code, 2)
         return kio_build.response(request, {"throttle_time": 0, "error_code": code})
+
+    async def handle_end_txn_batch(self, request: Request) -> Any:
+        """sparklog's EndTxnBatch (`sparklog_apis`): many transactions, one decision."""
+        from sparklog.protocol.sparklog_apis import EndTxnBatchResponse
+
+        body = request.body
+        txns = [
+            (t.transactional_id, int(t.producer_id), int(t.producer_epoch))
+            for t in body.transactions
+        ]
+        try:
+            code, outcome, codes = await self._wait(
+                lambda respond: self.core.end_txn_batch(
+                    self.clock(),
+                    batch_key=body.batch_key,
+                    committed=bool(body.committed),
+                    transactions=txns,
+                    respond=respond,
+                )
+            )
+        except TimeoutError:
+            code, outcome, codes = RequestTimedOutError.code, "", {}
+        return kio_build.build(
+            EndTxnBatchResponse,
+            {
+                "throttle_time": 0,
+                "error_code": code,
+                "error_message": None,
+                "outcome": outcome,
+                "results": [{"transactional_id": tid, "error_code": c} for tid, c in codes.items()],
+            },
+        )
 
     # -- admin ------------------------------------------------------------------------------
 

@@ -101,6 +101,8 @@ class TransactionCoordinator:
         self._writes: list[Write] = []
         self._markers: list[MarkerJob] = []
         self._complete_retry: set[str] = set()
+        #: EndTxnBatch keys decided so far -> "committed" / "aborted"
+        self.decided_batches: dict[str, str] = {}
         self._next_abort_check_ms = 0
         self._next_expiry_check_ms = 0
 
@@ -139,6 +141,32 @@ class TransactionCoordinator:
             on_durable(done_ms)
 
         rows = [transaction_row(new, now_ms), *extra_rows]
+        self._writes.append(Write(rows, done))
+
+    def _persist_many(
+        self,
+        changes: list[tuple[TransactionMetadata, TransactionMetadata]],
+        now_ms: int,
+        on_durable: Callable[[int], None],
+        on_error: Respond,
+        extra_rows: Iterable[dict[str, Any]] = (),
+    ) -> None:
+        """Write every (old, new) change in ONE write (one Delta commit); apply all once
+        durable, none if the write fails."""
+        for meta, _new in changes:
+            meta.pending = True
+
+        def done(done_ms: int, error: int) -> None:
+            for meta, _new in changes:
+                meta.pending = False
+            if error:
+                return on_error(error)
+            for meta, new in changes:
+                if self.transactions.get(meta.transactional_id) is meta:
+                    self.transactions[meta.transactional_id] = new
+            on_durable(done_ms)
+
+        rows = [*extra_rows, *(transaction_row(new, now_ms) for _m, new in changes)]
         self._writes.append(Write(rows, done))
 
     # -- InitProducerId ---------------------------------------------------------------------
@@ -350,6 +378,66 @@ class TransactionCoordinator:
             return respond(ConcurrentTransactionsError.code)
         return respond(InvalidTxnStateError.code)
 
+    def end_txn_batch(
+        self,
+        now_ms: int,
+        *,
+        batch_key: str,
+        committed: bool,
+        transactions: list[tuple[str, int, int]],
+        respond: Callable[[int, str, dict[str, int]], None],
+    ) -> None:
+        """sparklog's EndTxnBatch: decide every (transactional id, producer id, epoch) at once,
+        in one write that also records `batch_key`. A key decided before (a replayed Spark
+        micro-batch) is not decided again: these transactions are duplicates and are aborted.
+        `respond(error, outcome, per-transaction errors)`."""
+        previous = self.decided_batches.get(batch_key)
+        codes: dict[str, int] = {}
+        changes: list[tuple[TransactionMetadata, TransactionMetadata]] = []
+        decide_commit = committed and previous is None
+        for tid, pid, epoch in transactions:
+            code = self.check_producer(tid, pid, epoch)
+            meta = self.transactions.get(tid)
+            if not code and meta is not None:
+                if meta.pending or meta.state.is_prepared or meta.state is _S.PREPARE_EPOCH_FENCE:
+                    code = ConcurrentTransactionsError.code
+                elif meta.state is not _S.ONGOING:
+                    code = 0 if not meta.partitions else InvalidTxnStateError.code
+            codes[tid] = code
+            if not code and meta is not None and meta.state is _S.ONGOING:
+                state = _S.PREPARE_COMMIT if decide_commit else _S.PREPARE_ABORT
+                changes.append((meta, meta.copy(state=state, last_update_ms=now_ms)))
+        failed = {t: c for t, c in codes.items() if c}
+        if failed and decide_commit:
+            return respond(failed[next(iter(failed))], "", codes)  # all or nothing
+        outcome = (
+            ("committed" if decide_commit else "aborted")
+            if previous is None
+            else (f"already-{previous}")
+        )
+        record = {"batch_key": batch_key, "outcome": "committed" if decide_commit else "aborted"}
+        batch_row = {
+            "record_type": "sink_batch",
+            "group_id": "",
+            "commit_timestamp_ms": now_ms,
+            "expire_timestamp_ms": None,
+            "transactional_id": None,
+            "txn_state": record["outcome"],
+            "transaction_metadata": json.dumps(record, sort_keys=True),
+        }
+        extra = [batch_row] if previous is None else []
+
+        def durable(_ms: int) -> None:
+            if previous is None:
+                self.decided_batches[batch_key] = record["outcome"]
+            for _meta, new in changes:
+                self._send_markers(self.transactions[new.transactional_id])
+            respond(0, outcome, codes)
+
+        if not changes and not extra:
+            return respond(0, outcome, codes)
+        self._persist_many(changes, now_ms, durable, lambda c: respond(c, "", codes), extra)
+
     def _prepare(
         self,
         meta: TransactionMetadata,
@@ -500,6 +588,10 @@ class TransactionCoordinator:
         prepared transaction."""
         assert not self.transactions, "load into an empty coordinator"
         for row in rows:
+            if row["record_type"] == "sink_batch":
+                record = json.loads(row["transaction_metadata"])
+                self.decided_batches[record["batch_key"]] = record["outcome"]
+                continue
             if row["record_type"] != "transaction":
                 continue
             tid = row["transactional_id"]

@@ -150,9 +150,12 @@ def test_delivery_timeout_must_cover_linger_and_request_timeout():
         producer_config({**BOOT, "delivery.timeout.ms": 1000, "request.timeout.ms": 1000})
 
 
-def test_transactions_are_refused_for_now():
-    with pytest.raises(ConfigError, match="transactional.id: transactions are not supported"):
-        producer_config({**BOOT, "transactional.id": "tx"})
+def test_a_transactional_id_needs_idempotence_and_a_name():
+    assert producer_config({**BOOT, "transactional.id": "tx"})["transactional.id"] == "tx"
+    with pytest.raises(ConfigError, match="needs enable.idempotence=true"):
+        producer_config({**BOOT, "transactional.id": "tx", "enable.idempotence": False})
+    with pytest.raises(ConfigError, match="must not be empty"):
+        producer_config({**BOOT, "transactional.id": ""})
 
 
 def test_consumer_checks_fetch_wait_against_request_timeout():

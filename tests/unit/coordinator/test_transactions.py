@@ -419,3 +419,52 @@ def test_a_restart_in_every_state_rebuilds_it_and_finishes_prepared_ones(
         assert h.groups.has_pending_txn_offset("g", ("src", 0)), "pending offsets survive"
         assert h.end("tx", pid, epoch, True) == 0
         assert h.committed("g") == 7
+
+
+# -- EndTxnBatch (Spark's exactly-once sink) -------------------------------------------------
+
+
+def end_batch(h: Harness, key: str, commit: bool, txns: list[tuple[str, int, int]]) -> tuple:
+    out: list[tuple] = []
+    h.txn.end_txn_batch(
+        h.now_ms,
+        batch_key=key,
+        committed=commit,
+        transactions=txns,
+        respond=lambda *a: out.append(a),
+    )
+    h.flush()
+    return out[0]
+
+
+def test_a_batch_of_transactions_is_decided_in_one_write_and_a_replay_is_recognised(
+    h: Harness,
+) -> None:
+    tasks = [("task-%d" % i, *started(h, "task-%d" % i)) for i in range(3)]
+    before = len(h.commits)
+    code, outcome, codes = end_batch(h, "q:7", True, tasks)
+    assert (code, outcome) == (0, "committed") and set(codes.values()) == {0}
+    assert len(h.commits) == before + 1, "one decision, one write"
+    decision = h.commits[-1]
+    assert [r["record_type"] for r in decision] == ["sink_batch"] + ["transaction"] * 3
+    assert {r["txn_state"] for r in decision[1:]} == {"PrepareCommit"}
+    assert len(h.markers) == 3 and all(j.committed for j in h.markers)
+    h.deliver_markers()
+    replayed = [("task-%d" % i, *started(h, "task-%d" % i)) for i in range(3)]
+    code, outcome, _ = end_batch(h, "q:7", True, replayed)
+    assert (code, outcome) == (0, "already-committed")
+    assert len(h.markers) == 3 and not any(j.committed for j in h.markers), (
+        "the duplicates of a replayed batch are aborted"
+    )
+    h.restart()
+    assert h.txn.decided_batches == {"q:7": "committed"}, "decisions survive a restart"
+
+
+def test_a_batch_with_a_fenced_task_commits_nothing(h: Harness) -> None:
+    tasks = [("task-%d" % i, *started(h, "task-%d" % i)) for i in range(2)]
+    h.init("task-1")  # a newer attempt fences task 1 (and aborts its transaction)
+    h.deliver_markers()
+    code, _outcome, codes = end_batch(h, "q:8", True, tasks)
+    assert code == FENCED and codes["task-1"] == FENCED and codes["task-0"] == 0
+    assert h.state("task-0") is TxnState.ONGOING, "all or nothing"
+    assert "q:8" not in h.txn.decided_batches

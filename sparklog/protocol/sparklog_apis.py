@@ -1,0 +1,78 @@
+"""sparklog's one extension to Kafka's protocol: EndTxnBatch, which ends many transactions in
+one coordinator decision (one Delta commit), keyed so that a replay is recognised.
+
+Spark's exactly-once sink needs it: each task of a micro-batch writes its rows as its own
+transaction, and the driver's `commit(batchId)` must make all of them visible at once, or
+none. Kafka's EndTxn ends one transaction per request; a crash between two of them would
+leave a micro-batch half visible. The schema follows kio's generated classes so the codec
+reads and writes it like any Kafka message; the key lies far above Kafka's API keys.
+"""
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from kio.schema.errors import ErrorCode
+from kio.schema.request_header.v2.header import RequestHeader
+from kio.schema.response_header.v1.header import ResponseHeader
+from kio.schema.types import ProducerId, TransactionalId
+from kio.static.constants import EntityType
+from kio.static.primitive import i16, i32Timedelta
+
+END_TXN_BATCH = 32_001
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EndTxnBatchTransaction:
+    __type__: ClassVar = EntityType.nested
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(END_TXN_BATCH)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    transactional_id: TransactionalId = field(metadata={"kafka_type": "string"})
+    producer_id: ProducerId = field(metadata={"kafka_type": "int64"})
+    producer_epoch: i16 = field(metadata={"kafka_type": "int16"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EndTxnBatchRequest:
+    __type__: ClassVar = EntityType.request
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(END_TXN_BATCH)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    batch_key: str = field(metadata={"kafka_type": "string"})
+    """Identifies the decision (e.g. a streaming query's id and batch id) for replays."""
+    committed: bool = field(metadata={"kafka_type": "bool"})
+    transactions: tuple[EndTxnBatchTransaction, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EndTxnBatchTransactionResult:
+    __type__: ClassVar = EntityType.nested
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(END_TXN_BATCH)
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+    transactional_id: TransactionalId = field(metadata={"kafka_type": "string"})
+    error_code: ErrorCode = field(metadata={"kafka_type": "error_code"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EndTxnBatchResponse:
+    __type__: ClassVar = EntityType.response
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(END_TXN_BATCH)
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+    throttle_time: i32Timedelta = field(metadata={"kafka_type": "timedelta_i32"})
+    error_code: ErrorCode = field(metadata={"kafka_type": "error_code"})
+    error_message: str | None = field(metadata={"kafka_type": "string"})
+    outcome: str = field(metadata={"kafka_type": "string"})
+    """"committed" / "aborted" (this request decided), or "already-committed" /
+    "already-aborted" (an earlier request with the same key decided; these transactions
+    were aborted as duplicates)."""
+    results: tuple[EndTxnBatchTransactionResult, ...]
+
+
+REQUESTS = {(END_TXN_BATCH, 0): EndTxnBatchRequest}
+RESPONSES = {(END_TXN_BATCH, 0): EndTxnBatchResponse}
