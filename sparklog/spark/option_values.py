@@ -47,6 +47,8 @@ def display(key: str) -> str:
         "maxrecordsperpartition": "maxRecordsPerPartition",
         "groupidprefix": "groupIdPrefix",
         "includeheaders": "includeHeaders",
+        "exactlyonce": "exactlyOnce",
+        "checkpointlocation": "checkpointLocation",
     }
     return names.get(key, key)
 

@@ -95,7 +95,9 @@ _SOURCE_KEYS = frozenset(
         "path",
     }
 )
-_SINK_KEYS = frozenset({"topic", "includeheaders", "path"})
+_SINK_KEYS = frozenset(
+    {"topic", "includeheaders", "path", "exactlyonce", "transactional", "checkpointlocation"}
+)
 
 
 # ------------------------------------------------------------------------------ values
@@ -231,6 +233,13 @@ class SinkOptions:
     bootstrap_servers: str
     topic: str | None = None
     kafka: Mapping[str, str] = field(default_factory=dict)
+    #: streaming: `exactlyOnce` (None: on when the cluster serves transactions)
+    exactly_once: bool | None = None
+    #: batch: `transactional` (the whole job visible at once, or nothing)
+    transactional: bool = False
+    #: `kafka.transactional.id`: the prefix of the tasks' transactional ids
+    transactional_id: str | None = None
+    checkpoint_location: str | None = None
 
     def producer_config(self) -> dict[str, Any]:
         config: dict[str, Any] = dict(self.kafka)
@@ -330,14 +339,27 @@ def parse_sink_options(
     _warn_unknown(opts, _SINK_KEYS, "sink")
     bootstrap = _bootstrap(kafka, default_bootstrap)
     kafka.pop("bootstrap.servers", None)
+    transactional_id = kafka.pop("transactional.id", None)
+    if transactional_id is not None and not transactional_id.strip():
+        raise SparkLogOptionError("option 'kafka.transactional.id' is empty: give a prefix")
     _check_client_settings(kafka, "producer")
+    exactly_once = parse_bool(opts, "exactlyonce", True) if "exactlyonce" in opts else None
+    transactional = parse_bool(opts, "transactional", False)
     topic = opts.get("topic")
     if topic is not None:
         topic = topic.strip()
         if not topic:
             raise SparkLogOptionError("option 'topic' is empty: give a topic name or drop it")
         check_topic_name(topic, "option 'topic'")
-    return SinkOptions(bootstrap_servers=bootstrap, topic=topic, kafka=kafka)
+    return SinkOptions(
+        bootstrap_servers=bootstrap,
+        topic=topic,
+        kafka=kafka,
+        exactly_once=exactly_once,
+        transactional=transactional,
+        transactional_id=transactional_id,
+        checkpoint_location=opts.get("checkpointlocation") or None,
+    )
 
 
 # ------------------------------------------------------------------------------ pieces

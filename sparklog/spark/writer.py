@@ -13,12 +13,17 @@ The schema and a fixed topic are checked on the driver (`check_sink_schema`, `ch
 before any task runs; a task checks each topic of a `topic` column before it sends the
 first record to it. Each task sends its Arrow batches, a few MiB at a time, with one
 producer's `send_arrow` (encoded vectorized, no Python per row), grouped by topic, and
-waits for every acknowledgement before it reports success: at-least-once. Exactly-once
-(transactions committed by the driver per micro-batch) comes with transactions.
+waits for every acknowledgement before it reports success.
+
+Streams are exactly-once by default (`exactlyOnce`, see `sink_transactions`): each task's rows
+are one transaction, and the driver commits a micro-batch's transactions in one decision.
+Batch writes are at-least-once like Spark's Kafka sink, or all-or-nothing with
+`transactional=true`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Iterable, Iterator
@@ -44,6 +49,12 @@ from pyspark.sql.types import (
 
 from sparklog.spark.client_pool import PRODUCERS
 from sparklog.spark.options import SinkOptions, SparkLogOptionError, check_topic_name
+from sparklog.spark.sink_transactions import (
+    batch_prefix,
+    end_all,
+    streaming_prefix,
+    task_transactional_id,
+)
 
 log = logging.getLogger(__name__)
 
@@ -176,6 +187,8 @@ class SparkLogCommitMessage(WriterCommitMessage):
 
     records: int
     last_offsets: tuple[tuple[str, int, int], ...] = ()
+    #: (transactional id, producer id, epoch) of the task's prepared transaction
+    transaction: tuple[str, int, int] | None = None
 
 
 class _TaskWriter:
@@ -282,14 +295,34 @@ def _by_partition_presence(rows: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
 
 
 def write_task(
-    options: SinkOptions, columns: tuple[str, ...], iterator: Iterator[pa.RecordBatch]
+    options: SinkOptions,
+    columns: tuple[str, ...],
+    iterator: Iterator[pa.RecordBatch],
+    prefix: str | None = None,
 ) -> SparkLogCommitMessage:
-    """The body of one write task: send everything, wait for every acknowledgement."""
-    with PRODUCERS.lease(options.producer_config()) as producer:
+    """The body of one write task: send everything, wait for every acknowledgement. With a
+    transactional `prefix`, the rows are one transaction, prepared for the driver to end."""
+    if prefix is None:
+        with PRODUCERS.lease(options.producer_config()) as producer:
+            writer = _TaskWriter(options, columns, producer)
+            for batch in iterator:
+                writer.write(batch)
+            return writer.finish()
+    from sparklog.client import KafkaProducer
+
+    config = {**options.producer_config(), "transactional.id": task_transactional_id(prefix)}
+    with KafkaProducer(config) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
         writer = _TaskWriter(options, columns, producer)
         for batch in iterator:
             writer.write(batch)
-        return writer.finish()
+        message = writer.finish()
+        handle = producer.prepare_transaction()
+    return dataclasses.replace(
+        message,
+        transaction=(handle.transactional_id, handle.producer_id, handle.producer_epoch),
+    )
 
 
 def _total(messages: list[WriterCommitMessage | None]) -> int:
@@ -297,40 +330,56 @@ def _total(messages: list[WriterCommitMessage | None]) -> int:
 
 
 class SparkLogBatchWriter(DataSourceArrowWriter):
-    """`df.write.format("sparklog")`: append every row as a record."""
+    """`df.write.format("sparklog")`: append every row as a record (all-or-nothing with
+    `transactional=true`)."""
 
     def __init__(self, options: SinkOptions, columns: tuple[str, ...]) -> None:
         self.options = options
         self.columns = columns  # what check_sink_schema found to send
+        self.prefix = batch_prefix(options)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SparkLogCommitMessage:
-        return write_task(self.options, self.columns, iterator)
+        return write_task(self.options, self.columns, iterator, self.prefix)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        if self.prefix is not None:
+            end_all(self.options, self.prefix, True, messages)
         log.info("sparklog write committed: %d records", _total(messages))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        if self.prefix is not None:
+            end_all(self.options, self.prefix, False, messages)
+            log.warning("sparklog write aborted: none of its records is visible")
+            return
         log.warning(
             "sparklog write aborted; %d records of successful tasks stay in the log "
-            "(at-least-once)",
+            "(at-least-once; option transactional=true writes all or nothing)",
             _total(messages),
         )
 
 
 class SparkLogStreamWriter(DataSourceStreamArrowWriter):
-    """`df.writeStream.format("sparklog")`: at-least-once per micro-batch."""
+    """`df.writeStream.format("sparklog")`: exactly-once per micro-batch (at-least-once with
+    exactlyOnce=false)."""
 
     def __init__(self, options: SinkOptions, columns: tuple[str, ...]) -> None:
         self.options = options
         self.columns = columns  # what check_sink_schema found to send
+        self.prefix = streaming_prefix(options)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SparkLogCommitMessage:
-        return write_task(self.options, self.columns, iterator)
+        return write_task(self.options, self.columns, iterator, self.prefix)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        if self.prefix is not None:
+            end_all(self.options, f"{self.prefix}:{batchId}", True, messages)
         log.info("sparklog batch %d committed: %d records", batchId, _total(messages))
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        if self.prefix is not None:
+            end_all(self.options, f"{self.prefix}:{batchId}", False, messages)
+            log.warning("sparklog batch %d aborted: none of its records is visible", batchId)
+            return
         log.warning(
             "sparklog batch %d aborted; %d records of successful tasks stay in the log "
             "(at-least-once: a retry may write them again)",

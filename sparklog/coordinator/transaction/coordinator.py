@@ -388,10 +388,12 @@ class TransactionCoordinator:
         respond: Callable[[int, str, dict[str, int]], None],
     ) -> None:
         """sparklog's EndTxnBatch: decide every (transactional id, producer id, epoch) at once,
-        in one write that also records `batch_key`. A key decided before (a replayed Spark
-        micro-batch) is not decided again: these transactions are duplicates and are aborted.
+        in one write that also records a committed `batch_key`. A key committed before (a
+        replayed Spark micro-batch) is not committed again: these transactions are duplicates
+        and are aborted. Aborts are not remembered (a batch may be retried after one).
         `respond(error, outcome, per-transaction errors)`."""
-        previous = self.decided_batches.get(batch_key)
+        # only commits are remembered: an aborted micro-batch may be retried and committed
+        previous = self.decided_batches.get(batch_key) if committed else None
         codes: dict[str, int] = {}
         changes: list[tuple[TransactionMetadata, TransactionMetadata]] = []
         decide_commit = committed and previous is None
@@ -422,14 +424,14 @@ class TransactionCoordinator:
             "commit_timestamp_ms": now_ms,
             "expire_timestamp_ms": None,
             "transactional_id": None,
-            "txn_state": record["outcome"],
+            "txn_state": "committed",
             "transaction_metadata": json.dumps(record, sort_keys=True),
         }
-        extra = [batch_row] if previous is None else []
+        extra = [batch_row] if decide_commit else []
 
         def durable(_ms: int) -> None:
-            if previous is None:
-                self.decided_batches[batch_key] = record["outcome"]
+            if decide_commit:
+                self.decided_batches[batch_key] = "committed"
             for _meta, new in changes:
                 self._send_markers(self.transactions[new.transactional_id])
             respond(0, outcome, codes)

@@ -468,3 +468,11 @@ def test_a_batch_with_a_fenced_task_commits_nothing(h: Harness) -> None:
     assert code == FENCED and codes["task-1"] == FENCED and codes["task-0"] == 0
     assert h.state("task-0") is TxnState.ONGOING, "all or nothing"
     assert "q:8" not in h.txn.decided_batches
+
+
+def test_an_aborted_batch_key_may_be_committed_by_its_retry(h: Harness) -> None:
+    tasks = [("task-0", *started(h, "task-0"))]
+    assert end_batch(h, "q:9", False, tasks)[:2] == (0, "aborted")
+    h.deliver_markers()
+    retry = [("task-0", *started(h, "task-0"))]
+    assert end_batch(h, "q:9", True, retry)[:2] == (0, "committed")

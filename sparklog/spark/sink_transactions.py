@@ -1,0 +1,126 @@
+"""The sink's transactions: exactly-once micro-batches and all-or-nothing batch writes.
+
+Each write task opens a transaction under `<prefix>-<Spark partition id>` (a retried or
+speculative attempt of the same partition re-registers that id, which fences the older
+attempt and aborts what it wrote), sends its rows, and hands the prepared transaction to the
+driver in its commit message. The driver's `commit` ends every task's transaction in ONE
+coordinator decision (one Delta commit) keyed by `<prefix>:<batch id>`
+(`sparklog.client.end_transactions`); a key decided before - Spark replaying a micro-batch
+whose Delta commit landed but whose own commit log entry did not - is recognised, and the
+replay's transactions are aborted instead of committed twice. `abort` aborts them all. A
+read_committed reader therefore sees each micro-batch whole, once, or not at all.
+
+The streaming prefix must survive a restart from the checkpoint: it is `kafka.transactional.id`
+when given, else derived from the `checkpointLocation` option.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import uuid
+from typing import Any
+
+from sparklog.spark.options import SinkOptions, SparkLogOptionError
+
+log = logging.getLogger(__name__)
+
+
+def cluster_serves_transactions(options: SinkOptions) -> bool:
+    """Whether the cluster has a transaction coordinator (FindCoordinator, key type 1)."""
+    from sparklog.client.config import producer_config
+    from sparklog.client.metadata import Metadata
+    from sparklog.client.network import NetworkClient
+    from sparklog.protocol.api_versions import ApiKey
+
+    config = producer_config(options.producer_config())
+    network = NetworkClient(config)
+    try:
+        metadata = Metadata(network, config)
+        node = network.least_loaded_node(metadata.candidates())
+        if node is None:
+            return False
+        response = network.send(
+            node, ApiKey.FIND_COORDINATOR, {"key_type": 1, "coordinator_keys": ["probe"]}
+        ).result()
+        return int(response.coordinators[0].error_code) == 0
+    except Exception as e:  # noqa: BLE001 - no coordinator reachable: no transactions
+        log.info("no transaction coordinator found (%s)", e)
+        return False
+    finally:
+        network.close()
+
+
+def streaming_prefix(options: SinkOptions) -> str | None:
+    """The transactional-id prefix of an exactly-once stream, or None for at-least-once."""
+    wanted = options.exactly_once
+    if wanted is False:
+        return None
+    stable = options.transactional_id
+    if stable is None and options.checkpoint_location:
+        digest = hashlib.sha256(options.checkpoint_location.encode()).hexdigest()[:20]
+        stable = f"sparklog-sink-{digest}"
+    if stable is None:
+        if wanted:
+            raise SparkLogOptionError(
+                "exactlyOnce needs a name that survives restarts to recognise replayed "
+                "micro-batches: set the 'checkpointLocation' option (or "
+                "'kafka.transactional.id'), or exactlyOnce=false"
+            )
+        log.warning(
+            "sparklog sink: at-least-once, because neither option 'checkpointLocation' nor "
+            "'kafka.transactional.id' is set (the session-wide checkpoint location is not "
+            "visible to data sources); set one for exactly-once"
+        )
+        return None
+    if not cluster_serves_transactions(options):
+        if wanted:
+            raise SparkLogOptionError(
+                "exactlyOnce=true but the cluster has no transaction coordinator; start the "
+                "cluster with its driver-side coordinator, or set exactlyOnce=false"
+            )
+        log.warning("sparklog sink: at-least-once (the cluster serves no transactions)")
+        return None
+    return stable
+
+
+def batch_prefix(options: SinkOptions) -> str | None:
+    """The prefix of an all-or-nothing batch write (`transactional=true`), else None."""
+    if not options.transactional:
+        return None
+    if not cluster_serves_transactions(options):
+        raise SparkLogOptionError(
+            "transactional=true but the cluster has no transaction coordinator; start the "
+            "cluster with its driver-side coordinator, or drop the option"
+        )
+    base = options.transactional_id or "sparklog-write"
+    return f"{base}-{uuid.uuid4().hex[:12]}"
+
+
+def task_transactional_id(prefix: str) -> str:
+    """`<prefix>-<partition id>` of the running Spark task."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    partition = context.partitionId() if context is not None else 0
+    return f"{prefix}-{partition}"
+
+
+def end_all(options: SinkOptions, key: str, committed: bool, messages: list[Any]) -> Any:
+    """End the prepared transactions carried by `messages` in one decision."""
+    from sparklog.client import TransactionHandle, end_transactions
+
+    handles = [
+        TransactionHandle(*m.transaction)
+        for m in messages
+        if m is not None and getattr(m, "transaction", None) is not None
+    ]
+    decision = end_transactions(options.bootstrap_servers, key, committed, handles)
+    if decision.replayed:
+        log.info(
+            "%s was decided before (%s): a replay; its %d new transactions were aborted",
+            key,
+            decision.outcome,
+            len(handles),
+        )
+    return decision
