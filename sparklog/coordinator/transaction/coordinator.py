@@ -43,6 +43,9 @@ from sparklog.errors import (
 log = logging.getLogger(__name__)
 
 _S = TxnState
+#: How long a request may wait for its transactional id to settle before it is answered
+#: CONCURRENT_TRANSACTIONS (the client then retries as it would have at once).
+_PARK_MS = 5_000
 Respond = Callable[[int], None]
 
 
@@ -105,6 +108,8 @@ class TransactionCoordinator:
         self.decided_batches: dict[str, str] = {}
         self._next_abort_check_ms = 0
         self._next_expiry_check_ms = 0
+        #: requests waiting for an id to settle: tid -> [(deadline, retry(now), give up())]
+        self._parked: dict[str, list[tuple[int, Callable[[int], None], Callable[[], None]]]] = {}
 
     # -- outputs ----------------------------------------------------------------------------
 
@@ -139,6 +144,7 @@ class TransactionCoordinator:
                 else:
                     self.transactions[tid] = new
             on_durable(done_ms)
+            self._unpark(tid, done_ms)
 
         rows = [transaction_row(new, now_ms), *extra_rows]
         self._writes.append(Write(rows, done))
@@ -165,9 +171,39 @@ class TransactionCoordinator:
                 if self.transactions.get(meta.transactional_id) is meta:
                     self.transactions[meta.transactional_id] = new
             on_durable(done_ms)
+            for meta, _new in changes:
+                self._unpark(meta.transactional_id, done_ms)
 
         rows = [*extra_rows, *(transaction_row(new, now_ms) for _m, new in changes)]
         self._writes.append(Write(rows, done))
+
+    def _park(
+        self, tid: str, now_ms: int, retry: Callable[[int], None], give_up: Callable[[], None]
+    ) -> bool:
+        """Hold a request for an id that is settling (a write in flight, markers being
+        written) and run it again once it settled, instead of answering
+        CONCURRENT_TRANSACTIONS and making the client back off. False: not parked."""
+        meta = self.transactions.get(tid)
+        parked = self._parked.setdefault(tid, [])
+        if meta is None or not (meta.pending or meta.state.is_prepared) or len(parked) >= 16:
+            return False
+        parked.append((now_ms + _PARK_MS, retry, give_up))
+        return True
+
+    def _unpark(self, tid: str, now_ms: int) -> None:
+        for _deadline, retry, _give_up in self._parked.pop(tid, []):
+            retry(now_ms)
+
+    def _expire_parked(self, now_ms: int) -> None:
+        for tid, parked in list(self._parked.items()):
+            keep = [p for p in parked if p[0] > now_ms]
+            for deadline, _retry, give_up in parked:
+                if deadline <= now_ms:
+                    give_up()
+            if keep:
+                self._parked[tid] = keep
+            else:
+                del self._parked[tid]
 
     # -- InitProducerId ---------------------------------------------------------------------
 
@@ -298,6 +334,15 @@ class TransactionCoordinator:
         respond: Respond,
     ) -> None:
         code = self._check_may_add(transactional_id, producer_id, producer_epoch)
+        if code == ConcurrentTransactionsError.code and self._park(
+            transactional_id,
+            now_ms,
+            lambda ms: self._add(
+                ms, transactional_id, producer_id, producer_epoch, partitions, groups, respond
+            ),
+            lambda: respond(ConcurrentTransactionsError.code),
+        ):
+            return None
         if code:
             return respond(code)
         meta = self.transactions[transactional_id]
@@ -514,6 +559,11 @@ class TransactionCoordinator:
             self._complete(job.transactional_id, now_ms)
 
     def _complete(self, transactional_id: str, now_ms: int) -> None:
+        """Every marker is written: the transaction is complete at once (the next one may
+        start), and its CompleteCommit/CompleteAbort row follows, often in the same Delta
+        commit as the next transaction's first row. Until that row is durable a restart finds
+        the transaction prepared and writes its markers again, which changes nothing: no
+        record of a next transaction exists before that transaction's own row is durable."""
         meta = self.transactions[transactional_id]
         if meta.pending:
             self._complete_retry.add(transactional_id)
@@ -525,24 +575,34 @@ class TransactionCoordinator:
             txn_start_ms=-1,
             last_update_ms=now_ms,
         )
+        self.transactions[transactional_id] = new
+        self._write_complete(new, now_ms)
+        self._unpark(transactional_id, now_ms)
 
-        def failed(_code: int) -> None:
-            self._complete_retry.add(transactional_id)
+    def _write_complete(self, new: TransactionMetadata, now_ms: int) -> None:
+        tid = new.transactional_id
 
-        self._persist(meta, new, now_ms, lambda _ms: None, failed)
+        def done(_ms: int, error: int) -> None:
+            if error and self.transactions.get(tid) is new:
+                self._complete_retry.add(tid)  # the tick writes it again
+
+        self._writes.append(Write([transaction_row(new, now_ms)], done))
 
     # -- timers -----------------------------------------------------------------------------
 
     def tick(self, now_ms: int) -> None:
         """Abort transactions open longer than their timeout; expire idle ids; retry
-        completions whose write failed."""
+        completions whose write failed; answer requests parked too long."""
+        self._expire_parked(now_ms)
         for tid in list(self._complete_retry):
             meta = self.transactions.get(tid)
-            if meta is None or not meta.state.is_prepared:
-                self._complete_retry.discard(tid)
-            elif not meta.pending:
-                self._complete_retry.discard(tid)
+            if meta is None or meta.pending:
+                continue
+            self._complete_retry.discard(tid)
+            if meta.state.is_prepared:
                 self._complete(tid, now_ms)
+            elif meta.state in (_S.COMPLETE_COMMIT, _S.COMPLETE_ABORT):
+                self._write_complete(meta, now_ms)
         if now_ms >= self._next_abort_check_ms:
             self._next_abort_check_ms = (
                 now_ms + self.config.transaction_abort_timed_out_transaction_cleanup_interval_ms

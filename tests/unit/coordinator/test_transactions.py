@@ -236,16 +236,28 @@ def test_commit_answers_once_the_decision_is_durable_then_markers_complete_it(h:
     pid, epoch = started(h)
     assert h.state("tx") is TxnState.ONGOING
     assert h.end("tx", pid, epoch, True, flush=False) is None, "not before it is durable"
-    assert h.add("tx", pid, epoch, ("t", 2)) == CONCURRENT
+    parked: list[int] = []
+    h.txn.add_partitions(
+        h.now_ms,
+        transactional_id="tx",
+        producer_id=pid,
+        producer_epoch=epoch,
+        partitions=[("t", 2)],
+        respond=parked.append,
+    )
     h.flush()
     assert h.state("tx") is TxnState.PREPARE_COMMIT
     assert h.commits[-1][0]["txn_state"] == "PrepareCommit"
     assert h.end("tx", pid, epoch, True) == CONCURRENT, "a retry while markers are written"
     assert h.end("tx", pid, epoch, False) == INVALID_STATE
+    assert parked == [], "the next transaction's AddPartitions waits for the commit to settle"
     [job] = h.deliver_markers()
     assert job.committed and job.partitions == {("t", 0), ("t", 1)}
-    assert h.state("tx") is TxnState.COMPLETE_COMMIT
-    assert h.txn.transactions["tx"].partitions == set()
+    assert parked == [0], "then it goes ahead: the next transaction is open"
+    assert h.state("tx") is TxnState.ONGOING
+    assert h.txn.transactions["tx"].partitions == {("t", 2)}
+    assert h.end("tx", pid, epoch, True) == 0
+    h.deliver_markers()
     assert h.end("tx", pid, epoch, True) == 0, "a retry after success"
     assert h.end("tx", pid, epoch, False) == INVALID_STATE
 
@@ -292,9 +304,29 @@ def test_a_failed_completion_write_is_retried_by_the_tick(h: Harness) -> None:
     h.end("tx", pid, epoch, True)
     h.fail_next_flush = CoordinatorNotAvailableError.code
     h.deliver_markers()
-    assert h.state("tx") is TxnState.PREPARE_COMMIT
+    assert h.state("tx") is TxnState.COMPLETE_COMMIT, "complete once every marker is written"
+    assert h.rows[-1]["txn_state"] == "PrepareCommit", "its row was not written"
     h.advance(10)
-    assert h.state("tx") is TxnState.COMPLETE_COMMIT
+    assert h.rows[-1]["txn_state"] == "CompleteCommit"
+
+
+def test_a_parked_request_is_answered_concurrent_transactions_when_markers_stall(
+    h: Harness,
+) -> None:
+    pid, epoch = started(h)
+    h.end("tx", pid, epoch, True)
+    assert h.add("tx", pid, epoch, ("t", 2)) is None, "parked while markers are written"
+    out: list[int] = []
+    h.txn.add_partitions(
+        h.now_ms,
+        transactional_id="tx",
+        producer_id=pid,
+        producer_epoch=epoch,
+        partitions=[("t", 3)],
+        respond=out.append,
+    )
+    h.advance(5_001)
+    assert out == [CONCURRENT], "the client retries, as Kafka's clients do"
 
 
 def test_markers_of_a_stale_job_complete_nothing(h: Harness) -> None:
@@ -440,7 +472,7 @@ def end_batch(h: Harness, key: str, commit: bool, txns: list[tuple[str, int, int
 def test_a_batch_of_transactions_is_decided_in_one_write_and_a_replay_is_recognised(
     h: Harness,
 ) -> None:
-    tasks = [("task-%d" % i, *started(h, "task-%d" % i)) for i in range(3)]
+    tasks = [(f"task-{i}", *started(h, f"task-{i}")) for i in range(3)]
     before = len(h.commits)
     code, outcome, codes = end_batch(h, "q:7", True, tasks)
     assert (code, outcome) == (0, "committed") and set(codes.values()) == {0}
@@ -450,7 +482,7 @@ def test_a_batch_of_transactions_is_decided_in_one_write_and_a_replay_is_recogni
     assert {r["txn_state"] for r in decision[1:]} == {"PrepareCommit"}
     assert len(h.markers) == 3 and all(j.committed for j in h.markers)
     h.deliver_markers()
-    replayed = [("task-%d" % i, *started(h, "task-%d" % i)) for i in range(3)]
+    replayed = [(f"task-{i}", *started(h, f"task-{i}")) for i in range(3)]
     code, outcome, _ = end_batch(h, "q:7", True, replayed)
     assert (code, outcome) == (0, "already-committed")
     assert len(h.markers) == 3 and not any(j.committed for j in h.markers), (
@@ -461,7 +493,7 @@ def test_a_batch_of_transactions_is_decided_in_one_write_and_a_replay_is_recogni
 
 
 def test_a_batch_with_a_fenced_task_commits_nothing(h: Harness) -> None:
-    tasks = [("task-%d" % i, *started(h, "task-%d" % i)) for i in range(2)]
+    tasks = [(f"task-{i}", *started(h, f"task-{i}")) for i in range(2)]
     h.init("task-1")  # a newer attempt fences task 1 (and aborts its transaction)
     h.deliver_markers()
     code, _outcome, codes = end_batch(h, "q:8", True, tasks)
