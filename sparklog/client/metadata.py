@@ -393,6 +393,7 @@ class Metadata:
         if info is not None and info.partitions and topic in self.state.topics:
             return info  # the common case, without the lock
         with self._lock:
+            first_ask = topic not in self.state.topics
             self.state.add_topics([topic])
         last_error: str | None = None
         while True:
@@ -413,6 +414,8 @@ class Metadata:
             with self._lock:
                 last = self.state.last_attempt_ms
                 wait = 0 if last is None else max(0, last + self.state.retry_backoff_ms - now)
+                if first_ask:  # a topic never asked for: no backoff (Kafka asks at once)
+                    wait, first_ask = 0, False
                 if wait == 0:
                     try:
                         self.refresh(timeout_ms=max(1, deadline_ms - now))

@@ -242,6 +242,9 @@ class BrokerConnection:
         self._send_lock = threading.Lock()
         self._pending: deque[_Pending] = deque()
         self._reader: threading.Thread | None = None
+        #: written on close so the reader's select wakes at once (a shut-down socket does not
+        #: always wake it)
+        self._wake_r, self._wake_w = socket.socketpair()
         self._closed = False
         self._close_reason: BaseException | None = None
 
@@ -355,16 +358,26 @@ class BrokerConnection:
                 self._close_reason = reason
             pending, self._pending = list(self._pending), deque()
             sock = self._sock
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"x")
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
         for p in pending:  # outside the lock: done-callbacks may send again
             if not p.future.done():
                 p.future.set_exception(self._closed_error())
         reader = self._reader
         if reader is not None and reader is not threading.current_thread():
             reader.join(timeout=5)
+        if reader is None or reader is not threading.current_thread():
+            self._release(sock)
+
+    def _release(self, sock: socket.socket | None) -> None:
+        """Close the sockets once the reader no longer selects on them."""
+        if sock is not None:
+            sock.close()
+        self._wake_r.close()
+        self._wake_w.close()
 
     def _closed_error(self) -> BaseException:
         reason = self._close_reason
@@ -379,11 +392,14 @@ class BrokerConnection:
         assert sock is not None
         selector = selectors.DefaultSelector()
         selector.register(sock, selectors.EVENT_READ)
+        selector.register(self._wake_r, selectors.EVENT_READ)
         try:
             while not self._closed:
                 if not selector.select(self._wait_s()):
                     self._expire_requests()
                     continue
+                if self._closed:
+                    break
                 data = sock.recv(_RECV_BYTES)
                 if not data:
                     self.close(NetworkExceptionError(f"node {self.node_id} closed the connection"))
@@ -399,6 +415,8 @@ class BrokerConnection:
             self.close(NetworkExceptionError(f"node {self.node_id} broke the protocol: {e}"))
         finally:
             selector.close()
+            if self._closed and threading.current_thread() is self._reader:
+                self._release(sock)
 
     def _wait_s(self) -> float:
         with self._lock:

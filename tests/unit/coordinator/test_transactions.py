@@ -508,3 +508,19 @@ def test_an_aborted_batch_key_may_be_committed_by_its_retry(h: Harness) -> None:
     h.deliver_markers()
     retry = [("task-0", *started(h, "task-0"))]
     assert end_batch(h, "q:9", True, retry)[:2] == (0, "committed")
+
+
+def test_transaction_settings_have_kafkas_names_and_defaults_in_the_conf_file() -> None:
+    import dataclasses
+    from pathlib import Path
+
+    conf = Path(__file__).parents[3] / "conf" / "sparklog-defaults.conf"
+    entries = dict(line.split("=", 1) for line in conf.read_text().splitlines() if "=" in line)
+    defaults = TransactionConfig()
+    for f in dataclasses.fields(TransactionConfig):
+        name = f.name.replace("_", ".")
+        if name != "transaction.marker.request.timeout.ms":  # sparklog's own
+            assert int(entries[name]) == getattr(defaults, f.name), name
+    assert TransactionConfig.from_properties(dict(entries)) == defaults
+    with pytest.raises(ValueError, match="transaction.max.timeout.ms"):
+        TransactionConfig.from_properties({"transaction.max.timeout.ms": "soon"})
