@@ -26,6 +26,9 @@ def main() -> None:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
+    import sparklog
+
+    sparklog.register(spark)
     query = (
         spark.readStream.format("sparklog")
         .option("kafka.bootstrap.servers", bootstrap)
@@ -37,7 +40,7 @@ def main() -> None:
         .writeStream.format("sparklog")
         .option("kafka.bootstrap.servers", bootstrap)
         .option("topic", sink)
-        .option("exactlyOnce", "true")
+        .option("exactlyOnce", os.environ.get("EOS_CHILD_EXACTLY_ONCE", "true"))
         .option("checkpointLocation", checkpoint)
         .trigger(availableNow=True)
         .start()

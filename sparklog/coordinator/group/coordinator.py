@@ -152,8 +152,10 @@ class GroupCoordinator:
             group_id = row["group_id"]
             if row["record_type"] == "transaction":
                 # a decision (or a new epoch): the producer's pending offsets are settled; a
-                # commit's offsets follow as plain offset rows in the same Delta commit
-                self.txn_offsets.pop(int(row["producer_id"]), None)
+                # commit's offsets follow as plain offset rows in the same Delta commit. An
+                # Ongoing row (partitions or groups added) settles nothing.
+                if row["txn_state"] != "Ongoing":
+                    self.txn_offsets.pop(int(row["producer_id"]), None)
             elif row["record_type"] == "txn_offset":
                 tp = (row["topic"], int(row["partition"]))
                 pending = self.txn_offsets.setdefault(int(row["producer_id"]), {})

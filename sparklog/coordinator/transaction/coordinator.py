@@ -103,7 +103,10 @@ class TransactionCoordinator:
         self.transactions: dict[str, TransactionMetadata] = {}
         self._writes: list[Write] = []
         self._markers: list[MarkerJob] = []
-        self._complete_retry: set[str] = set()
+        #: CompleteCommit/CompleteAbort rows whose write failed (written again by the tick)
+        self._unwritten_complete: dict[str, TransactionMetadata] = {}
+        #: markers acknowledged while a write for the id was in flight (completed by the tick)
+        self._acked_markers: dict[str, MarkerJob] = {}
         #: EndTxnBatch keys decided so far -> "committed" / "aborted"
         self.decided_batches: dict[str, str] = {}
         self._next_abort_check_ms = 0
@@ -534,7 +537,7 @@ class TransactionCoordinator:
 
     def _send_markers(self, meta: TransactionMetadata) -> None:
         if not meta.partitions:
-            self._complete(meta.transactional_id, meta.last_update_ms)
+            self._complete(meta, meta.last_update_ms)
             return
         self._markers.append(
             MarkerJob(
@@ -550,24 +553,29 @@ class TransactionCoordinator:
     def markers_done(self, now_ms: int, job: MarkerJob) -> None:
         """Every marker of `job` is acknowledged: write CompleteCommit / CompleteAbort."""
         meta = self.transactions.get(job.transactional_id)
-        if meta is None or (meta.producer_id, meta.producer_epoch) != (
-            job.producer_id,
-            job.producer_epoch,
-        ):
+        if meta is None or not self._is_job_of(meta, job):
             return
-        if meta.state.is_prepared:
-            self._complete(job.transactional_id, now_ms)
+        if meta.pending:
+            self._acked_markers[job.transactional_id] = job
+            return
+        self._complete(meta, now_ms)
 
-    def _complete(self, transactional_id: str, now_ms: int) -> None:
+    @staticmethod
+    def _is_job_of(meta: TransactionMetadata, job: MarkerJob) -> bool:
+        """Whether `job` carries the markers of `meta`'s prepared transaction."""
+        return (
+            meta.state.is_prepared
+            and (meta.producer_id, meta.producer_epoch) == (job.producer_id, job.producer_epoch)
+            and (meta.state is _S.PREPARE_COMMIT) == job.committed
+        )
+
+    def _complete(self, meta: TransactionMetadata, now_ms: int) -> None:
         """Every marker is written: the transaction is complete at once (the next one may
         start), and its CompleteCommit/CompleteAbort row follows, often in the same Delta
         commit as the next transaction's first row. Until that row is durable a restart finds
         the transaction prepared and writes its markers again, which changes nothing: no
         record of a next transaction exists before that transaction's own row is durable."""
-        meta = self.transactions[transactional_id]
-        if meta.pending:
-            self._complete_retry.add(transactional_id)
-            return
+        tid = meta.transactional_id
         new = meta.copy(
             state=_S.COMPLETE_COMMIT if meta.state is _S.PREPARE_COMMIT else _S.COMPLETE_ABORT,
             partitions=set(),
@@ -575,16 +583,16 @@ class TransactionCoordinator:
             txn_start_ms=-1,
             last_update_ms=now_ms,
         )
-        self.transactions[transactional_id] = new
+        self.transactions[tid] = new
         self._write_complete(new, now_ms)
-        self._unpark(transactional_id, now_ms)
+        self._unpark(tid, now_ms)
 
     def _write_complete(self, new: TransactionMetadata, now_ms: int) -> None:
         tid = new.transactional_id
 
         def done(_ms: int, error: int) -> None:
             if error and self.transactions.get(tid) is new:
-                self._complete_retry.add(tid)  # the tick writes it again
+                self._unwritten_complete[tid] = new  # the tick writes it again
 
         self._writes.append(Write([transaction_row(new, now_ms)], done))
 
@@ -594,15 +602,17 @@ class TransactionCoordinator:
         """Abort transactions open longer than their timeout; expire idle ids; retry
         completions whose write failed; answer requests parked too long."""
         self._expire_parked(now_ms)
-        for tid in list(self._complete_retry):
+        for tid, new in list(self._unwritten_complete.items()):
+            del self._unwritten_complete[tid]
+            if self.transactions.get(tid) is new and not new.pending:
+                self._write_complete(new, now_ms)
+        for tid, job in list(self._acked_markers.items()):
             meta = self.transactions.get(tid)
-            if meta is None or meta.pending:
-                continue
-            self._complete_retry.discard(tid)
-            if meta.state.is_prepared:
-                self._complete(tid, now_ms)
-            elif meta.state in (_S.COMPLETE_COMMIT, _S.COMPLETE_ABORT):
-                self._write_complete(meta, now_ms)
+            if meta is None or not self._is_job_of(meta, job):
+                del self._acked_markers[tid]
+            elif not meta.pending:
+                del self._acked_markers[tid]
+                self._complete(meta, now_ms)
         if now_ms >= self._next_abort_check_ms:
             self._next_abort_check_ms = (
                 now_ms + self.config.transaction_abort_timed_out_transaction_cleanup_interval_ms

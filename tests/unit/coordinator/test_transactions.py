@@ -524,3 +524,30 @@ def test_transaction_settings_have_kafkas_names_and_defaults_in_the_conf_file() 
     assert TransactionConfig.from_properties(dict(entries)) == defaults
     with pytest.raises(ValueError, match="transaction.max.timeout.ms"):
         TransactionConfig.from_properties({"transaction.max.timeout.ms": "soon"})
+
+
+# -- regressions the transaction simulation found ---------------------------------------------
+
+
+def test_pending_offsets_survive_a_restart_after_more_partitions_were_added(h: Harness) -> None:
+    pid, epoch = started(h)
+    h.add_offsets("tx", pid, epoch, "g")
+    h.txn_commit("tx", pid, epoch, "g", 9)
+    h.add("tx", pid, epoch, ("t", 3))  # an Ongoing row after the pending offset's row
+    h.restart()
+    assert h.groups.has_pending_txn_offset("g", ("src", 0))
+    assert h.end("tx", pid, epoch, True) == 0
+    assert h.committed("g") == 9
+
+
+def test_a_failed_completion_write_never_completes_a_later_transaction(h: Harness) -> None:
+    pid, epoch = started(h)
+    h.end("tx", pid, epoch, True)
+    h.fail_next_flush = CoordinatorNotAvailableError.code
+    h.deliver_markers()  # complete in memory; its row's write fails
+    assert h.add("tx", pid, epoch, ("t", 2)) == 0
+    assert h.end("tx", pid, epoch, True) == 0
+    h.advance(10)  # the tick rewrites nothing stale and completes nothing early
+    assert h.state("tx") is TxnState.PREPARE_COMMIT and len(h.markers) == 1
+    h.deliver_markers()
+    assert h.state("tx") is TxnState.COMPLETE_COMMIT
