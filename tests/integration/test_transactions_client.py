@@ -123,3 +123,32 @@ def test_prepared_transactions_end_together_and_a_replay_commits_nothing_twice(c
     assert aborted.outcome == "aborted"
     assert values(cluster, name) == [b"first-0", b"first-1", b"first-2"]
     assert len(values(cluster, name, "read_uncommitted")) == 9
+
+
+def test_compaction_removes_aborted_records_of_a_compacted_topic(cluster):
+    name = f"compact-{uuid.uuid4().hex[:8]}"
+    configs = {
+        "cleanup.policy": "compact",
+        "segment.bytes": "400",
+        "min.cleanable.dirty.ratio": "0.01",
+    }
+    with AdminClient({"bootstrap.servers": cluster.bootstrap_servers}) as admin:
+        admin.create_topics([NewTopic(name, 1, configs=configs)])
+    with producer(cluster, f"compact-{name}") as p:
+        p.begin_transaction()
+        for i in range(5):
+            p.send(name, key=b"k%d" % i, value=b"aborted-%d" % i, partition=0)
+        p.flush()
+        p.abort_transaction()
+        for n in range(6):  # later commits roll segments, so the aborted ones become cleanable
+            p.begin_transaction()
+            for i in range(5):
+                p.send(name, key=b"k%d" % i, value=b"kept-%d-%d" % (n, i), partition=0)
+            p.commit_transaction()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        raw = values(cluster, name, "read_uncommitted", wait_s=0.5, partitions=1)
+        if not any(v.startswith(b"aborted") for v in raw):
+            break
+    assert not any(v.startswith(b"aborted") for v in raw), "the cleaner dropped aborted records"
+    assert sorted(values(cluster, name, partitions=1))[-5:] == [b"kept-5-%d" % i for i in range(5)]

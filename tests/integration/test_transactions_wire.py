@@ -179,6 +179,12 @@ def test_a_batch_for_a_partition_not_in_the_transaction_is_refused_and_not_writt
             )
             no_id = await produce(broker, topic, txn_batch([b"x"], pid, epoch), 1, acks=-1)
             end = await end_txn(coord, "verify", pid, epoch, True)
+            # once the markers are written, the partition's transaction is closed: a late
+            # batch (a zombie's retry) would open a new one, which verification refuses
+            deadline = time.monotonic() + 10
+            while cluster.coordinator.txn.transactions["verify"].state.value != "CompleteCommit":
+                assert time.monotonic() < deadline, "the markers were not written"
+                await asyncio.sleep(0.02)
             late = await produce(
                 broker,
                 topic,
