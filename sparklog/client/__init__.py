@@ -33,12 +33,8 @@ from .group_member import CommitFailedError
 from .metadata import BrokerNode, PartitionInfo, TopicPartition
 from .partitioner import BuiltInPartitioner, RoundRobinPartitioner
 from .producer import ClientClosedError, KafkaProducer, ProducerRecord
-from .transaction_manager import (
-    BatchDecision,
-    TransactionHandle,
-    TransactionStateError,
-    end_transactions,
-)
+from .transaction_batch import BatchDecision, end_transactions
+from .transaction_manager import TransactionHandle, TransactionStateError
 
 __all__ = [
     "ADMIN_SETTINGS",

@@ -44,7 +44,7 @@ from .metadata import TopicPartition
 
 log = logging.getLogger(__name__)
 
-_RETRY = frozenset(
+RETRIABLE_COORDINATOR_ERRORS = frozenset(
     {
         ConcurrentTransactionsError.code,
         CoordinatorLoadInProgressError.code,
@@ -157,7 +157,7 @@ class TransactionManager:
             code = errors(response)
             if code in _REFIND:
                 self._coordinator = None
-            if code in _RETRY:
+            if code in RETRIABLE_COORDINATOR_ERRORS:
                 self._sleep(deadline, api.name)
                 continue
             if code:
@@ -370,99 +370,3 @@ class TransactionManager:
             raise TransactionStateError(
                 f"{what} needs an open transaction (begin_transaction() first)"
             )
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class BatchDecision:
-    """What `end_transactions` decided: "committed", "aborted", or "already-committed" /
-    "already-aborted" when `batch_key` was decided before (these transactions were then
-    aborted as duplicates)."""
-
-    outcome: str
-
-    @property
-    def replayed(self) -> bool:
-        return self.outcome.startswith("already-")
-
-
-def end_transactions(
-    bootstrap_servers: str,
-    batch_key: str,
-    committed: bool,
-    handles: Iterable[TransactionHandle],
-    timeout_ms: int = 60_000,
-) -> BatchDecision:
-    """End every prepared transaction in ONE coordinator decision (one Delta commit) keyed by
-    `batch_key` (sparklog's EndTxnBatch; Spark's exactly-once sink). A key decided before is
-    recognised: nothing is committed twice."""
-    import asyncio
-
-    return asyncio.run(
-        _end_transactions(bootstrap_servers, batch_key, committed, list(handles), timeout_ms)
-    )
-
-
-async def _end_transactions(
-    bootstrap_servers: str,
-    batch_key: str,
-    committed: bool,
-    handles: list[TransactionHandle],
-    timeout_ms: int,
-) -> BatchDecision:
-    import asyncio
-
-    from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
-    from kio.static.primitive import i8
-
-    from sparklog.protocol.async_client import AsyncKafkaConnection
-    from sparklog.protocol.sparklog_apis import EndTxnBatchRequest, EndTxnBatchTransaction
-
-    deadline = time.monotonic() + timeout_ms / 1000
-    servers = [s.strip() for s in bootstrap_servers.split(",") if s.strip()]
-    request = EndTxnBatchRequest(
-        batch_key=batch_key,
-        committed=committed,
-        transactions=tuple(
-            EndTxnBatchTransaction(
-                transactional_id=h.transactional_id,
-                producer_id=h.producer_id,
-                producer_epoch=h.producer_epoch,
-            )
-            for h in handles
-        ),
-    )
-    last: BaseException | None = None
-    attempt = 0
-    while time.monotonic() < deadline:
-        host, _sep, port = servers[attempt % len(servers)].rpartition(":")
-        attempt += 1
-        try:
-            broker = await AsyncKafkaConnection(host, int(port)).connect()
-            try:
-                found = await broker.request(
-                    FindCoordinatorRequest(key_type=i8(1), coordinator_keys=(batch_key,))
-                )
-            finally:
-                await broker.close()
-            node = found.coordinators[0]
-            if int(node.error_code):
-                raise error_for_code(int(node.error_code))("FindCoordinator")
-            coordinator = await AsyncKafkaConnection(node.host, int(node.port)).connect()
-            try:
-                response = await coordinator.request(request)
-            finally:
-                await coordinator.close()
-        except (KafkaError, ConnectionError, OSError, TimeoutError) as e:
-            last = e
-            await asyncio.sleep(0.2)
-            continue
-        code = int(response.error_code)
-        if code in _RETRY:
-            last = error_for_code(code)(f"ending transactions of {batch_key}")
-            await asyncio.sleep(0.2)
-            continue
-        if code:
-            failed = {r.transactional_id: int(r.error_code) for r in response.results}
-            raise error_for_code(code)(f"ending the transactions of {batch_key} failed: {failed}")
-        return BatchDecision(response.outcome)
-    raise RequestTimedOutError(f"ending the transactions of {batch_key} timed out: {last}")

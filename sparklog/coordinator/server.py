@@ -40,8 +40,9 @@ from sparklog.coordinator.group.coordinator import GroupCoordinator, Write
 from sparklog.coordinator.offsets_store import OffsetsStore, OffsetsStoreFencedError
 from sparklog.coordinator.transaction.apis import TransactionApis
 from sparklog.coordinator.transaction.config import TransactionConfig
-from sparklog.coordinator.transaction.coordinator import MarkerJob, TransactionCoordinator
+from sparklog.coordinator.transaction.coordinator import TransactionCoordinator
 from sparklog.coordinator.transaction.marker_channel import TransactionMarkerChannel
+from sparklog.coordinator.transaction.persisted import MarkerJob
 from sparklog.errors import CoordinatorNotAvailableError, NotCoordinatorError
 from sparklog.protocol.api_versions import (
     COORDINATOR_DELEGATED_APIS,

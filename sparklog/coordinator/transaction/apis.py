@@ -19,6 +19,7 @@ from sparklog.broker.kafka_apis import group_by_topic
 from sparklog.coordinator.group.coordinator import GroupCoordinator, OffsetCommitPartition
 from sparklog.coordinator.transaction.coordinator import TransactionCoordinator
 from sparklog.coordinator.transaction.metadata import TRANSACTION_STATE_NAMES, TxnState
+from sparklog.coordinator.transaction.sink_batches import end_txn_batch
 from sparklog.errors import (
     InvalidProducerEpochError,
     OperationNotAttemptedError,
@@ -277,12 +278,13 @@ class TransactionApis:
         ]
         try:
             code, outcome, codes = await self._wait(
-                lambda respond: self.core.end_txn_batch(
+                lambda respond: end_txn_batch(
+                    self.core,
                     self.clock(),
-                    batch_key=body.batch_key,
-                    committed=bool(body.committed),
-                    transactions=txns,
-                    respond=respond,
+                    body.batch_key,
+                    bool(body.committed),
+                    txns,
+                    respond,
                 )
             )
         except TimeoutError:

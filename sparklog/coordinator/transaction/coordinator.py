@@ -15,11 +15,10 @@ markers of every prepared transaction.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from typing import Any
 
 from sparklog.coordinator.group.coordinator import Write
 from sparklog.coordinator.transaction.config import TransactionConfig
@@ -31,6 +30,7 @@ from sparklog.coordinator.transaction.metadata import (
     TransactionMetadata,
     TxnState,
 )
+from sparklog.coordinator.transaction.persisted import MarkerJob, TxnOffsets, transaction_row
 from sparklog.errors import (
     ConcurrentTransactionsError,
     InvalidProducerIdMappingError,
@@ -47,43 +47,6 @@ _S = TxnState
 #: CONCURRENT_TRANSACTIONS (the client then retries as it would have at once).
 _PARK_MS = 5_000
 Respond = Callable[[int], None]
-
-
-class TxnOffsets(Protocol):
-    """The group coordinator's side of transactional offset commits."""
-
-    def txn_offset_rows(self, producer_id: int, groups: set[str]) -> list[dict[str, Any]]:
-        """Offset rows that make the pending offsets of `producer_id` committed."""
-
-    def complete_txn_offsets(self, producer_id: int, committed: bool) -> None:
-        """The decision is durable: apply (commit) or drop (abort) the pending offsets."""
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class MarkerJob:
-    """COMMIT/ABORT markers to write to every partition of one transaction."""
-
-    transactional_id: str
-    producer_id: int
-    producer_epoch: int
-    committed: bool
-    coordinator_epoch: int
-    partitions: frozenset[TopicPartition]
-
-
-def transaction_row(meta: TransactionMetadata, now_ms: int) -> dict[str, Any]:
-    """The persisted row of one transactional id's new state."""
-    return {
-        "record_type": "transaction",
-        "group_id": "",
-        "commit_timestamp_ms": now_ms,
-        "expire_timestamp_ms": None,
-        "transactional_id": meta.transactional_id,
-        "producer_id": meta.producer_id,
-        "producer_epoch": meta.producer_epoch,
-        "txn_state": meta.state.value,
-        "transaction_metadata": json.dumps(meta.to_record(), sort_keys=True),
-    }
 
 
 class TransactionCoordinator:
@@ -425,68 +388,6 @@ class TransactionCoordinator:
         if state is prepared_same or state is _S.PREPARE_EPOCH_FENCE:
             return respond(ConcurrentTransactionsError.code)
         return respond(InvalidTxnStateError.code)
-
-    def end_txn_batch(
-        self,
-        now_ms: int,
-        *,
-        batch_key: str,
-        committed: bool,
-        transactions: list[tuple[str, int, int]],
-        respond: Callable[[int, str, dict[str, int]], None],
-    ) -> None:
-        """sparklog's EndTxnBatch: decide every (transactional id, producer id, epoch) at once,
-        in one write that also records a committed `batch_key`. A key committed before (a
-        replayed Spark micro-batch) is not committed again: these transactions are duplicates
-        and are aborted. Aborts are not remembered (a batch may be retried after one).
-        `respond(error, outcome, per-transaction errors)`."""
-        # only commits are remembered: an aborted micro-batch may be retried and committed
-        previous = self.decided_batches.get(batch_key) if committed else None
-        codes: dict[str, int] = {}
-        changes: list[tuple[TransactionMetadata, TransactionMetadata]] = []
-        decide_commit = committed and previous is None
-        for tid, pid, epoch in transactions:
-            code = self.check_producer(tid, pid, epoch)
-            meta = self.transactions.get(tid)
-            if not code and meta is not None:
-                if meta.pending or meta.state.is_prepared or meta.state is _S.PREPARE_EPOCH_FENCE:
-                    code = ConcurrentTransactionsError.code
-                elif meta.state is not _S.ONGOING:
-                    code = 0 if not meta.partitions else InvalidTxnStateError.code
-            codes[tid] = code
-            if not code and meta is not None and meta.state is _S.ONGOING:
-                state = _S.PREPARE_COMMIT if decide_commit else _S.PREPARE_ABORT
-                changes.append((meta, meta.copy(state=state, last_update_ms=now_ms)))
-        failed = {t: c for t, c in codes.items() if c}
-        if failed and decide_commit:
-            return respond(failed[next(iter(failed))], "", codes)  # all or nothing
-        outcome = (
-            ("committed" if decide_commit else "aborted")
-            if previous is None
-            else (f"already-{previous}")
-        )
-        record = {"batch_key": batch_key, "outcome": "committed" if decide_commit else "aborted"}
-        batch_row = {
-            "record_type": "sink_batch",
-            "group_id": "",
-            "commit_timestamp_ms": now_ms,
-            "expire_timestamp_ms": None,
-            "transactional_id": None,
-            "txn_state": "committed",
-            "transaction_metadata": json.dumps(record, sort_keys=True),
-        }
-        extra = [batch_row] if decide_commit else []
-
-        def durable(_ms: int) -> None:
-            if decide_commit:
-                self.decided_batches[batch_key] = "committed"
-            for _meta, new in changes:
-                self._send_markers(self.transactions[new.transactional_id])
-            respond(0, outcome, codes)
-
-        if not changes and not extra:
-            return respond(0, outcome, codes)
-        self._persist_many(changes, now_ms, durable, lambda c: respond(c, "", codes), extra)
 
     def _prepare(
         self,

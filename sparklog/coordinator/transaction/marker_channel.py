@@ -24,8 +24,8 @@ from kio.schema.write_txn_markers.v1.request import (
 )
 from kio.static.primitive import i16, i32
 
-from sparklog.coordinator.transaction.coordinator import MarkerJob
 from sparklog.coordinator.transaction.metadata import TopicPartition
+from sparklog.coordinator.transaction.persisted import MarkerJob
 from sparklog.errors import TransactionCoordinatorFencedError
 from sparklog.protocol.async_client import AsyncKafkaConnection
 

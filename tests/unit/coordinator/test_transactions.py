@@ -15,6 +15,7 @@ from sparklog.coordinator.group.coordinator import GroupCoordinator, OffsetCommi
 from sparklog.coordinator.transaction.config import TransactionConfig
 from sparklog.coordinator.transaction.coordinator import MarkerJob, TransactionCoordinator
 from sparklog.coordinator.transaction.metadata import MAX_PRODUCER_EPOCH, TxnState
+from sparklog.coordinator.transaction.sink_batches import end_txn_batch
 from sparklog.errors import (
     ConcurrentTransactionsError,
     CoordinatorNotAvailableError,
@@ -458,13 +459,7 @@ def test_a_restart_in_every_state_rebuilds_it_and_finishes_prepared_ones(
 
 def end_batch(h: Harness, key: str, commit: bool, txns: list[tuple[str, int, int]]) -> tuple:
     out: list[tuple] = []
-    h.txn.end_txn_batch(
-        h.now_ms,
-        batch_key=key,
-        committed=commit,
-        transactions=txns,
-        respond=lambda *a: out.append(a),
-    )
+    end_txn_batch(h.txn, h.now_ms, key, commit, txns, lambda *a: out.append(a))
     h.flush()
     return out[0]
 
