@@ -59,7 +59,7 @@ async def handle_not_coordinator(request: Request) -> Any:
         data.update(error_code=_CODE, assignment=b"")
     elif key in (ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP, ApiKey.OFFSET_DELETE):
         data.update(error_code=_CODE, members=[], topics=[])
-    elif key == ApiKey.OFFSET_COMMIT:
+    elif key in (ApiKey.OFFSET_COMMIT, ApiKey.TXN_OFFSET_COMMIT):
         data["topics"] = [
             {
                 "name": t.name,
@@ -131,17 +131,6 @@ async def handle_not_coordinator(request: Request) -> Any:
                 }
                 for t in body.v3_and_below_topics
             ]
-    elif key == ApiKey.TXN_OFFSET_COMMIT:
-        data["topics"] = [
-            {
-                "name": t.name,
-                "partitions": [
-                    {"partition_index": p.partition_index, "error_code": _CODE}
-                    for p in t.partitions
-                ],
-            }
-            for t in body.topics
-        ]
     elif key == ApiKey.DESCRIBE_TRANSACTIONS:
         data["transaction_states"] = [
             {

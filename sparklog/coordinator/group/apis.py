@@ -30,6 +30,21 @@ from sparklog.protocol.server import CLIENT_HOST
 _WAIT_SLACK_S = 30.0
 
 
+def offset_commit_partitions(body: Any) -> list[OffsetCommitPartition]:
+    """The partitions of an OffsetCommit or TxnOffsetCommit request, in request order."""
+    return [
+        OffsetCommitPartition(
+            topic=t.name,
+            partition=int(p.partition_index),
+            committed_offset=int(p.committed_offset),
+            leader_epoch=int(getattr(p, "committed_leader_epoch", -1)),
+            metadata=p.committed_metadata,
+        )
+        for t in body.topics
+        for p in t.partitions
+    ]
+
+
 class GroupCoordinatorApis:
     """Handlers for the group APIs; `clock()` gives now in ms, `after_call()` flushes."""
 
@@ -168,17 +183,7 @@ class GroupCoordinatorApis:
 
     async def handle_offset_commit(self, request: Request) -> Any:
         body = request.body
-        partitions = [
-            OffsetCommitPartition(
-                topic=t.name,
-                partition=int(p.partition_index),
-                committed_offset=int(p.committed_offset),
-                leader_epoch=int(getattr(p, "committed_leader_epoch", -1)),
-                metadata=p.committed_metadata,
-            )
-            for t in body.topics
-            for p in t.partitions
-        ]
+        partitions = offset_commit_partitions(body)
         retention = getattr(body, "retention_time", -1)
         retention_ms = kio_build.millis(retention) if retention is not None else -1
         try:

@@ -224,20 +224,8 @@ class GroupCoordinator:
         if code:
             return respond({(p.topic, p.partition): code for p in partitions})
         expire_ms = now_ms + retention_time_ms if retention_time_ms >= 0 else None
-        codes: dict[TopicPartition, int] = {}
-        changes: dict[TopicPartition, CommittedOffset | None] = {}
-        for p in partitions:
-            tp = (p.topic, p.partition)
-            metadata = p.metadata or ""
-            if len(metadata.encode()) > self.config.offset_metadata_max_bytes:
-                codes[tp] = OffsetMetadataTooLargeError.code
-            elif not 0 <= p.partition < self.partition_count(p.topic):
-                codes[tp] = UnknownTopicOrPartitionError.code
-            else:
-                codes[tp] = 0
-                changes[tp] = CommittedOffset(
-                    p.committed_offset, p.leader_epoch, metadata, now_ms, expire_ms
-                )
+        codes, valid = self._validate_offsets(partitions, now_ms, expire_ms)
+        changes: dict[TopicPartition, CommittedOffset | None] = dict(valid)
         if not changes:
             return respond(codes)
         if group_id not in self.groups:
@@ -251,6 +239,26 @@ class GroupCoordinator:
 
         rows = [offset_row(group_id, tp, v) for tp, v in changes.items()]
         self._writes.append(Write(rows, done))
+
+    def _validate_offsets(
+        self, partitions: list[OffsetCommitPartition], now_ms: int, expire_ms: int | None
+    ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, CommittedOffset]]:
+        """Per-partition error codes, and the offsets of the partitions that passed."""
+        codes: dict[TopicPartition, int] = {}
+        changes: dict[TopicPartition, CommittedOffset] = {}
+        for p in partitions:
+            tp = (p.topic, p.partition)
+            metadata = p.metadata or ""
+            if len(metadata.encode()) > self.config.offset_metadata_max_bytes:
+                codes[tp] = OffsetMetadataTooLargeError.code
+            elif not 0 <= p.partition < self.partition_count(p.topic):
+                codes[tp] = UnknownTopicOrPartitionError.code
+            else:
+                codes[tp] = 0
+                changes[tp] = CommittedOffset(
+                    p.committed_offset, p.leader_epoch, metadata, now_ms, expire_ms
+                )
+        return codes, changes
 
     def txn_commit_offsets(
         self,
@@ -275,18 +283,7 @@ class GroupCoordinator:
             code = self._check_commit(group_id, generation_id, member_id, group_instance_id)
         if code:
             return respond({(p.topic, p.partition): code for p in partitions})
-        codes: dict[TopicPartition, int] = {}
-        changes: dict[TopicPartition, CommittedOffset] = {}
-        for p in partitions:
-            tp = (p.topic, p.partition)
-            metadata = p.metadata or ""
-            if len(metadata.encode()) > self.config.offset_metadata_max_bytes:
-                codes[tp] = OffsetMetadataTooLargeError.code
-            elif not 0 <= p.partition < self.partition_count(p.topic):
-                codes[tp] = UnknownTopicOrPartitionError.code
-            else:
-                codes[tp] = 0
-                changes[tp] = CommittedOffset(p.committed_offset, p.leader_epoch, metadata, now_ms)
+        codes, changes = self._validate_offsets(partitions, now_ms, None)
         if not changes:
             return respond(codes)
 

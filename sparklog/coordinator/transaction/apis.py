@@ -16,7 +16,8 @@ from typing import Any
 
 from sparklog.broker import kio_build
 from sparklog.broker.kafka_apis import group_by_topic
-from sparklog.coordinator.group.coordinator import GroupCoordinator, OffsetCommitPartition
+from sparklog.coordinator.group.apis import offset_commit_partitions
+from sparklog.coordinator.group.coordinator import GroupCoordinator
 from sparklog.coordinator.transaction.coordinator import TransactionCoordinator
 from sparklog.coordinator.transaction.metadata import TRANSACTION_STATE_NAMES, TxnState
 from sparklog.coordinator.transaction.sink_batches import end_txn_batch
@@ -203,17 +204,7 @@ class TransactionApis:
 
     async def handle_txn_offset_commit(self, request: Request) -> Any:
         body = request.body
-        partitions = [
-            OffsetCommitPartition(
-                topic=t.name,
-                partition=int(p.partition_index),
-                committed_offset=int(p.committed_offset),
-                leader_epoch=int(getattr(p, "committed_leader_epoch", -1)),
-                metadata=p.committed_metadata,
-            )
-            for t in body.topics
-            for p in t.partitions
-        ]
+        partitions = offset_commit_partitions(body)
         try:
             codes = await self._wait(
                 lambda respond: self.groups.txn_commit_offsets(
