@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import sparklog
 from sparklog.broker.embedded import EmbeddedCluster
 from sparklog.client import AdminClient
 
@@ -45,6 +46,7 @@ def test_an_executor_killed_mid_batch_loses_and_duplicates_nothing(spark, tmp_pa
         create_topic(bs, "ex-in", 4)
         create_topic(bs, "ex-out", 3)
         produce(bs, "ex-in", [(b"k%d" % i, b"%d" % i) for i in range(RECORDS)])
+        sparklog.register(spark)
         query = (
             spark.readStream.format("sparklog")
             .option("kafka.bootstrap.servers", bs)
