@@ -15,7 +15,16 @@ import pytest
 from sparklog.broker.embedded import EmbeddedCluster
 from sparklog.protocol.api_versions import GROUP_COORDINATOR_APIS, ApiKey
 
-from .broker_wire import batch, call, connect, create_topic, fetch, produce, records_of
+from .broker_wire import (
+    batch,
+    call,
+    connect,
+    create_topic,
+    fetch,
+    list_offset,
+    produce,
+    records_of,
+)
 from .conftest import TEST_CONFIG
 
 NONE, UNKNOWN_PARTITION, NOT_COORDINATOR = 0, 3, 16
@@ -336,3 +345,37 @@ def test_a_decided_transaction_is_finished_after_a_coordinator_restart(tmp_path)
                 break
             time.sleep(0.1)
         assert state == "CompleteCommit"
+
+
+def test_read_committed_stops_at_the_open_transaction_until_its_marker(cluster):
+    topic = f"lso-{uuid.uuid4().hex[:6]}"
+
+    async def go():
+        broker = await connect(cluster.bootstrap_servers)
+        coord = await coordinator_conn(cluster)
+        try:
+            await create_topic(broker, topic, partitions=1)
+            pid, epoch = await init(coord, "lso")
+            await add_partitions(coord, "lso", pid, epoch, topic, 0)
+            await produce(
+                broker, topic, txn_batch([b"a", b"b"], pid, epoch), acks=-1, transactional_id="lso"
+            )
+            open_ = [
+                await list_offset(broker, topic, -1, isolation_level=level) for level in (0, 1)
+            ]
+            hidden = await fetch(broker, topic, 0, isolation_level=READ_COMMITTED)
+            assert await end_txn(coord, "lso", pid, epoch, True) == NONE
+            deadline = time.monotonic() + 10
+            while int((await list_offset(broker, topic, -1, isolation_level=1)).offset) != 3:
+                assert time.monotonic() < deadline, "the LSO did not move past the marker"
+                await asyncio.sleep(0.02)
+            shown = await fetch(broker, topic, 0, isolation_level=READ_COMMITTED)
+            return open_, hidden, shown
+        finally:
+            await broker.close()
+            await coord.close()
+
+    (uncommitted, committed), hidden, shown = run(go())
+    assert (int(uncommitted.offset), int(committed.offset)) == (2, 0), "ListOffsets: HW vs LSO"
+    assert records_of(hidden.records) == [] and int(hidden.last_stable_offset) == 0
+    assert [r.value for r in records_of(shown.records)][:2] == [b"a", b"b"]
