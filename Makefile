@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(PY))
 
-.PHONY: venv jars demo storage-demo test test-unit test-fast lint bench kcat clean
+.PHONY: venv jars demo storage-demo test test-unit test-fast fuzz lint bench kcat clean
 
 venv: $(STAMP)
 
@@ -46,6 +46,9 @@ storage-demo: $(STAMP) $(JARS_STAMPS)
 
 test: $(STAMP) $(JARS_STAMPS) kcat
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+fuzz: $(STAMP)
+	SPARKLOG_FUZZ_SECONDS=$${SPARKLOG_FUZZ_SECONDS:-300} $(PY) -m pytest tests/fuzz -q -p no:cacheprovider
 
 test-unit: $(STAMP)
 	$(PY) -m pytest tests/unit -q

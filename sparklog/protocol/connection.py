@@ -17,6 +17,7 @@ from typing import Any, Final
 
 from sparklog.protocol import codec
 from sparklog.protocol.api_versions import ApiKey, VersionRange, is_supported
+from sparklog.protocol.frame_check import check_request_frame
 
 _INT32 = struct.Struct(">i")
 
@@ -114,6 +115,7 @@ class ServerConnection:
             name = ApiKey(api_key).name if api_key in ApiKey._value2member_map_ else api_key
             raise ProtocolError(f"unsupported API {name} version {version}; closing the connection")
         try:
+            check_request_frame(codec.request_schema(api_key, version), frame)
             header, body = codec.decode_request(frame)
         except Exception as e:  # kio raises assorted errors for malformed bytes
             raise ProtocolError(

@@ -1,0 +1,166 @@
+"""Bounds checks of a request frame before kio decodes it.
+
+kio's native reader reserves memory for an array as long as the array says it is, before it
+reads an element: a 23-byte Produce frame declaring 2^32 partitions made it ask for 92 GB and
+abort the whole process (found by `tests/fuzz`). This walk follows the request's schema over
+the frame and refuses any array, string or bytes field, or tagged field, that claims more than
+the bytes left - every element takes at least one byte - so a lie costs a ProtocolError, not
+the broker. It reads lengths only, no values, and skips record bytes whole.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+from functools import cache
+from typing import Any
+
+from kio.serial._introspect import (
+    EntityField,
+    EntityTupleField,
+    PrimitiveTupleField,
+    classify_field,
+    get_field_tag,
+)
+
+_FIXED = {
+    "bool": 1,
+    "int8": 1,
+    "int16": 2,
+    "uint16": 2,
+    "error_code": 2,
+    "int32": 4,
+    "timedelta_i32": 4,
+    "int64": 8,
+    "timedelta_i64": 8,
+    "datetime_i64": 8,
+    "float64": 8,
+    "uuid": 16,
+}
+_LENGTH_PREFIXED = frozenset({"string", "bytes", "records"})
+_INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
+
+
+class FrameBoundsError(ValueError):
+    """A length in the frame claims more bytes than the frame has."""
+
+
+class _Reader:
+    __slots__ = ("buf", "pos")
+
+    def __init__(self, buf: bytes | memoryview, pos: int) -> None:
+        self.buf = buf
+        self.pos = pos
+
+    def left(self) -> int:
+        return len(self.buf) - self.pos
+
+    def skip(self, n: int, what: str) -> None:
+        if n < 0 or n > self.left():
+            raise FrameBoundsError(f"{what} claims {n} bytes, {self.left()} left")
+        self.pos += n
+
+    def int16(self) -> int:
+        if self.left() < 2:
+            raise FrameBoundsError("frame ends inside an int16")
+        (value,) = _INT16.unpack_from(self.buf, self.pos)
+        self.pos += 2
+        return value
+
+    def int32(self) -> int:
+        if self.left() < 4:
+            raise FrameBoundsError("frame ends inside an int32")
+        (value,) = _INT32.unpack_from(self.buf, self.pos)
+        self.pos += 4
+        return value
+
+    def uvarint(self) -> int:
+        value, shift = 0, 0
+        while True:
+            if self.pos >= len(self.buf) or shift > 28:
+                raise FrameBoundsError("bad unsigned varint")
+            byte = self.buf[self.pos]
+            self.pos += 1
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return value
+            shift += 7
+
+    def length(self, flexible: bool, wide: bool) -> int:
+        """A string/bytes/array length; -1 for null."""
+        if flexible:
+            return self.uvarint() - 1
+        return self.int32() if wide else self.int16()
+
+
+@cache
+def _plan(schema: type) -> tuple[tuple[str, str, Any, bool], ...]:
+    """(name, kafka type, field class, is array) of the untagged fields, in wire order."""
+    out = []
+    for f in dataclasses.fields(schema):
+        if get_field_tag(f) is not None:
+            continue  # travels in the tagged-fields section
+        out.append((f.name, f.metadata.get("kafka_type", ""), classify_field(f), False))
+    return tuple(out)
+
+
+def _walk(schema: type, r: _Reader, flexible: bool) -> None:
+    for name, kafka_type, field_class, _array in _plan(schema):
+        if isinstance(field_class, EntityTupleField | PrimitiveTupleField):
+            count = r.length(flexible, wide=True)
+            if count < 0:
+                continue
+            size = _FIXED.get(kafka_type, 1)
+            if count * size > r.left():
+                raise FrameBoundsError(f"array {name} claims {count} items, {r.left()} bytes left")
+            if isinstance(field_class, EntityTupleField):
+                for _ in range(count):
+                    _walk(field_class.type_, r, flexible)
+            elif kafka_type in _LENGTH_PREFIXED:
+                for _ in range(count):
+                    _skip_value(r, kafka_type, flexible, name)
+            else:
+                r.skip(count * size, name)
+        elif isinstance(field_class, EntityField):
+            _walk(field_class.type_, r, flexible)
+        elif kafka_type in _FIXED:
+            r.skip(_FIXED[kafka_type], name)
+        elif kafka_type in _LENGTH_PREFIXED:
+            _skip_value(r, kafka_type, flexible, name)
+        else:  # a type this walk does not know: leave the frame to kio
+            raise _Unknown(kafka_type)
+    if flexible:
+        _skip_tagged(r)
+
+
+def _skip_value(r: _Reader, kafka_type: str, flexible: bool, name: str) -> None:
+    n = r.length(flexible, wide=kafka_type != "string")
+    if n >= 0:
+        r.skip(n, name)
+
+
+def _skip_tagged(r: _Reader) -> None:
+    for _ in range(r.uvarint()):
+        r.uvarint()
+        r.skip(r.uvarint(), "tagged field")
+
+
+class _Unknown(Exception):
+    pass
+
+
+def check_request_frame(schema: type, frame: bytes | memoryview) -> None:
+    """Raise FrameBoundsError when a length in `frame` (a request of `schema`, without its
+    size prefix) claims more bytes than are left."""
+    flexible = bool(schema.__flexible__)
+    r = _Reader(frame, 8)  # api key, version, correlation id
+    client_id = r.int16()
+    if client_id > 0:
+        r.skip(client_id, "client id")
+    if flexible:
+        _skip_tagged(r)
+    try:
+        _walk(schema, r, flexible)
+    except _Unknown:
+        return

@@ -1,0 +1,87 @@
+"""Writes the seed corpus (valid inputs of every shape the targets read) into
+`tests/fuzz/corpus/<target>/seed-*`: `python -m tests.fuzz.seeds`. The files are committed;
+crash inputs the fuzzer finds land beside them and stay as regression cases."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from pathlib import Path
+
+from sparklog.broker import kio_build
+from sparklog.protocol import codec
+from sparklog.protocol.api_versions import ApiKey
+from sparklog.records import SimpleRecord, build_batch
+from sparklog.records.compression import CompressionType
+from sparklog.records.control import (
+    ControlRecordType,
+    EndTransactionMarker,
+    build_end_txn_marker_batch,
+)
+
+CORPUS = Path(__file__).parent / "corpus"
+
+
+def batches() -> list[bytes]:
+    records = [
+        SimpleRecord(b"value-%d" % i, key=b"k%d" % i, timestamp=1_700_000_000_000 + i,
+                     headers=(("h", b"v"),) if i % 2 else ())
+        for i in range(5)
+    ]  # fmt: skip
+    out = [build_batch(records, compression=c) for c in CompressionType]
+    out.append(
+        build_batch(records, producer_id=7, producer_epoch=0, base_sequence=0)
+    )  # idempotent
+    out.append(
+        build_end_txn_marker_batch(
+            EndTransactionMarker(ControlRecordType.COMMIT, 0),
+            producer_id=7,
+            producer_epoch=0,
+            timestamp_ms=1_700_000_000_000,
+        )
+    )
+    return out
+
+
+def request_frames() -> list[bytes]:
+    def frame(api: ApiKey, version: int, fields: dict) -> bytes:
+        body = kio_build.build(codec.request_schema(api, version), fields)
+        return codec.encode_request(body, 1, "fuzz")[4:]
+
+    produce = {
+        "transactional_id": None,
+        "acks": -1,
+        "timeout": 1000,
+        "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": batches()[0]}]}],
+    }
+    metadata = {
+        "topics": [{"name": "t", "topic_id": uuid.UUID(int=0)}],
+        "allow_auto_topic_creation": False,
+        "include_topic_authorized_operations": False,
+    }
+    return [
+        frame(ApiKey.PRODUCE, 9, produce),
+        frame(ApiKey.PRODUCE, 3, produce),
+        frame(ApiKey.METADATA, 12, metadata),
+        frame(ApiKey.API_VERSIONS, 3, {"client_software_name": "f", "client_software_version": "1"}),
+        frame(ApiKey.END_TXN, 3, {"transactional_id": "t", "producer_id": 1, "producer_epoch": 0,
+                                 "committed": True}),
+    ]  # fmt: skip
+
+
+def main() -> None:
+    seeds = {
+        "request_frame": request_frames(),
+        "produce_records": batches(),
+        "segment_recovery": [b"".join(batches()[:3]), batches()[1] + batches()[2][:-7]],
+    }
+    for target, inputs in seeds.items():
+        directory = CORPUS / target
+        directory.mkdir(parents=True, exist_ok=True)
+        for data in inputs:
+            name = "seed-" + hashlib.sha1(data).hexdigest()[:16]  # noqa: S324 - a file name
+            (directory / name).write_bytes(data)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""Fuzz targets: the decoders that see untrusted bytes, each a function of one input.
+
+A target returns normally or raises one of the errors it is allowed to raise for bad input
+(Kafka's: CORRUPT_MESSAGE, INVALID_RECORD, ...); anything else is a crash - a bug a hostile
+or broken peer could trigger. `tests/fuzz/run.py` drives them with atheris; `test_fuzz.py`
+replays the corpus in `tests/fuzz/corpus/<target>/` and fuzzes each for a bounded time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from sparklog.errors import KafkaError
+from sparklog.protocol.api_versions import BROKER_APIS, GROUP_COORDINATOR_SERVED_APIS
+from sparklog.protocol.connection import ProtocolError, ServerConnection
+
+NOW_MS = 1_700_000_000_000
+
+
+def request_frame(data: bytes) -> None:
+    """A request frame as a broker and the coordinator read it: a request or ProtocolError."""
+    for apis in (BROKER_APIS, GROUP_COORDINATOR_SERVED_APIS):
+        conn = ServerConnection(apis)
+        conn.receive_data(len(data).to_bytes(4, "big") + data)
+        with contextlib.suppress(ProtocolError):
+            conn.next_request()
+
+
+class _Logs:
+    """One partition log per process, reused across inputs (appends that pass stay)."""
+
+    log = None
+    directory: Path | None = None
+
+    @classmethod
+    def get(cls):
+        from sparklog.storage.log import Log
+
+        if cls.log is None:
+            cls.directory = Path(tempfile.mkdtemp(prefix="sparklog-fuzz-"))
+            cls.log = Log.open(cls.directory / "fuzz-0", now_ms=0)
+        return cls.log
+
+
+def produce_records(data: bytes) -> None:
+    """Produce payload bytes appended as a leader does: appended, or a Kafka error."""
+    from sparklog.storage.producer_state import AppendOrigin
+
+    log = _Logs.get()
+    with contextlib.suppress(KafkaError):
+        log.append_as_leader(data, 0, NOW_MS, origin=AppendOrigin.CLIENT)
+
+
+def segment_recovery(data: bytes) -> None:
+    """Arbitrary bytes as a partition's only segment after an unclean stop: the log opens
+    (the bad tail truncated) and reads back; nothing may raise."""
+    from sparklog.storage.log import Log
+
+    directory = Path(tempfile.mkdtemp(prefix="sparklog-fuzz-seg-")) / "fuzz-0"
+    directory.mkdir()
+    try:
+        (directory / f"{0:020d}.log").write_bytes(data)
+        log = Log.open(directory, now_ms=0)
+        try:
+            end = log.log_end_offset
+            if end > 0:
+                log.read(0, 1 << 20)
+        finally:
+            log.close()
+    finally:
+        shutil.rmtree(directory.parent, ignore_errors=True)
+
+
+TARGETS: dict[str, Callable[[bytes], None]] = {
+    "request_frame": request_frame,
+    "produce_records": produce_records,
+    "segment_recovery": segment_recovery,
+}
