@@ -28,6 +28,7 @@ from sparklog.errors import (
     CoordinatorNotAvailableError,
     InvalidProducerEpochError,
     InvalidProducerIdMappingError,
+    InvalidTxnStateError,
     KafkaError,
     NetworkExceptionError,
     NotCoordinatorError,
@@ -348,7 +349,12 @@ class TransactionManager:
                     "committed": commit,
                 },
                 time.monotonic() + timeout_ms / 1000,
-                lambda r: 0 if commit is False and int(r.error_code) == 48 else int(r.error_code),
+                # an abort the coordinator already made (a timeout) is no error
+                lambda r: (
+                    0
+                    if not commit and int(r.error_code) == InvalidTxnStateError.code
+                    else int(r.error_code)
+                ),
             )
         self.state, self.error = TxnState.READY, None
 

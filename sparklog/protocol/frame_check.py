@@ -95,18 +95,18 @@ class _Reader:
 
 
 @cache
-def _plan(schema: type) -> tuple[tuple[str, str, Any, bool], ...]:
-    """(name, kafka type, field class, is array) of the untagged fields, in wire order."""
+def _plan(schema: type) -> tuple[tuple[str, str, Any], ...]:
+    """(name, kafka type, field class) of the untagged fields, in wire order."""
     out = []
     for f in dataclasses.fields(schema):
         if get_field_tag(f) is not None:
             continue  # travels in the tagged-fields section
-        out.append((f.name, f.metadata.get("kafka_type", ""), classify_field(f), False))
+        out.append((f.name, f.metadata.get("kafka_type", ""), classify_field(f)))
     return tuple(out)
 
 
 def _walk(schema: type, r: _Reader, flexible: bool) -> None:
-    for name, kafka_type, field_class, _array in _plan(schema):
+    for name, kafka_type, field_class in _plan(schema):
         if isinstance(field_class, EntityTupleField | PrimitiveTupleField):
             count = r.length(flexible, wide=True)
             if count < 0:
