@@ -30,7 +30,17 @@ COLUMNS = ["key", "value", "topic", "partition", "offset", "timestamp", "timesta
 def cluster(spark, tmp_path_factory):
     running = sparklog.start(spark, brokers=1, data_dir=tmp_path_factory.mktemp("connector"))
     yield running
+    close_cached_kafka_producers(spark)
     running.stop()
+
+
+def close_cached_kafka_producers(spark) -> None:
+    """Close the connector's JVM-wide producer cache (idle timeout 10 min), so its producers do
+    not outlive this cluster and keep logging reconnect warnings for the rest of the run."""
+    jvm = spark._jvm
+    loader = jvm.Thread.currentThread().getContextClassLoader()
+    name = "org.apache.spark.sql.kafka010.producer.InternalKafkaProducerPool$"
+    jvm.java.lang.Class.forName(name, True, loader).getField("MODULE$").get(None).reset()
 
 
 @pytest.fixture(scope="module")
