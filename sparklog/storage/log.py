@@ -456,7 +456,11 @@ class Log:
         """Byte position of `offset` in segment `segment_index`, None if it lies beyond it."""
         if segment_index + 1 < len(self._segments) and offset >= self._bases[segment_index + 1]:
             return None
-        found = self._segments[segment_index].translate_offset(offset)
+        try:
+            found = self._segments[segment_index].translate_offset(offset)
+        except CorruptRecordError:
+            # a batch damaged on disk lies below `offset`: the segment's read stops at it
+            return None
         return None if found is None else found.position
 
     def fetch_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:

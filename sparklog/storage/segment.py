@@ -11,6 +11,7 @@ Thread-safety: none; the owning `Log` serialises access.
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sparklog.records.batch import (
+    ATTRIBUTES_OFFSET,
     HEADER_SIZE,
     LOG_OVERHEAD,
     BatchHeader,
@@ -25,11 +27,14 @@ from sparklog.records.batch import (
     TimestampType,
     read_header,
 )
+from sparklog.records.crc import crc32c
 from sparklog.records.errors import CorruptRecordError
 from sparklog.storage.config import LogConfig
 from sparklog.storage.offset_index import CorruptIndexError, OffsetIndex
 from sparklog.storage.time_index import TimeIndex
 from sparklog.storage.txn_index import TransactionIndex
+
+_log = logging.getLogger(__name__)
 
 NO_TIMESTAMP = -1
 _READ_AHEAD_BYTES = 64 * 1024
@@ -85,6 +90,7 @@ class LogSegment:
         self.config = config
         self.suffix = suffix
         self.created_ms = created_ms
+        self._reported_corruption: set[int] = set()  # positions of damaged batches, logged once
         self.log_path = self.directory / file_name(base_offset, ".log" + suffix)
         self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
         self.size_bytes = os.fstat(self._fd).st_size
@@ -239,16 +245,55 @@ class LogSegment:
         if first.position >= limit:
             return first.position, b""
         end = first.position
-        for found in self.iter_batches(first.position, limit):
-            next_end = found.position + found.header.size_in_bytes
-            if next_end - first.position > max_bytes and not (
-                min_one_batch and end == first.position
+        batches: list[BatchPosition] = []
+        try:
+            for found in self.iter_batches(first.position, limit):
+                next_end = found.position + found.header.size_in_bytes
+                if next_end - first.position > max_bytes and not (
+                    min_one_batch and end == first.position
+                ):
+                    break
+                batches.append(found)
+                end = next_end
+                if end - first.position >= max_bytes:
+                    break
+        except CorruptRecordError:
+            if not batches:  # the header the reader asked for is itself damaged
+                raise self._corrupt_on_disk(first.position, "its header is damaged") from None
+        data = self.read_bytes(first.position, end - first.position)
+        return first.position, self._verified_prefix(data, first.position, batches)
+
+    def _verified_prefix(self, data: bytes, start: int, batches: list[BatchPosition]) -> bytes:
+        """`data` up to the first batch whose CRC-32C no longer matches (a flipped bit on disk);
+        raises when that is the first batch, so no reader is ever handed bad bytes."""
+        view = memoryview(data)
+        for found in batches:
+            at = found.position - start
+            body = view[at + ATTRIBUTES_OFFSET : at + found.header.size_in_bytes]
+            if len(body) + ATTRIBUTES_OFFSET < found.header.size_in_bytes or (
+                crc32c(body) != found.header.crc
             ):
-                break
-            end = next_end
-            if end - first.position >= max_bytes:
-                break
-        return first.position, self.read_bytes(first.position, end - first.position)
+                if at == 0:
+                    raise self._corrupt_on_disk(found.position, "its CRC-32C does not match")
+                return data[:at]
+        return data
+
+    def _corrupt_on_disk(self, position: int, why: str) -> CorruptRecordError:
+        """The error (CORRUPT_MESSAGE) for a batch damaged after it was written, logged once per
+        batch with the file, the byte and the way to repair it."""
+        path = self.log_path
+        if position in self._reported_corruption:
+            return CorruptRecordError(position, f"batch in {path.name} is corrupt on disk: {why}")
+        self._reported_corruption.add(position)
+        _log.error(
+            "batch at byte %d of %s is corrupt on disk (%s): refusing to serve it; stop the "
+            "broker and delete this partition's directory so the replica re-fetches from the "
+            "leader, or let a follower with a good copy take leadership",
+            position,
+            path,
+            why,
+        )
+        return CorruptRecordError(position, f"batch in {path.name} is corrupt on disk: {why}")
 
     def find_offset_by_timestamp(
         self, timestamp: int, starting_offset: int = 0

@@ -29,9 +29,7 @@ def batches() -> list[bytes]:
         for i in range(5)
     ]  # fmt: skip
     out = [build_batch(records, compression=c) for c in CompressionType]
-    out.append(
-        build_batch(records, producer_id=7, producer_epoch=0, base_sequence=0)
-    )  # idempotent
+    out.append(build_batch(records, producer_id=7, producer_epoch=0, base_sequence=0))  # idempotent
     out.append(
         build_end_txn_marker_batch(
             EndTransactionMarker(ControlRecordType.COMMIT, 0),
