@@ -61,6 +61,8 @@ class BrokerConfig:
     max_connections: int = 2_147_483_647
     max_connections_per_ip: int = 2_147_483_647
     connections_max_idle_ms: int = 600_000
+    queued_max_requests: int = 500
+    queued_max_request_bytes: int = -1
     fetch_max_bytes: int = 57_671_680
     # replication (Kafka's ReplicationConfigs): follower fetchers and the ISR
     num_replica_fetchers: int = 1

@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Hashable, Iterable
 
+from sparklog.protocol.request_queue import release_request_slot
+
 DEFAULT_MAX_WAITERS = 10_000
 
 
@@ -39,6 +41,7 @@ class DelayedOperations:
         keys = list(keys)
         if self.closed or timeout_s <= 0 or not keys or self._count >= self.max_waiters:
             return False
+        release_request_slot()  # a parked request leaves queued.max.requests, as in Kafka
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         for key in keys:
             self._waiters.setdefault(key, set()).add(future)

@@ -175,6 +175,8 @@ class BrokerServer:
             max_connections=self.config.max_connections,
             max_connections_per_ip=self.config.max_connections_per_ip,
             connections_max_idle_ms=self.config.connections_max_idle_ms,
+            queued_max_requests=self.config.queued_max_requests,
+            queued_max_request_bytes=self.config.queued_max_request_bytes,
         )
 
     def __repr__(self) -> str:

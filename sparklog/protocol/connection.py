@@ -84,6 +84,15 @@ class _FrameBuffer:
     def buffered_bytes(self) -> int:
         return len(self._buf) - self._start
 
+    @property
+    def incomplete_frame_bytes(self) -> int:
+        """Declared size (+4) of a frame whose header has arrived but not all of its body."""
+        available = len(self._buf) - self._start
+        if available < 4:
+            return 0
+        (size,) = _INT32.unpack_from(self._buf, self._start)
+        return 4 + size if size >= 0 and available < 4 + size else 0
+
 
 class ServerConnection:
     """The server side of one connection: bytes in, `Request`s out, responses to bytes."""
@@ -98,6 +107,11 @@ class ServerConnection:
 
     def receive_data(self, data: bytes) -> None:
         self._frames.feed(data)
+
+    @property
+    def incomplete_request_bytes(self) -> int:
+        """Bytes the request being received will need in all (0 when none is part-way)."""
+        return self._frames.incomplete_frame_bytes
 
     def next_request(self) -> Request | _NeedData:
         """The next whole request, or NEED_DATA. Raises ProtocolError on bad input."""
@@ -169,6 +183,11 @@ class ClientConnection:
 
     def receive_data(self, data: bytes) -> None:
         self._frames.feed(data)
+
+    @property
+    def incomplete_request_bytes(self) -> int:
+        """Bytes the request being received will need in all (0 when none is part-way)."""
+        return self._frames.incomplete_frame_bytes
 
     def next_response(self) -> tuple[int, Any] | _NeedData:
         frame = self._frames.next_frame()

@@ -22,6 +22,12 @@ from sparklog.protocol.connection import (
     Request,
     ServerConnection,
 )
+from sparklog.protocol.request_queue import (
+    DEFAULT_QUEUED_MAX_REQUESTS,
+    UNBOUNDED,
+    MemoryPool,
+    RequestSlots,
+)
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +56,8 @@ class KafkaServer:
         max_connections: int = 2**31 - 1,
         max_connections_per_ip: int = 2**31 - 1,
         connections_max_idle_ms: int = 600_000,
+        queued_max_requests: int = DEFAULT_QUEUED_MAX_REQUESTS,
+        queued_max_request_bytes: int = UNBOUNDED,
     ) -> None:
         self.handler = handler
         self.apis = apis
@@ -61,6 +69,9 @@ class KafkaServer:
         self.max_connections = max_connections
         self.max_connections_per_ip = max_connections_per_ip
         self.connections_max_idle_ms = connections_max_idle_ms
+        #: Kafka's `queued.max.requests` and `queued.max.request.bytes`
+        self.request_slots = RequestSlots(queued_max_requests)
+        self.memory_pool = MemoryPool(queued_max_request_bytes)
         self.refused_connections = 0
         self.idle_closed_connections = 0
         self._server: asyncio.base_events.Server | None = None
@@ -134,8 +145,11 @@ class KafkaServer:
         CLIENT_HOST.set(f"/{ip}" if ip else "")
         conn = ServerConnection(self.apis, self.max_request_bytes)
         idle_s = self.connections_max_idle_ms / 1000
+        reserved = 0
         try:
             while True:
+                if self.memory_pool.bounded and not reserved:
+                    reserved = await self.memory_pool.reserve(conn.incomplete_request_bytes)
                 try:
                     data = await asyncio.wait_for(reader.read(_READ_BYTES), idle_s)
                 except TimeoutError:  # connections.max.idle.ms: Kafka closes idle connections
@@ -145,10 +159,19 @@ class KafkaServer:
                     return
                 conn.receive_data(data)
                 while (request := conn.next_request()) is not NEED_DATA:
-                    body = await self.handler(request)
+                    async with self.request_slots.slot():
+                        body = await self.handler(request)
                     if body is not None:
                         writer.write(conn.send_response(request, body))
-                        await writer.drain()
+                        try:  # a peer that never reads its responses is idle too
+                            await asyncio.wait_for(writer.drain(), idle_s)
+                        except TimeoutError:
+                            self.idle_closed_connections += 1
+                            writer.transport.abort()
+                            return
+                if not conn.incomplete_request_bytes:
+                    self.memory_pool.release(reserved)
+                    reserved = 0
         except ProtocolError as e:
             log.warning("%s: closing connection from %s: %s", self.name, peer, e)
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -158,6 +181,7 @@ class KafkaServer:
         except Exception:
             log.exception("%s: handler failed; closing connection from %s", self.name, peer)
         finally:
+            self.memory_pool.release(reserved)
             self._connections.pop(task, None)
             self._per_ip[ip] -= 1
             if not self._per_ip[ip]:
