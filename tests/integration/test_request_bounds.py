@@ -61,7 +61,7 @@ def produce_and_time(bootstrap: str, topic: str, n: int, size: int = 1000) -> fl
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
     acked = []
     started = time.monotonic()
-    for i in range(n):
+    for _ in range(n):
         producer.produce(topic, b"x" * size, partition=0, on_delivery=lambda e, m: acked.append(e))
     assert producer.flush(20) == 0
     assert acked and all(e is None for e in acked)
