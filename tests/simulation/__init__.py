@@ -22,7 +22,9 @@ sim_controller, sim_broker + sim_fetcher (brokers), workload (producers, consume
 Not modelled: record batches and bytes (one record per produce; the codec has its own tests),
 segments, retention and compaction (logs start at 0), transactions, consumer groups, the
 producer's InitProducerId round trip (ids come from a counter), KIP-903 broker epochs in
-AlterPartition (the real broker does not send them either), torn or unflushed writes (a kill
-keeps every acknowledged write; a disk loss loses everything), reassignments, more than one
-topic, controller failover to another node (a controller restart rebuilds from its log).
+AlterPartition (the real broker does not send them either), reassignments, more than one
+topic, controller failover to another node (a controller restart rebuilds from its log), a power
+loss of the controller. Disk faults are: a kill keeps every write (the page cache survives), a
+power loss keeps what the OS had written back plus a torn part of the rest, a disk loss loses
+everything; clock jumps move a broker's wall clock (the controller's leases are monotonic).
 """

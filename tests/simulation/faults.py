@@ -23,6 +23,15 @@ and it prints as plain data in a failure report. Kinds:
 - controller_restart: the controller is down, then rebuilds its image from the metadata log;
 - controlled_shutdown: the broker asks to shut down (heartbeat want_shut_down), stops when
   the controller agrees, and is relaunched after the duration.
+- power_loss: a kill that also loses what the OS had not written back: each log keeps its
+  flushed prefix plus a random part of the rest (a torn tail, cut by recovery), and the
+  epoch cache and HW checkpoint are trimmed to it, as Kafka's log recovery does. Applied at
+  the restart only when the controller no longer counts the broker in any ISR (a broker that
+  lost acknowledged writes while still the last ISR member is KIP-966's unclean-shutdown case,
+  which loses data in Kafka too), else a plain restart;
+- clock_jump: the broker's wall clock (ISR lag, follower caught-up times) steps forward or
+  back by `level` ms and steps back after the duration; leases run on the controller's
+  monotonic clock, as in sparklog's controller.
 
 Preferred-leader rebalancing (auto.leader.rebalance.enable) is on in most schedules, so
 leadership also moves away from live leaders, not only on fencing.
@@ -37,7 +46,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .settings import SimSettings
+from .settings import Mutations, SimSettings
 from .sim_broker import BrokerNode
 from .sim_controller import ControllerNode
 from .sim_network import CONTROLLER_ID, Network, Scheduler
@@ -58,6 +67,8 @@ _KINDS = (
     ("strike_on_election", 2.0),
     ("strike_on_unfence", 2.0),
     ("controlled_shutdown", 1.0),
+    ("power_loss", 2.0),
+    ("clock_jump", 1.5),
 )
 _STRIKE_ACTIONS = ("kill", "pause", "isolate", "cut_controller")
 _DURATION_MS = {
@@ -76,7 +87,10 @@ _DURATION_MS = {
     "strike_on_election": (500, 5_000),
     "strike_on_unfence": (500, 5_000),
     "controlled_shutdown": (1_000, 6_000),
+    "power_loss": (2_500, 8_000),
+    "clock_jump": (1_000, 8_000),
 }
+_CLOCK_JUMPS_MS = (-60_000, -5_000, 5_000, 60_000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +152,8 @@ def make_schedule(seed: int, settings: SimSettings) -> Schedule:
             level = float(rng.choice((100, 400, 1_000)))
         elif kind.startswith("strike"):
             level, action = float(rng.randint(0, 300)), rng.choice(_STRIKE_ACTIONS)
+        elif kind == "clock_jump":
+            level = float(rng.choice(_CLOCK_JUMPS_MS))
         at_ms = rng.randint(start_ms, end_ms)
         duration_ms = rng.randint(low, high)
         faults.append(Fault(at_ms, kind, target, duration_ms, peer, level, action))
@@ -154,8 +170,10 @@ class FaultInjector:
         network: Network,
         controller: ControllerNode,
         brokers: Sequence[BrokerNode],
+        mutations: Mutations | None = None,
     ) -> None:
         self.scheduler = scheduler
+        self.mutations = mutations or Mutations()
         self.network = network
         self.controller = controller
         self.brokers = list(brokers)
@@ -169,6 +187,12 @@ class FaultInjector:
         controller.record_listeners.append(self._on_record)
         self.disk_losses = 0
         self.disk_losses_skipped = 0
+        self.power_losses = 0
+        self.power_losses_skipped = 0
+        self.records_lost_to_power_loss = 0
+        self.clock_jumps = 0
+        # broker -> (partition -> records its device kept), decided at the crash
+        self._survivors: dict[int, dict[Any, int]] = {}
         self.strikes = 0
 
     def install(self, schedule: Schedule) -> None:
@@ -182,6 +206,10 @@ class FaultInjector:
         kind, duration = fault.kind, fault.duration_ms
         if kind in ("kill", "disk_loss"):
             self._kill(fault.target, duration, wipe=kind == "disk_loss")
+        elif kind == "power_loss":
+            self._power_loss(fault.target, duration)
+        elif kind == "clock_jump":
+            self._clock_jump(fault.target, int(fault.level), duration)
         elif kind == "pause":
             self.brokers[fault.target].pause(duration)
         elif kind == "isolate":
@@ -259,10 +287,44 @@ class FaultInjector:
         self._down_until[broker_id] = max(self._down_until.get(broker_id, 0), until)
         self.scheduler.at(until, self._restart, broker_id, wipe)
 
+    def _power_loss(self, broker_id: int, duration_ms: int) -> None:
+        broker = self.brokers[broker_id]
+        if not broker.up:
+            return
+        rng = self.scheduler.rng
+        self._survivors[broker_id] = {
+            tp: rng.randint(log.flushed_offset, log.log_end_offset)
+            for tp, log in broker.disk.items()
+        }
+        self._kill(broker_id, duration_ms)
+
+    def _recover_power_loss(self, broker: BrokerNode) -> None:
+        survivors = self._survivors.pop(broker.node_id, None)
+        if survivors is None:
+            return
+        if self._in_some_isr(broker.node_id) and not self.mutations.power_loss_in_isr:
+            self.power_losses_skipped += 1
+            return
+        self.power_losses += 1
+        for tp, end in survivors.items():
+            lost = broker.disk[tp].recover_after_power_loss(end)
+            self.records_lost_to_power_loss += lost
+            if lost:
+                self.scheduler.note("b%s lost %s unflushed records of %s", broker.node_id, lost, tp)
+
+    def _clock_jump(self, broker_id: int, jump_ms: int, duration_ms: int) -> None:
+        self.clock_jumps += 1
+        self.brokers[broker_id].clock_offset_ms += jump_ms
+        self.scheduler.after(duration_ms, self._clock_jump_back, broker_id, jump_ms)
+
+    def _clock_jump_back(self, broker_id: int, jump_ms: int) -> None:
+        self.brokers[broker_id].clock_offset_ms -= jump_ms
+
     def _restart(self, broker_id: int, wipe: bool) -> None:
         broker = self.brokers[broker_id]
         if self.healed or broker.up or self.scheduler.now_ms < self._down_until[broker_id]:
             return
+        self._recover_power_loss(broker)
         if wipe:
             if self._in_some_isr(broker_id):
                 self.disk_losses_skipped += 1
@@ -277,9 +339,10 @@ class FaultInjector:
 
     def relaunch(self, broker_id: int) -> None:
         """The Spark launcher restarts a broker task that exited (unless a fault holds it)."""
-        if self.scheduler.now_ms >= self._down_until.get(broker_id, 0):
+        if self.healed or self.scheduler.now_ms >= self._down_until.get(broker_id, 0):
             broker = self.brokers[broker_id]
             if not broker.up:
+                self._recover_power_loss(broker)
                 broker.start()
 
     def _kill_isr(self, partition: int, duration_ms: int) -> None:
@@ -351,4 +414,6 @@ class FaultInjector:
             self.controller.start()
         for broker in self.brokers:
             if not broker.up:
+                self._recover_power_loss(broker)
                 broker.start()
+            broker.clock_offset_ms = 0

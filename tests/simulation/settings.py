@@ -13,6 +13,7 @@ class Mutations:
     follower_skips_truncation: bool = False  # fetch right away, never OffsetForLeaderEpoch
     high_watermark_is_max: bool = False  # leader HW = max LEO over the ISR instead of min
     no_maximal_isr: bool = False  # HW over the committed ISR while an expansion is in flight
+    power_loss_in_isr: bool = False  # lose unflushed writes even while still in an ISR
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +37,8 @@ class SimSettings:
     replica_fetch_max_records: int = 20
     alter_partition_backoff_ms: int = 100
     replica_high_watermark_checkpoint_interval_ms: int = 1_000
+    # the OS writes dirty log pages back every so often (what a power loss keeps)
+    log_writeback_ms: tuple[int, int] = (500, 3_000)
     rpc_timeout_ms: int = 1_000
     # clients
     produce_timeout_ms: int = 1_000  # the leader's acks=all wait (Produce `timeout_ms`)

@@ -151,6 +151,7 @@ class BrokerNode(Node):
         s = self.settings
         self.set_timer(s.replica_lag_time_max_ms // 2, self._isr_expiration)
         self.set_timer(s.replica_high_watermark_checkpoint_interval_ms, self._checkpoint)
+        self.set_timer(self._writeback_delay_ms(), self._writeback)
 
     def on_stop(self) -> None:
         self.scheduler.note("b%s stops", self.node_id)
@@ -232,7 +233,9 @@ class BrokerNode(Node):
                     r.replicas, r.isr, r.leader, r.leader_epoch, r.partition_epoch
                 )
                 log = self.disk[tp]
-                events = partition.apply_registration(registration, self.now_ms, log.log_end_offset)
+                events = partition.apply_registration(
+                    registration, self.wall_ms, log.log_end_offset
+                )
                 self._observe_epochs(tp, partition)
                 self._apply_events(tp, events)
 
@@ -283,7 +286,7 @@ class BrokerNode(Node):
             if partition.is_leader:
                 lag_ms = self.settings.replica_lag_time_max_ms
                 log_end = self.disk[tp].log_end_offset
-                self._apply_events(tp, partition.maybe_shrink_isr(self.now_ms, lag_ms, log_end))
+                self._apply_events(tp, partition.maybe_shrink_isr(self.wall_ms, lag_ms, log_end))
         self.set_timer(self.settings.replica_lag_time_max_ms // 2, self._isr_expiration)
 
     def _checkpoint(self) -> None:
@@ -293,6 +296,16 @@ class BrokerNode(Node):
         self.set_timer(
             self.settings.replica_high_watermark_checkpoint_interval_ms, self._checkpoint
         )
+
+    def _writeback_delay_ms(self) -> int:
+        low, high = self.settings.log_writeback_ms
+        return self.scheduler.rng.randint(low, high)
+
+    def _writeback(self) -> None:
+        """The OS flushes dirty pages (Kafka leaves fsync to it by default)."""
+        for log in self.disk.values():
+            log.flush()
+        self.set_timer(self._writeback_delay_ms(), self._writeback)
 
     # -- AlterPartition (isr_manager's AlterPartitionManager) ---------------------------------
 
@@ -417,7 +430,7 @@ class BrokerNode(Node):
             records = log.read(body.fetch_offset, max_records, upper)
             if body.replica_id >= 0 and register:
                 events = partition.on_follower_fetch(
-                    self.now_ms,
+                    self.wall_ms,
                     body.replica_id,
                     body.fetch_offset,
                     log.log_end_offset,

@@ -87,7 +87,9 @@ class SimCluster:
             BrokerNode(b, self.scheduler, self.network, self.history, s, mutations, self._on_halt)
             for b in range(s.brokers)
         ]
-        self.injector = FaultInjector(self.scheduler, self.network, self.controller, self.brokers)
+        self.injector = FaultInjector(
+            self.scheduler, self.network, self.controller, self.brokers, mutations
+        )
         self.tps: list[TopicPartition] = [(TOPIC, i) for i in range(s.partitions)]
         self.history.isr_of = self._isr_of
         self.history.log_of = lambda broker, tp: self.brokers[broker].disk.get(tp)
@@ -206,6 +208,9 @@ def run_seed(
     stats["events"] = cluster.scheduler.events_run
     stats["messages"] = cluster.network.sent
     stats["disk_losses"] = cluster.injector.disk_losses
+    stats["power_losses"] = cluster.injector.power_losses
+    stats["records_lost_to_power_loss"] = cluster.injector.records_lost_to_power_loss
+    stats["clock_jumps"] = cluster.injector.clock_jumps
     stats["strikes"] = cluster.injector.strikes
     return Outcome(
         seed,

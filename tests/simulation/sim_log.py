@@ -79,6 +79,9 @@ class SimLog:
         self.high_watermark = 0  # in memory (Kafka's Log.highWatermark); rebuilt on start
         # Kafka's replication-offset-checkpoint: the HW as last flushed (restart recovers it).
         self.checkpoint_high_watermark = 0
+        # how far the OS has written the log back to the device: a power loss keeps this much
+        # and, torn, any prefix of the rest (recovery cuts at the first incomplete batch)
+        self.flushed_offset = 0
         self._last_sequence: dict[int, int] = {}
         self._offset_of: dict[tuple[int, int], int] = {}
 
@@ -117,12 +120,26 @@ class SimLog:
         del self.records[offset:]
         self.epochs.truncate_from_end(offset)
         self.checkpoint_high_watermark = min(self.checkpoint_high_watermark, offset)
+        self.flushed_offset = min(self.flushed_offset, offset)
         self._last_sequence = {}
         self._offset_of = {}
         for record in self.records:
             self._offset_of[(record.producer_id, record.sequence)] = record.offset
             self._last_sequence[record.producer_id] = record.sequence
         return True
+
+    def flush(self) -> None:
+        """The OS wrote every appended record back to the device."""
+        self.flushed_offset = len(self.records)
+
+    def recover_after_power_loss(self, surviving_end: int) -> int:
+        """Reopen after a power loss that kept `surviving_end` records (>= the flushed offset),
+        as Kafka's recovery does: cut the torn tail, trim the epoch cache and the HW checkpoint
+        to it. Returns how many records were lost."""
+        assert self.flushed_offset <= surviving_end <= len(self.records)
+        lost = len(self.records) - surviving_end
+        self.truncate_to(surviving_end)
+        return lost
 
     def read(self, start: int, max_records: int, upper: int | None = None) -> tuple[SimRecord, ...]:
         end = len(self.records) if upper is None else min(upper, len(self.records))

@@ -147,6 +147,8 @@ class Node:
         self.up = False
         self.incarnation = 0
         self.paused_until_ms = 0
+        # a wall-clock step (NTP): what the node reads as the time, not when its timers fire
+        self.clock_offset_ms = 0
         self._pending: dict[int, Callable[[Any], None]] = {}
         self._correlation = itertools.count()
         network.nodes[node_id] = self
@@ -154,6 +156,11 @@ class Node:
     @property
     def now_ms(self) -> int:
         return self.scheduler.now_ms
+
+    @property
+    def wall_ms(self) -> int:
+        """The node's wall clock (Kafka's `time.milliseconds()`), which a clock jump moves."""
+        return self.scheduler.now_ms + self.clock_offset_ms
 
     # -- life cycle -------------------------------------------------------------------------
 
