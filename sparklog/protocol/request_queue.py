@@ -37,7 +37,9 @@ class _Slot:
             self._slots._semaphore.release()
 
 
-_CURRENT: contextvars.ContextVar[_Slot | None] = contextvars.ContextVar("request_slot", default=None)
+_CURRENT: contextvars.ContextVar[_Slot | None] = contextvars.ContextVar(
+    "request_slot", default=None
+)
 
 
 class RequestSlots:
@@ -45,9 +47,7 @@ class RequestSlots:
 
     def __init__(self, queued_max_requests: int = DEFAULT_QUEUED_MAX_REQUESTS) -> None:
         if queued_max_requests < 1:
-            raise ValueError(
-                f"queued.max.requests must be at least 1, got {queued_max_requests}"
-            )
+            raise ValueError(f"queued.max.requests must be at least 1, got {queued_max_requests}")
         self.capacity = queued_max_requests
         self._semaphore = asyncio.Semaphore(queued_max_requests)
 

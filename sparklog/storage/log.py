@@ -436,10 +436,15 @@ class Log:
                 got = segment.read(
                     offset, budget, max_position, min_one_batch=min_one_batch and not chunks
                 )
-                if got is not None and got[1]:
-                    chunks.append(got[1])
-                    budget -= len(got[1])
-                    if budget <= 0:
+                if got is not None:
+                    position, data = got
+                    if data:
+                        chunks.append(data)
+                        budget -= len(data)
+                    end = segment.size_bytes if max_position is None else max_position
+                    if budget <= 0 or position + len(data) < end:
+                        # stopped inside this segment (budget, upper bound, damaged batch):
+                        # a read never skips to a later segment past unread batches
                         break
                 index += 1
                 if index < len(self._segments):

@@ -423,3 +423,22 @@ def test_one_append_of_more_batches_than_pwritev_takes(tmp_path):
     assert len(data) == len(many)
     assert values_of(data) == [b"%d" % i for i in range(1500)]
     assert all(b.header.partition_leader_epoch == 2 and b.is_valid() for b in iter_batches(data))
+
+
+def test_a_read_never_skips_batches_a_budget_left_unread(tmp_path):
+    """A budget that ends inside a segment ends the read there: it must not go on to a later
+    segment whose first batch happens to be small (a consumer would skip offsets; found by the
+    full-disk test, where 500-record batches sat in 1 MB segments)."""
+    config = LogConfig.from_properties({"segment.bytes": 2100})
+    log = Log.open(tmp_path / "t-0", config, now_ms=NOW)
+    big = [bytes([i]) * 1000 for i in range(2)]
+    for _ in range(4):  # one 2-record batch of ~2 KB per segment
+        log.append_as_leader(batch(big), leader_epoch=0, now_ms=NOW)
+    log.append_as_leader(batch([b"tiny"]), leader_epoch=0, now_ms=NOW)  # opens a segment
+    assert [s.base_offset for s in log.segments] == [0, 2, 4, 6, 8]
+    whole_first = log.segments[0].size_bytes
+    data = log.read(0, whole_first + 100).records  # the next segment's first batch is bigger
+    got = offsets_of(data)
+    assert got == list(range(got[-1] + 1)), f"offsets must be contiguous from 0, got {got}"
+    everything = offsets_of(log.read(0, 1 << 20).records)
+    assert everything == list(range(log.log_end_offset))
