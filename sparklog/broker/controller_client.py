@@ -157,16 +157,23 @@ class ControllerClient:
         return int(response.error_code), int(response.broker_epoch)
 
     async def heartbeat(
-        self, *, broker_id: int, broker_epoch: int, metadata_offset: int, want_shut_down: bool
+        self,
+        *,
+        broker_id: int,
+        broker_epoch: int,
+        metadata_offset: int,
+        want_shut_down: bool,
+        want_fence: bool = False,
     ) -> Any:
-        """BrokerHeartbeat; returns the response (error_code, is_fenced, should_shut_down...)."""
+        """BrokerHeartbeat; returns the response (error_code, is_fenced, should_shut_down...).
+        `want_fence`: keep this broker fenced (its log dir is offline)."""
         return await self._call(
             ApiKey.BROKER_HEARTBEAT,
             {
                 "broker_id": broker_id,
                 "broker_epoch": broker_epoch,
                 "current_metadata_offset": metadata_offset,
-                "want_fence": False,
+                "want_fence": want_fence,
                 "want_shut_down": want_shut_down,
                 "offline_log_dirs": [],
             },

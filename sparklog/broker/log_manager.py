@@ -28,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sparklog.broker.config import BrokerConfig
+from sparklog.broker.log_dir_failure import LogDirFailureChannel
 from sparklog.broker.meta_properties import kafka_uuid_string, parse_kafka_uuid
 from sparklog.storage.checkpoint import (
     CorruptCheckpointError,
@@ -105,6 +106,7 @@ class LogManager:
         self._stopping = threading.Event()
         self._scheduler: threading.Thread | None = None
         self.cleaner = _make_cleaner(config)
+        self.dir_failures = LogDirFailureChannel(data_dir)
         self.retention_runs = 0
         self.segments_deleted = 0
 
@@ -257,8 +259,12 @@ class LogManager:
             self._stopping.wait(min(wait_ms, 60_000) / 1000)
 
     def _run_task(self, task: Callable[[int], object], now_ms: int) -> None:
+        if self.dir_failures.offline:
+            return
         try:
             task(now_ms)
+        except OSError as e:  # a full or failing disk takes the dir offline
+            self.dir_failures.mark_offline(e, f"background task {task}")
         except Exception:  # noqa: BLE001 - one failed pass must not end background work
             log.exception("background task %s failed in %s", task, self.data_dir)
 
@@ -307,6 +313,7 @@ class LogManager:
         if self.cleaner is not None:
             self.cleaner.stop()
         logs = self.logs()
+        clean = clean and not self.dir_failures.offline  # nothing more is written to a dead dir
         for tp, log_ in logs.items():
             if clean:
                 try:

@@ -41,7 +41,7 @@ from sparklog.broker import kio_build
 from sparklog.broker.config import BrokerConfig
 from sparklog.broker.log_manager import TopicPartition
 from sparklog.broker.truncation import truncation_for
-from sparklog.errors import KafkaError, OffsetOutOfRangeError
+from sparklog.errors import KafkaError, KafkaStorageError, OffsetOutOfRangeError
 from sparklog.protocol import codec
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.protocol.async_client import AsyncKafkaConnection
@@ -502,7 +502,9 @@ class ReplicaFetcher:
                 leader_log_start_offset=int(data.log_start_offset),
             )
         except (KafkaError, CorruptRecordError) as e:
-            log.error(
+            # an offline log dir was reported once by its failure channel
+            report = log.debug if isinstance(e, KafkaStorageError) else log.error
+            report(
                 "broker %d: appending what %r fetched for %s-%d failed: %s",
                 self.manager.node_id,
                 self,

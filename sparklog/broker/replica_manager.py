@@ -23,9 +23,10 @@ the broker's event loop only (logs guard themselves against the background threa
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import uuid
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -155,6 +156,7 @@ class ReplicaManager:
     ) -> None:
         self.node_id = node_id
         self.log_manager = log_manager
+        self.dir_failures = log_manager.dir_failures
         self.fetch_max_bytes = fetch_max_bytes
         self._clock_ms = clock_ms
         self.delayed = delayed or DelayedOperations()
@@ -188,6 +190,8 @@ class ReplicaManager:
                 self._remove(tp)
         now_ms = self._clock_ms()
         for tp, (topic, registration) in wanted.items():
+            if tp not in self._partitions and self.dir_failures.offline:
+                continue  # no new logs on a dead disk; a restart creates them
             hosted = self._partitions.get(tp) or self._host(tp, topic)
             self.log_manager.update_config(*tp, topic.config)
             events = hosted.partition.apply_registration(
@@ -227,7 +231,7 @@ class ReplicaManager:
                 if latest is None or event.leader_epoch > latest:
                     hosted.log.epoch_cache.assign(event.leader_epoch, hosted.log.log_end_offset)
             elif isinstance(event, BecameFollower):
-                if self.fetchers is not None:
+                if self.fetchers is not None and not self.dir_failures.offline:
                     self.fetchers.add_partition(
                         tp, hosted.topic_id, event.leader, event.leader_epoch
                     )
@@ -302,6 +306,7 @@ class ReplicaManager:
         origin: AppendOrigin,
     ) -> tuple[ProduceResult, int | None]:
         try:
+            self.dir_failures.check()
             hosted = self.hosted(*tp)
             hosted.partition.check_leader()
             if acks == -1:
@@ -322,6 +327,7 @@ class ReplicaManager:
                 records, hosted.partition.leader_epoch, now_ms, origin=origin
             )
         except Exception as e:  # noqa: BLE001 - becomes this partition's error code
+            self._on_storage_error(e, f"produce to {tp[0]}-{tp[1]}")
             code, message = error_code_of(e, f"produce to {tp[0]}-{tp[1]}")
             record_errors = tuple(e.record_errors) if isinstance(e, RecordValidationError) else ()
             return ProduceResult(code, error_message=message, record_errors=record_errors), None
@@ -408,6 +414,7 @@ class ReplicaManager:
         self, params: FetchParams, p: FetchPartition, max_bytes: int, min_one_batch: bool
     ) -> FetchResult:
         try:
+            self.dir_failures.check()
             hosted = self.hosted(p.topic, p.partition)
             hosted.partition.check_leader(p.current_leader_epoch)
             log_ = hosted.log
@@ -435,6 +442,7 @@ class ReplicaManager:
                 )
                 self._apply_events((p.topic, p.partition), hosted, events)
         except Exception as e:  # noqa: BLE001 - becomes this partition's error code
+            self._on_storage_error(e, f"fetch from {p.topic}-{p.partition}")
             code, _message = error_code_of(e, f"fetch from {p.topic}-{p.partition}")
             leader_id, leader_epoch = self.leader_of(p.topic, p.partition)
             return FetchResult(code, leader_id=leader_id, leader_epoch=leader_epoch)
@@ -462,6 +470,7 @@ class ReplicaManager:
         """ListOffsets for one partition: (offset, timestamp, leader epoch), -1s when no record
         is that late. A follower (`replica_id` >= 0) may read up to the log end, as in Kafka.
         Raises the partition's KafkaError."""
+        self.dir_failures.check()
         hosted = self.hosted(topic, partition)
         hosted.partition.check_leader(current_leader_epoch)
         log_ = hosted.log
@@ -492,6 +501,7 @@ class ReplicaManager:
 
     def delete_records(self, topic: str, partition: int, offset: int) -> int:
         """DeleteRecords: move the log start offset up; returns the new low watermark."""
+        self.dir_failures.check()
         hosted = self.hosted(topic, partition)
         hosted.partition.check_leader()
         log_ = hosted.log
@@ -559,15 +569,17 @@ class ReplicaManager:
     ) -> int:
         """Append what a follower fetched, then take the leader's HW (capped by our log end)
         and log start offset (capped by our HW); returns the new log end offset."""
+        self.dir_failures.check()
         hosted = self.following(tp, leader_epoch)
         log_ = hosted.log
         if records:
             first_base = read_header(records).base_offset
-            if first_base < log_.log_end_offset == log_.log_start_offset:
-                # Kafka's UnexpectedAppendOffsetException on an empty log: the leader's log
-                # start is inside a batch; start ours where that batch starts.
-                log_.truncate_fully_and_start_at(first_base)
-            log_.append_as_follower(records, self._clock_ms())
+            with self._storage_errors(f"follower append to {tp[0]}-{tp[1]}"):
+                if first_base < log_.log_end_offset == log_.log_start_offset:
+                    # Kafka's UnexpectedAppendOffsetException on an empty log: the leader's
+                    # log start is inside a batch; start ours where that batch starts.
+                    log_.truncate_fully_and_start_at(first_base)
+                log_.append_as_follower(records, self._clock_ms())
         high_watermark = min(leader_high_watermark, log_.log_end_offset)
         if high_watermark > log_.high_watermark:
             log_.update_high_watermark(high_watermark)
@@ -578,20 +590,38 @@ class ReplicaManager:
 
     def truncate_follower(self, tp: TopicPartition, leader_epoch: int, offset: int) -> int:
         """Cut a followed log to `offset` (divergent suffix); returns the new log end offset."""
+        self.dir_failures.check()
         hosted = self.following(tp, leader_epoch)
         before = hosted.log.log_end_offset
-        if hosted.log.truncate_to(offset):
+        with self._storage_errors(f"truncation of {tp[0]}-{tp[1]}"):
+            cut = hosted.log.truncate_to(offset)
+        if cut:
             log.info("%s-%d: truncated from %d to %d", *tp, before, hosted.log.log_end_offset)
         self._after_follower_change(tp, hosted)
         return hosted.log.log_end_offset
 
     def truncate_fully_follower(self, tp: TopicPartition, leader_epoch: int, offset: int) -> int:
         """Empty a followed log and restart it at `offset` (the leader's log start passed ours)."""
+        self.dir_failures.check()
         hosted = self.following(tp, leader_epoch)
-        hosted.log.truncate_fully_and_start_at(offset)
+        with self._storage_errors(f"truncation of {tp[0]}-{tp[1]}"):
+            hosted.log.truncate_fully_and_start_at(offset)
         log.info("%s-%d: log restarted empty at %d", *tp, offset)
         self._after_follower_change(tp, hosted)
         return offset
+
+    def _on_storage_error(self, e: Exception, what: str) -> None:
+        if isinstance(e, OSError):
+            self.dir_failures.mark_offline(e, what)
+
+    @contextlib.contextmanager
+    def _storage_errors(self, what: str) -> Iterator[None]:
+        """An OSError inside takes the log dir offline and leaves as KafkaStorageError."""
+        try:
+            yield
+        except OSError as e:
+            self.dir_failures.mark_offline(e, what)
+            raise KafkaStorageError(f"{what} failed: {e}") from None
 
     def _after_follower_change(self, tp: TopicPartition, hosted: HostedPartition) -> None:
         hosted.partition.reset_high_watermark(hosted.log.high_watermark)

@@ -213,6 +213,10 @@ class BrokerServer:
         self._shutdown_requested = asyncio.Event()
         self._heartbeat_now = asyncio.Event()
         self._shut_down_granted = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        self.log_manager.dir_failures.add_listener(
+            lambda: loop.call_soon_threadsafe(self._on_log_dir_offline)
+        )
         timeout_s = timeout_s or self.config.initial_broker_registration_timeout_ms / 1000
         try:
             async with asyncio.timeout(timeout_s):
@@ -365,6 +369,7 @@ class BrokerServer:
                     broker_epoch=self.broker_epoch,
                     metadata_offset=self.metadata.published_offset,
                     want_shut_down=want_shut_down,
+                    want_fence=self.log_manager.dir_failures.offline,
                 )
             except (ConnectionError, OSError, TimeoutError) as e:
                 failures += 1
@@ -418,6 +423,14 @@ class BrokerServer:
         if response.is_fenced or want_shut_down:
             return _FENCED_HEARTBEAT_INTERVAL_S
         return self.config.broker_heartbeat_interval_ms / 1000
+
+    def _on_log_dir_offline(self) -> None:
+        """Stop following (nothing more is written) and ask the controller to fence us now,
+        so our leaderships move to replicas on healthy disks."""
+        for tp in self.replica_manager.partitions:
+            self.fetchers.remove_partition(tp)
+        if self._heartbeat_now is not None:
+            self._heartbeat_now.set()
 
     async def _heartbeat_pause(self, interval_s: float) -> None:
         """Sleep until the next heartbeat, or until a shutdown wants one sent now."""
