@@ -356,12 +356,15 @@ class ControllerApis:
             self._auto_create(missing)
         entries: list[Any] = []
         for t in requested:
+            topic_id = getattr(t, "topic_id", None)  # v10+; before it a name is all there is
             topic = (
                 self.image.topic(t.name)
                 if t.name is not None
-                else self.image.topic_by_id(t.topic_id)
+                else self.image.topic_by_id(topic_id)
+                if topic_id is not None
+                else None
             )
-            entries.append(topic if topic is not None else missing_topic(t.name, t.topic_id))
+            entries.append(topic if topic is not None else missing_topic(t.name, topic_id))
         return entries
 
     def _auto_create(self, names: list[str]) -> None:

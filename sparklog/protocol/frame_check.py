@@ -5,13 +5,16 @@ reads an element: a 23-byte Produce frame declaring 2^32 partitions made it ask 
 abort the whole process (found by `tests/fuzz`). This walk follows the request's schema over
 the frame and refuses any array, string or bytes field, or tagged field, that claims more than
 the bytes left - every element takes at least one byte - so a lie costs a ProtocolError, not
-the broker. It reads lengths only, no values, and skips record bytes whole.
+the broker. It also refuses a null (-1) where the schema allows none, as Kafka's generated
+readers do (handlers crashed iterating a None array; found by `test_wire_fuzz`). It reads
+lengths only, no values, and skips record bytes whole.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import struct
+import typing
 from functools import cache
 from typing import Any
 
@@ -95,21 +98,31 @@ class _Reader:
 
 
 @cache
-def _plan(schema: type) -> tuple[tuple[str, str, Any], ...]:
-    """(name, kafka type, field class) of the untagged fields, in wire order."""
+def _plan(schema: type) -> tuple[tuple[str, str, Any, bool], ...]:
+    """(name, kafka type, field class, nullable) of the untagged fields, in wire order."""
+    hints = typing.get_type_hints(schema)
     out = []
     for f in dataclasses.fields(schema):
         if get_field_tag(f) is not None:
             continue  # travels in the tagged-fields section
-        out.append((f.name, f.metadata.get("kafka_type", ""), classify_field(f)))
+        nullable = type(None) in typing.get_args(hints[f.name])
+        out.append((f.name, f.metadata.get("kafka_type", ""), classify_field(f), nullable))
     return tuple(out)
 
 
+def _null(name: str, nullable: bool) -> None:
+    """Kafka's readers refuse a null where the schema has no null ("non-nullable field ...
+    was serialized as null"); handlers never see one."""
+    if not nullable:
+        raise FrameBoundsError(f"non-nullable field {name} was sent as null")
+
+
 def _walk(schema: type, r: _Reader, flexible: bool) -> None:
-    for name, kafka_type, field_class in _plan(schema):
+    for name, kafka_type, field_class, nullable in _plan(schema):
         if isinstance(field_class, EntityTupleField | PrimitiveTupleField):
             count = r.length(flexible, wide=True)
             if count < 0:
+                _null(name, nullable)
                 continue
             size = _FIXED.get(kafka_type, 1)
             if count * size > r.left():
@@ -119,7 +132,7 @@ def _walk(schema: type, r: _Reader, flexible: bool) -> None:
                     _walk(field_class.type_, r, flexible)
             elif kafka_type in _LENGTH_PREFIXED:
                 for _ in range(count):
-                    _skip_value(r, kafka_type, flexible, name)
+                    _skip_value(r, kafka_type, flexible, name, nullable=False)
             else:
                 r.skip(count * size, name)
         elif isinstance(field_class, EntityField):
@@ -127,17 +140,19 @@ def _walk(schema: type, r: _Reader, flexible: bool) -> None:
         elif kafka_type in _FIXED:
             r.skip(_FIXED[kafka_type], name)
         elif kafka_type in _LENGTH_PREFIXED:
-            _skip_value(r, kafka_type, flexible, name)
+            _skip_value(r, kafka_type, flexible, name, nullable)
         else:  # a type this walk does not know: leave the frame to kio
             raise _Unknown(kafka_type)
     if flexible:
         _skip_tagged(r)
 
 
-def _skip_value(r: _Reader, kafka_type: str, flexible: bool, name: str) -> None:
+def _skip_value(r: _Reader, kafka_type: str, flexible: bool, name: str, nullable: bool) -> None:
     n = r.length(flexible, wide=kafka_type != "string")
     if n >= 0:
         r.skip(n, name)
+    else:
+        _null(name, nullable)
 
 
 def _skip_tagged(r: _Reader) -> None:

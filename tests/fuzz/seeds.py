@@ -10,7 +10,7 @@ from pathlib import Path
 
 from sparklog.broker import kio_build
 from sparklog.protocol import codec
-from sparklog.protocol.api_versions import ApiKey
+from sparklog.protocol.api_versions import BROKER_APIS, GROUP_COORDINATOR_SERVED_APIS, ApiKey
 from sparklog.records import SimpleRecord, build_batch
 from sparklog.records.compression import CompressionType
 from sparklog.records.control import (
@@ -18,6 +18,8 @@ from sparklog.records.control import (
     EndTransactionMarker,
     build_end_txn_marker_batch,
 )
+
+from .examples import example_frames
 
 CORPUS = Path(__file__).parent / "corpus"
 
@@ -57,7 +59,12 @@ def request_frames() -> list[bytes]:
         "allow_auto_topic_creation": False,
         "include_topic_authorized_operations": False,
     }
-    return [
+    every_api = [
+        f[4:]
+        for apis in (BROKER_APIS, GROUP_COORDINATOR_SERVED_APIS)
+        for _api, _version, f in example_frames(apis, "t")
+    ]
+    return every_api + [
         frame(ApiKey.PRODUCE, 9, produce),
         frame(ApiKey.PRODUCE, 3, produce),
         frame(ApiKey.METADATA, 12, metadata),
