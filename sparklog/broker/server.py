@@ -336,6 +336,8 @@ class BrokerServer:
     async def _register(self) -> None:
         """BrokerRegistration; a live older incarnation makes us retry until its lease ends."""
         host, port = self.server.host, self.server.port
+        loop = asyncio.get_running_loop()
+        give_up_at = loop.time() + 3 * self.config.broker_session_timeout_ms / 1000
         while True:
             code, epoch = await self._retry(
                 lambda: self.controller.register(
@@ -355,7 +357,13 @@ class BrokerServer:
                 return
             if code != DUPLICATE_BROKER_REGISTRATION:
                 raise RuntimeError(f"broker {self.node_id}: registration refused with error {code}")
-            log.info("broker %d: an older incarnation still holds the id; retrying", self.node_id)
+            if loop.time() > give_up_at:  # a lease would have run out: a live process holds it
+                raise RuntimeError(
+                    f"broker {self.node_id}: another live process holds this broker id (a newer "
+                    "Spark task attempt, or a second broker started with the same id); this "
+                    "one stops"
+                )
+            log.info("broker %d: another incarnation still holds the id; retrying", self.node_id)
             await asyncio.sleep(self.config.broker_heartbeat_interval_ms / 1000)
 
     async def _heartbeat_loop(self) -> None:

@@ -8,10 +8,16 @@ the cluster's base dir, so a task relaunched on the same worker adopts its ident
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+_JVM_WATCH_INTERVAL_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -30,6 +36,12 @@ class BrokerTaskSpec:
 def executor_id() -> str:
     """The Spark executor this process serves: the `--executor-id` of the JVM above us,
     "driver" in local mode (the JVM is the driver)."""
+    found = _jvm_above()
+    return "unknown" if found is None else found[1]
+
+
+def _jvm_above() -> tuple[int, str] | None:
+    """(pid, executor id or "driver") of the JVM this Python worker runs under."""
     pid = os.getppid()
     for _ in range(6):
         try:
@@ -37,9 +49,9 @@ def executor_id() -> str:
         except OSError:
             break
         if b"--executor-id" in args:
-            return args[args.index(b"--executor-id") + 1].decode()
+            return pid, args[args.index(b"--executor-id") + 1].decode()
         if any(a.endswith(b"java") for a in args[:1]):
-            return "driver"
+            return pid, "driver"
         try:
             stat = Path(f"/proc/{pid}/stat").read_text()
             pid = int(stat.rsplit(")", 1)[1].split()[1])
@@ -47,7 +59,30 @@ def executor_id() -> str:
             break
         if pid <= 1:
             break
-    return "unknown"
+    return None
+
+
+def _stop_when_jvm_dies(stop: threading.Event) -> None:
+    """Set `stop` once the JVM above us is gone (an executor killed with SIGKILL leaves its
+    Python workers running: this broker would live on as a zombie of an old task attempt)."""
+    found = _jvm_above()
+    if found is None:
+        return
+    pid, _ = found
+    cmdline = Path(f"/proc/{pid}/cmdline")
+    expected = cmdline.read_bytes()
+
+    def watch() -> None:
+        while not stop.wait(_JVM_WATCH_INTERVAL_S):
+            try:
+                alive = cmdline.read_bytes() == expected
+            except OSError:
+                alive = False
+            if not alive:
+                log.error("the JVM of this broker task (pid %d) is gone; stopping the broker", pid)
+                stop.set()
+
+    threading.Thread(target=watch, name="sparklog-jvm-watch", daemon=True).start()
 
 
 def broker_task(specs: Iterator[BrokerTaskSpec]) -> Iterator[dict]:
@@ -64,11 +99,14 @@ def broker_task(specs: Iterator[BrokerTaskSpec]) -> Iterator[dict]:
         attempt = spec.launch * 1000 + task_attempt
         config = dict(spec.config)
         config.setdefault("listeners.host", spec.bind_host)
+        stop = threading.Event()
+        _stop_when_jvm_dies(stop)
         result = run_broker(
             node_id=spec.node_id,
             base_dir=spec.base_dir,
             controller_bootstrap=spec.controller_bootstrap,
             config=config,
+            stop_event=stop,
             cluster_id=spec.cluster_id,
             executor_id=executor_id(),
             task_attempt=attempt,

@@ -11,6 +11,7 @@ import uuid
 import pytest
 
 from sparklog.broker.embedded import EmbeddedCluster
+from sparklog.broker.server import BrokerServer
 from sparklog.protocol.api_versions import BROKER_ADVERTISED_APIS, BROKER_APIS, ApiKey
 from sparklog.records import CompressionType, SimpleRecord, TimestampType, build_batch
 from sparklog.records.batch import CRC_OFFSET
@@ -963,3 +964,19 @@ def test_a_failed_acks_0_produce_closes_the_connection(cluster):
             await conn.close()
 
     run(go())
+
+
+def test_a_second_process_with_a_live_brokers_id_gives_up(tmp_path):
+    """A zombie of an older task attempt (its executor killed, its Python worker alive) or a
+    second broker started with a live broker's id is refused while the first heartbeats; it
+    stops after three session timeouts instead of retrying for ever."""
+    with EmbeddedCluster(brokers=1, data_dir=tmp_path / "a", config=TEST_CONFIG) as c:
+        live = c.brokers[0]
+        twin = BrokerServer(live.node_id, tmp_path / "twin", c.controller.bootstrap, TEST_CONFIG)
+        started = time.monotonic()
+        with pytest.raises(RuntimeError, match="another live process holds this broker id"):
+            twin.start_in_thread(timeout_s=30)
+        waited = time.monotonic() - started
+        assert waited >= 3 * 1.5, "it retried while a lease could still run out"
+        image = c.controller.metadata_image().broker(live.node_id)
+        assert image is not None and not image.fenced, "the live broker is untouched"

@@ -1,0 +1,476 @@
+"""Jepsen-style soak: three brokers (RF=3) on `local-cluster`, real clients, a seeded nemesis,
+and a checker that proves nothing acknowledged was lost, duplicated or rewritten.
+
+    python jobs/soak.py --minutes 30 --seed 7 --json soak.json
+
+Clients: a confluent-kafka producer (idempotent, acks=all) sends numbered records at a steady
+rate; two confluent-kafka consumers in one group read them the whole time; a sampler reads
+every partition's high watermark twice a second.
+
+Nemesis (one fault at a time, drawn from `--seed`; the next waits until all three brokers are
+back): `kill` SIGKILLs the executor JVM hosting a broker (Spark relaunches it, the broker
+recovers from its disk); `pause` SIGSTOPs an executor and its Python workers for 1-8 s (a GC
+pause, the zombie-leader case) then SIGCONTs them; `disk_full` (as root) fills the tmpfs under
+one broker's log dir: the broker takes the dir offline and is fenced, then the filler goes and
+the executor is killed so the broker restarts on the repaired disk. Not yet: a TCP proxy that
+drops or delays traffic between brokers.
+
+Checks at the end, after healing and a full ISR: every acknowledged record is in the log at
+the partition and offset it was acknowledged with, exactly once; offsets are dense from 0; no
+offset was ever read with two different values (consumers during the run, the final read);
+no partition's high watermark was seen moving backwards. Exit status 1 and the seed on a
+violation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+
+TOPIC = "soak"
+PARTITIONS = 6
+RATE = 400  # records/s
+FILLED_BROKER_DIR = "broker-2"
+CLUSTER_CONFIG = {
+    "broker.heartbeat.interval.ms": "200",
+    "broker.session.timeout.ms": "3000",
+    "replica.lag.time.max.ms": "5000",
+    "log.flush.offset.checkpoint.interval.ms": "1000",
+    "log.segment.bytes": "4194304",
+}
+
+
+def log(message: str) -> None:
+    print(f"[soak {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+# -- clients ------------------------------------------------------------------------------------
+
+
+class NumberedProducer(threading.Thread):
+    """Sends `seq` (key `seq % 64`) at RATE/s; remembers where each acknowledged one went."""
+
+    def __init__(self, bootstrap: str) -> None:
+        super().__init__(name="soak-producer", daemon=True)
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 5,
+                "message.timeout.ms": 300_000,
+            }
+        )
+        self.acked: dict[int, tuple[int, int]] = {}
+        self.errors: Counter[str] = Counter()
+        self.sent = 0
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        started = time.monotonic()
+        while not self.stopping.is_set():
+            due = int((time.monotonic() - started) * RATE)
+            for _ in range(due - self.sent):
+                seq = self.sent
+                self.producer.produce(
+                    TOPIC,
+                    value=b"%d" % seq,
+                    key=b"%d" % (seq % 64),
+                    on_delivery=lambda err, msg, seq=seq: self._report(seq, err, msg),
+                )
+                self.sent += 1
+            self.producer.poll(0)
+            time.sleep(0.02)
+
+    def _report(self, seq: int, err: Any, msg: Any) -> None:
+        if err is None:
+            self.acked[seq] = (msg.partition(), msg.offset())
+        else:
+            self.errors[err.name()] += 1
+
+    def finish(self) -> None:
+        self.stopping.set()
+        self.join(30)
+        self.producer.flush(300)
+
+
+class Observations:
+    """Every (partition, offset) -> value seen by any reader; conflicts are violations."""
+
+    def __init__(self) -> None:
+        self.values: dict[tuple[int, int], bytes] = {}
+        self.conflicts: list[str] = []
+        self.reads = 0
+        self.lock = threading.Lock()
+
+    def saw(self, partition: int, offset: int, value: bytes, who: str) -> None:
+        with self.lock:
+            self.reads += 1
+            before = self.values.setdefault((partition, offset), value)
+            if before != value and len(self.conflicts) < 20:
+                self.conflicts.append(
+                    f"{who} read {value!r} at {partition}/{offset}, earlier {before!r}"
+                )
+
+
+class GroupReader(threading.Thread):
+    """One member of the consumer group `soak-readers`."""
+
+    def __init__(self, bootstrap: str, name: str, seen: Observations) -> None:
+        super().__init__(name=name, daemon=True)
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": "soak-readers",
+                "auto.offset.reset": "earliest",
+                "session.timeout.ms": 10_000,
+            }
+        )
+        self.seen = seen
+        self.errors: Counter[str] = Counter()
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        self.consumer.subscribe([TOPIC])
+        while not self.stopping.is_set():
+            for msg in self.consumer.consume(500, timeout=0.2):
+                if msg.error():
+                    self.errors[msg.error().name()] += 1
+                else:
+                    self.seen.saw(msg.partition(), msg.offset(), msg.value(), self.name)
+        self.consumer.close()
+
+
+class WatermarkSampler(threading.Thread):
+    """Each partition's high watermark, twice a second; a value below the highest seen before
+    is a regression."""
+
+    def __init__(self, bootstrap: str) -> None:
+        super().__init__(name="soak-hw", daemon=True)
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "soak-hw"})
+        self.highest: dict[int, int] = {}
+        self.regressions: list[str] = []
+        self.samples = 0
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.wait(0.5):
+            for p in range(PARTITIONS):
+                try:
+                    _low, high = self.consumer.get_watermark_offsets(
+                        TopicPartition(TOPIC, p), timeout=2, cached=False
+                    )
+                except Exception:  # noqa: BLE001 - a fault may make the call fail; not a finding
+                    continue
+                self.samples += 1
+                if high < self.highest.get(p, 0) and len(self.regressions) < 20:
+                    self.regressions.append(f"partition {p}: HW {high} after {self.highest[p]}")
+                self.highest[p] = max(self.highest.get(p, 0), high)
+        self.consumer.close()
+
+
+# -- processes ----------------------------------------------------------------------------------
+
+
+def executor_pid(executor_id: str) -> int:
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                args = (proc / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if (
+                b"--executor-id" in args
+                and args[args.index(b"--executor-id") + 1] == executor_id.encode()
+            ):
+                return int(proc.name)
+    raise LookupError(f"no executor JVM with id {executor_id}")
+
+
+def with_descendants(pid: int) -> list[int]:
+    """`pid` and every process below it (an executor's Python daemon and workers)."""
+    parents: dict[int, list[int]] = {}
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                stat = (proc / "stat").read_text()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            parents.setdefault(ppid, []).append(int(proc.name))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(parents.get(p, ()))
+    return out
+
+
+def signal_all(pids: list[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
+# -- the run ------------------------------------------------------------------------------------
+
+
+class Soak:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.rng = random.Random(f"sparklog-soak-{args.seed}")
+        self.faults: Counter[str] = Counter()
+        self.root = Path(tempfile.mkdtemp(prefix="sparklog-soak-"))
+        self.base = self.root / "brokers"
+        self.tmpfs: Path | None = None
+
+    def mount_small_disk(self) -> None:
+        """Broker dir `broker-2` on its own tmpfs (root only), sized for the run plus room."""
+        if os.geteuid() != 0 or self.args.no_disk_faults:
+            log("disk_full faults off (needs root)")
+            return
+        target = self.base / FILLED_BROKER_DIR
+        target.mkdir(parents=True)
+        size_mb = 64 + int(RATE * 200 * self.args.minutes * 60 * 2 / 1e6)
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(target)],
+            capture_output=True,
+        )
+        if done.returncode == 0:
+            self.tmpfs = target
+            log(f"{target} is a {size_mb} MB tmpfs")
+        else:
+            log(f"disk_full faults off: {done.stderr.decode().strip()}")
+
+    def run(self) -> dict[str, Any]:
+        from pyspark.sql import SparkSession
+
+        import sparklog
+        from sparklog.client import AdminClient, NewTopic
+        from sparklog.spark.session import with_reference_jars
+
+        self.mount_small_disk()
+        spark = (
+            with_reference_jars(SparkSession.builder.master("local-cluster[3,1,1024]"))
+            .appName("sparklog-soak")
+            .config("spark.driver.host", "127.0.0.1")
+            .config("spark.driver.bindAddress", "127.0.0.1")
+            .config("spark.ui.enabled", "false")
+            .config("spark.speculation", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .getOrCreate()
+        )
+        spark.sparkContext.setLogLevel("ERROR")
+        config = {**CLUSTER_CONFIG, "log.dirs": str(self.base)}
+        self.cluster = cluster = sparklog.start(spark, brokers=3, config=config, data_dir=self.root)
+        try:
+            with AdminClient({"bootstrap.servers": cluster.bootstrap_servers}) as admin:
+                admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3, {"min.insync.replicas": "2"})])
+            self.wait_healthy(60)
+            return self.load_and_check(cluster.bootstrap_servers)
+        finally:
+            cluster.stop()
+            spark.stop()
+            if self.tmpfs is not None:
+                subprocess.run(["umount", "-l", str(self.tmpfs)], check=False)
+
+    def brokers(self) -> list[dict[str, Any]]:
+        return self.cluster.describe()["brokers"]
+
+    def healthy(self) -> bool:
+        described = self.cluster.describe()
+        brokers = described["brokers"]
+        if len(brokers) < 3 or any(b["fenced"] for b in brokers):
+            return False
+        topic = next((t for t in described["topics"] if t["name"] == TOPIC), None)
+        return topic is not None and all(
+            p["leader"] >= 0 and len(p["isr"]) == 3 for p in topic["partitions"]
+        )
+
+    def wait_healthy(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.healthy():
+                return True
+            time.sleep(0.5)
+        return False
+
+    def load_and_check(self, bootstrap: str) -> dict[str, Any]:
+        seen = Observations()
+        producer = NumberedProducer(bootstrap)
+        readers = [GroupReader(bootstrap, f"reader-{i}", seen) for i in range(2)]
+        sampler = WatermarkSampler(bootstrap)
+        for t in (producer, *readers, sampler):
+            t.start()
+        started = time.monotonic()
+        deadline = started + self.args.minutes * 60
+        while time.monotonic() < deadline:
+            time.sleep(self.rng.uniform(2, 6))
+            if time.monotonic() >= deadline:
+                break
+            self.inject()
+            time.sleep(4)  # past broker.session.timeout.ms: the controller has seen the fault
+            if not self.wait_healthy(120):
+                log("cluster not healthy 120 s after a fault; going on")
+        log("nemesis off; healing")
+        healed = self.wait_healthy(180)
+        producer.finish()
+        time.sleep(2)
+        for t in (*readers, sampler):
+            t.stopping.set()
+            t.join(30)
+        final = self.final_read(bootstrap, seen)
+        report = self.verdict(producer, readers, sampler, seen, final, healed)
+        report["seconds"] = round(time.monotonic() - started, 1)
+        return report
+
+    def inject(self) -> None:
+        kinds = ["kill", "pause"] + (["disk_full"] if self.tmpfs is not None else [])
+        kind = self.rng.choice(kinds)
+        victims = [b for b in self.brokers() if not b["fenced"]]
+        if kind == "disk_full":
+            victims = [b for b in victims if Path(b["data_dir"]) == self.tmpfs]
+        if not victims:
+            return
+        victim = self.rng.choice(victims)
+        try:
+            executor = executor_pid(victim["executor_id"])
+        except LookupError:  # the controller has not yet noticed an executor that died
+            return
+        self.faults[kind] += 1
+        if kind == "kill":
+            log(f"kill: SIGKILL executor {victim['executor_id']} (broker {victim['broker_id']})")
+            os.kill(executor, signal.SIGKILL)
+        elif kind == "pause":
+            seconds = self.rng.uniform(1, 8)
+            pids = with_descendants(executor)
+            log(
+                f"pause: SIGSTOP broker {victim['broker_id']} ({len(pids)} processes) for {seconds:.1f} s"
+            )
+            signal_all(pids, signal.SIGSTOP)
+            time.sleep(seconds)
+            signal_all(pids, signal.SIGCONT)
+        else:
+            self.fill_disk(victim, executor)
+
+    def fill_disk(self, victim: dict[str, Any], executor: int) -> None:
+        assert self.tmpfs is not None
+        filler = self.tmpfs / "filler"
+        log(f"disk_full: filling the log dir of broker {victim['broker_id']}")
+        chunk = b"\0" * (1 << 20)
+        try:
+            with open(filler, "ab") as f:
+                while True:
+                    f.write(chunk)
+                    f.flush()
+        except OSError:
+            pass
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not any(
+            b["fenced"] for b in self.brokers() if b["broker_id"] == victim["broker_id"]
+        ):
+            time.sleep(0.2)
+        time.sleep(self.rng.uniform(1, 5))
+        filler.unlink()
+        log(f"disk_full: space back; restarting broker {victim['broker_id']}'s executor")
+        os.kill(executor, signal.SIGKILL)
+
+    def final_read(self, bootstrap: str, seen: Observations) -> dict[int, list[tuple[int, bytes]]]:
+        consumer = Consumer(
+            {"bootstrap.servers": bootstrap, "group.id": "soak-final", "enable.auto.commit": False}
+        )
+        tps = [TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)]
+        ends = {
+            p: consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=10)[1]
+            for p in range(PARTITIONS)
+        }
+        consumer.assign(tps)
+        got: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(PARTITIONS)}
+        deadline = time.monotonic() + 120
+        while any(len(got[p]) < ends[p] for p in got) and time.monotonic() < deadline:
+            for msg in consumer.consume(1000, timeout=0.5):
+                if not msg.error():
+                    got[msg.partition()].append((msg.offset(), msg.value()))
+                    seen.saw(msg.partition(), msg.offset(), msg.value(), "final read")
+        consumer.close()
+        return got
+
+    def verdict(self, producer, readers, sampler, seen, final, healed) -> dict[str, Any]:
+        where: dict[int, list[tuple[int, int]]] = {}
+        gaps = []
+        for p, records in final.items():
+            offsets = [o for o, _ in records]
+            if offsets != list(range(len(offsets))):
+                gaps.append(p)
+            for offset, value in records:
+                where.setdefault(int(value), []).append((p, offset))
+        lost = [s for s, at in producer.acked.items() if at not in where.get(s, [])]
+        duplicated = [s for s, at in where.items() if len(at) > 1]
+        report = {
+            "seed": self.args.seed,
+            "minutes": self.args.minutes,
+            "records_sent": producer.sent,
+            "records_acked": len(producer.acked),
+            "records_in_log": sum(len(r) for r in final.values()),
+            "faults": dict(self.faults),
+            "lost": len(lost),
+            "duplicated": len(duplicated),
+            "offsets_with_two_values": len(seen.conflicts),
+            "hw_regressions": len(sampler.regressions),
+            "partitions_with_gaps": gaps,
+            "healed": healed,
+            "reads_during_run": seen.reads,
+            "hw_samples": sampler.samples,
+            "producer_errors": dict(producer.errors),
+            "consumer_errors": dict(sum((r.errors for r in readers), Counter())),
+            "examples": {
+                "lost": lost[:5],
+                "duplicated": duplicated[:5],
+                "conflicts": seen.conflicts[:5],
+                "hw_regressions": sampler.regressions[:5],
+            },
+        }
+        report["ok"] = healed and not (
+            lost or duplicated or seen.conflicts or sampler.regressions or gaps
+        )
+        return report
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=int(time.time()) % 100_000)
+    parser.add_argument("--json", type=Path, default=None, help="write the report here")
+    parser.add_argument("--no-disk-faults", action="store_true", help="no tmpfs, no disk_full")
+    args = parser.parse_args()
+    log(f"seed {args.seed}, {args.minutes} min (replay: python jobs/soak.py --seed {args.seed})")
+    report = Soak(args).run()
+    text = json.dumps(report, indent=2, sort_keys=True)
+    print(text)
+    if args.json is not None:
+        args.json.write_text(text)
+    if not report["ok"]:
+        log(f"VIOLATION with seed {args.seed}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
