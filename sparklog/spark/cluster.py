@@ -83,6 +83,7 @@ class SparkLogCluster:
         self._slots: list[_Slot] = []
         self._stopping = threading.Event()
         self._lock = threading.Lock()
+        self._first_offset = 0
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -90,6 +91,9 @@ class SparkLogCluster:
         from sparklog.coordinator.server import GroupCoordinatorServer
 
         self.controller.start_in_thread()
+        # A restart on the same dirs reloads the brokers of the previous run as unfenced until
+        # their leases run out: only registrations from now on are this run's brokers.
+        self._first_offset = self.controller.metadata_image().offset
         self.coordinator = GroupCoordinatorServer(
             self.data_dir / "controller",
             self.controller,
@@ -148,7 +152,7 @@ class SparkLogCluster:
     def _wait_for_brokers(self, count: int, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if len(self.controller.live_brokers()) >= count:
+            if len(self._brokers_of_this_run()) >= count:
                 return
             time.sleep(0.1)
         errors = "; ".join(
@@ -191,10 +195,20 @@ class SparkLogCluster:
 
     # -- views -----------------------------------------------------------------------------
 
+    def _brokers_of_this_run(self) -> list[dict[str, Any]]:
+        """Unfenced brokers registered since this cluster object started its controller."""
+        return [
+            b
+            for b in self.controller.describe_brokers()
+            if not b["fenced"] and b["broker_epoch"] >= self._first_offset
+        ]
+
     @property
     def bootstrap_servers(self) -> str:
-        """`host:port,...` of the live brokers, for `kafka.bootstrap.servers`."""
-        return ",".join(f"{b['host']}:{b['port']}" for b in self.controller.live_brokers())
+        """`host:port,...` of the live brokers, for `kafka.bootstrap.servers` (those of this
+        run first: after a restart the previous run's stay unfenced until their leases end)."""
+        live = self._brokers_of_this_run() or self.controller.live_brokers()
+        return ",".join(f"{b['host']}:{b['port']}" for b in live)
 
     def describe(self) -> dict[str, Any]:
         """Brokers (id, host, port, executor, data dir, attempt, fenced), launches and topics."""
