@@ -17,7 +17,7 @@ from typing import Any, Final
 
 from sparklog.protocol import codec
 from sparklog.protocol.api_versions import ApiKey, VersionRange, is_supported
-from sparklog.protocol.frame_check import check_request_frame
+from sparklog.protocol.frame_check import check_request_frame, check_response_frame
 
 _INT32 = struct.Struct(">i")
 
@@ -184,11 +184,6 @@ class ClientConnection:
     def receive_data(self, data: bytes) -> None:
         self._frames.feed(data)
 
-    @property
-    def incomplete_request_bytes(self) -> int:
-        """Bytes the request being received will need in all (0 when none is part-way)."""
-        return self._frames.incomplete_frame_bytes
-
     def next_response(self) -> tuple[int, Any] | _NeedData:
         frame = self._frames.next_frame()
         if frame is None:
@@ -197,6 +192,8 @@ class ClientConnection:
             raise ProtocolError("response received with no request in flight")
         expected = self._in_flight.popleft()
         try:
+            schema = codec.response_schema(expected.api_key, expected.api_version)
+            check_response_frame(schema, frame)
             correlation_id, body = codec.decode_response(
                 frame, expected.api_key, expected.api_version
             )

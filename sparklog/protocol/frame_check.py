@@ -1,4 +1,4 @@
-"""Bounds checks of a request frame before kio decodes it.
+"""Bounds checks of a request (or response) frame before kio decodes it.
 
 kio's native reader reserves memory for an array as long as the array says it is, before it
 reads an element: a 23-byte Produce frame declaring 2^32 partitions made it ask for 92 GB and
@@ -63,6 +63,13 @@ class _Reader:
         if n < 0 or n > self.left():
             raise FrameBoundsError(f"{what} claims {n} bytes, {self.left()} left")
         self.pos += n
+
+    def int8(self) -> int:
+        if self.left() < 1:
+            raise FrameBoundsError("frame ends inside an int8")
+        value = self.buf[self.pos]
+        self.pos += 1
+        return value - 256 if value > 127 else value
 
     def int16(self) -> int:
         if self.left() < 2:
@@ -136,6 +143,8 @@ def _walk(schema: type, r: _Reader, flexible: bool) -> None:
             else:
                 r.skip(count * size, name)
         elif isinstance(field_class, EntityField):
+            if nullable and r.int8() < 0:  # KIP-893: a nullable struct leads with -1 or 1
+                continue
             _walk(field_class.type_, r, flexible)
         elif kafka_type in _FIXED:
             r.skip(_FIXED[kafka_type], name)
@@ -177,5 +186,17 @@ def check_request_frame(schema: type, frame: bytes | memoryview) -> None:
         _skip_tagged(r)
     try:
         _walk(schema, r, flexible)
+    except _Unknown:
+        return
+
+
+def check_response_frame(schema: type, frame: bytes | memoryview) -> None:
+    """The same bounds and null checks over a response frame (without its size prefix), for
+    clients reading what a broker sent: a broken or hostile server costs a ProtocolError."""
+    r = _Reader(frame, 4)  # correlation id
+    if schema.__header_schema__.__flexible__:
+        _skip_tagged(r)
+    try:
+        _walk(schema, r, bool(schema.__flexible__))
     except _Unknown:
         return

@@ -30,6 +30,19 @@ def example_request(api: ApiKey, version: int, topic: str) -> Any:
     return kio_build.build(cls, _example(cls, topic))
 
 
+def example_response_frames(
+    apis: Mapping[ApiKey, tuple[int, int]], topic: str
+) -> list[tuple[ApiKey, int, bytes]]:
+    """(api, version, size-prefixed response frame, correlation id 1) for every version."""
+    out = []
+    for api, (low, high) in sorted(apis.items()):
+        for version in range(low, high + 1):
+            cls = codec.response_schema(api, version)
+            body = kio_build.build(cls, _example(cls, topic))
+            out.append((api, version, codec.encode_response(body, 1)))
+    return out
+
+
 def example_frames(
     apis: Mapping[ApiKey, tuple[int, int]], topic: str
 ) -> list[tuple[ApiKey, int, bytes]]:

@@ -19,7 +19,7 @@ from sparklog.records.control import (
     build_end_txn_marker_batch,
 )
 
-from .examples import example_frames
+from .examples import example_frames, example_response_frames
 
 CORPUS = Path(__file__).parent / "corpus"
 
@@ -74,9 +74,22 @@ def request_frames() -> list[bytes]:
     ]  # fmt: skip
 
 
+def response_frames() -> list[bytes]:
+    """api key + version (2 bytes each) + a response frame with correlation id 0."""
+    out = []
+    for apis in (BROKER_APIS, GROUP_COORDINATOR_SERVED_APIS):
+        for api, version, frame in example_response_frames(apis, "t"):
+            body = bytearray(frame[4:])
+            body[0:4] = b"\0\0\0\0"  # the in-flight request's correlation id
+            low = apis[api][0]
+            out.append(int(api).to_bytes(2, "big") + (version - low).to_bytes(2, "big") + body)
+    return out
+
+
 def main() -> None:
     seeds = {
         "request_frame": request_frames(),
+        "response_frame": response_frames(),
         "produce_records": batches(),
         "segment_recovery": [b"".join(batches()[:3]), batches()[1] + batches()[2][:-7]],
     }

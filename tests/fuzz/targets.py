@@ -30,6 +30,33 @@ def request_frame(data: bytes) -> None:
             conn.next_request()
 
 
+def response_frame(data: bytes) -> None:
+    """A response as sparklog's clients read it: api key and version in the first 4 bytes
+    pick the request in flight, the rest is the frame; a response or ProtocolError."""
+    from sparklog.protocol.api_versions import ApiKey
+    from sparklog.protocol.connection import ClientConnection
+
+    if len(data) < 4:
+        return
+    api, version = int.from_bytes(data[:2], "big"), int.from_bytes(data[2:4], "big")
+    low_high = BROKER_APIS.get(api) or GROUP_COORDINATOR_SERVED_APIS.get(api)
+    if low_high is None:
+        return
+    version = low_high[0] + version % (low_high[1] - low_high[0] + 1)
+    conn = ClientConnection()
+    conn._in_flight.append(_in_flight(ApiKey(api), version))
+    frame = data[4:]
+    conn.receive_data(len(frame).to_bytes(4, "big") + frame)
+    with contextlib.suppress(ProtocolError):
+        conn.next_response()
+
+
+def _in_flight(api, version: int):
+    from sparklog.protocol.connection import _InFlight
+
+    return _InFlight(0, int(api), version, True)
+
+
 class _Logs:
     """One partition log per process, reused across inputs (appends that pass stay)."""
 
@@ -77,6 +104,7 @@ def segment_recovery(data: bytes) -> None:
 
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "request_frame": request_frame,
+    "response_frame": response_frame,
     "produce_records": produce_records,
     "segment_recovery": segment_recovery,
 }

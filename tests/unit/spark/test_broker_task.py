@@ -6,12 +6,17 @@ from __future__ import annotations
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 from sparklog.spark import broker_task
 
 
 def test_the_stop_event_is_set_when_the_jvm_is_gone(monkeypatch):
     stand_in = subprocess.Popen(["sleep", "60"])  # plays the executor JVM
+    cmdline = Path(f"/proc/{stand_in.pid}/cmdline")
+    deadline = time.monotonic() + 5
+    while not cmdline.read_bytes().startswith(b"sleep") and time.monotonic() < deadline:
+        time.sleep(0.01)  # until the fork has exec'd: its command line is the one watched
     try:
         monkeypatch.setattr(broker_task, "_jvm_above", lambda: (stand_in.pid, "7"))
         monkeypatch.setattr(broker_task, "_JVM_WATCH_INTERVAL_S", 0.05)
