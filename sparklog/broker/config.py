@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -60,6 +61,8 @@ class BrokerConfig:
     socket_request_max_bytes: int = 104_857_600
     max_connections: int = 2_147_483_647
     max_connections_per_ip: int = 2_147_483_647
+    #: Kafka's `host:count,host:count` (a host name or IP; names resolve when the broker starts)
+    max_connections_per_ip_overrides: str = ""
     connections_max_idle_ms: int = 600_000
     queued_max_requests: int = 500
     queued_max_request_bytes: int = -1
@@ -132,6 +135,28 @@ class BrokerConfig:
     def log_config_for(self, overrides: Mapping[str, str]) -> LogConfig:
         """A topic's effective LogConfig: its overrides on top of the defaults."""
         return LogConfig.from_properties(overrides, base=self.cluster.topic_defaults)
+
+    def connection_limit_overrides(self) -> dict[str, int]:
+        """`max.connections.per.ip.overrides` as {ip: limit}; raises ValueError naming a bad
+        entry (Kafka refuses to start on one too)."""
+        out: dict[str, int] = {}
+        for entry in filter(
+            None, (e.strip() for e in self.max_connections_per_ip_overrides.split(","))
+        ):
+            host, sep, count = entry.rpartition(":")
+            if not sep or not host or not count.strip().isdigit():
+                raise ValueError(
+                    f"invalid max.connections.per.ip.overrides entry {entry!r}: expected "
+                    "host:count, e.g. 127.0.0.1:50,client.example:10"
+                )
+            try:
+                ip = socket.gethostbyname(host.strip())
+            except OSError as e:
+                raise ValueError(
+                    f"max.connections.per.ip.overrides: cannot resolve {host!r} ({e})"
+                ) from None
+            out[ip] = int(count)
+        return out
 
     @property
     def listener_host_port(self) -> tuple[str, int]:

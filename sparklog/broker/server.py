@@ -174,6 +174,7 @@ class BrokerServer:
             name=f"broker-{self.node_id}",
             max_connections=self.config.max_connections,
             max_connections_per_ip=self.config.max_connections_per_ip,
+            max_connections_per_ip_overrides=self.config.connection_limit_overrides(),
             connections_max_idle_ms=self.config.connections_max_idle_ms,
             queued_max_requests=self.config.queued_max_requests,
             queued_max_request_bytes=self.config.queued_max_request_bytes,

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import contextvars
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from sparklog.protocol.connection import (
@@ -55,6 +55,7 @@ class KafkaServer:
         name: str = "server",
         max_connections: int = 2**31 - 1,
         max_connections_per_ip: int = 2**31 - 1,
+        max_connections_per_ip_overrides: Mapping[str, int] | None = None,
         connections_max_idle_ms: int = 600_000,
         queued_max_requests: int = DEFAULT_QUEUED_MAX_REQUESTS,
         queued_max_request_bytes: int = UNBOUNDED,
@@ -68,6 +69,7 @@ class KafkaServer:
         #: Kafka's `max.connections`, `max.connections.per.ip`, `connections.max.idle.ms`
         self.max_connections = max_connections
         self.max_connections_per_ip = max_connections_per_ip
+        self.max_connections_per_ip_overrides = dict(max_connections_per_ip_overrides or {})
         self.connections_max_idle_ms = connections_max_idle_ms
         #: Kafka's `queued.max.requests` and `queued.max.request.bytes`
         self.request_slots = RequestSlots(queued_max_requests)
@@ -112,8 +114,15 @@ class KafkaServer:
         """Whether a new connection from `ip` goes over `max.connections[.per.ip]`."""
         if len(self._connections) >= self.max_connections:
             why = f"max.connections={self.max_connections}"
-        elif self._per_ip.get(ip, 0) >= self.max_connections_per_ip:
-            why = f"max.connections.per.ip={self.max_connections_per_ip} for {ip}"
+        elif self._per_ip.get(ip, 0) >= (
+            limit := self.max_connections_per_ip_overrides.get(ip, self.max_connections_per_ip)
+        ):
+            setting = (
+                "max.connections.per.ip.overrides"
+                if ip in self.max_connections_per_ip_overrides
+                else "max.connections.per.ip"
+            )
+            why = f"{setting}={limit} for {ip}"
         else:
             return False
         self.refused_connections += 1

@@ -57,3 +57,32 @@ def test_idle_connections_are_closed(limited):
         assert not closed_by_peer(s, 0.2)  # not yet idle long enough
         assert closed_by_peer(s, 3.0)  # connections.max.idle.ms=800
     assert broker.server.idle_closed_connections > before
+
+
+def test_a_per_host_override_raises_the_limit_for_that_host(tmp_path, caplog):
+    config = {"max.connections.per.ip": "2", "max.connections.per.ip.overrides": "localhost:40"}
+    with EmbeddedCluster(brokers=1, data_dir=tmp_path, config=config) as c:
+        broker = c.brokers[0]
+        assert broker.server.max_connections_per_ip_overrides == {"127.0.0.1": 40}
+        opened = [socket.create_connection((broker.host, broker.port)) for _ in range(20)]
+        try:
+            time.sleep(0.3)
+            readable, _, _ = select.select(opened, [], [], 0)
+            assert not [s for s in readable if closed_by_peer(s, 0.1)], "20 of 40 allowed"
+            more = [socket.create_connection((broker.host, broker.port)) for _ in range(25)]
+            opened += more
+            time.sleep(0.3)
+            readable, _, _ = select.select(more, [], [], 0)
+            assert [s for s in readable if closed_by_peer(s, 0.1)], "over 40: refused"
+        finally:
+            for s in opened:
+                s.close()
+    assert any("max.connections.per.ip.overrides=40" in r.getMessage() for r in caplog.records)
+
+
+def test_a_bad_override_entry_is_named():
+    from sparklog.broker.config import BrokerConfig
+
+    config = BrokerConfig.from_properties({"max.connections.per.ip.overrides": "10.0.0.1=5"})
+    with pytest.raises(ValueError, match="expected host:count"):
+        config.connection_limit_overrides()
