@@ -12,8 +12,10 @@ back): `kill` SIGKILLs the executor JVM hosting a broker (Spark relaunches it, t
 recovers from its disk); `pause` SIGSTOPs an executor and its Python workers for 1-8 s (a GC
 pause, the zombie-leader case) then SIGCONTs them; `disk_full` (as root) fills the tmpfs under
 one broker's log dir: the broker takes the dir offline and is fenced, then the filler goes and
-the executor is killed so the broker restarts on the repaired disk. Not yet: a TCP proxy that
-drops or delays traffic between brokers.
+the executor is killed so the broker restarts on the repaired disk; `link` blackholes or delays
+(50-800 ms) the replication traffic to one broker for 2-10 s through a TCP proxy. Followers
+reach leaders only through that proxy: a `sitecustomize` hook put on the executors' Python path
+redirects the replica fetchers' connections to it; clients and the controller talk directly.
 
 Checks at the end, after healing and a full ISR: every acknowledged record is in the log at
 the partition and offset it was acknowledged with, exactly once; offsets are dense from 0; no
@@ -25,6 +27,7 @@ violation.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import os
@@ -229,6 +232,83 @@ def signal_all(pids: list[int], sig: signal.Signals) -> None:
             os.kill(pid, sig)
 
 
+# -- the replication link proxy --------------------------------------------------------------------
+
+HOOK = """
+import json, os
+_MAP = os.environ.get("SPARKLOG_SOAK_PROXY_MAP")
+if _MAP:
+    from sparklog.broker import server as _server
+    _original = _server.BrokerServer._endpoint_of
+    def _endpoint_of(self, broker_id):
+        real = _original(self, broker_id)
+        try:
+            with open(_MAP) as f:
+                port = json.load(f).get(str(broker_id))
+        except (OSError, ValueError):
+            port = None
+        return real if real is None or port is None else ("127.0.0.1", port)
+    _server.BrokerServer._endpoint_of = _endpoint_of
+"""
+
+
+class LinkProxy:
+    """One listening port per broker, forwarding follower fetches to that broker's listener
+    (re-read from the controller as brokers restart); per broker a mode: pass, blackhole
+    (bytes are swallowed both ways) or a delay per chunk."""
+
+    def __init__(self, map_file: Path, broker_ids: range) -> None:
+        self.targets: dict[int, tuple[str, int]] = {}
+        self.blackholed: set[int] = set()
+        self.delay_ms: dict[int, int] = {}
+        self.connections: Counter[int] = Counter()
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, name="soak-proxy", daemon=True).start()
+        self.ports = {
+            b: asyncio.run_coroutine_threadsafe(self._listen(b), self.loop).result(10)
+            for b in broker_ids
+        }
+        # written before any broker starts, so every follower fetch goes through the proxy
+        map_file.write_text(json.dumps({str(k): v for k, v in self.ports.items()}))
+
+    def update(self, brokers: list[dict[str, Any]]) -> None:
+        """Point each broker's port at its current listener (brokers restart on new ports)."""
+        for b in brokers:
+            self.targets[b["broker_id"]] = (b["host"], b["port"])
+
+    async def _listen(self, broker_id: int) -> int:
+        server = await asyncio.start_server(
+            lambda r, w: self._serve(broker_id, r, w), "127.0.0.1", 0
+        )
+        return server.sockets[0].getsockname()[1]
+
+    async def _serve(self, broker_id: int, reader: Any, writer: Any) -> None:
+        try:
+            host, port = self.targets[broker_id]
+            up_reader, up_writer = await asyncio.open_connection(host, port)
+        except (OSError, KeyError):
+            writer.close()
+            return
+        self.connections[broker_id] += 1
+        await asyncio.gather(
+            self._pipe(broker_id, reader, up_writer), self._pipe(broker_id, up_reader, writer)
+        )
+
+    async def _pipe(self, broker_id: int, reader: Any, writer: Any) -> None:
+        try:
+            while data := await reader.read(65536):
+                if broker_id in self.blackholed:
+                    continue  # swallowed: the peer sees a silent link, not a reset
+                if delay := self.delay_ms.get(broker_id):
+                    await asyncio.sleep(delay / 1000)
+                writer.write(data)
+                await writer.drain()
+        except OSError:
+            pass
+        finally:
+            writer.close()
+
+
 # -- the run ------------------------------------------------------------------------------------
 
 
@@ -240,6 +320,7 @@ class Soak:
         self.root = Path(tempfile.mkdtemp(prefix="sparklog-soak-"))
         self.base = self.root / "brokers"
         self.tmpfs: Path | None = None
+        self.proxy = LinkProxy(self.root / "proxy-map.json", range(3))
 
     def mount_small_disk(self) -> None:
         """Broker dir `broker-2` on its own tmpfs (root only), sized for the run plus room."""
@@ -267,8 +348,13 @@ class Soak:
         from sparklog.spark.session import with_reference_jars
 
         self.mount_small_disk()
+        hook_dir = self.root / "hook"
+        hook_dir.mkdir()
+        (hook_dir / "sitecustomize.py").write_text(HOOK)
         spark = (
             with_reference_jars(SparkSession.builder.master("local-cluster[3,1,1024]"))
+            .config("spark.executorEnv.PYTHONPATH", str(hook_dir))
+            .config("spark.executorEnv.SPARKLOG_SOAK_PROXY_MAP", str(self.root / "proxy-map.json"))
             .appName("sparklog-soak")
             .config("spark.driver.host", "127.0.0.1")
             .config("spark.driver.bindAddress", "127.0.0.1")
@@ -297,6 +383,7 @@ class Soak:
     def healthy(self) -> bool:
         described = self.cluster.describe()
         brokers = described["brokers"]
+        self.proxy.update([b for b in brokers if not b["fenced"]])
         if len(brokers) < 3 or any(b["fenced"] for b in brokers):
             return False
         topic = next((t for t in described["topics"] if t["name"] == TOPIC), None)
@@ -336,13 +423,14 @@ class Soak:
         for t in (*readers, sampler):
             t.stopping.set()
             t.join(30)
-        final = self.final_read(bootstrap, seen)
+        # the brokers of the start may all have moved to new ports by now
+        final = self.final_read(self.cluster.bootstrap_servers, seen)
         report = self.verdict(producer, readers, sampler, seen, final, healed)
         report["seconds"] = round(time.monotonic() - started, 1)
         return report
 
     def inject(self) -> None:
-        kinds = ["kill", "pause"] + (["disk_full"] if self.tmpfs is not None else [])
+        kinds = ["kill", "pause", "link"] + (["disk_full"] if self.tmpfs is not None else [])
         kind = self.rng.choice(kinds)
         victims = [b for b in self.brokers() if not b["fenced"]]
         if kind == "disk_full":
@@ -358,6 +446,8 @@ class Soak:
         if kind == "kill":
             log(f"kill: SIGKILL executor {victim['executor_id']} (broker {victim['broker_id']})")
             os.kill(executor, signal.SIGKILL)
+        elif kind == "link":
+            self.link_fault(victim)
         elif kind == "pause":
             seconds = self.rng.uniform(1, 8)
             pids = with_descendants(executor)
@@ -369,6 +459,20 @@ class Soak:
             signal_all(pids, signal.SIGCONT)
         else:
             self.fill_disk(victim, executor)
+
+    def link_fault(self, victim: dict[str, Any]) -> None:
+        broker_id, seconds = victim["broker_id"], self.rng.uniform(2, 10)
+        if self.rng.random() < 0.5:
+            log(f"link: blackhole replication to broker {broker_id} for {seconds:.1f} s")
+            self.proxy.blackholed.add(broker_id)
+            time.sleep(seconds)
+            self.proxy.blackholed.discard(broker_id)
+        else:
+            delay = self.rng.choice((50, 200, 800))
+            log(f"link: +{delay} ms on replication to broker {broker_id} for {seconds:.1f} s")
+            self.proxy.delay_ms[broker_id] = delay
+            time.sleep(seconds)
+            self.proxy.delay_ms.pop(broker_id, None)
 
     def fill_disk(self, victim: dict[str, Any], executor: int) -> None:
         assert self.tmpfs is not None
@@ -436,6 +540,7 @@ class Soak:
             "hw_regressions": len(sampler.regressions),
             "partitions_with_gaps": gaps,
             "healed": healed,
+            "replication_connections_via_proxy": sum(self.proxy.connections.values()),
             "reads_during_run": seen.reads,
             "hw_samples": sampler.samples,
             "producer_errors": dict(producer.errors),
