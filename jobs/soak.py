@@ -47,6 +47,8 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 
+from sparklog.spark.processes import executor_pid, process_tree  # noqa: E402
+
 TOPIC = "soak"
 PARTITIONS = 6
 RATE = 400  # records/s
@@ -190,40 +192,6 @@ class WatermarkSampler(threading.Thread):
 
 
 # -- processes ----------------------------------------------------------------------------------
-
-
-def executor_pid(executor_id: str) -> int:
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                args = (proc / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if (
-                b"--executor-id" in args
-                and args[args.index(b"--executor-id") + 1] == executor_id.encode()
-            ):
-                return int(proc.name)
-    raise LookupError(f"no executor JVM with id {executor_id}")
-
-
-def with_descendants(pid: int) -> list[int]:
-    """`pid` and every process below it (an executor's Python daemon and workers)."""
-    parents: dict[int, list[int]] = {}
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                stat = (proc / "stat").read_text()
-            except OSError:
-                continue
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            parents.setdefault(ppid, []).append(int(proc.name))
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo.extend(parents.get(p, ()))
-    return out
 
 
 def signal_all(pids: list[int], sig: signal.Signals) -> None:
@@ -450,7 +418,7 @@ class Soak:
             self.link_fault(victim)
         elif kind == "pause":
             seconds = self.rng.uniform(1, 8)
-            pids = with_descendants(executor)
+            pids = process_tree([executor])
             log(
                 f"pause: SIGSTOP broker {victim['broker_id']} ({len(pids)} processes) for {seconds:.1f} s"
             )

@@ -29,6 +29,8 @@ from typing import Any
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
+from sparklog.spark.processes import executors_of, process_tree  # noqa: E402
+
 TOPIC = "restarted"
 PARTITIONS = 6
 TOPIC_CONFIGS = {
@@ -146,27 +148,8 @@ def phase_verify(root: Path, acked_file: Path) -> dict[str, Any]:
 
 
 def processes_of(app_id: str) -> list[int]:
-    """The executor JVMs of Spark application `app_id` (`--app-id` on their command line) and
-    every process under them (the Python daemons and workers running the brokers)."""
-    parents: dict[int, list[int]] = {}
-    executors = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            args = (proc / "cmdline").read_bytes().split(b"\0")
-            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        parents.setdefault(ppid, []).append(int(proc.name))
-        if b"--app-id" in args and args[args.index(b"--app-id") + 1] == app_id.encode():
-            executors.append(int(proc.name))
-    out, todo = [], list(executors)
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(parents.get(pid, ()))
-    return out
+    """The executor JVMs of `app_id` and the Python daemons and workers under them."""
+    return process_tree(executors_of(app_id))
 
 
 def orchestrate(args: argparse.Namespace) -> dict[str, Any]:

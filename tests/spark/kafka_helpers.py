@@ -7,6 +7,8 @@ import time
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from sparklog.spark.processes import executor_pid  # noqa: F401 - re-exported for the tests
+
 BASE = {"broker.address.family": "v4", "socket.timeout.ms": 10000}
 
 
@@ -46,25 +48,6 @@ def consume_all(bootstrap: str, topic: str, expected: int, timeout_s: float = 60
 
 
 # -- executors and waiting (local-cluster fault tests) -----------------------------------------
-
-
-def executor_pid(executor_id: str) -> int:
-    """The pid of the executor JVM with this id (its command line carries --executor-id)."""
-    from pathlib import Path
-
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            args = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if (
-            b"--executor-id" in args
-            and args[args.index(b"--executor-id") + 1] == executor_id.encode()
-        ):
-            return int(proc.name)
-    raise LookupError(f"no executor JVM with id {executor_id}")
 
 
 def wait_for(predicate, timeout_s: float, what: str, interval_s: float = 0.25):
