@@ -8,25 +8,28 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def _cmdline(proc: Path) -> list[bytes]:
-    return (proc / "cmdline").read_bytes().split(b"\0")
-
-
-def executor_pid(executor_id: str) -> int:
-    """The pid of the executor JVM with this id (its command line carries --executor-id)."""
+def _with_arg(flag: bytes, value: str) -> list[int]:
+    """Pids whose command line has `flag` followed by `value`."""
+    out = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
-            args = _cmdline(proc)
+            args = (proc / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if (
-            b"--executor-id" in args
-            and args[args.index(b"--executor-id") + 1] == executor_id.encode()
-        ):
-            return int(proc.name)
-    raise LookupError(f"no executor JVM with id {executor_id}")
+        if flag in args and args.index(flag) + 1 < len(args):
+            if args[args.index(flag) + 1] == value.encode():
+                out.append(int(proc.name))
+    return out
+
+
+def executor_pid(executor_id: str) -> int:
+    """The pid of the executor JVM with this id (its command line carries --executor-id)."""
+    found = _with_arg(b"--executor-id", executor_id)
+    if not found:
+        raise LookupError(f"no executor JVM with id {executor_id}")
+    return found[0]
 
 
 def process_tree(roots: list[int]) -> list[int]:
@@ -50,14 +53,4 @@ def process_tree(roots: list[int]) -> list[int]:
 
 def executors_of(app_id: str) -> list[int]:
     """The executor JVMs of Spark application `app_id` (`--app-id` on their command line)."""
-    out = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            args = _cmdline(proc)
-        except OSError:
-            continue
-        if b"--app-id" in args and args[args.index(b"--app-id") + 1] == app_id.encode():
-            out.append(int(proc.name))
-    return out
+    return _with_arg(b"--app-id", app_id)
