@@ -18,9 +18,9 @@ def _with_arg(flag: bytes, value: str) -> list[int]:
             args = (proc / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if flag in args and args.index(flag) + 1 < len(args):
-            if args[args.index(flag) + 1] == value.encode():
-                out.append(int(proc.name))
+        at = args.index(flag) + 1 if flag in args else len(args)
+        if at < len(args) and args[at] == value.encode():
+            out.append(int(proc.name))
     return out
 
 
