@@ -50,14 +50,15 @@ class FrameBoundsError(ValueError):
 
 
 class _Reader:
-    __slots__ = ("buf", "pos")
+    __slots__ = ("buf", "end", "pos")
 
-    def __init__(self, buf: bytes | memoryview, pos: int) -> None:
+    def __init__(self, buf: bytes | memoryview, pos: int, end: int | None = None) -> None:
         self.buf = buf
         self.pos = pos
+        self.end = len(buf) if end is None else end
 
     def left(self) -> int:
-        return len(self.buf) - self.pos
+        return self.end - self.pos
 
     def skip(self, n: int, what: str) -> None:
         if n < 0 or n > self.left():
@@ -88,7 +89,7 @@ class _Reader:
     def uvarint(self) -> int:
         value, shift = 0, 0
         while True:
-            if self.pos >= len(self.buf) or shift > 28:
+            if self.pos >= self.end or shift > 28:
                 raise FrameBoundsError("bad unsigned varint")
             byte = self.buf[self.pos]
             self.pos += 1
@@ -104,17 +105,23 @@ class _Reader:
         return self.int32() if wide else self.int16()
 
 
+_Field = tuple[str, str, Any, bool]  # name, kafka type, field class, nullable
+
+
 @cache
-def _plan(schema: type) -> tuple[tuple[str, str, Any, bool], ...]:
-    """(name, kafka type, field class, nullable) of the untagged fields, in wire order."""
+def _plan(schema: type) -> tuple[tuple[_Field, ...], dict[int, _Field]]:
+    """The untagged fields in wire order, and the tagged ones by tag."""
     hints = typing.get_type_hints(schema)
-    out = []
+    untagged, tagged = [], {}
     for f in dataclasses.fields(schema):
-        if get_field_tag(f) is not None:
-            continue  # travels in the tagged-fields section
         nullable = type(None) in typing.get_args(hints[f.name])
-        out.append((f.name, f.metadata.get("kafka_type", ""), classify_field(f), nullable))
-    return tuple(out)
+        entry = (f.name, f.metadata.get("kafka_type", ""), classify_field(f), nullable)
+        tag = get_field_tag(f)
+        if tag is None:
+            untagged.append(entry)
+        else:
+            tagged[tag] = entry
+    return tuple(untagged), tagged
 
 
 def _null(name: str, nullable: bool) -> None:
@@ -125,35 +132,55 @@ def _null(name: str, nullable: bool) -> None:
 
 
 def _walk(schema: type, r: _Reader, flexible: bool) -> None:
-    for name, kafka_type, field_class, nullable in _plan(schema):
-        if isinstance(field_class, EntityTupleField | PrimitiveTupleField):
-            count = r.length(flexible, wide=True)
-            if count < 0:
-                _null(name, nullable)
-                continue
-            size = _FIXED.get(kafka_type, 1)
-            if count * size > r.left():
-                raise FrameBoundsError(f"array {name} claims {count} items, {r.left()} bytes left")
-            if isinstance(field_class, EntityTupleField):
-                for _ in range(count):
-                    _walk(field_class.type_, r, flexible)
-            elif kafka_type in _LENGTH_PREFIXED:
-                for _ in range(count):
-                    _skip_value(r, kafka_type, flexible, name, nullable=False)
-            else:
-                r.skip(count * size, name)
-        elif isinstance(field_class, EntityField):
-            if nullable and r.int8() < 0:  # KIP-893: a nullable struct leads with -1 or 1
-                continue
-            _walk(field_class.type_, r, flexible)
-        elif kafka_type in _FIXED:
-            r.skip(_FIXED[kafka_type], name)
-        elif kafka_type in _LENGTH_PREFIXED:
-            _skip_value(r, kafka_type, flexible, name, nullable)
-        else:  # a type this walk does not know: leave the frame to kio
-            raise _Unknown(kafka_type)
+    untagged, tagged = _plan(schema)
+    for field in untagged:
+        _walk_field(field, r, flexible)
     if flexible:
-        _skip_tagged(r)
+        _walk_tagged(r, tagged)
+
+
+def _walk_field(field: _Field, r: _Reader, flexible: bool) -> None:
+    name, kafka_type, field_class, nullable = field
+    if isinstance(field_class, EntityTupleField | PrimitiveTupleField):
+        count = r.length(flexible, wide=True)
+        if count < 0:
+            _null(name, nullable)
+            return
+        size = _FIXED.get(kafka_type, 1)
+        if count * size > r.left():
+            raise FrameBoundsError(f"array {name} claims {count} items, {r.left()} bytes left")
+        if isinstance(field_class, EntityTupleField):
+            for _ in range(count):
+                _walk(field_class.type_, r, flexible)
+        elif kafka_type in _LENGTH_PREFIXED:
+            for _ in range(count):
+                _skip_value(r, kafka_type, flexible, name, nullable=False)
+        else:
+            r.skip(count * size, name)
+    elif isinstance(field_class, EntityField):
+        if nullable and r.int8() < 0:  # KIP-893: a nullable struct leads with -1 or 1
+            return
+        _walk(field_class.type_, r, flexible)
+    elif kafka_type in _FIXED:
+        r.skip(_FIXED[kafka_type], name)
+    elif kafka_type in _LENGTH_PREFIXED:
+        _skip_value(r, kafka_type, flexible, name, nullable)
+    else:  # a type this walk does not know: leave the frame to kio
+        raise _Unknown(kafka_type)
+
+
+def _walk_tagged(r: _Reader, tagged: dict[int, _Field]) -> None:
+    """The tagged-fields section; a tag the schema knows is walked inside its own size, since
+    kio decodes it (an array length there reached kio's reader unchecked: found by the
+    response fuzzer, a 264 GB allocation from a 59-byte ApiVersions response)."""
+    for _ in range(r.uvarint()):
+        tag, size = r.uvarint(), r.uvarint()
+        if size > r.left():
+            raise FrameBoundsError(f"tagged field claims {size} bytes, {r.left()} left")
+        field = tagged.get(tag)
+        if field is not None:
+            _walk_field(field, _Reader(r.buf, r.pos, r.pos + size), flexible=True)
+        r.skip(size, "tagged field")
 
 
 def _skip_value(r: _Reader, kafka_type: str, flexible: bool, name: str, nullable: bool) -> None:
@@ -165,6 +192,7 @@ def _skip_value(r: _Reader, kafka_type: str, flexible: bool, name: str, nullable
 
 
 def _skip_tagged(r: _Reader) -> None:
+    """A header's tagged fields: nothing in them reaches a handler."""
     for _ in range(r.uvarint()):
         r.uvarint()
         r.skip(r.uvarint(), "tagged field")
