@@ -5,13 +5,15 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+NATIVE := $(VENV)/.native
+NATIVE_SOURCES := native/Cargo.toml native/Cargo.lock native/pyproject.toml $(wildcard native/src/*.rs)
 PYTEST_ARGS ?=
 export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(PY))
 
 .PHONY: venv jars demo storage-demo test test-unit test-fast fuzz lint bench kcat clean
 
-venv: $(STAMP)
+venv: $(STAMP) $(NATIVE)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,6 +22,20 @@ $(STAMP): pyproject.toml
 	# delta-spark's wheel pins pyspark<=4.2; its Python API needs nothing else, so keep our pyspark.
 	$(PY) -m pip install --quiet --no-deps 'delta-spark==4.4.1'
 	touch $(STAMP)
+
+# The native record core (DESIGN D13): Rust, built from native/ in release mode with maturin
+# (crates from crates.io, pinned by native/Cargo.lock). Without cargo sparklog still installs
+# and runs on its pure-Python codec, slower, and says so once in its log.
+$(NATIVE): $(STAMP) $(NATIVE_SOURCES)
+	@if command -v cargo >/dev/null 2>&1; then \
+	  echo "building sparklog's native record core (cargo, release)"; \
+	  $(PY) -m pip install --quiet 'maturin==1.16.0' && \
+	  VIRTUAL_ENV="$(abspath $(VENV))" $(VENV)/bin/maturin develop --release --quiet \
+	    -m native/Cargo.toml; \
+	else \
+	  echo "no Rust toolchain (cargo): sparklog will run on its pure-Python codec, slower"; \
+	fi
+	touch $(NATIVE)
 
 # Pinned JARs (conf/jars/*/pom.xml: Apache Kafka, Spark's Kafka connector, delta-spark), fetched
 # once with Maven into .jars/ and used offline afterwards (see README "Reference JARs").
@@ -37,31 +53,31 @@ kcat:
 	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null; }
 
 # The quickstart runs through spark-submit from the venv (SPARK_CONF_DIR=conf: quiet logs).
-demo: $(STAMP) $(JARS_STAMPS)
+demo: $(STAMP) $(NATIVE) $(JARS_STAMPS)
 	PATH="$(abspath $(VENV))/bin:$$PATH" SPARK_CONF_DIR="$(abspath conf)" \
 	  $(VENV)/bin/spark-submit --master "local[4]" jobs/quickstart.py
 
-storage-demo: $(STAMP) $(JARS_STAMPS)
+storage-demo: $(STAMP) $(NATIVE) $(JARS_STAMPS)
 	$(PY) jobs/storage_demo.py
 
-test: $(STAMP) $(JARS_STAMPS) kcat
+test: $(STAMP) $(NATIVE) $(JARS_STAMPS) kcat
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-fuzz: $(STAMP)
+fuzz: $(STAMP) $(NATIVE)
 	SPARKLOG_FUZZ_SECONDS=$${SPARKLOG_FUZZ_SECONDS:-300} $(PY) -m pytest tests/fuzz -q -p no:cacheprovider
 
-test-unit: $(STAMP)
+test-unit: $(STAMP) $(NATIVE)
 	$(PY) -m pytest tests/unit -q
 
-test-fast: $(STAMP) $(JARS_STAMPS) kcat
+test-fast: $(STAMP) $(NATIVE) $(JARS_STAMPS) kcat
 	$(PY) -m pytest -m "not slow" -q
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check sparklog tests jobs notebooks
 	$(VENV)/bin/ruff format --check sparklog tests jobs notebooks
 
-bench: $(STAMP)
+bench: $(STAMP) $(NATIVE)
 	$(PY) jobs/bench_records.py
 
 clean:
-	rm -rf $(VENV) .jars .pytest_cache build *.egg-info
+	rm -rf $(VENV) .jars .pytest_cache build *.egg-info native/target

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from sparklog.records import native
 from sparklog.records.arrow_encode import HEADER_DTYPE
 from sparklog.records.arrow_scan import Fields, Marks, scan_group, walk_headers
 from sparklog.records.batch import (
@@ -59,6 +60,7 @@ RECORDS_SCHEMA = pa.schema(
 RECORDS_WITH_HEADERS_SCHEMA = RECORDS_SCHEMA.append(pa.field("headers", HEADERS_TYPE))
 
 _WORK_BYTES = 1 << 20
+_LZ4 = int(CompressionType.LZ4)
 _BATCH_LENGTH = struct.Struct(">i")  # at byte 8 of a batch
 _MAGIC_OFFSET = 16
 
@@ -127,8 +129,9 @@ def read_batches(
     pos = np.asarray(positions, dtype=np.int64)
     headers = read_headers(view, u8, pos)
     sizes = headers["batch_length"].astype(np.int64) + LOG_OVERHEAD
+    core = native.core()
     if check_crcs:
-        _check_crcs(view, pos, sizes, headers["crc"])
+        _check_crcs(view, pos, sizes, headers["crc"], core)
     last = headers[-1]
     next_offset = int(last["base_offset"]) + int(last["last_offset_delta"]) + 1
     keep = _select(view, pos, sizes, headers, skip_control, aborted)
@@ -136,7 +139,10 @@ def read_batches(
         headers, pos, sizes = headers[keep], pos[keep], sizes[keep]
     codecs = headers["attributes"] & COMPRESSION_MASK
     batches = BatchSpans(view, u8, pos, sizes, headers, codecs)
-    return DecodedBatches(_decode(batches, include_headers, schema), next_offset, valid_bytes)
+    records = _decode_native(core, batches, include_headers, schema) if core else None
+    if records is None:
+        records = _decode(batches, include_headers, schema)
+    return DecodedBatches(records, next_offset, valid_bytes)
 
 
 def _empty(schema: pa.Schema) -> pa.RecordBatch:
@@ -185,8 +191,15 @@ def read_headers(view: memoryview, u8: np.ndarray, pos: np.ndarray) -> np.ndarra
     return headers
 
 
-def _check_crcs(view: memoryview, pos: np.ndarray, sizes: np.ndarray, crcs: np.ndarray) -> None:
+def _check_crcs(
+    view: memoryview, pos: np.ndarray, sizes: np.ndarray, crcs: np.ndarray, core=None
+) -> None:
     """Raise CorruptRecordError for the first batch whose CRC-32C does not match."""
+    if core is not None:
+        first = core.first_bad_crc(view, _le64(pos), _le64(sizes))
+        if first < 0:
+            return
+        pos, sizes, crcs = pos[first:], sizes[first:], crcs[first:]
     for p, size, stored in zip(pos.tolist(), sizes.tolist(), crcs.tolist(), strict=True):
         actual = crc32c(view[p + ATTRIBUTES_OFFSET : p + size])
         if actual != stored:
@@ -270,7 +283,9 @@ class BatchSpans:
         `_WORK_BYTES` of records, batch lo + i's records being data[starts[i]:ends[i]].
 
         Uncompressed, `data` is the input itself; compressed batches are decompressed one by
-        one into a group until it holds `_WORK_BYTES`, just before it is scanned.
+        one into a group until it holds `_WORK_BYTES`, just before it is scanned. A batch whose
+        section does not decompress comes alone with `data` None: the caller hands it to the
+        per-record decoder, so errors surface in batch order whatever their kind.
         """
         ends = np.cumsum(self.sizes)
         compressed = np.flatnonzero(self.codecs)
@@ -294,11 +309,17 @@ class BatchSpans:
             while hi < len(self) and self.codecs[hi] and held < _WORK_BYTES:
                 p, size = int(self.positions[hi]), int(self.sizes[hi])
                 raw = self.view[p + HEADER_SIZE : p + size]
-                sections.append(
-                    decompress(CompressionType(int(self.codecs[hi])), raw, p + HEADER_SIZE)
-                )
-                held += len(sections[-1])
+                try:
+                    section = decompress(CompressionType(int(self.codecs[hi])), raw) if raw else b""
+                except CorruptRecordError:
+                    break  # batch hi starts the next group, where it comes alone
+                sections.append(section)
+                held += len(section)
                 hi += 1
+            if not sections:  # batch lo does not decompress: its reader names the error
+                yield lo, lo + 1, None, None, None
+                lo += 1
+                continue
             lengths = np.fromiter(map(len, sections), dtype=np.int64, count=len(sections))
             group_ends = np.cumsum(lengths)
             joined = sections[0] if len(sections) == 1 else b"".join(sections)
@@ -307,6 +328,76 @@ class BatchSpans:
 
     def __len__(self) -> int:
         return len(self.positions)
+
+
+# ----------------------------------------------------------------------------------- native
+
+
+def _le64(a: np.ndarray) -> bytes:
+    return np.ascontiguousarray(a, dtype="<i8").tobytes()
+
+
+def _decode_native(
+    core, batches: BatchSpans, include_headers: bool, schema: pa.Schema
+) -> pa.RecordBatch | None:
+    """`_decode` by the native core (None: the columns would pass 2 GiB; decode as before).
+
+    LZ4 sections with independent blocks are decompressed natively, other codecs here by the
+    reference codec; a batch the core does not take on comes back in `slow` and goes through
+    the per-record decoder, as in `_decode`.
+    """
+    if len(batches) == 0:
+        return _empty(schema)
+    sections: list[bytes | None] = []
+    for b, codec in enumerate(batches.codecs.tolist()):
+        p, size = int(batches.positions[b]), int(batches.sizes[b])
+        raw = batches.view[p + HEADER_SIZE : p + size]
+        if codec == 0 or not raw or (codec == _LZ4 and len(raw) > 4 and raw[4] & 0x20):
+            sections.append(None)  # read by the core
+            continue
+        try:
+            sections.append(decompress(CompressionType(codec), raw))
+        except CorruptRecordError:
+            sections.append(b"\xff")  # never a valid section: slow, so its reader names the error
+    out = core.decode_sections(
+        batches.view, _le64(batches.positions), _le64(batches.sizes), sections, include_headers
+    )
+    if out is None:
+        return None
+    n, keys, values, offsets, timestamps, types, headers, slow = out
+    columns = [
+        _native_binary(pa.binary(), n, keys),
+        _native_binary(pa.binary(), n, values),
+        pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(offsets)]),
+        pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(timestamps)]),
+        pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(types)]),
+    ]
+    if include_headers:
+        columns.append(_native_headers(n, headers))
+    records = pa.RecordBatch.from_arrays(columns, schema=schema)
+    if slow:
+        counts = batches.headers["records_count"].astype(np.int64)
+        records = _merge_slow(batches, records, counts, slow, include_headers, schema)
+    return records
+
+
+def _native_binary(kind: pa.DataType, n: int, column: tuple) -> pa.Array:
+    validity, offsets, data = column
+    buffers = [None if validity is None else pa.py_buffer(validity), pa.py_buffer(offsets)]
+    return pa.Array.from_buffers(kind, n, [*buffers, pa.py_buffer(data)])
+
+
+def _native_headers(n: int, headers: tuple | None) -> pa.Array:
+    if headers is None:
+        return pa.nulls(n, HEADERS_TYPE)
+    validity, list_offsets, keys, values = headers
+    entries = int(np.frombuffer(list_offsets, dtype="<i4")[-1])
+    struct = pa.StructArray.from_arrays(
+        [_native_binary(pa.string(), entries, keys), _native_binary(pa.binary(), entries, values)],
+        fields=list(HEADERS_TYPE.value_type),
+    )
+    buffers = [None if validity is None else pa.py_buffer(validity), pa.py_buffer(list_offsets)]
+    return pa.Array.from_buffers(HEADERS_TYPE, n, buffers, children=[struct])
 
 
 # ------------------------------------------------------------------------------------ arrow
@@ -391,6 +482,9 @@ def _decode(batches: BatchSpans, include_headers: bool, schema: pa.Schema) -> pa
     marks = Marks(0)  # sized by the first group
     slow: list[int] = []
     for lo, hi, data, starts, ends in batches.groups():
+        if data is None:
+            slow.append(lo)
+            continue
         marks.ensure(int(ends[-1] - starts[0]) + 1)
         fields, owner, slow_here = scan_group(data, starts, ends, counts[lo:hi], marks)
         out.add(batches.headers, data, fields, owner + lo)
@@ -413,6 +507,8 @@ def _to_arrow(out: _Columns, schema: pa.Schema) -> pa.RecordBatch:
             v = _cut(chunk, out.value_bounds, out.value_null[first:end])
         keys.append(k)
         values.append(v)
+    if not out.chunks:  # every batch went to the per-record decoder
+        return _empty(schema)
     columns = [
         keys[0] if len(keys) == 1 else pa.concat_arrays(keys),
         values[0] if len(values) == 1 else pa.concat_arrays(values),

@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sparklog.records import native
 from sparklog.records.batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
@@ -161,6 +162,23 @@ def _encode_group(
     Headers are built for all batches at once; per batch only compression and the CRC run.
     """
     lo, hi = int(starts[0]), int(starts[-1])
+    core = native.core()
+    if core is not None and codec in (CompressionType.NONE, CompressionType.LZ4):
+        key, value, headers = _native_columns(cols, lo, hi)
+        return core.encode_batches(
+            _int64_bytes(cols.timestamps[lo:hi]),
+            _int64_bytes(starts - lo),
+            value,
+            key,
+            headers,
+            fixed["attributes"],
+            fixed["partition_leader_epoch"],
+            fixed["producer_id"],
+            fixed["producer_epoch"],
+            base_sequence + lo if base_sequence >= 0 else -1,
+            log_append_ms,
+            codec == CompressionType.LZ4,
+        )
     counts = np.diff(starts)
     first = starts[:-1] - lo
     local_first = np.repeat(first, counts)
@@ -450,6 +468,9 @@ def _encode_records(
     each record's count is written at the start of the next record's prefix instead, which
     saves a part in the join.
     """
+    core = native.core()
+    if core is not None:
+        return _encode_records_native(core, cols, lo, hi, ts_delta, offset_delta)
     n = hi - lo
     ts_field = _varint_field(ts_delta)
     offset_field = _varint_field(offset_delta)
@@ -474,6 +495,48 @@ def _encode_records(
         nulls = keys.null_count + values.null_count
     joined = _join(parts, nulls > 0)
     return memoryview(joined.buffers()[2]), np.cumsum(body + length_field[1])
+
+
+def _encode_records_native(
+    core, cols: _Columns, lo: int, hi: int, ts_delta: np.ndarray, offset_delta: np.ndarray
+) -> tuple[memoryview, np.ndarray]:
+    """`_encode_records` by the native core: the same bytes, the last header count included."""
+    key, value, headers = _native_columns(cols, lo, hi)
+    data, ends = core.encode_records(
+        _int64_bytes(ts_delta),
+        _int64_bytes(offset_delta),
+        value,
+        key,
+        headers,
+    )
+    return memoryview(data), np.frombuffer(ends, dtype=np.int64)
+
+
+def _native_columns(cols: _Columns, lo: int, hi: int) -> tuple:
+    """(key or None, value, headers or None) of records lo..hi-1 as the native core takes them."""
+    n = hi - lo
+    value = _native_column(cols.values.slice(lo, n), cols.value_len[lo:hi])
+    key = None
+    if cols.keys is not None:
+        key = _native_column(cols.keys.slice(lo, n), cols.key_len[lo:hi])
+    headers = None
+    if cols.header_count is not None:
+        blobs = cols.header_blobs.slice(lo, n)
+        blob_column = _native_column(blobs, np.diff(_offsets(blobs)))
+        headers = (_int64_bytes(cols.header_count[lo:hi]), blob_column)
+    return key, value, headers
+
+
+def _native_column(arr: pa.Array, lengths: np.ndarray) -> tuple:
+    """(data buffer, int64 starts, int64 lengths with -1 for null) of a binary array."""
+    data = arr.buffers()[2]
+    starts = _offsets(arr)[:-1]
+    return (data if data is not None else b"", _int64_bytes(starts), _int64_bytes(lengths))
+
+
+def _int64_bytes(values: np.ndarray) -> np.ndarray:
+    """int64 values as a flat byte view (the native core reads buffers of bytes)."""
+    return np.ascontiguousarray(values, dtype=np.int64).view(np.uint8)
 
 
 def _join(parts: list[pa.Array], has_nulls: bool) -> pa.Array:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from sparklog.records import native
+
 _SEED = 0x9747B28C
 _M = 0x5BD1E995
 _R = 24
@@ -60,6 +62,13 @@ def murmur2_array(keys: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     ]
     starts = offsets[:-1].astype(np.int64)
     lengths = np.where(valid, offsets[1:] - starts, 0)
+    core = native.core()
+    if core is not None:
+        data = keys.buffers()[2]
+        hashes = core.murmur2_hashes(
+            data if data is not None else b"", starts.view(np.uint8), lengths.view(np.uint8)
+        )
+        return np.frombuffer(hashes, dtype="<i4"), valid
     words = _words_view(keys.buffers()[2])
     m = np.uint32(_M)
     h = np.uint32(_SEED) ^ lengths.astype(np.uint32)

@@ -80,6 +80,9 @@ def _walk_vectorized(view: memoryview, batches: list[tuple[int, BatchHeader]]) -
     out: list[BatchFacts | None] = [None] * len(batches)
     marks = Marks(0)
     for lo, hi, data, starts, ends in spans.groups():
+        if data is None:  # does not decompress: the reference raises CorruptRecordError
+            out[lo] = _walk_one(view, *batches[lo])
+            continue
         marks.ensure(int(ends[-1] - starts[0]) + 1)
         fields, owner, slow = scan_group(data, starts, ends, counts[lo:hi], marks)
         bounds = np.searchsorted(owner, np.arange(hi - lo + 1)).tolist()

@@ -27,6 +27,7 @@ def main() -> None:
         for seed in seeds.iterdir():
             shutil.copy(seed, work / seed.name)
     with atheris.instrument_imports(include=["sparklog"]):
+        import sparklog.records.arrow_decode
         import sparklog.records.batch
         import sparklog.records.record
         import sparklog.storage.log

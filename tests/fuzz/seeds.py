@@ -86,12 +86,25 @@ def response_frames() -> list[bytes]:
     return out
 
 
+def lz4_frames() -> bytes:
+    """An LZ4 frame with block and content checksums and a content size (what liblz4 can
+    write; Kafka's writer sets none of them)."""
+    import lz4.frame
+
+    data = b"".join(batches())
+    return lz4.frame.compress(
+        data, block_size=lz4.frame.BLOCKSIZE_MAX64KB, block_linked=False,
+        content_checksum=True, block_checksum=True, store_size=True,
+    )  # fmt: skip
+
+
 def main() -> None:
     seeds = {
         "request_frame": request_frames(),
         "response_frame": response_frames(),
         "produce_records": batches(),
         "segment_recovery": [b"".join(batches()[:3]), batches()[1] + batches()[2][:-7]],
+        "native_decode": [*batches(), b"".join(batches()), lz4_frames()],
     }
     for target, inputs in seeds.items():
         directory = CORPUS / target

@@ -102,9 +102,42 @@ def segment_recovery(data: bytes) -> None:
         shutil.rmtree(directory.parent, ignore_errors=True)
 
 
+def native_decode(data: bytes) -> None:
+    """Fetched bytes decoded by the native core and by the reference codec: both must give the
+    same records or raise the same error; the native LZ4 reader must agree with liblz4 on every
+    frame it accepts. Skipped (returns) where the native core is not built."""
+    from sparklog.records import native
+    from sparklog.records.arrow_decode import read_batches
+    from sparklog.records.compression import CompressionType, decompress
+    from sparklog.records.errors import CorruptRecordError
+
+    core = native.set_enabled(True)
+    if core is None:
+        return
+    results = []
+    for enabled in (True, False):
+        native.set_enabled(enabled)
+        try:
+            got = read_batches(data, include_headers=True, skip_control=False, check_crcs=False)
+            results.append((got.records, got.next_offset, got.valid_bytes))
+        except CorruptRecordError as e:
+            results.append(("error", e.position, e.reason))
+    native.set_enabled(True)
+    fast, reference = results
+    same = fast[0] == "error" if reference[0] == "error" else fast[0] != "error"
+    if not same or (fast[0] == "error" and fast != reference):
+        raise AssertionError(f"native {fast!r} != reference {reference!r}")
+    if fast[0] != "error" and not (fast[0].equals(reference[0]) and fast[1:] == reference[1:]):
+        raise AssertionError("native and reference decode different records")
+    framed = core.lz4_frame_decompress(data)
+    if framed is not None and bytes(framed) != decompress(CompressionType.LZ4, data):
+        raise AssertionError("the native LZ4 reader disagrees with liblz4")
+
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "request_frame": request_frame,
     "response_frame": response_frame,
     "produce_records": produce_records,
     "segment_recovery": segment_recovery,
+    "native_decode": native_decode,
 }

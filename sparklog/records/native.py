@@ -1,0 +1,51 @@
+"""The optional native record core (DESIGN D13): the `sparklog_native` extension module.
+
+`make` builds it from `native/` (Rust, PyO3, maturin). `core()` returns the module, or None
+when it is not installed or switched off with `SPARKLOG_NATIVE=0`; callers then run the
+pure-Python codec, which is the reference and gives identical results, only slower. A missing
+module is logged once per process.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from types import ModuleType
+
+log = logging.getLogger(__name__)
+
+_OFF = ("0", "false", "no", "off")
+_module: ModuleType | None = None
+_loaded = False
+
+
+def core() -> ModuleType | None:
+    """The native module, or None (not built, or `SPARKLOG_NATIVE=0`)."""
+    global _module, _loaded
+    if not _loaded:
+        _module = _load()
+        _loaded = True
+    return _module
+
+
+def _load() -> ModuleType | None:
+    if os.environ.get("SPARKLOG_NATIVE", "1").strip().lower() in _OFF:
+        return None
+    try:
+        import sparklog_native
+    except ImportError:
+        log.warning(
+            "sparklog's native record core is not installed, so records are encoded and "
+            "decoded by the pure-Python codec (slower). Build it with `make venv` (needs a "
+            "Rust toolchain); set SPARKLOG_NATIVE=0 to silence this"
+        )
+        return None
+    return sparklog_native
+
+
+def set_enabled(enabled: bool) -> ModuleType | None:
+    """Switch the native core on or off in this process (tests compare both paths)."""
+    global _module, _loaded
+    _module = _load() if enabled else None
+    _loaded = True
+    return _module

@@ -1,0 +1,277 @@
+"""The native record core against the pure-Python reference codec: identical batches from the
+same rows, identical records or identical errors from the same bytes, bad bytes included
+(DESIGN D13). Every test runs both paths in this process (`native.set_enabled`)."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import sys
+
+import lz4.frame
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sparklog.records import native
+from sparklog.records.arrow_codec import HEADERS_TYPE, build_batches, read_batches
+from sparklog.records.batch import TimestampType, iter_batches, stamp
+from sparklog.records.builder import SimpleRecord, build_batch
+from sparklog.records.compression import CompressionType, decompress
+from sparklog.records.control import (
+    ControlRecordType,
+    EndTransactionMarker,
+    build_end_txn_marker_batch,
+)
+from sparklog.records.errors import CorruptRecordError
+from sparklog.records.murmur2 import murmur2, murmur2_array
+
+core = native.set_enabled(True)
+needs_core = pytest.mark.skipif(core is None, reason="the native core is not built")
+SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+BLOB = st.none() | st.binary(max_size=300)
+HEADER_LIST = st.none() | st.lists(
+    st.fixed_dictionaries({"key": st.text(max_size=8), "value": BLOB}), max_size=3
+)
+CODECS = [CompressionType.NONE, CompressionType.LZ4, CompressionType.ZSTD, CompressionType.GZIP]
+
+
+@pytest.fixture(autouse=True)
+def _native_back_on():
+    yield
+    native.set_enabled(True)
+
+
+def both(fn):
+    """fn() with the native core on, then off: (native result, reference result); an error is
+    compared by its type, position and reason."""
+    out = []
+    for enabled in (True, False):
+        native.set_enabled(enabled)
+        try:
+            out.append(fn())
+        except CorruptRecordError as e:
+            out.append(("CorruptRecordError", e.position, e.reason))
+    native.set_enabled(True)
+    return out
+
+
+@st.composite
+def rows(draw: st.DrawFn) -> pa.RecordBatch:
+    n = draw(st.integers(1, 40))
+    values = draw(st.lists(BLOB, min_size=n, max_size=n))
+    columns = {
+        "value": pa.array(values, pa.binary()),
+        "timestamp": pa.array(
+            draw(st.lists(st.none() | st.integers(0, 2**45), min_size=n, max_size=n)), pa.int64()
+        ),
+    }
+    if draw(st.booleans()):
+        columns["key"] = pa.array(draw(st.lists(BLOB, min_size=n, max_size=n)), pa.binary())
+    if draw(st.booleans()):
+        columns["headers"] = pa.array(
+            draw(st.lists(HEADER_LIST, min_size=n, max_size=n)), HEADERS_TYPE
+        )
+    return pa.RecordBatch.from_pydict(columns)
+
+
+def offsets_assigned(batches: list[bytes], first: int = 0) -> bytes:
+    buf = bytearray(b"".join(batches))
+    offset = first
+    for batch in iter_batches(buf):
+        stamp(memoryview(buf), batch.position, offset, 3)
+        offset += batch.header.records_count
+    return bytes(buf)
+
+
+def same_records(a, b) -> None:
+    if isinstance(b, tuple):
+        assert a == b
+    else:
+        assert a.records.equals(b.records)
+        assert (a.next_offset, a.valid_bytes) == (b.next_offset, b.valid_bytes)
+
+
+@needs_core
+@SETTINGS
+@given(
+    rows(),
+    st.sampled_from(CODECS),
+    st.integers(80, 4000),
+    st.booleans(),
+    st.sampled_from(list(TimestampType)),
+)
+def test_encoding_matches_the_reference(records, codec, max_bytes, idempotent, ts_type) -> None:
+    kw = {"producer_id": 9, "producer_epoch": 2, "base_sequence": 2**31 - 5} if idempotent else {}
+
+    def encode():
+        return build_batches(
+            records,
+            now_ms=1_700_000_000_000,
+            compression=codec,
+            max_batch_bytes=max_bytes,
+            timestamp_type=ts_type,
+            **kw,
+        )
+
+    fast, reference = both(encode)
+    if codec == CompressionType.LZ4:  # lz4_flex and liblz4 compress differently; same frames
+        assert [len(b) for b in fast] != [] and len(fast) == len(reference)
+        for f, r in zip(fast, reference, strict=True):
+            assert f[:8] == r[:8] and f[12:17] == r[12:17]
+            assert f[21:61] == r[21:61]  # every header field but length and CRC
+            assert decompress(codec, f[61:]) == decompress(codec, r[61:])
+    else:
+        assert fast == reference
+    buf = offsets_assigned(fast)
+    for include_headers in (True, False):
+        decoded = both(lambda ih=include_headers: read_batches(buf, include_headers=ih))
+        same_records(*decoded)
+
+
+@needs_core
+@SETTINGS
+@given(rows(), st.sampled_from(CODECS), st.data())
+def test_damaged_bytes_decode_or_fail_alike(records, codec, data) -> None:
+    buf = bytearray(offsets_assigned(build_batches(records, now_ms=5, compression=codec)))
+    for _ in range(data.draw(st.integers(1, 4))):
+        at = data.draw(st.integers(0, len(buf) - 1))
+        buf[at] = data.draw(st.integers(0, 255))
+    cut = data.draw(st.integers(0, len(buf)))
+    damaged = bytes(buf[:cut]) if data.draw(st.booleans()) else bytes(buf)
+    for check_crcs in (False, True):
+        for partial in (False, True):
+            same_records(
+                *both(
+                    lambda c=check_crcs, p=partial: read_batches(
+                        damaged,
+                        include_headers=True,
+                        check_crcs=c,
+                        allow_partial_tail=p,
+                        skip_control=False,
+                    )
+                )
+            )
+
+
+@needs_core
+def test_oddities_only_the_reference_reads_are_handed_to_it() -> None:
+    """Linked LZ4 blocks and header keys that are not UTF-8 decode as the reference decodes
+    them (the native core hands those batches back to it)."""
+    records = [SimpleRecord(b"v%d" % i * 50, key=b"k", timestamp=i) for i in range(2000)]
+    plain = build_batch(records, compression=CompressionType.NONE)
+    section = lz4.frame.compress(
+        plain[61:], block_linked=True, block_size=lz4.frame.BLOCKSIZE_MAX64KB
+    )
+    assert section[4] & 0x20 == 0 and core.lz4_frame_decompress(section) is None
+    linked = bytearray(plain[:61] + section)
+    linked[21:23] = (int.from_bytes(linked[21:23], "big") | CompressionType.LZ4).to_bytes(2, "big")
+    linked[8:12] = (len(linked) - 12).to_bytes(4, "big")
+    bad_utf8 = build_batch([SimpleRecord(b"v", headers=(("k", b"x"),))])
+    bad_utf8 = bad_utf8.replace(b"\x02k", b"\x02\xff")  # header key length 1, then 0xff
+    batches = [bytes(linked), build_batch(records, compression=CompressionType.LZ4), bad_utf8]
+    buf = offsets_assigned(batches)
+    fast, reference = both(lambda: read_batches(buf, include_headers=True, check_crcs=False))
+    same_records(fast, reference)
+    assert fast.records.num_rows == 4001
+    assert fast.records.column("headers")[4000].as_py() == [{"key": "\ufffd", "value": b"x"}]
+
+
+@needs_core
+def test_control_and_aborted_batches_are_filtered_alike() -> None:
+    data = [SimpleRecord(b"v%d" % i, timestamp=i) for i in range(5)]
+    txn = {"producer_id": 4, "producer_epoch": 0, "is_transactional": True}
+    batches = [
+        build_batch(data, base_sequence=0, **txn),
+        build_end_txn_marker_batch(
+            EndTransactionMarker(ControlRecordType.ABORT, 0),
+            producer_id=4,
+            producer_epoch=0,
+            timestamp_ms=9,
+        ),
+        build_batch(data, compression=CompressionType.LZ4),
+    ]
+    buf = offsets_assigned(batches)
+    for kwargs in ({}, {"skip_control": False}, {"aborted": [(4, 0)]}):
+        fast, reference = both(lambda kw=kwargs: read_batches(buf, **kw))
+        same_records(fast, reference)
+    assert fast.records.num_rows == 5  # read_committed: the aborted five are gone
+
+
+@needs_core
+@SETTINGS
+@given(st.binary(max_size=5000), st.sampled_from([True, False]), st.booleans())
+def test_lz4_frames_liblz4_writes_are_read_alike(data, checksums, store_size) -> None:
+    frame = lz4.frame.compress(
+        data,
+        block_size=lz4.frame.BLOCKSIZE_MAX64KB,
+        block_linked=False,
+        content_checksum=checksums,
+        block_checksum=checksums,
+        store_size=store_size,
+    )
+    assert bytes(core.lz4_frame_decompress(frame)) == data
+    for cut in (len(frame) - 1, len(frame) // 2):
+        assert core.lz4_frame_decompress(frame[:cut]) is None
+    assert core.lz4_frame_decompress(frame + b"\x00") is None
+
+
+@needs_core
+@SETTINGS
+@given(st.lists(st.none() | st.binary(max_size=40), min_size=1, max_size=60))
+def test_murmur2_matches_kafka(keys) -> None:
+    arr = pa.array(keys, pa.binary())
+    (fast, fast_valid), (reference, ref_valid) = both(lambda: murmur2_array(arr))
+    assert np.array_equal(fast[ref_valid], reference[ref_valid])
+    assert np.array_equal(fast_valid, ref_valid)
+    expected = [murmur2(k) for k in keys if k is not None]
+    assert fast[fast_valid].tolist() == expected
+
+
+@needs_core
+def test_crc32c_is_castagnoli() -> None:
+    assert core.crc32c(b"123456789") == 0xE3069283
+    assert core.crc32c(b"6789", core.crc32c(b"12345")) == 0xE3069283
+
+
+@needs_core
+def test_bad_arguments_are_refused_with_a_reason() -> None:
+    ts = np.zeros(2, dtype=np.int64).view(np.uint8)
+    value = (b"ab", np.array([0, 1], dtype=np.int64).view(np.uint8), np.array([1, 5], "<i8"))
+    with pytest.raises((ValueError, BufferError)):
+        core.encode_batches(ts, np.array([0, 2], "<i8"), value, None, None, 0, -1, -1, -1, -1,
+                            None, False)  # fmt: skip
+    good = (b"ab", np.array([0, 1], "<i8").view(np.uint8), np.array([1, 1], "<i8").view(np.uint8))
+    with pytest.raises(ValueError, match="outside"):
+        core.encode_batches(ts, np.array([0, 2], "<i8").view(np.uint8),
+                            (b"ab", good[1], np.array([1, 5], "<i8").view(np.uint8)),
+                            None, None, 0, -1, -1, -1, -1, None, False)  # fmt: skip
+    with pytest.raises(ValueError, match="starts"):
+        core.encode_batches(ts, np.array([0, 3], "<i8").view(np.uint8), good, None, None,
+                            0, -1, -1, -1, -1, None, False)  # fmt: skip
+
+
+def test_switched_off_by_environment(monkeypatch) -> None:
+    monkeypatch.setenv("SPARKLOG_NATIVE", "0")
+    assert native.set_enabled(True) is None
+
+
+def test_a_missing_module_is_logged_once_and_the_reference_runs(monkeypatch, caplog) -> None:
+    monkeypatch.setitem(sys.modules, "sparklog_native", None)  # import fails
+    monkeypatch.setattr(native, "_loaded", False)
+    with caplog.at_level(logging.WARNING, logger="sparklog.records.native"):
+        assert native.core() is None
+        assert native.core() is None
+    assert len(caplog.records) == 1 and "make venv" in caplog.records[0].getMessage()
+    batches = build_batches(pa.RecordBatch.from_pydict({"value": [b"x"]}), now_ms=1)
+    assert read_batches(batches[0]).records.column("value").to_pylist() == [b"x"]
+
+
+def test_the_core_is_built_wherever_cargo_is() -> None:
+    """`make` builds the extension when a Rust toolchain exists; a silent build failure would
+    otherwise leave every other test here skipped."""
+    if shutil.which("cargo") is None:
+        pytest.skip("no Rust toolchain here")
+    assert core is not None, "cargo is installed but sparklog_native is not: run `make venv`"
