@@ -1,5 +1,5 @@
-"""Fetch positions and fetched data of a consumer, sans-IO (Kafka's `SubscriptionState`,
-`AbstractFetch`/`FetchCollector` and `CompletedFetch`).
+"""Fetch positions and fetched data of a consumer, sans-IO (Kafka's `AbstractFetch`,
+`FetchCollector` and `CompletedFetch`; positions live in `subscription_state`).
 
 Theory of operation. Every assigned partition has a position: the offset of the next record
 to return (None until it is set by `seek` or reset by `auto.offset.reset`). `fetch_requests()`
@@ -46,6 +46,7 @@ from sparklog.records.batch import RecordBatch
 from sparklog.records.control import ControlRecordType, control_type_of
 
 from .metadata import REFRESH_ERROR_CODES, Cluster, TopicPartition
+from .subscription_state import PartitionState, SubscriptionState
 
 log = logging.getLogger(__name__)
 
@@ -78,97 +79,6 @@ class LogTruncationError(OffsetOutOfRangeError):
     def __init__(self, message: str, divergent_offsets: dict[TopicPartition, int]) -> None:
         super().__init__(message)
         self.divergent_offsets = divergent_offsets
-
-
-@dataclass(slots=True)
-class PartitionState:
-    """Fetch state of one assigned partition; -1 marks an unknown watermark or epoch."""
-
-    position: int | None = None
-    paused: bool = False
-    reset_strategy: str | None = None
-    high_watermark: int = -1
-    last_stable_offset: int = -1
-    log_start_offset: int = -1
-    position_epoch: int = -1  # leader epoch of the record before `position` (KIP-320)
-    leader_epoch: int = -1  # the newest leader epoch the position was checked against
-    awaiting_validation: bool = False  # no fetching until OffsetForLeaderEpoch confirms it
-
-
-class SubscriptionState:
-    """Assigned partitions and their positions (manual assignment only, for now)."""
-
-    def __init__(self, default_reset: str) -> None:
-        self.default_reset = default_reset  # "earliest", "latest" or "none"
-        self._states: dict[TopicPartition, PartitionState] = {}
-
-    def assign(self, partitions: Iterable[TopicPartition]) -> None:
-        """Replace the assignment; partitions kept keep their positions."""
-        new = list(dict.fromkeys(partitions))
-        self._states = {tp: self._states.get(tp) or PartitionState() for tp in new}
-
-    def assignment(self) -> list[TopicPartition]:
-        return list(self._states)
-
-    def state(self, tp: TopicPartition) -> PartitionState:
-        try:
-            return self._states[tp]
-        except KeyError:
-            raise ValueError(
-                f"{tp.topic}-{tp.partition} is not assigned to this consumer"
-            ) from None
-
-    def is_assigned(self, tp: TopicPartition) -> bool:
-        return tp in self._states
-
-    def seek(self, tp: TopicPartition, offset: int, epoch: int = -1) -> None:
-        """Fetch from `offset` next; `epoch` is the leader epoch of the record before it, when
-        known (a reset from ListOffsets, a validated truncation), which enables validation."""
-        if offset < 0:
-            raise ValueError(f"seek offset must not be negative, got {offset}")
-        state = self.state(tp)
-        state.position = offset
-        state.position_epoch = epoch
-        state.reset_strategy = None
-        state.awaiting_validation = False
-
-    def request_reset(self, tp: TopicPartition, strategy: str) -> None:
-        state = self.state(tp)
-        state.position = None
-        state.position_epoch = -1
-        state.reset_strategy = strategy
-        state.awaiting_validation = False
-
-    def maybe_validate_positions(self, cluster: Cluster) -> None:
-        """Positions whose leader epoch grew since they were last checked await validation
-        (Kafka's `maybeValidatePositionForCurrentLeader`); first sightings just record it."""
-        for tp, state in self._states.items():
-            epoch = cluster.leader_epoch_for(tp)
-            if epoch <= state.leader_epoch:
-                continue
-            if state.leader_epoch >= 0 and state.position is not None and state.position_epoch >= 0:
-                state.awaiting_validation = True
-            state.leader_epoch = epoch
-
-    def awaiting_validation(self) -> list[TopicPartition]:
-        return [tp for tp, s in self._states.items() if s.awaiting_validation and not s.paused]
-
-    def needing_reset(self) -> dict[TopicPartition, str]:
-        """Partitions without a position and the strategy to find one ("none" when unset)."""
-        return {
-            tp: s.reset_strategy or self.default_reset
-            for tp, s in self._states.items()
-            if s.position is None
-        }
-
-    def is_fetchable(self, tp: TopicPartition) -> bool:
-        state = self._states.get(tp)
-        return (
-            state is not None
-            and not state.paused
-            and state.position is not None
-            and not state.awaiting_validation
-        )
 
 
 @dataclass(slots=True)

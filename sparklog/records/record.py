@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sparklog.records.batch import BatchHeader, TimestampType
+from sparklog.records.batch_header import BatchHeader, TimestampType
 from sparklog.records.compression import CompressionType
 from sparklog.records.errors import CorruptRecordError
 from sparklog.records.varint import decode_varint, encode_varint, wrap_int64

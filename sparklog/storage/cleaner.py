@@ -61,7 +61,7 @@ from sparklog.storage.cleaner_manager import (
     TopicPartition,
     segments_in_range,
 )
-from sparklog.storage.log import SegmentsChangedError
+from sparklog.storage.local_log import SegmentsChangedError
 from sparklog.storage.offset_map import (
     BatchFilter,
     CleanedTransactionMetadata,

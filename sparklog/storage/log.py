@@ -1,9 +1,11 @@
-"""One partition replica's log: segments, offsets, reads, rolls, truncation, retention.
+"""One partition replica's log: offsets, appends, producer state, transactions, the high
+watermark, truncation and retention (Kafka's `UnifiedLog`).
 
-Kafka's `UnifiedLog` + `LocalLog` for local storage. The leader appends client batches with
-`append_as_leader` (validate, assign offsets by rewriting baseOffset, stamp the leader epoch,
-check producer state, then write); followers append fetched batches unchanged with
-`append_as_follower`. Opening and crash recovery live in `log_loader`.
+The leader appends client batches with `append_as_leader` (validate, assign offsets by
+rewriting baseOffset, stamp the leader epoch, check producer state, then write); followers
+append fetched batches unchanged with `append_as_follower`. The segment files are a
+`local_log.LocalLog`; opening and crash recovery live in `log_loader`, offset assignment in
+`offset_assignment`.
 
 Invariants: log_start_offset <= high_watermark <= log_end_offset; segments are sorted by base
 offset, contiguous in offsets, and only the last (active) one is appended to; the recovery
@@ -14,9 +16,7 @@ thread may run beside the appender.
 
 from __future__ import annotations
 
-import bisect
 import os
-import struct
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,22 +28,18 @@ from sparklog.errors import (
     OutOfOrderSequenceNumberError,
 )
 from sparklog.records.batch import (
-    ATTRIBUTES_OFFSET,
-    CRC_OFFSET,
     NO_PARTITION_LEADER_EPOCH,
-    TIMESTAMP_TYPE_MASK,
     BatchHeader,
     RecordBatch,
     iter_batches,
-    stamp,
 )
 from sparklog.records.control import EndTransactionMarker, decode_end_txn_marker
-from sparklog.records.crc import crc32c
 from sparklog.records.errors import CorruptRecordError
-from sparklog.storage.checkpoint import fsync_dir
 from sparklog.storage.config import LogConfig
 from sparklog.storage.epoch_cache import LeaderEpochFileCache
+from sparklog.storage.local_log import LocalLog
 from sparklog.storage.log_validator import validate_client_records
+from sparklog.storage.offset_assignment import restamped, stamped_pieces
 from sparklog.storage.producer_state import (
     AppendOrigin,
     CompletedTxn,
@@ -58,10 +54,6 @@ EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
 EPOCH_CHECKPOINT_FILE = "leader-epoch-checkpoint"
-
-
-class SegmentsChangedError(RuntimeError):
-    """Retention or truncation changed the segments a clean read; the cleaner retries."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,11 +97,9 @@ class Log:
         producer_state: ProducerStateManager,
         now_ms: int,
     ) -> None:
-        assert segments, "a log has at least one segment"
         self.directory = directory
         self.config = config
-        self._segments = segments
-        self._bases = [s.base_offset for s in segments]
+        self._local = LocalLog(directory, config, segments)
         self._lock = threading.RLock()
         self.epoch_cache = epoch_cache
         self.producer_state = producer_state
@@ -150,23 +140,20 @@ class Log:
     @property
     def segments(self) -> list[LogSegment]:
         with self._lock:
-            return list(self._segments)
+            return list(self._local.segments)
 
     @property
     def active_segment(self) -> LogSegment:
-        return self._segments[-1]
+        return self._local.active
 
     @property
     def size_in_bytes(self) -> int:
         with self._lock:
-            return sum(s.size_bytes for s in self._segments)
+            return self._local.size_in_bytes
 
     @property
     def latest_epoch(self) -> int | None:
         return self.epoch_cache.latest_epoch
-
-    def _segment_index_for(self, offset: int) -> int:
-        return max(0, bisect.bisect_right(self._bases, offset) - 1)
 
     # -- appends ----------------------------------------------------------------------------
 
@@ -193,7 +180,7 @@ class Log:
             next_offset = self.log_end_offset
             stamped: list[tuple[int, BatchHeader]] = []
             for pos, header in headers:
-                stamped.append((pos, _restamped(header, next_offset, leader_epoch, append_time)))
+                stamped.append((pos, restamped(header, next_offset, leader_epoch, append_time)))
                 next_offset += header.last_offset_delta + 1
             pending = self._prepare_producer_state(buf, stamped, AppendOrigin(origin))
             if isinstance(pending, DuplicateBatch):
@@ -208,7 +195,7 @@ class Log:
                     0,
                     duplicate=True,
                 )
-            pieces = _stamped_pieces(buf, stamped, leader_epoch, append_time)
+            pieces = stamped_pieces(buf, stamped, leader_epoch, append_time)
             return self._append(pieces, stamped, pending, now_ms, leader_epoch, append_time)
 
     def append_as_follower(
@@ -347,7 +334,7 @@ class Log:
         self.producer_state.complete_txn(completed)
 
     def _index_aborted(self, completed: CompletedTxn, last_stable_offset: int) -> None:
-        segment = self._segments[self._segment_index_for(completed.last_offset)]
+        segment = self._local.segments[self._local.index_for(completed.last_offset)]
         known = segment.txn_index.last_offset
         if known is None or completed.last_offset > known:
             segment.txn_index.append(
@@ -363,8 +350,8 @@ class Log:
         """Rebuild producer state from batches at or after `from_offset` (load, truncation),
         re-indexing aborted transactions whose index entry a crash may have lost."""
         with self._lock:
-            start = self._segment_index_for(from_offset)
-            for segment in self._segments[start:]:
+            start = self._local.index_for(from_offset)
+            for segment in self._local.segments[start:]:
                 for found in segment.iter_batches():
                     header = found.header
                     if header.next_offset <= from_offset:
@@ -397,10 +384,7 @@ class Log:
             active.on_becoming_inactive()
             active.flush()
             self.producer_state.take_snapshot(new_base)
-            segment = LogSegment(self.directory, new_base, self.config, created_ms=now_ms)
-            self._segments.append(segment)
-            self._bases.append(new_base)
-            return segment
+            return self._local.roll(new_base, now_ms)
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -426,47 +410,13 @@ class Log:
                     f"{self.log_end_offset}] of {self.directory.name}"
                 )
             upper = self.log_end_offset if upper_bound_offset is None else upper_bound_offset
-            chunks: list[bytes] = []
-            budget = max_bytes
-            index = self._segment_index_for(start_offset)
-            offset = start_offset
-            while index < len(self._segments) and offset < upper:
-                segment = self._segments[index]
-                max_position = self._position_of(upper, index)
-                got = segment.read(
-                    offset, budget, max_position, min_one_batch=min_one_batch and not chunks
-                )
-                if got is not None:
-                    position, data = got
-                    if data:
-                        chunks.append(data)
-                        budget -= len(data)
-                    end = segment.size_bytes if max_position is None else max_position
-                    if budget <= 0 or position + len(data) < end:
-                        # stopped inside this segment (budget, upper bound, damaged batch):
-                        # a read never skips to a later segment past unread batches
-                        break
-                index += 1
-                if index < len(self._segments):
-                    offset = max(offset, self._bases[index])
-            data = b"".join(chunks)
+            data = self._local.read(start_offset, max_bytes, upper, min_one_batch)
             aborted = None
             if include_aborted:
                 aborted = tuple(self.collect_aborted_transactions(start_offset, upper))
             return FetchDataInfo(
                 start_offset, data, self.high_watermark, self.log_start_offset, aborted
             )
-
-    def _position_of(self, offset: int, segment_index: int) -> int | None:
-        """Byte position of `offset` in segment `segment_index`, None if it lies beyond it."""
-        if segment_index + 1 < len(self._segments) and offset >= self._bases[segment_index + 1]:
-            return None
-        try:
-            found = self._segments[segment_index].translate_offset(offset)
-        except CorruptRecordError:
-            # a batch damaged on disk lies below `offset`: the segment's read stops at it
-            return None
-        return None if found is None else found.position
 
     def fetch_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """ListOffsets: (offset, timestamp) for -2 earliest, -1 latest, -3 max timestamp, or
@@ -477,14 +427,8 @@ class Log:
             if timestamp == LATEST_TIMESTAMP:
                 return self.log_end_offset, -1
             if timestamp == MAX_TIMESTAMP:
-                best = max(self._segments, key=lambda s: s.largest_timestamp)
-                return best.find_max_timestamp()
-            for segment in self._segments:
-                if segment.largest_timestamp >= timestamp:
-                    found = segment.find_offset_by_timestamp(timestamp, self.log_start_offset)
-                    if found is not None:
-                        return found
-            return None
+                return self._local.max_timestamp()
+            return self._local.offset_by_timestamp(timestamp, self.log_start_offset)
 
     # -- transactions -----------------------------------------------------------------------
 
@@ -509,7 +453,7 @@ class Log:
         """Aborted transactions overlapping [start, upper) (read_committed fetches)."""
         with self._lock:
             found: list[AbortedTxn] = []
-            for segment in self._segments[self._segment_index_for(start_offset) :]:
+            for segment in self._local.segments[self._local.index_for(start_offset) :]:
                 aborted, complete = segment.txn_index.collect_aborted_txns(
                     start_offset, upper_bound_offset
                 )
@@ -537,14 +481,10 @@ class Log:
                 # the new leader about an epoch no record has (a truncation livelock).
                 self.epoch_cache.truncate_from_end(self.log_end_offset)
                 return False
-            if target_offset <= self.log_start_offset and target_offset < self._bases[0]:
+            if target_offset <= self.log_start_offset and target_offset < self._local.bases[0]:
                 self.truncate_fully_and_start_at(target_offset)
                 return True
-            while len(self._segments) > 1 and self._bases[-1] > target_offset:
-                self._segments.pop().delete()
-                self._bases.pop()
-            self.active_segment.truncate_to(target_offset)
-            self.log_end_offset = self.active_segment.read_next_offset()
+            self.log_end_offset = self._local.truncate_to(target_offset)
             self.epoch_cache.truncate_from_end(self.log_end_offset)
             self.producer_state.truncate_and_reload(
                 self.log_start_offset, self.log_end_offset, self
@@ -556,12 +496,7 @@ class Log:
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
         """Delete everything and restart the log empty at `new_offset`."""
         with self._lock:
-            for segment in self._segments:
-                segment.delete()
-            self._segments = [
-                LogSegment(self.directory, new_offset, self.config, created_ms=self._last_flush_ms)
-            ]
-            self._bases = [new_offset]
+            self._local.reset_at(new_offset, self._last_flush_ms)
             self.epoch_cache.clear_and_flush()
             self.producer_state.truncate_fully_and_start_at(new_offset)
             self.log_start_offset = self.log_end_offset = new_offset
@@ -594,21 +529,18 @@ class Log:
         than `retention.ms` or beyond `retention.bytes` (cleanup.policy delete). Returns count."""
         with self._lock:
             deletable = self._deletable_segments(now_ms)
-            for segment in deletable:
-                self._segments.remove(segment)
-                self._bases.remove(segment.base_offset)
-                segment.delete()
+            self._local.delete(deletable)
             if deletable:
-                self.log_start_offset = max(self.log_start_offset, self._bases[0])
+                self.log_start_offset = max(self.log_start_offset, self._local.bases[0])
                 self.epoch_cache.truncate_from_start(self.log_start_offset)
                 self.producer_state.delete_snapshots_before(self.log_start_offset)
             return len(deletable)
 
     def _deletable_segments(self, now_ms: int | None) -> list[LogSegment]:
         out: list[LogSegment] = []
-        total = sum(s.size_bytes for s in self._segments)
-        for i, segment in enumerate(self._segments[:-1]):
-            next_base = self._bases[i + 1]
+        total = self._local.size_in_bytes
+        for i, segment in enumerate(self._local.segments[:-1]):
+            next_base = self._local.bases[i + 1]
             if next_base > self.high_watermark:
                 break
             if next_base <= self.log_start_offset:
@@ -628,33 +560,15 @@ class Log:
     # -- cleaner support -----------------------------------------------------------------
 
     def replace_segments(self, cleaned: LogSegment, old_segments: list[LogSegment]) -> None:
-        """Swap `cleaned` (files with suffix `.cleaned`) in for `old_segments` (Kafka's
-        `replaceSegments`). The rename to `.swap` is the commit point: after a crash the loader
-        completes the swap, before it the `.cleaned` files are discarded."""
+        """Swap the cleaner's output in for `old_segments` (see `LocalLog.replace`); raises
+        SegmentsChangedError when retention or truncation got there first."""
         with self._lock:
-            if (
-                any(s not in self._segments for s in old_segments)
-                or self.active_segment in old_segments
-            ):
-                raise SegmentsChangedError(
-                    "segments changed while cleaning (retention or truncation ran)"
-                )
-            assert cleaned.base_offset == old_segments[0].base_offset
-            cleaned.flush()
-            cleaned.change_suffix(".swap")
-            fsync_dir(self.directory)  # the rename to .swap is the commit point
-            for segment in old_segments:
-                self._segments.remove(segment)
-                segment.delete()
-            self._segments.append(cleaned)
-            self._segments.sort(key=lambda s: s.base_offset)
-            self._bases = [s.base_offset for s in self._segments]
-            cleaned.change_suffix("")
+            self._local.replace(cleaned, old_segments)
 
     def read_segment_bytes(self, segment: LogSegment, position: int, size: int) -> bytes | None:
         """Bytes of a segment read under the log lock; None if the segment is gone."""
         with self._lock:
-            if segment not in self._segments:
+            if segment not in self._local.segments:
                 return None
             return segment.read_bytes(position, size)
 
@@ -664,9 +578,7 @@ class Log:
         """fsync segments holding offsets below `offset` (all by default) and move the recovery point."""
         with self._lock:
             offset = self.log_end_offset if offset is None else offset
-            for segment in self._segments:
-                if segment.base_offset < offset or segment is self.active_segment:
-                    segment.flush()
+            self._local.flush(offset)
             self.recovery_point = max(self.recovery_point, min(offset, self.log_end_offset))
             self._unflushed_messages = 0
 
@@ -686,69 +598,14 @@ class Log:
                 return
             self.flush()
             self.producer_state.take_snapshot(self.log_end_offset)
-            for segment in self._segments:
-                segment.close()
+            self._local.close()
             self.closed = True
 
     def __repr__(self) -> str:
         return (
             f"Log({self.directory.name}, start={self.log_start_offset}, hw={self.high_watermark}, "
-            f"end={self.log_end_offset}, segments={len(self._segments)})"
+            f"end={self.log_end_offset}, segments={len(self._local.segments)})"
         )
-
-
-_STAMPED_PREFIX = struct.Struct(">qii")  # baseOffset, batchLength, partitionLeaderEpoch
-
-
-def _stamped_pieces(
-    buf: memoryview,
-    stamped: list[tuple[int, BatchHeader]],
-    leader_epoch: int,
-    append_time: int,
-) -> list[bytes | bytearray | memoryview]:
-    """The bytes to write, without copying batch bodies: per batch a fresh 16-byte prefix
-    (baseOffset, batchLength, partitionLeaderEpoch, which the CRC does not cover) and a view of
-    the rest. LogAppendTime changes CRC-covered bytes, so those batches are copied."""
-    pieces: list[bytes | bytearray | memoryview] = []
-    for pos, header in stamped:
-        end = pos + header.size_in_bytes
-        if append_time >= 0:
-            chunk = bytearray(buf[pos:end])
-            stamp(chunk, 0, header.base_offset, leader_epoch)
-            _set_log_append_time(chunk, 0, append_time)
-            pieces.append(chunk)
-        else:
-            prefix = _STAMPED_PREFIX.pack(header.base_offset, header.batch_length, leader_epoch)
-            pieces.append(prefix)
-            pieces.append(buf[pos + _STAMPED_PREFIX.size : end])
-    return pieces
-
-
-def _set_log_append_time(buf: bytearray, pos: int, append_time: int) -> None:
-    """Rewrite maxTimestamp and the timestamp-type bit; the CRC must then be recomputed."""
-    attributes = int.from_bytes(buf[pos + ATTRIBUTES_OFFSET : pos + ATTRIBUTES_OFFSET + 2], "big")
-    attributes |= TIMESTAMP_TYPE_MASK
-    buf[pos + ATTRIBUTES_OFFSET : pos + ATTRIBUTES_OFFSET + 2] = attributes.to_bytes(2, "big")
-    buf[pos + 35 : pos + 43] = append_time.to_bytes(8, "big", signed=True)
-    size = 12 + int.from_bytes(buf[pos + 8 : pos + 12], "big")
-    crc = crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : pos + size])
-    buf[pos + CRC_OFFSET : pos + CRC_OFFSET + 4] = crc.to_bytes(4, "big")
-
-
-def _restamped(
-    header: BatchHeader, base_offset: int, leader_epoch: int, append_time: int
-) -> BatchHeader:
-    from dataclasses import replace
-
-    if append_time >= 0:
-        return replace(
-            header,
-            base_offset=base_offset,
-            partition_leader_epoch=leader_epoch,
-            max_timestamp=append_time,
-            attributes=header.attributes | TIMESTAMP_TYPE_MASK,
-        )
-    return replace(header, base_offset=base_offset, partition_leader_epoch=leader_epoch)
 
 
 def _marker_of(
