@@ -50,11 +50,12 @@ struct Binary {
     offsets: Vec<u8>,
     data: Vec<u8>,
     len: usize,
+    copy: bool, // false: only validity is kept (a leader's walk needs no bytes)
 }
 
 impl Binary {
-    fn new() -> Self {
-        Binary { offsets: 0i32.to_le_bytes().to_vec(), ..Default::default() }
+    fn new(copy: bool) -> Self {
+        Binary { offsets: 0i32.to_le_bytes().to_vec(), copy, ..Default::default() }
     }
 
     /// Append a value (None: null); false once the data passes int32 offsets.
@@ -65,7 +66,9 @@ impl Binary {
         match value {
             Some(v) => {
                 self.validity[self.len / 8] |= 1 << (self.len % 8);
-                self.data.extend_from_slice(v);
+                if self.copy {
+                    self.data.extend_from_slice(v);
+                }
             }
             None => self.nulls += 1,
         }
@@ -130,10 +133,10 @@ type BinaryMark = (usize, usize, usize);
 type Mark = (usize, BinaryMark, BinaryMark, Option<(usize, BinaryMark, BinaryMark)>);
 
 impl Columns {
-    fn new(include_headers: bool) -> Self {
+    fn new(include_headers: bool, copy_data: bool) -> Self {
         Columns {
-            keys: Binary::new(),
-            values: Binary::new(),
+            keys: Binary::new(copy_data),
+            values: Binary::new(copy_data),
             offsets: Vec::new(),
             timestamps: Vec::new(),
             types: Vec::new(),
@@ -142,8 +145,8 @@ impl Columns {
                 list_validity: Vec::new(),
                 with_headers: 0,
                 list_offsets: 0i32.to_le_bytes().to_vec(),
-                keys: Binary::new(),
-                values: Binary::new(),
+                keys: Binary::new(true),
+                values: Binary::new(true),
             }),
         }
     }
@@ -274,7 +277,10 @@ fn append_section(data: &[u8], h: &Header, out: &mut Columns) -> Result<(), Refu
 /// batch indexes); a column is (validity or None, int32 offsets, data), headers are (list
 /// validity or None, list offsets, key column, value column) or None when no record has any;
 /// numbers are little-endian; buffers are read-only and shared with Arrow without copies.
+/// Without `copy_data` keys and values are checked but not copied (their data stays empty):
+/// what a leader's validation walk needs.
 #[pyfunction]
+#[pyo3(signature = (buf, positions, sizes, sections, include_headers, copy_data = true))]
 pub fn decode_sections<'py>(
     py: Python<'py>,
     buf: &Bound<'py, PyAny>,
@@ -282,6 +288,7 @@ pub fn decode_sections<'py>(
     sizes: &[u8],
     sections: Vec<Option<PyBackedBytes>>,
     include_headers: bool,
+    copy_data: bool,
 ) -> PyResult<Option<Bound<'py, PyTuple>>> {
     let buf = Borrowed::new(buf)?;
     let buf = buf.bytes(py);
@@ -291,9 +298,10 @@ pub fn decode_sections<'py>(
             "positions, sizes and sections must have one entry per batch",
         ));
     }
-    let mut out = Columns::new(include_headers);
-    let expected: usize = sizes.iter().map(|&s| s.max(0) as usize).sum();
-    out.values.data.reserve(expected);
+    let mut out = Columns::new(include_headers, copy_data);
+    if copy_data {
+        out.values.data.reserve(sizes.iter().map(|&s| s.max(0) as usize).sum());
+    }
     let mut slow: Vec<usize> = Vec::new();
     let mut scratch: Vec<u8> = Vec::new();
     for (b, given) in sections.iter().enumerate() {

@@ -196,7 +196,7 @@ def _check_crcs(
 ) -> None:
     """Raise CorruptRecordError for the first batch whose CRC-32C does not match."""
     if core is not None:
-        first = core.first_bad_crc(view, _le64(pos), _le64(sizes))
+        first = core.first_bad_crc(view, le64(pos), le64(sizes))
         if first < 0:
             return
         pos, sizes, crcs = pos[first:], sizes[first:], crcs[first:]
@@ -333,8 +333,28 @@ class BatchSpans:
 # ----------------------------------------------------------------------------------- native
 
 
-def _le64(a: np.ndarray) -> bytes:
+def le64(a: np.ndarray) -> bytes:
+    """int64 values as little-endian bytes (how the native core takes positions and sizes)."""
     return np.ascontiguousarray(a, dtype="<i8").tobytes()
+
+
+def native_sections(batches: BatchSpans) -> list[bytes | None]:
+    """Per batch, what the native core reads: None where it reads the section itself
+    (uncompressed, LZ4 with independent blocks), else the section decompressed here by the
+    reference codec, or one byte that cannot parse when it does not decompress (the batch then
+    goes to the per-record decoder, which names the error in batch order)."""
+    sections: list[bytes | None] = []
+    for b, codec in enumerate(batches.codecs.tolist()):
+        p, size = int(batches.positions[b]), int(batches.sizes[b])
+        raw = batches.view[p + HEADER_SIZE : p + size]
+        if codec == 0 or not raw or (codec == _LZ4 and len(raw) > 4 and raw[4] & 0x20):
+            sections.append(None)
+            continue
+        try:
+            sections.append(decompress(CompressionType(codec), raw))
+        except CorruptRecordError:
+            sections.append(b"\xff")
+    return sections
 
 
 def _decode_native(
@@ -348,19 +368,12 @@ def _decode_native(
     """
     if len(batches) == 0:
         return _empty(schema)
-    sections: list[bytes | None] = []
-    for b, codec in enumerate(batches.codecs.tolist()):
-        p, size = int(batches.positions[b]), int(batches.sizes[b])
-        raw = batches.view[p + HEADER_SIZE : p + size]
-        if codec == 0 or not raw or (codec == _LZ4 and len(raw) > 4 and raw[4] & 0x20):
-            sections.append(None)  # read by the core
-            continue
-        try:
-            sections.append(decompress(CompressionType(codec), raw))
-        except CorruptRecordError:
-            sections.append(b"\xff")  # never a valid section: slow, so its reader names the error
     out = core.decode_sections(
-        batches.view, _le64(batches.positions), _le64(batches.sizes), sections, include_headers
+        batches.view,
+        le64(batches.positions),
+        le64(batches.sizes),
+        native_sections(batches),
+        include_headers,
     )
     if out is None:
         return None

@@ -166,8 +166,8 @@ def _encode_group(
     if core is not None and codec in (CompressionType.NONE, CompressionType.LZ4):
         key, value, headers = _native_columns(cols, lo, hi)
         return core.encode_batches(
-            _int64_bytes(cols.timestamps[lo:hi]),
-            _int64_bytes(starts - lo),
+            int64_bytes(cols.timestamps[lo:hi]),
+            int64_bytes(starts - lo),
             value,
             key,
             headers,
@@ -275,8 +275,8 @@ def _columns(records: pa.RecordBatch | pa.Table, now_ms: int | None) -> _Columns
         header_count, header_blobs = _encode_headers(_column(records, "headers"))
         if header_blobs is None:  # no record has headers: the same bytes as no column
             header_count = None
-    key_len = _wire_lengths(keys) if keys is not None else np.full(n, -1, dtype=np.int64)
-    value_len = _wire_lengths(values)
+    key_len = wire_lengths(keys) if keys is not None else np.full(n, -1, dtype=np.int64)
+    value_len = wire_lengths(values)
     key_widths = _length_widths(key_len)
     value_widths = _length_widths(value_len)
     tail_bytes = np.maximum(key_len, 0) + np.maximum(value_len, 0) + key_widths + value_widths
@@ -347,7 +347,7 @@ def _timestamps(records: pa.RecordBatch | pa.Table, n: int, now_ms: int | None) 
     return ts
 
 
-def _wire_lengths(arr: pa.Array) -> np.ndarray:
+def wire_lengths(arr: pa.Array) -> np.ndarray:
     """Length of each value as written on the wire: -1 for null (int64)."""
     offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32)[
         arr.offset : arr.offset + len(arr) + 1
@@ -380,8 +380,8 @@ def _encode_headers(headers: pa.Array) -> tuple[np.ndarray, pa.Array | None]:
     h_values = _binary_field(entries, "value")
     if h_keys.null_count:
         raise ValueError("header keys must not be null (Kafka's RecordHeader requires a key)")
-    key_len = _wire_lengths(h_keys)
-    value_len = _wire_lengths(h_values)
+    key_len = wire_lengths(h_keys)
+    value_len = wire_lengths(h_values)
     key_prefix = _ragged([_varint_field(key_len)])
     value_prefix = _ragged([_varint_field(value_len)])
     encoded = _join([key_prefix, h_keys, value_prefix, h_values], h_values.null_count > 0)
@@ -503,8 +503,8 @@ def _encode_records_native(
     """`_encode_records` by the native core: the same bytes, the last header count included."""
     key, value, headers = _native_columns(cols, lo, hi)
     data, ends = core.encode_records(
-        _int64_bytes(ts_delta),
-        _int64_bytes(offset_delta),
+        int64_bytes(ts_delta),
+        int64_bytes(offset_delta),
         value,
         key,
         headers,
@@ -515,26 +515,26 @@ def _encode_records_native(
 def _native_columns(cols: _Columns, lo: int, hi: int) -> tuple:
     """(key or None, value, headers or None) of records lo..hi-1 as the native core takes them."""
     n = hi - lo
-    value = _native_column(cols.values.slice(lo, n), cols.value_len[lo:hi])
+    value = native_column(cols.values.slice(lo, n), cols.value_len[lo:hi])
     key = None
     if cols.keys is not None:
-        key = _native_column(cols.keys.slice(lo, n), cols.key_len[lo:hi])
+        key = native_column(cols.keys.slice(lo, n), cols.key_len[lo:hi])
     headers = None
     if cols.header_count is not None:
         blobs = cols.header_blobs.slice(lo, n)
-        blob_column = _native_column(blobs, np.diff(_offsets(blobs)))
-        headers = (_int64_bytes(cols.header_count[lo:hi]), blob_column)
+        blob_column = native_column(blobs, np.diff(_offsets(blobs)))
+        headers = (int64_bytes(cols.header_count[lo:hi]), blob_column)
     return key, value, headers
 
 
-def _native_column(arr: pa.Array, lengths: np.ndarray) -> tuple:
+def native_column(arr: pa.Array, lengths: np.ndarray) -> tuple:
     """(data buffer, int64 starts, int64 lengths with -1 for null) of a binary array."""
     data = arr.buffers()[2]
     starts = _offsets(arr)[:-1]
-    return (data if data is not None else b"", _int64_bytes(starts), _int64_bytes(lengths))
+    return (data if data is not None else b"", int64_bytes(starts), int64_bytes(lengths))
 
 
-def _int64_bytes(values: np.ndarray) -> np.ndarray:
+def int64_bytes(values: np.ndarray) -> np.ndarray:
     """int64 values as a flat byte view (the native core reads buffers of bytes)."""
     return np.ascontiguousarray(values, dtype=np.int64).view(np.uint8)
 

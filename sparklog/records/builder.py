@@ -8,6 +8,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+import pyarrow as pa
+
+from sparklog.records import native
 from sparklog.records.batch import (
     ATTRIBUTES_OFFSET,
     CRC_OFFSET,
@@ -37,6 +41,10 @@ class SimpleRecord:
     key: bytes | None = None
     timestamp: int | None = None
     headers: Headers = ()
+
+
+#: Batches of at least this many records (and no headers) are encoded by the native core.
+_NATIVE_FROM_RECORDS = 4
 
 
 def build_batch(
@@ -69,11 +77,15 @@ def build_batch(
     log_append = timestamp_type == TimestampType.LOG_APPEND_TIME
     max_timestamp = now_ms if log_append else max(timestamps)
     deltas = list(range(len(records))) if offset_deltas is None else list(offset_deltas)
-    # Deltas wrap like Java longs, so any two int64 timestamps round-trip.
-    body = b"".join(
-        encode_record(d, wrap_int64(ts - base_timestamp), r.key, r.value, r.headers)
-        for d, ts, r in zip(deltas, timestamps, records, strict=True)
-    )
+    body = None
+    if offset_deltas is None and len(records) >= _NATIVE_FROM_RECORDS:
+        body = _native_body(records, timestamps, base_timestamp)
+    if body is None:
+        # Deltas wrap like Java longs, so any two int64 timestamps round-trip.
+        body = b"".join(
+            encode_record(d, wrap_int64(ts - base_timestamp), r.key, r.value, r.headers)
+            for d, ts, r in zip(deltas, timestamps, records, strict=True)
+        )
     return assemble_batch(
         body,
         records_count=len(records),
@@ -91,6 +103,35 @@ def build_batch(
         partition_leader_epoch=partition_leader_epoch,
         has_delete_horizon=delete_horizon_ms is not None,
     )
+
+
+def _native_body(
+    records: list[SimpleRecord], timestamps: list[int], base_timestamp: int
+) -> bytes | None:
+    """The records section by the native core (the same bytes as `encode_record` writes), or
+    None when it is not built or a record has headers (those go record by record)."""
+    core = native.core()
+    if core is None or any(r.headers for r in records):
+        return None
+    from sparklog.records.arrow_encode import int64_bytes, native_column, wire_lengths
+
+    try:
+        ts = np.array(timestamps, dtype=np.int64)
+        values = pa.array([r.value for r in records], pa.binary())
+        keys = pa.array([r.key for r in records], pa.binary())
+    except (OverflowError, TypeError, pa.ArrowException):
+        return None  # the record-by-record path raises what it raises for these
+    with np.errstate(over="ignore"):
+        ts_delta = ts - np.int64(base_timestamp)
+    key = native_column(keys, wire_lengths(keys)) if keys.null_count < len(keys) else None
+    body, _ends = core.encode_records(
+        int64_bytes(ts_delta),
+        int64_bytes(np.arange(len(records), dtype=np.int64)),
+        native_column(values, wire_lengths(values)),
+        key,
+        None,
+    )
+    return body
 
 
 def assemble_batch(

@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from sparklog.errors import InvalidRecordError
-from sparklog.records.arrow_decode import BatchSpans, read_headers
+from sparklog.records import native
+from sparklog.records.arrow_decode import BatchSpans, le64, native_sections, read_headers
 from sparklog.records.arrow_scan import Marks, scan_group
 from sparklog.records.batch import (
     COMPRESSION_MASK,
@@ -36,6 +37,8 @@ from sparklog.records.varint import decode_varint, wrap_int64
 #: Appends with at most this many records are walked by the per-record decoder (about 4 us a
 #: record), larger ones by the vectorized scan (about 300 us a call, little per record).
 _SEQUENTIAL_RECORDS = 256
+#: With the native core, appends of more records than this are walked by it.
+_NATIVE_FROM_RECORDS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,19 +67,61 @@ def walk_records(
     when a record's bytes do not parse as the header says; nothing is returned partially.
     """
     view = memoryview(buf).cast("B")
-    if sum(h.records_count for _, h in batches) <= _SEQUENTIAL_RECORDS:
+    records = sum(h.records_count for _, h in batches)
+    core = native.core()
+    if core is not None and records > _NATIVE_FROM_RECORDS:
+        walked = _walk_native(core, view, batches)
+        if walked is not None:
+            return walked
+    if records <= _SEQUENTIAL_RECORDS:
         return [_walk_one(view, pos, h) for pos, h in batches]
     return _walk_vectorized(view, batches)
 
 
-def _walk_vectorized(view: memoryview, batches: list[tuple[int, BatchHeader]]) -> list[BatchFacts]:
-    """`arrow_scan` over work groups; batches it cannot resolve go one by one."""
+def _walk_native(core, view: memoryview, batches: list[tuple[int, BatchHeader]]) -> list | None:
+    """The native core parses every record (keys and values checked, not copied); batches it
+    hands back go one by one, in order. None: too big for it, walk another way."""
+    spans = _spans(view, batches)
+    out = core.decode_sections(
+        view, le64(spans.positions), le64(spans.sizes), native_sections(spans), False, False
+    )
+    if out is None:
+        return None
+    n, keys, _values, offsets, timestamps, _types, _headers, slow = out
+    offsets = np.frombuffer(offsets, dtype="<i8")
+    timestamps = np.frombuffer(timestamps, dtype="<i8")
+    validity = keys[0]
+    if validity is None:
+        key_nulls = np.zeros(n, dtype=bool)
+    else:
+        bits = np.unpackbits(np.frombuffer(validity, dtype=np.uint8), count=n, bitorder="little")
+        key_nulls = bits == 0
+    handed_back = set(slow)
+    walked: list[BatchFacts] = []
+    at = 0
+    for b, (pos, h) in enumerate(batches):
+        if b in handed_back:
+            walked.append(_walk_one(view, pos, h))
+            continue
+        end = at + h.records_count
+        deltas = offsets[at:end] - np.int64(h.base_offset)
+        walked.append(BatchFacts(deltas, timestamps[at:end], key_nulls[at:end]))
+        at = end
+    return walked
+
+
+def _spans(view: memoryview, batches: list[tuple[int, BatchHeader]]) -> BatchSpans:
     u8 = np.frombuffer(view, dtype=np.uint8)
     pos = np.asarray([p for p, _ in batches], dtype=np.int64)
     headers = read_headers(view, u8, pos)
     sizes = np.asarray([h.size_in_bytes for _, h in batches], dtype=np.int64)
-    spans = BatchSpans(view, u8, pos, sizes, headers, headers["attributes"] & COMPRESSION_MASK)
-    counts = headers["records_count"].astype(np.int64)
+    return BatchSpans(view, u8, pos, sizes, headers, headers["attributes"] & COMPRESSION_MASK)
+
+
+def _walk_vectorized(view: memoryview, batches: list[tuple[int, BatchHeader]]) -> list[BatchFacts]:
+    """`arrow_scan` over work groups; batches it cannot resolve go one by one."""
+    spans = _spans(view, batches)
+    counts = spans.headers["records_count"].astype(np.int64)
     out: list[BatchFacts | None] = [None] * len(batches)
     marks = Marks(0)
     for lo, hi, data, starts, ends in spans.groups():
