@@ -391,6 +391,7 @@ class KafkaConsumer:
             self._metadata.maybe_refresh()
             self._subscriptions.maybe_validate_positions(self._metadata.cluster)
             self._update_positions(deadline, best_effort=True)
+            self._send_fetches()  # before decoding: the next response travels meanwhile
             got = drain(self.config["max.poll.records"])
             self._send_validations()
             self._send_fetches()

@@ -3,11 +3,14 @@
 
 Theory of operation. Every assigned partition has a position: the offset of the next record
 to return (None until it is set by `seek` or reset by `auto.offset.reset`). `fetch_requests()`
-builds one sessionless Fetch per leader for the partitions that are assigned, not paused,
-have a position, have nothing buffered, and whose leader has no fetch in flight.
+builds one sessionless Fetch per leader for the partitions that are assigned, not paused and
+have a position, and whose leader has no fetch in flight. Fetches are pipelined: a partition
+with one buffered response is fetched again at the offset after that response's last batch
+(read from batch headers, before any record is decoded), so the next response travels while
+the buffered one is decoded and handed out; at most two responses per partition are held.
 `on_fetch_response()` buffers each partition's record bytes as a `CompletedFetch`, provided the
-partition is still assigned and its position still equals the fetch offset (a `seek` in the
-meantime makes the data stale). `drain()` / `drain_arrow()` hand out records from the buffer
+partition is still assigned and its position still equals the fetch offset or the response
+continues the buffered data (a `seek` in the meantime drops the buffer and makes it stale). `drain()` / `drain_arrow()` hand out records from the buffer
 at the position, at most `max.poll.records`, advancing positions; control batches and, with
 read_committed, aborted transactions are skipped. Paused partitions keep their buffered data.
 
@@ -44,6 +47,7 @@ from sparklog.records import iter_batches
 from sparklog.records.arrow_codec import HEADERS_TYPE, read_batches
 from sparklog.records.batch import RecordBatch
 from sparklog.records.control import ControlRecordType, control_type_of
+from sparklog.records.errors import CorruptRecordError
 
 from .metadata import REFRESH_ERROR_CODES, Cluster, TopicPartition
 from .subscription_state import PartitionState, SubscriptionState
@@ -98,7 +102,22 @@ class CompletedFetch:
     _arrow: pa.RecordBatch | None = None
     _arrow_next_offset: int = -1
     _epochs: tuple[list[int], list[int]] | None = None  # batch base offsets, leader epochs
+    _continuation: int | None = None
     exhausted: bool = False
+    prefetched: bool = False  # the Fetch for the offset after this one's data is sent
+
+    def next_fetch_offset(self) -> int:
+        """The offset after the last complete batch, read from batch headers only (no record
+        is decoded), or -1 when there is none: where the next Fetch of the partition starts."""
+        if self._continuation is None:
+            end = -1
+            try:
+                for batch in iter_batches(self.records, allow_partial_tail=True):
+                    end = batch.header.next_offset
+            except CorruptRecordError:
+                end = -1  # decoding names the error; no prefetch past bad bytes
+            self._continuation = end
+        return self._continuation
 
     def epoch_before(self, position: int, default: int) -> int:
         """The leader epoch of the batch holding offset `position - 1`, or `default` when
@@ -231,21 +250,34 @@ class Fetcher:
     ) -> tuple[dict[int, tuple[dict, dict[TopicPartition, int]]], set[str]]:
         """({leader: (Fetch fields, {partition: fetch offset})}, topics lacking a leader);
         leaders in `busy_nodes` (a fetch in flight, unreachable) are left out."""
-        buffered = self.buffered_partitions()
+        buffered: dict[TopicPartition, list[CompletedFetch]] = {}
+        for cf in self._buffer:
+            buffered.setdefault(cf.tp, []).append(cf)
         by_node: dict[int, dict[TopicPartition, int]] = {}
         no_leader: set[str] = set()
         for tp in self.subscriptions.assignment():
-            if tp in buffered or not self.subscriptions.is_fetchable(tp):
+            if not self.subscriptions.is_fetchable(tp):
                 continue
+            position = self.subscriptions.state(tp).position
+            assert position is not None
+            pending = buffered.get(tp)
+            prefetch = None
+            if pending:  # pipelining: fetch what follows the buffered data, once
+                prefetch = pending[0]
+                offset = prefetch.next_fetch_offset()
+                if len(pending) > 1 or prefetch.prefetched or offset <= max(position, 0):
+                    continue
+            else:
+                offset = position
             leader = cluster.leader_for(tp)
             if leader is None:
                 no_leader.add(tp.topic)
                 continue
             if leader in busy_nodes:
                 continue
-            position = self.subscriptions.state(tp).position
-            assert position is not None
-            by_node.setdefault(leader, {})[tp] = position
+            if prefetch is not None:
+                prefetch.prefetched = True
+            by_node.setdefault(leader, {})[tp] = offset
         return {
             node: (self._fields(offsets, cluster), offsets) for node, offsets in by_node.items()
         }, no_leader
@@ -293,7 +325,7 @@ class Fetcher:
                 if fetch_offset is None or not self.subscriptions.is_assigned(tp):
                     continue
                 state = self.subscriptions.state(tp)
-                if state.position != fetch_offset:
+                if state.position != fetch_offset and not self._continues(tp, fetch_offset):
                     continue  # a seek happened while the fetch was in flight
                 code = int(p.error_code)
                 if code == 0:
@@ -328,6 +360,14 @@ class Fetcher:
             ]
         self._buffer.append(
             CompletedFetch(tp, fetch_offset, memoryview(records), aborted, self.check_crcs)
+        )
+
+    def _continues(self, tp: TopicPartition, fetch_offset: int) -> bool:
+        """Whether a prefetch at `fetch_offset` continues data still buffered for `tp` (a seek
+        drops the buffer, so a prefetch sent before it no longer continues anything)."""
+        return any(
+            cf.tp == tp and cf.prefetched and cf.next_fetch_offset() == fetch_offset
+            for cf in self._buffer
         )
 
     def out_of_range_error(self, out_of_range: dict[TopicPartition, int]) -> OffsetOutOfRangeError:
@@ -461,6 +501,8 @@ class Fetcher:
                 break
             state = self.subscriptions.state(cf.tp)
             assert state.position is not None
+            if state.position < cf.fetch_offset:
+                continue  # a prefetched response waits for the data before it
             records, state.position = cf.next_records(state.position, max_records - len(out))
             state.position_epoch = cf.epoch_before(state.position, state.position_epoch)
             out.extend((cf.tp, r) for r in records)
@@ -477,6 +519,8 @@ class Fetcher:
                 break
             state = self.subscriptions.state(cf.tp)
             assert state.position is not None
+            if state.position < cf.fetch_offset:
+                continue  # a prefetched response waits for the data before it
             rows, state.position = cf.next_arrow(
                 state.position, max_records - count, include_headers
             )

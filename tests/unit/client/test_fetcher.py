@@ -122,6 +122,40 @@ def test_drain_returns_records_from_the_position_and_advances_it():
     assert f.buffered_partitions() == set()
 
 
+def test_the_next_fetch_is_sent_before_the_buffered_response_is_decoded():
+    """Pipelining: with one response buffered the partition is fetched again at the offset
+    after its last batch; the second response is held behind the first and drained after it,
+    and no third fetch goes out while two are held."""
+    f = fetcher()
+    c = cluster({"t": [1]})
+    f.subscriptions.assign([T0])
+    f.subscriptions.seek(T0, 0)
+    assert f.fetch_requests(c, set())[0][1][1] == {T0: 0}
+    f.on_fetch_response({T0: 0}, response({T0: (0, records(0, 5))}))
+    requests, _ = f.fetch_requests(c, set())
+    assert requests[1][1] == {T0: 5}  # nothing decoded yet: the offset came from headers
+    assert f.fetch_requests(c, set())[0] == {}  # once per buffered response
+    f.on_fetch_response({T0: 5}, response({T0: (0, records(5, 3))}))
+    assert f.fetch_requests(c, set())[0] == {}  # two held: wait for the drain
+    assert [r.offset for _, r in f.drain(3)] == [0, 1, 2]
+    assert [r.offset for _, r in f.drain(100)] == [3, 4, 5, 6, 7]
+    assert f.fetch_requests(c, set())[0][1][1] == {T0: 8}
+
+
+def test_a_seek_drops_a_prefetched_response():
+    f = fetcher()
+    c = cluster({"t": [1]})
+    f.subscriptions.assign([T0])
+    f.subscriptions.seek(T0, 0)
+    f.on_fetch_response({T0: 0}, response({T0: (0, records(0, 5))}))
+    assert f.fetch_requests(c, set())[0][1][1] == {T0: 5}
+    f.subscriptions.seek(T0, 20)
+    f.clear_buffer([T0])  # what the consumer's seek does
+    f.on_fetch_response({T0: 5}, response({T0: (0, records(5, 3))}))
+    assert f.drain(100) == [] and f.subscriptions.state(T0).position == 20
+    assert f.fetch_requests(c, set())[0][1][1] == {T0: 20}
+
+
 def test_a_seek_while_fetching_discards_the_stale_data():
     f = fetcher()
     f.subscriptions.assign([T0])
