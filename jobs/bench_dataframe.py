@@ -79,7 +79,7 @@ ARROW_BATCH_ROWS = 10_000  # spark.sql.execution.arrow.maxRecordsPerBatch's defa
 WARMUP_ROWS_PER_PARTITION = 20_000
 NOW_MS = 1_700_000_000_000
 PROFILE_ENV = "SPARKLOG_BENCH_PROFILE"
-TARGETS = {"write_vs_parquet": 0.7, "write_vs_ceiling": 0.5, "read_vs_ceiling": 0.8}
+TARGETS = {"write_vs_parquet": 1.0, "write_vs_ceiling": 0.6, "read_vs_ceiling": 0.8}
 SOURCE_DDL = (
     "key binary, value binary, topic string, partition int, offset bigint, "
     "timestamp timestamp, timestampType int"

@@ -260,12 +260,13 @@ class RecordAccumulator:
     def append(
         self, tp: TopicPartition, record: SimpleRecord, thunk: Thunk, size: int, now_ms: int
     ) -> bool:
-        """Queue a record; True when the sender should wake (a batch filled or was created)."""
+        """Queue a record; True when the sender should wake: a batch was created, or this record
+        filled one (a sender woken per record would take the GIL from the caller each time)."""
         queue = self._queues.setdefault(tp, deque())
         self.used_bytes += size
         last = queue[-1] if queue else None
         if last is not None and last.try_append(record, thunk, size, self.batch_size):
-            return last.is_full(self.batch_size) or len(queue) > 1
+            return last.is_full(self.batch_size)
         batch = ProducerBatch(tp, now_ms)
         appended = batch.try_append(record, thunk, size, self.batch_size)
         assert appended, "an empty batch takes any record"

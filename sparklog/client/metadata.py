@@ -86,6 +86,10 @@ class Cluster:
     cluster_id: str | None = None
     controller_id: int = -1
     topic_errors: Mapping[str, int] = field(default_factory=dict)
+    # available_partitions per topic, filled on first use (the snapshot never changes)
+    _available: dict[str, list[int]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     @classmethod
     def from_response(cls, response: Any) -> Cluster:
@@ -156,11 +160,18 @@ class Cluster:
         return None if info is None else len(info.partitions)
 
     def available_partitions(self, topic: str) -> list[int]:
-        """Partitions of `topic` with a live leader (what sticky and round-robin choose from)."""
-        info = self.topics.get(topic)
-        if info is None:
-            return []
-        return [p.partition for p in info.partitions if p.leader >= 0 and p.leader in self.brokers]
+        """Partitions of `topic` with a live leader (what sticky and round-robin choose from);
+        the list is shared: do not change it."""
+        found = self._available.get(topic)
+        if found is None:
+            info = self.topics.get(topic)
+            if info is None:
+                return []
+            found = [
+                p.partition for p in info.partitions if p.leader >= 0 and p.leader in self.brokers
+            ]
+            self._available[topic] = found
+        return found
 
     def with_topics(self, other: Cluster, replace: Iterable[str]) -> Cluster:
         """This snapshot with brokers from `other` and the topics in `replace` taken from it."""

@@ -40,6 +40,7 @@ from .config import producer_config
 from .metadata import Metadata, TopicPartition
 from .network import NetworkClient, now_ms
 from .partitioner import BuiltInPartitioner, make_partitioner
+from .record_future import RecordFuture, Waiters
 from .sender import Sender
 from .transaction_manager import TransactionHandle, TransactionManager, TransactionStateError
 
@@ -91,6 +92,7 @@ class KafkaProducer:
             ignore_keys=c["partitioner.ignore.keys"],
         )
         self._interceptors = [i() if isinstance(i, type) else i for i in c["interceptor.classes"]]
+        self._waiters = Waiters()
         self._compression = CompressionType.from_name(c["compression.type"])
         self._sender = Sender(
             config=c,
@@ -197,7 +199,7 @@ class KafkaProducer:
         partition: int | None = None,
         timestamp: int | None = None,
         on_delivery: DeliveryCallback | None = None,
-    ) -> Future:
+    ) -> RecordFuture:
         """Queue one record; the future resolves to its `RecordMetadata` once acknowledged.
 
         `on_delivery(metadata, error)` runs on the producer's I/O thread when the record is
@@ -210,8 +212,10 @@ class KafkaProducer:
         )
         for interceptor in self._interceptors:
             record = _call_interceptor(interceptor, "on_send", record) or record
-        future: Future = Future()
-        thunk = self._thunk(future, on_delivery)
+        future = RecordFuture(self._waiters)
+        thunk = future if on_delivery is None and not self._interceptors else None
+        if thunk is None:
+            thunk = self._thunk(future, on_delivery)
         try:
             self._enqueue(record, thunk)
         except KafkaError as e:
@@ -280,17 +284,13 @@ class KafkaProducer:
         finally:
             acc.memory_waiters -= 1
 
-    def _thunk(self, future: Future, on_delivery: DeliveryCallback | None) -> Callable:
+    def _thunk(self, future: RecordFuture, on_delivery: DeliveryCallback | None) -> Callable:
         interceptors = self._interceptors
 
         def complete(metadata: Any, error: BaseException | None) -> None:
             for interceptor in interceptors:
                 _call_interceptor(interceptor, "on_acknowledgement", metadata, error)
-            if not future.done():
-                if error is None:
-                    future.set_result(metadata)
-                else:
-                    future.set_exception(error)
+            future(metadata, error)
             if on_delivery is not None:
                 try:
                     on_delivery(metadata, error)

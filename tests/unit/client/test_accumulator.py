@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from sparklog.client.accumulator import (
     BatchMetadata,
     ProducerBatch,
@@ -49,7 +51,8 @@ def test_records_share_a_batch_until_batch_size():
     batches = acc.queued(T0)
     assert len(batches) == 2
     assert [b.record_count for b in batches] == [2, 2]
-    assert wakes[-1] is True  # the first batch filled: a second was opened
+    # a record that does not fill its batch leaves the sender alone; a second batch wakes it
+    assert wakes == [False, True, False]
     assert acc.used_bytes == 4 * size
 
 
@@ -226,3 +229,28 @@ def test_prebuilt_batches_are_restamped_with_a_valid_crc():
     assert batch.closed and batch.record_count == 2
     batch.complete(base_offset=5, log_append_time_ms=-1)
     assert got == [BatchMetadata("t", 0, 5, 2, -1)]
+
+
+def test_record_futures_resolve_wait_and_call_back_like_futures():
+    """send()'s futures: result() waits (and times out), callbacks run once, errors raise."""
+    import threading
+
+    from sparklog.client.record_future import RecordFuture, Waiters
+
+    waiters = Waiters()
+    ok, failed = RecordFuture(waiters), RecordFuture(waiters)
+    seen = []
+    ok.add_done_callback(lambda f: seen.append(f.result()))
+    with pytest.raises(TimeoutError):
+        ok.result(timeout=0.01)
+    threading.Timer(0.05, ok, args=("meta", None)).start()
+    assert ok.result(timeout=5) == "meta" and ok.done() and seen == ["meta"]
+    ok("other", None)  # resolved once: later calls change nothing
+    assert ok.result() == "meta" and seen == ["meta"]
+    failed(None, ValueError("boom"))
+    assert isinstance(failed.exception(), ValueError)
+    with pytest.raises(ValueError, match="boom"):
+        failed.result()
+    late = []
+    failed.add_done_callback(late.append)
+    assert late == [failed]
