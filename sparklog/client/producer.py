@@ -69,6 +69,18 @@ class ProducerRecord:
     timestamp: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class _SendSettings:
+    """The settings `send()` reads per record, looked up once."""
+
+    max_block_ms: int
+    key_serializer: Any
+    value_serializer: Any
+    max_request_size: int
+    buffer_memory: int
+    builtin_partitioner: bool
+
+
 class KafkaProducer:
     """A thread-safe producer. Use as a context manager, or call `close()`."""
 
@@ -93,6 +105,14 @@ class KafkaProducer:
         )
         self._interceptors = [i() if isinstance(i, type) else i for i in c["interceptor.classes"]]
         self._waiters = Waiters()
+        self._settings = _SendSettings(
+            max_block_ms=c["max.block.ms"],
+            key_serializer=c["key.serializer"],
+            value_serializer=c["value.serializer"],
+            max_request_size=c["max.request.size"],
+            buffer_memory=c["buffer.memory"],
+            builtin_partitioner=isinstance(self._partitioner, BuiltInPartitioner),
+        )
         self._compression = CompressionType.from_name(c["compression.type"])
         self._sender = Sender(
             config=c,
@@ -207,60 +227,72 @@ class KafkaProducer:
         memory not available within `max.block.ms`, broker errors) fail the future.
         """
         self._check_open()
-        record = ProducerRecord(
-            topic, value, key, _normalize_headers(headers), partition, timestamp
-        )
-        for interceptor in self._interceptors:
-            record = _call_interceptor(interceptor, "on_send", record) or record
         future = RecordFuture(self._waiters)
-        thunk = future if on_delivery is None and not self._interceptors else None
-        if thunk is None:
+        if self._interceptors:
+            record = ProducerRecord(
+                topic, value, key, _normalize_headers(headers), partition, timestamp
+            )
+            for interceptor in self._interceptors:
+                record = _call_interceptor(interceptor, "on_send", record) or record
+            topic, value, key = record.topic, record.value, record.key
+            headers, partition, timestamp = record.headers, record.partition, record.timestamp
             thunk = self._thunk(future, on_delivery)
+        else:
+            headers = _normalize_headers(headers) if headers else ()
+            thunk = future if on_delivery is None else self._thunk(future, on_delivery)
         try:
-            self._enqueue(record, thunk)
+            self._enqueue(topic, value, key, headers, partition, timestamp, thunk)
         except KafkaError as e:
             thunk(None, e)
         return future
 
-    def _enqueue(self, record: ProducerRecord, thunk: Callable) -> None:
-        c = self.config
-        deadline = now_ms() + c["max.block.ms"]
-        key = _serialize(c["key.serializer"], record.topic, record.key, "key")
-        value = _serialize(c["value.serializer"], record.topic, record.value, "value")
-        timestamp = record.timestamp if record.timestamp is not None else int(time.time() * 1000)
-        if timestamp < 0:
+    def _enqueue(
+        self,
+        topic: str,
+        value: Any,
+        key: Any,
+        headers: tuple,
+        partition: int | None,
+        timestamp: int | None,
+        thunk: Callable,
+    ) -> None:
+        s = self._settings
+        now = now_ms()
+        deadline = now + s.max_block_ms
+        if s.key_serializer is not None or not (key is None or type(key) is bytes):
+            key = _serialize(s.key_serializer, topic, key, "key")
+        if s.value_serializer is not None or not (value is None or type(value) is bytes):
+            value = _serialize(s.value_serializer, topic, value, "value")
+        if timestamp is None:
+            timestamp = int(time.time() * 1000)
+        elif timestamp < 0:
             raise ValueError(f"invalid timestamp {timestamp}: timestamps must be >= 0")
-        info = self._metadata.wait_for_topic(record.topic, deadline)
-        size = estimate_record_bytes(key, value, record.headers)
-        if size > c["max.request.size"] or size > c["buffer.memory"]:
+        info = self._metadata.wait_for_topic(topic, deadline)
+        size = estimate_record_bytes(key, value, headers)
+        if size > s.max_request_size or size > s.buffer_memory:
             raise MessageTooLargeError(
                 f"the record is {size} bytes when serialized, larger than "
-                f"{'max.request.size' if size > c['max.request.size'] else 'buffer.memory'}"
+                f"{'max.request.size' if size > s.max_request_size else 'buffer.memory'}"
             )
-        simple = SimpleRecord(value=value, key=key, timestamp=timestamp, headers=record.headers)
+        simple = SimpleRecord(value, key, timestamp, headers)
         with self._lock:
-            if record.partition is not None:
-                if not 0 <= record.partition < len(info.partitions):
+            if partition is not None:
+                if not 0 <= partition < len(info.partitions):
                     raise ValueError(
-                        f"invalid partition given with record: {record.partition} is not in the "
-                        f"range [0...{len(info.partitions)}) of topic {record.topic!r}"
+                        f"invalid partition given with record: {partition} is not in the "
+                        f"range [0...{len(info.partitions)}) of topic {topic!r}"
                     )
-                partition, sticky = record.partition, False
+                sticky = False
             else:
-                partition = self._partitioner.partition(
-                    record.topic, key, value, self._metadata.cluster
-                )
-                sticky = isinstance(self._partitioner, BuiltInPartitioner) and (
-                    key is None or self._partitioner.ignore_keys
-                )
+                partition = self._partitioner.partition(topic, key, value, self._metadata.cluster)
+                sticky = s.builtin_partitioner and (key is None or self._partitioner.ignore_keys)
+            tp = TopicPartition(topic, partition)
             if self._transaction is not None:
-                self._transaction.on_send(TopicPartition(record.topic, partition))
+                self._transaction.on_send(tp)
             self._reserve(size, deadline)
-            wake = self._accumulator.append(
-                TopicPartition(record.topic, partition), simple, thunk, size, now_ms()
-            )
+            wake = self._accumulator.append(tp, simple, thunk, size, now)
             if sticky:
-                self._partitioner.on_append(record.topic, partition, size)
+                self._partitioner.on_append(topic, partition, size)
         if wake:
             self._sender.wakeup()
 
