@@ -6,8 +6,9 @@ to return (None until it is set by `seek` or reset by `auto.offset.reset`). `fet
 builds one sessionless Fetch per leader for the partitions that are assigned, not paused and
 have a position, and whose leader has no fetch in flight. Fetches are pipelined: a partition
 with one buffered response is fetched again at the offset after that response's last batch
-(read from batch headers, before any record is decoded), so the next response travels while
-the buffered one is decoded and handed out; at most two responses per partition are held.
+(read from batch headers, before any record is decoded) when that offset is below the high
+watermark the response reported, so the next response travels while the buffered one is
+decoded and handed out; at most two responses per partition are held.
 `on_fetch_response()` buffers each partition's record bytes as a `CompletedFetch`, provided the
 partition is still assigned and its position still equals the fetch offset or the response
 continues the buffered data (a `seek` in the meantime drops the buffer and makes it stale). `drain()` / `drain_arrow()` hand out records from the buffer
@@ -265,7 +266,12 @@ class Fetcher:
             if pending:  # pipelining: fetch what follows the buffered data, once
                 prefetch = pending[0]
                 offset = prefetch.next_fetch_offset()
-                if len(pending) > 1 or prefetch.prefetched or offset <= max(position, 0):
+                if (
+                    len(pending) > 1
+                    or prefetch.prefetched
+                    or offset <= max(position, 0)
+                    or offset >= self._fetchable_end(tp)
+                ):
                     continue
             else:
                 offset = position
@@ -361,6 +367,15 @@ class Fetcher:
         self._buffer.append(
             CompletedFetch(tp, fetch_offset, memoryview(records), aborted, self.check_crcs)
         )
+
+    def _fetchable_end(self, tp: TopicPartition) -> int:
+        """Where the last response said readable data ends (the high watermark, or the LSO for
+        read_committed); a prefetch from there would only wait at the broker, holding up the
+        next fetch to that leader (a reused consumer's, after a seek)."""
+        state = self.subscriptions.state(tp)
+        if self.isolation_level == READ_COMMITTED and state.last_stable_offset >= 0:
+            return state.last_stable_offset
+        return state.high_watermark
 
     def _continues(self, tp: TopicPartition, fetch_offset: int) -> bool:
         """Whether a prefetch at `fetch_offset` continues data still buffered for `tp` (a seek

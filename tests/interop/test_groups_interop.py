@@ -350,7 +350,11 @@ def test_a_consumer_protocol_member_that_leaves_hands_its_partitions_over(cluste
 
 def test_a_stable_group_carries_on_through_a_coordinator_restart(cluster):
     topic, group = new_topic(cluster, records=6), f"carry-{uuid.uuid4().hex[:6]}"
-    members = [confluent_consumer(cluster, group) for _ in range(2)]
+    # a session long enough for a coordinator restart on a loaded machine (replaying the
+    # group from Delta took more than the default 2 s there once)
+    members = [
+        confluent_consumer(cluster, group, **{"session.timeout.ms": 10_000}) for _ in range(2)
+    ]
     try:
         for c in members:
             c.subscribe([topic])

@@ -105,7 +105,33 @@ def agree(step: int, what: str, answers: dict, pick) -> Any:
     return kafka
 
 
-def create(pair: Pair, topic: str, configs: dict[str, str] | None = None):
+async def create(pair: Pair, topic: str, configs: dict[str, str] | None = None):
+    """Create `topic` on both brokers and wait until each names its leader: a loaded Kafka
+    can answer NOT_LEADER_OR_FOLLOWER to a Produce sent right after CreateTopics."""
+    created = await _create(pair, topic, configs)
+    deadline = time.monotonic() + 30
+    request = {
+        "topics": [{"name": topic, "topic_id": uuid.UUID(int=0)}],
+        "allow_auto_topic_creation": False,
+        "include_topic_authorized_operations": False,
+    }
+    while time.monotonic() < deadline:
+        answers = await pair.ask(ApiKey.METADATA, request)
+        if all(_has_leader(a) for a in answers.values()):
+            break
+        await asyncio.sleep(0.05)
+    return created
+
+
+def _has_leader(metadata: dict) -> bool:
+    topics = metadata.get("topics") or []
+    partitions = topics[0].get("partitions") or [] if topics else []
+    return bool(partitions) and all(
+        p["error_code"] == 0 and p["leader_id"] >= 0 for p in partitions
+    )
+
+
+def _create(pair: Pair, topic: str, configs: dict[str, str] | None = None):
     return pair.ask(
         ApiKey.CREATE_TOPICS,
         {

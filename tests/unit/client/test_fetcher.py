@@ -142,6 +142,19 @@ def test_the_next_fetch_is_sent_before_the_buffered_response_is_decoded():
     assert f.fetch_requests(c, set())[0][1][1] == {T0: 8}
 
 
+def test_no_prefetch_past_the_high_watermark():
+    """A response that reached the high watermark is not followed by a prefetch, which would
+    only wait at the broker and hold up the next fetch to that leader."""
+    f = fetcher()
+    c = cluster({"t": [1]})
+    f.subscriptions.assign([T0])
+    f.subscriptions.seek(T0, 0)
+    f.on_fetch_response({T0: 0}, response({T0: (0, records(0, 5))}, hw=5))
+    assert f.fetch_requests(c, set())[0] == {}
+    f.drain(100)
+    assert f.fetch_requests(c, set())[0][1][1] == {T0: 5}  # the ordinary fetch, once drained
+
+
 def test_a_seek_drops_a_prefetched_response():
     f = fetcher()
     c = cluster({"t": [1]})
