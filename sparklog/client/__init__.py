@@ -33,7 +33,7 @@ from .group_member import CommitFailedError
 from .metadata import BrokerNode, PartitionInfo, TopicPartition
 from .partitioner import BuiltInPartitioner, RoundRobinPartitioner
 from .producer import ClientClosedError, KafkaProducer, ProducerRecord
-from .transaction_batch import BatchDecision, end_transactions
+from .transaction_batch import BatchDecision, end_transactions, fence_transactions
 from .transaction_manager import TransactionHandle, TransactionStateError
 
 __all__ = [
@@ -75,5 +75,6 @@ __all__ = [
     "arrow_schema",
     "consumer_config",
     "end_transactions",
+    "fence_transactions",
     "producer_config",
 ]

@@ -7,6 +7,7 @@ import asyncio
 import dataclasses
 import time
 from collections.abc import Iterable
+from typing import Any
 
 from sparklog.errors import KafkaError, RequestTimedOutError, error_for_code
 
@@ -48,14 +49,8 @@ async def _end_transactions(
     handles: list[TransactionHandle],
     timeout_ms: int,
 ) -> BatchDecision:
-    from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
-    from kio.static.primitive import i8
-
-    from sparklog.protocol.async_client import AsyncKafkaConnection
     from sparklog.protocol.sparklog_apis import EndTxnBatchRequest, EndTxnBatchTransaction
 
-    deadline = time.monotonic() + timeout_ms / 1000
-    servers = [s.strip() for s in bootstrap_servers.split(",") if s.strip()]
     request = EndTxnBatchRequest(
         batch_key=batch_key,
         committed=committed,
@@ -68,6 +63,71 @@ async def _end_transactions(
             for h in handles
         ),
     )
+    response = await _ask_coordinator(bootstrap_servers, batch_key, request, timeout_ms)
+    code = int(response.error_code)
+    if code:
+        failed = {r.transactional_id: int(r.error_code) for r in response.results}
+        raise error_for_code(code)(f"ending the transactions of {batch_key} failed: {failed}")
+    return BatchDecision(response.outcome)
+
+
+def fence_transactions(
+    bootstrap_servers: str, transactional_ids: Iterable[str], timeout_ms: int = 60_000
+) -> None:
+    """Fence each transactional id as a restarted producer would (InitProducerId): a
+    transaction it left open is aborted, and its old producer can neither add partitions nor
+    write to them again. Up to 8 ids at a time (the coordinator shares its Delta commits)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .producer import KafkaProducer
+
+    def fence(transactional_id: str) -> None:
+        config = {
+            "bootstrap.servers": bootstrap_servers,
+            "transactional.id": transactional_id,
+            "max.block.ms": timeout_ms,
+        }
+        with KafkaProducer(config) as producer:
+            producer.init_transactions()
+
+    with ThreadPoolExecutor(8, thread_name_prefix="sparklog-fence") as pool:
+        list(pool.map(fence, transactional_ids))
+
+
+def transactional_id_exists(
+    bootstrap_servers: str, transactional_id: str, timeout_ms: int = 60_000
+) -> bool:
+    """Whether the coordinator knows `transactional_id` (DescribeTransactions)."""
+    from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
+
+    from sparklog.errors import TransactionalIdNotFoundError
+
+    response = asyncio.run(
+        _ask_coordinator(
+            bootstrap_servers,
+            transactional_id,
+            DescribeTransactionsRequest(transactional_ids=(transactional_id,)),
+            timeout_ms,
+        )
+    )
+    code = int(response.transaction_states[0].error_code)
+    if code == TransactionalIdNotFoundError.code:
+        return False
+    if code:
+        raise error_for_code(code)(f"describing {transactional_id}")
+    return True
+
+
+async def _ask_coordinator(bootstrap_servers: str, key: str, request: Any, timeout_ms: int) -> Any:
+    """Send `request` to the transaction coordinator of `key`, retrying while no coordinator
+    answers (or it answers a retriable coordinator error) until `timeout_ms` passes."""
+    from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
+    from kio.static.primitive import i8
+
+    from sparklog.protocol.async_client import AsyncKafkaConnection
+
+    deadline = time.monotonic() + timeout_ms / 1000
+    servers = [s.strip() for s in bootstrap_servers.split(",") if s.strip()]
     last: BaseException | None = None
     attempt = 0
     while time.monotonic() < deadline:
@@ -77,7 +137,7 @@ async def _end_transactions(
             broker = await AsyncKafkaConnection(host, int(port)).connect()
             try:
                 found = await broker.request(
-                    FindCoordinatorRequest(key_type=i8(1), coordinator_keys=(batch_key,))
+                    FindCoordinatorRequest(key_type=i8(1), coordinator_keys=(key,))
                 )
             finally:
                 await broker.close()
@@ -93,13 +153,10 @@ async def _end_transactions(
             last = e
             await asyncio.sleep(0.2)
             continue
-        code = int(response.error_code)
+        code = int(getattr(response, "error_code", 0))
         if code in RETRIABLE_COORDINATOR_ERRORS:
-            last = error_for_code(code)(f"ending transactions of {batch_key}")
+            last = error_for_code(code)(f"{type(request).__name__} for {key}")
             await asyncio.sleep(0.2)
             continue
-        if code:
-            failed = {r.transactional_id: int(r.error_code) for r in response.results}
-            raise error_for_code(code)(f"ending the transactions of {batch_key} failed: {failed}")
-        return BatchDecision(response.outcome)
-    raise RequestTimedOutError(f"ending the transactions of {batch_key} timed out: {last}")
+        return response
+    raise RequestTimedOutError(f"{type(request).__name__} for {key} timed out: {last}")

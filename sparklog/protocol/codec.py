@@ -34,10 +34,12 @@ def request_schema(api_key: int, version: int) -> type:
 
 @cache
 def response_schema(api_key: int, version: int) -> type:
-    from sparklog.protocol import sparklog_apis
+    from sparklog.protocol import schema_fixes, sparklog_apis
 
     if (api_key, version) in sparklog_apis.RESPONSES:
         return sparklog_apis.RESPONSES[(api_key, version)]
+    if (api_key, version) in schema_fixes.RESPONSES:
+        return schema_fixes.RESPONSES[(api_key, version)]
     try:
         return load_response_schema(api_key, version)
     except Exception as e:

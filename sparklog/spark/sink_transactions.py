@@ -10,6 +10,12 @@ whose Delta commit landed but whose own commit log entry did not - is recognised
 replay's transactions are aborted instead of committed twice. `abort` aborts them all. A
 read_committed reader therefore sees each micro-batch whole, once, or not at all.
 
+Spark does not wait for the tasks it cancels when a job fails, so `abort` also fences the ids of
+the tasks without a commit message (a transaction they opened is aborted). A batch write's
+task that starts its transaction only after that is told by a mark the abort leaves first
+(`mark_write_aborted`), which every task checks once its transaction is registered: either the
+task registered before the fence and is fenced, or it sees the mark and aborts itself.
+
 The streaming prefix must survive a restart from the checkpoint: it is `kafka.transactional.id`
 when given, else derived from the `checkpointLocation` option.
 """
@@ -104,6 +110,44 @@ def task_transactional_id(prefix: str) -> str:
     context = TaskContext.get()
     partition = context.partitionId() if context is not None else 0
     return f"{prefix}-{partition}"
+
+
+def mark_write_aborted(options: SinkOptions, prefix: str) -> None:
+    """Record that the batch write under `prefix` was aborted, where its late tasks look
+    (`write_was_aborted`): the prefix itself is registered as a transactional id."""
+    from sparklog.client import fence_transactions
+
+    fence_transactions(options.bootstrap_servers, [prefix])
+
+
+def write_was_aborted(options: SinkOptions, prefix: str) -> bool:
+    """Whether the driver aborted the batch write under `prefix` (`mark_write_aborted`)."""
+    from sparklog.client.transaction_batch import transactional_id_exists
+
+    return transactional_id_exists(options.bootstrap_servers, prefix)
+
+
+def fence_leftovers(options: SinkOptions, prefix: str, messages: list[Any]) -> None:
+    """Fence the transactional ids of the tasks that left no commit message: killed when Spark
+    cancelled the job, failed mid-write, or still running (Spark does not wait for cancelled
+    tasks). What they wrote, or still write, would otherwise stay in an open transaction that
+    holds back read_committed readers until `transaction.timeout.ms`."""
+    from sparklog.client import fence_transactions
+
+    missing = [f"{prefix}-{i}" for i, m in enumerate(messages) if m is None]
+    if not missing:
+        return
+    try:
+        fence_transactions(options.bootstrap_servers, missing)
+    except Exception as e:  # noqa: BLE001 - the coordinator's timeout aborts them later
+        log.warning(
+            "could not fence the transactions of tasks without a commit message under %s "
+            "(%s); the coordinator aborts them after transaction.timeout.ms",
+            prefix,
+            e,
+        )
+        return
+    log.info("fenced the transactions of %d tasks without a commit message", len(missing))
 
 
 def end_all(options: SinkOptions, key: str, committed: bool, messages: list[Any]) -> Any:

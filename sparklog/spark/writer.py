@@ -52,8 +52,11 @@ from sparklog.spark.options import SinkOptions, SparkLogOptionError, check_topic
 from sparklog.spark.sink_transactions import (
     batch_prefix,
     end_all,
+    fence_leftovers,
+    mark_write_aborted,
     streaming_prefix,
     task_transactional_id,
+    write_was_aborted,
 )
 
 log = logging.getLogger(__name__)
@@ -299,9 +302,11 @@ def write_task(
     columns: tuple[str, ...],
     iterator: Iterator[pa.RecordBatch],
     prefix: str | None = None,
+    batch_write: bool = False,
 ) -> SparkLogCommitMessage:
     """The body of one write task: send everything, wait for every acknowledgement. With a
-    transactional `prefix`, the rows are one transaction, prepared for the driver to end."""
+    transactional `prefix`, the rows are one transaction, prepared for the driver to end; a
+    `batch_write`'s task first checks that the driver has not aborted the write already."""
     if prefix is None:
         with PRODUCERS.lease(options.producer_config()) as producer:
             writer = _TaskWriter(options, columns, producer)
@@ -313,16 +318,37 @@ def write_task(
     config = {**options.producer_config(), "transactional.id": task_transactional_id(prefix)}
     with KafkaProducer(config) as producer:
         producer.init_transactions()
+        if batch_write and write_was_aborted(options, prefix):
+            raise SparkLogWriteAbortedError(
+                f"the write under {prefix} was aborted before this task started writing"
+            )
         producer.begin_transaction()
-        writer = _TaskWriter(options, columns, producer)
-        for batch in iterator:
-            writer.write(batch)
-        message = writer.finish()
-        handle = producer.prepare_transaction()
+        try:
+            writer = _TaskWriter(options, columns, producer)
+            for batch in iterator:
+                writer.write(batch)
+            message = writer.finish()
+            handle = producer.prepare_transaction()
+        except BaseException:
+            _abort_quietly(producer)
+            raise
     return dataclasses.replace(
         message,
         transaction=(handle.transactional_id, handle.producer_id, handle.producer_epoch),
     )
+
+
+class SparkLogWriteAbortedError(RuntimeError):
+    """A task of a batch write that the driver aborted already (Spark ran it late)."""
+
+
+def _abort_quietly(producer: Any) -> None:
+    """Abort a failed task's transaction so it does not hold back read_committed readers (the
+    driver's abort also fences what a killed task left open)."""
+    try:
+        producer.abort_transaction(timeout_ms=10_000)
+    except Exception as e:  # noqa: BLE001 - the task's own error is the one to report
+        log.warning("aborting the failed task's transaction failed: %s", e)
 
 
 def _total(messages: list[WriterCommitMessage | None]) -> int:
@@ -339,7 +365,7 @@ class SparkLogBatchWriter(DataSourceArrowWriter):
         self.prefix = batch_prefix(options)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SparkLogCommitMessage:
-        return write_task(self.options, self.columns, iterator, self.prefix)
+        return write_task(self.options, self.columns, iterator, self.prefix, batch_write=True)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         if self.prefix is not None:
@@ -349,6 +375,8 @@ class SparkLogBatchWriter(DataSourceArrowWriter):
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         if self.prefix is not None:
             end_all(self.options, self.prefix, False, messages)
+            mark_write_aborted(self.options, self.prefix)
+            fence_leftovers(self.options, self.prefix, messages)
             log.warning("sparklog write aborted: none of its records is visible")
             return
         log.warning(
@@ -378,6 +406,7 @@ class SparkLogStreamWriter(DataSourceStreamArrowWriter):
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         if self.prefix is not None:
             end_all(self.options, f"{self.prefix}:{batchId}", False, messages)
+            fence_leftovers(self.options, self.prefix, messages)
             log.warning("sparklog batch %d aborted: none of its records is visible", batchId)
             return
         log.warning(

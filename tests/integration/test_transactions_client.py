@@ -18,8 +18,10 @@ from sparklog.client import (
     TopicPartition,
     TransactionStateError,
     end_transactions,
+    fence_transactions,
 )
-from sparklog.errors import ProducerFencedError
+from sparklog.client.transaction_batch import transactional_id_exists
+from sparklog.errors import InvalidProducerEpochError, KafkaError, ProducerFencedError
 
 from .conftest import TEST_CONFIG
 
@@ -125,6 +127,31 @@ def test_prepared_transactions_end_together_and_a_replay_commits_nothing_twice(c
     assert len(values(cluster, name, "read_uncommitted")) == 9
 
 
+def test_fencing_aborts_an_open_transaction_and_its_producer_stays_fenced(cluster):
+    """What the Spark sink's abort does for tasks that left no commit message: their open
+    transactions would hold back read_committed readers until transaction.timeout.ms."""
+    name = topic(cluster)
+    zombie = producer(cluster, f"zombie-{name}")
+    zombie.begin_transaction()
+    zombie.send(name, value=b"open", partition=0).result(10)
+    with producer(cluster, f"live-{name}") as live:
+        live.begin_transaction()
+        live.send(name, value=b"after", partition=0)
+        live.commit_transaction()
+    assert values(cluster, name, wait_s=1) == [], "the open transaction holds back the LSO"
+    assert not transactional_id_exists(cluster.bootstrap_servers, f"never-used-{name}")
+    fence_transactions(cluster.bootstrap_servers, [f"zombie-{name}", f"never-used-{name}"])
+    assert values(cluster, name) == [b"after"]
+    # an Empty transaction's start time is -1 on the wire, which kio's schema cannot read
+    assert transactional_id_exists(cluster.bootstrap_servers, f"never-used-{name}")
+    with pytest.raises((InvalidProducerEpochError, ProducerFencedError)):
+        zombie.send(name, value=b"late", partition=0).result(10)
+    with pytest.raises(KafkaError):
+        zombie.commit_transaction()
+    zombie.close(0)
+    assert values(cluster, name) == [b"after"]
+
+
 def test_compaction_removes_aborted_records_of_a_compacted_topic(cluster):
     name = f"compact-{uuid.uuid4().hex[:8]}"
     configs = {
@@ -152,3 +179,50 @@ def test_compaction_removes_aborted_records_of_a_compacted_topic(cluster):
             break
     assert not any(v.startswith(b"aborted") for v in raw), "the cleaner dropped aborted records"
     assert sorted(values(cluster, name, partitions=1))[-5:] == [b"kept-5-%d" % i for i in range(5)]
+
+
+def test_a_batch_write_task_that_starts_after_the_abort_writes_nothing(cluster):
+    """Spark does not wait for the tasks it cancels: one that opens its transaction after the
+    driver's abort finds the abort's mark and stops before it writes."""
+    import pyarrow as pa
+
+    from sparklog.spark.options import SinkOptions
+    from sparklog.spark.sink_transactions import mark_write_aborted
+    from sparklog.spark.writer import SparkLogWriteAbortedError, write_task
+
+    name = topic(cluster)
+    options = SinkOptions(cluster.bootstrap_servers, name, transactional=True)
+    rows = [pa.record_batch({"value": pa.array([b"late"], pa.binary())})]
+    prefix = f"late-{name}"
+    mark_write_aborted(options, prefix)
+    with pytest.raises(SparkLogWriteAbortedError, match="aborted before this task"):
+        write_task(options, ("value",), iter(rows), prefix, batch_write=True)
+    assert values(cluster, name, "read_uncommitted", wait_s=1) == []
+
+
+def test_a_failing_batch_write_task_aborts_its_own_transaction(cluster, monkeypatch):
+    import pyarrow as pa
+
+    from sparklog.spark import writer
+    from sparklog.spark.options import SinkOptions
+    from sparklog.spark.writer import write_task
+
+    monkeypatch.setattr(writer, "COALESCE_BYTES", 1)  # send each batch as it comes
+
+    name = topic(cluster)
+    options = SinkOptions(cluster.bootstrap_servers, name, transactional=True)
+
+    def rows():
+        yield pa.record_batch({"value": pa.array([b"sent"] * 10, pa.binary())})
+        yield pa.record_batch({"value": pa.array([b"sent"] * 10, pa.binary())})
+        time.sleep(1)  # the sender ships them before the upstream fails
+        raise ValueError("the upstream failed")
+
+    with pytest.raises(ValueError, match="upstream failed"):
+        write_task(options, ("value",), rows(), f"fails-{name}", batch_write=True)
+    assert len(values(cluster, name, "read_uncommitted")) >= 10, "rows were sent"
+    with producer(cluster, f"live-{name}") as live:
+        live.begin_transaction()
+        live.send(name, value=b"after", partition=0)
+        live.commit_transaction()
+    assert values(cluster, name) == [b"after"], "the failed task's transaction is not open"

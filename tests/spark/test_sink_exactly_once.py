@@ -125,6 +125,9 @@ def test_a_transactional_batch_write_is_all_or_nothing(spark, cluster):
         return value
 
     rows = spark.range(0, 3000, numPartitions=4).select(F.col("id").cast("string").alias("v"))
+    # Spark does not wait for the tasks it cancels: the driver's abort fences the ids of tasks
+    # without a commit message and marks the write aborted for tasks that start after it, so
+    # no late task holds back read_committed readers until transaction.timeout.ms.
     with pytest.raises(Exception, match="boom"):
         rows.select(fail_late("v").alias("value")).write.format("sparklog").option(
             "topic", sink

@@ -10,7 +10,6 @@ core whether the transaction may carry the group's offsets.
 from __future__ import annotations
 
 import asyncio
-import datetime
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -32,8 +31,7 @@ from sparklog.errors import (
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.protocol.connection import Request
 
-#: Kafka's -1 "no transaction running" start time (kio writes this field from a datetime only)
-_NO_START = datetime.datetime.fromtimestamp(-0.001, tz=datetime.UTC)
+_NO_START = -1  # DescribeTransactions' start time of a transaction that has not started
 #: How long a request waits for its rows to be durable before answering REQUEST_TIMED_OUT.
 _WRITE_TIMEOUT_S = 10.0
 
