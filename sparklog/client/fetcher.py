@@ -103,33 +103,36 @@ class CompletedFetch:
     _arrow: pa.RecordBatch | None = None
     _arrow_next_offset: int = -1
     _epochs: tuple[list[int], list[int]] | None = None  # batch base offsets, leader epochs
-    _continuation: int | None = None
+    _continuation: int = -1
     exhausted: bool = False
     prefetched: bool = False  # the Fetch for the offset after this one's data is sent
 
-    def next_fetch_offset(self) -> int:
-        """The offset after the last complete batch, read from batch headers only (no record
-        is decoded), or -1 when there is none: where the next Fetch of the partition starts."""
-        if self._continuation is None:
-            end = -1
+    def _scan_headers(self) -> tuple[list[int], list[int]]:
+        """One pass over the batch headers (no record decoded): base offsets and leader epochs
+        for `epoch_before`, and the offset after the last complete batch for pipelining."""
+        if self._epochs is None:
+            bases: list[int] = []
+            epochs: list[int] = []
             try:
                 for batch in iter_batches(self.records, allow_partial_tail=True):
-                    end = batch.header.next_offset
+                    bases.append(batch.header.base_offset)
+                    epochs.append(batch.header.partition_leader_epoch)
+                    self._continuation = batch.header.next_offset
             except CorruptRecordError:
-                end = -1  # decoding names the error; no prefetch past bad bytes
-            self._continuation = end
+                self._continuation = -1  # decoding names the error; no prefetch past bad bytes
+            self._epochs = (bases, epochs)
+        return self._epochs
+
+    def next_fetch_offset(self) -> int:
+        """The offset after the last complete batch, or -1 when there is none: where the next
+        Fetch of the partition starts."""
+        self._scan_headers()
         return self._continuation
 
     def epoch_before(self, position: int, default: int) -> int:
         """The leader epoch of the batch holding offset `position - 1`, or `default` when
         this fetch does not reach back that far (Kafka's `CompletedFetch.lastEpoch`)."""
-        if self._epochs is None:
-            bases, epochs = [], []
-            for batch in iter_batches(self.records, allow_partial_tail=True):
-                bases.append(batch.header.base_offset)
-                epochs.append(batch.header.partition_leader_epoch)
-            self._epochs = (bases, epochs)
-        bases, epochs = self._epochs
+        bases, epochs = self._scan_headers()
         i = bisect.bisect_right(bases, position - 1) - 1
         return epochs[i] if i >= 0 and position > self.fetch_offset else default
 
