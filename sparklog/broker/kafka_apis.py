@@ -12,6 +12,7 @@ be tested without sockets.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterable
 from typing import Any
@@ -48,6 +49,8 @@ from sparklog.errors import (
 from sparklog.protocol.api_versions import BROKER_ADVERTISED_APIS, BROKER_APIS, ApiKey
 from sparklog.protocol.async_client import api_versions_response
 from sparklog.protocol.connection import ProtocolError, Request
+from sparklog.protocol.file_response import FileResponse, placeholder
+from sparklog.storage.file_records import FileRecords
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +127,9 @@ def fetch_partition_data(p: FetchPartition, r: FetchResult, isolation_level: int
 GROUP_COORDINATOR_NODE_ID = 3001
 #: Kafka's switch for produce-time transaction verification (KIP-890), on by default.
 TXN_VERIFICATION = "transaction.partition.verification.enable"
+#: sparklog's broker setting: answer Fetch with sendfile from the segment files (Kafka always does
+#: on plaintext listeners; "false" copies the bytes through Python instead).
+ZERO_COPY_FETCH = "sparklog.fetch.zero.copy"
 #: Broker setting the launchers set: host:port of the driver's group coordinator.
 GROUP_COORDINATOR_ENDPOINT = "sparklog.group.coordinator.endpoint"
 
@@ -175,6 +181,9 @@ class KafkaApis:
         self.replica_manager = replica_manager
         self.admin = admin
         self.producer_ids = producer_ids
+        #: large fetched ranges go from the segment files to the socket with sendfile
+        self.zero_copy_fetch = str(config.originals.get(ZERO_COPY_FETCH, "true")).lower() != "false"
+        self.zero_copy_fetch_bytes = 0  # handed to sendfile, for tests and benchmarks
         #: KIP-890 produce-time verification, when there is a coordinator to ask
         self.txn_verifier: TransactionVerifier | None = None
         endpoint = config.originals.get(GROUP_COORDINATOR_ENDPOINT)
@@ -294,14 +303,21 @@ class KafkaApis:
                     "responses": [],
                 },
             )
-        params = fetch_params(body)
+        params = dataclasses.replace(fetch_params(body), zero_copy=self.zero_copy_fetch)
         partitions = fetch_partitions(body)
         results = await self.replica_manager.fetch_messages(params, partitions)
         items = [
             (p.topic, fetch_partition_data(p, r, params.isolation_level))
             for p, r in zip(partitions, results, strict=True)
         ]
-        return kio_build.response(
+        file_records: dict[bytes, FileRecords] = {}
+        for _topic, data in items:
+            if isinstance(data["records"], FileRecords):
+                key = placeholder(len(file_records))
+                file_records[key] = data["records"]
+                self.zero_copy_fetch_bytes += len(data["records"])
+                data["records"] = key
+        response = kio_build.response(
             request,
             {
                 "throttle_time": 0,
@@ -310,6 +326,7 @@ class KafkaApis:
                 "responses": group_by_topic(items, "topic"),
             },
         )
+        return FileResponse(response, file_records) if file_records else response
 
     # -- offsets ------------------------------------------------------------------------------
 

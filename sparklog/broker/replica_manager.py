@@ -57,6 +57,7 @@ from sparklog.errors import (
 from sparklog.records.batch import batch_size_at, read_header
 from sparklog.records.errors import CorruptRecordError
 from sparklog.storage.config import LogConfig
+from sparklog.storage.file_records import FileRecords
 from sparklog.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Log
 from sparklog.storage.log_validator import RecordError, RecordValidationError
 from sparklog.storage.producer_state import AppendOrigin
@@ -111,6 +112,8 @@ class FetchParams:
     min_bytes: int
     max_bytes: int
     isolation_level: int = 0
+    #: large reads may be file slices the network layer sends with sendfile
+    zero_copy: bool = False
 
     @property
     def is_from_follower(self) -> bool:
@@ -123,7 +126,7 @@ class FetchResult:
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start_offset: int = -1
-    records: bytes = b""
+    records: bytes | FileRecords = b""
     aborted_transactions: tuple[AbortedTxn, ...] | None = None
     leader_id: int = -1
     leader_epoch: int = -1
@@ -382,6 +385,9 @@ class ReplicaManager:
 
         def check() -> bool:
             nonlocal results
+            for old in results:
+                if isinstance(old.records, FileRecords):
+                    old.records.close()
             results = self._read_all(params, partitions)
             return self._fetch_satisfied(params, results)
 
@@ -430,6 +436,7 @@ class ReplicaManager:
                 upper_bound_offset=upper,
                 min_one_batch=min_one_batch and max_bytes > 0,
                 include_aborted=params.isolation_level == READ_COMMITTED,
+                zero_copy=params.zero_copy,
             )
             if params.is_from_follower:
                 events = hosted.partition.on_follower_fetch(

@@ -18,6 +18,7 @@ from pathlib import Path
 from sparklog.records.errors import CorruptRecordError
 from sparklog.storage.checkpoint import fsync_dir
 from sparklog.storage.config import LogConfig
+from sparklog.storage.file_records import FileRecords, FileSlice
 from sparklog.storage.segment import LogSegment
 
 
@@ -54,10 +55,18 @@ class LocalLog:
         self.bases.append(new_base)
         return segment
 
-    def read(self, start_offset: int, max_bytes: int, upper: int, min_one_batch: bool) -> bytes:
+    def read(
+        self,
+        start_offset: int,
+        max_bytes: int,
+        upper: int,
+        min_one_batch: bool,
+        zero_copy: bool = False,
+    ) -> bytes | FileRecords:
         """Whole batches from the one holding `start_offset` to below `upper`, at most
-        `max_bytes` (but one batch at least when `min_one_batch`)."""
-        chunks: list[bytes] = []
+        `max_bytes` (but one batch at least when `min_one_batch`); with `zero_copy`, large
+        reads are file slices for sendfile (`FileRecords`)."""
+        chunks: list[bytes | FileSlice] = []
         budget = max_bytes
         index = self.index_for(start_offset)
         offset = start_offset
@@ -65,7 +74,11 @@ class LocalLog:
             segment = self.segments[index]
             max_position = self.position_of(upper, index)
             got = segment.read(
-                offset, budget, max_position, min_one_batch=min_one_batch and not chunks
+                offset,
+                budget,
+                max_position,
+                min_one_batch=min_one_batch and not chunks,
+                zero_copy=zero_copy,
             )
             if got is not None:
                 position, data = got
@@ -80,7 +93,9 @@ class LocalLog:
             index += 1
             if index < len(self.segments):
                 offset = max(offset, self.bases[index])
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        if any(isinstance(c, FileSlice) for c in chunks):
+            return FileRecords(tuple(chunks))
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)  # type: ignore[arg-type]
 
     def position_of(self, offset: int, index: int) -> int | None:
         """Byte position of `offset` in segment `index`, None if it lies beyond it."""

@@ -37,6 +37,7 @@ from sparklog.records.control import EndTransactionMarker, decode_end_txn_marker
 from sparklog.records.errors import CorruptRecordError
 from sparklog.storage.config import LogConfig
 from sparklog.storage.epoch_cache import LeaderEpochFileCache
+from sparklog.storage.file_records import FileRecords
 from sparklog.storage.local_log import LocalLog
 from sparklog.storage.log_validator import validate_client_records
 from sparklog.storage.offset_assignment import restamped, stamped_pieces
@@ -76,7 +77,7 @@ class FetchDataInfo:
     """Bytes read from the log: whole batches starting at or before `fetch_offset`."""
 
     fetch_offset: int
-    records: bytes
+    records: bytes | FileRecords
     high_watermark: int
     log_start_offset: int
     aborted_transactions: tuple[AbortedTxn, ...] | None = None
@@ -396,12 +397,13 @@ class Log:
         upper_bound_offset: int | None = None,
         min_one_batch: bool = True,
         include_aborted: bool = False,
+        zero_copy: bool = False,
     ) -> FetchDataInfo:
         """Whole batches from the one holding `start_offset`, below `upper_bound_offset`.
 
         The upper bound is the high watermark for consumers, the LSO for read_committed ones
         and None (the log end) for followers. Offsets outside [log start, log end] raise
-        OffsetOutOfRangeError.
+        OffsetOutOfRangeError. With `zero_copy`, large reads are file slices for sendfile.
         """
         with self._lock:
             if start_offset < self.log_start_offset or start_offset > self.log_end_offset:
@@ -410,7 +412,7 @@ class Log:
                     f"{self.log_end_offset}] of {self.directory.name}"
                 )
             upper = self.log_end_offset if upper_bound_offset is None else upper_bound_offset
-            data = self._local.read(start_offset, max_bytes, upper, min_one_batch)
+            data = self._local.read(start_offset, max_bytes, upper, min_one_batch, zero_copy)
             aborted = None
             if include_aborted:
                 aborted = tuple(self.collect_aborted_transactions(start_offset, upper))
