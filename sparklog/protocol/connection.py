@@ -76,7 +76,8 @@ class _FrameBuffer:
             )
         if available < 4 + size:
             return None
-        frame = bytes(self._buf[self._start + 4 : self._start + 4 + size])
+        with memoryview(self._buf) as view:  # one copy (a bytearray slice would make two)
+            frame = bytes(view[self._start + 4 : self._start + 4 + size])
         self._start += 4 + size
         return memoryview(frame)
 
