@@ -400,11 +400,20 @@ class BrokerConnection:
                     continue
                 if self._closed:
                     break
-                data = sock.recv(_RECV_BYTES)
-                if not data:
+                target = self._conn.receive_buffer()
+                if target is not None:  # a large response: straight into its own buffer
+                    count = sock.recv_into(target)
+                    target.release()
+                    if count:
+                        self._conn.received(count)
+                else:
+                    data = sock.recv(_RECV_BYTES)
+                    count = len(data)
+                    if count:
+                        self._conn.receive_data(data)
+                if not count:
                     self.close(NetworkExceptionError(f"node {self.node_id} closed the connection"))
                     return
-                self._conn.receive_data(data)
                 while (item := self._conn.next_response()) is not NEED_DATA:
                     self._complete(item[1])
                 self._expire_requests()

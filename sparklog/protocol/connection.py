@@ -50,21 +50,55 @@ class Request:
     size_bytes: int
 
 
-class _FrameBuffer:
-    """Accumulates bytes and cuts size-prefixed frames."""
+#: A frame at least this large is received into its own buffer (with `recv_into` where the
+#: caller can), not accumulated and then copied out.
+DIRECT_FRAME_BYTES = 128 * 1024
 
-    def __init__(self, max_frame_bytes: int) -> None:
+
+class _FrameBuffer:
+    """Accumulates bytes and cuts size-prefixed frames; a large frame gets a buffer of its own
+    that `receive_buffer` exposes for `recv_into`, so its bytes are copied once, or never."""
+
+    def __init__(self, max_frame_bytes: int, *, reuse_large: bool = False) -> None:
         self._buf = bytearray()
         self._start = 0
         self.max_frame_bytes = max_frame_bytes
+        self._frame: memoryview | None = None  # the large frame being received
+        self._filled = 0
+        #: with `reuse_large`, large frames share one buffer: the caller must be done with a
+        #: frame before it feeds more bytes (a client decodes each response at once)
+        self._spare: bytearray | None = bytearray() if reuse_large else None
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data: bytes | memoryview) -> None:
+        if self._frame is not None:
+            view = memoryview(data)
+            take = min(len(view), len(self._frame) - self._filled)
+            self._frame[self._filled : self._filled + take] = view[:take]
+            self._filled += take
+            if take == len(view):
+                return
+            data = view[take:]  # the frames after it wait in the buffer
         if self._start and self._start > len(self._buf) // 2:
             del self._buf[: self._start]
             self._start = 0
         self._buf += data
 
+    def receive_buffer(self) -> memoryview | None:
+        """Where the rest of a large frame goes (for `recv_into`), or None."""
+        if self._frame is None or self._filled == len(self._frame):
+            return None
+        return self._frame[self._filled :]
+
+    def received(self, count: int) -> None:
+        """`count` bytes were written into `receive_buffer()`."""
+        self._filled += count
+
     def next_frame(self) -> memoryview | None:
+        if self._frame is not None:
+            if self._filled < len(self._frame):
+                return None
+            frame, self._frame = self._frame, None
+            return frame.toreadonly()  # kio reads read-only buffers only
         available = len(self._buf) - self._start
         if available < 4:
             return None
@@ -75,19 +109,35 @@ class _FrameBuffer:
                 "(socket.request.max.bytes); closing the connection"
             )
         if available < 4 + size:
+            if size >= DIRECT_FRAME_BYTES:
+                self._frame = self._large_buffer(size)
+                with memoryview(self._buf) as view:
+                    self._frame[: available - 4] = view[self._start + 4 :]
+                self._filled = available - 4
+                del self._buf[:]
+                self._start = 0
             return None
         with memoryview(self._buf) as view:  # one copy (a bytearray slice would make two)
             frame = bytes(view[self._start + 4 : self._start + 4 + size])
         self._start += 4 + size
         return memoryview(frame)
 
+    def _large_buffer(self, size: int) -> memoryview:
+        if self._spare is None:
+            return memoryview(bytearray(size))
+        if len(self._spare) < size:
+            self._spare = bytearray(size)  # fresh pages cost as much as a copy: keep them
+        return memoryview(self._spare)[:size]
+
     @property
     def buffered_bytes(self) -> int:
-        return len(self._buf) - self._start
+        return len(self._buf) - self._start + (self._filled if self._frame is not None else 0)
 
     @property
     def incomplete_frame_bytes(self) -> int:
         """Declared size (+4) of a frame whose header has arrived but not all of its body."""
+        if self._frame is not None:
+            return 4 + len(self._frame) if self._filled < len(self._frame) else 0
         available = len(self._buf) - self._start
         if available < 4:
             return 0
@@ -162,7 +212,7 @@ class ClientConnection:
         self, client_id: str | None = "sparklog", max_response_bytes: int = 1 << 30
     ) -> None:
         self.client_id = client_id
-        self._frames = _FrameBuffer(max_response_bytes)
+        self._frames = _FrameBuffer(max_response_bytes, reuse_large=True)
         self._in_flight: deque[_InFlight] = deque()
         self._next_correlation_id = 0
 
@@ -184,6 +234,13 @@ class ClientConnection:
 
     def receive_data(self, data: bytes) -> None:
         self._frames.feed(data)
+
+    def receive_buffer(self) -> memoryview | None:
+        """Where the rest of a large response goes (read it with `recv_into`), or None."""
+        return self._frames.receive_buffer()
+
+    def received(self, count: int) -> None:
+        self._frames.received(count)
 
     def next_response(self) -> tuple[int, Any] | _NeedData:
         frame = self._frames.next_frame()

@@ -102,3 +102,35 @@ def test_version_negotiation():
         pick_version((10, 12), (1, 9), 3)
     with pytest.raises(UnsupportedApiError):
         pick_version((0, 1), None, 0)
+
+
+def _frames(*sizes: int) -> tuple[bytes, list[bytes]]:
+    bodies = [bytes([i % 251]) * size for i, size in enumerate(sizes)]
+    return b"".join(struct.pack(">i", len(b)) + b for b in bodies), bodies
+
+
+@pytest.mark.parametrize("reuse", [False, True])
+@pytest.mark.parametrize("chunk", [1000, 65_536, 300_001])
+def test_large_frames_come_out_whole_fed_or_received_into(reuse, chunk):
+    from sparklog.protocol.connection import DIRECT_FRAME_BYTES, _FrameBuffer
+
+    stream, bodies = _frames(10, DIRECT_FRAME_BYTES * 2, 7, DIRECT_FRAME_BYTES + 1, 3)
+    for use_recv_into in (False, True):
+        buffer = _FrameBuffer(1 << 30, reuse_large=reuse)
+        got, at = [], 0
+        while at < len(stream):
+            target = buffer.receive_buffer() if use_recv_into else None
+            if target is not None:  # what recv_into does
+                n = min(len(target), chunk, len(stream) - at)
+                target[:n] = stream[at : at + n]
+                target.release()
+                buffer.received(n)
+            else:
+                n = min(chunk, len(stream) - at)
+                buffer.feed(stream[at : at + n])
+            at += n
+            while (frame := buffer.next_frame()) is not None:
+                assert frame.readonly, "kio reads read-only buffers only"
+                got.append(bytes(frame))  # a reused buffer is overwritten by the next frame
+        assert got == bodies
+        assert buffer.buffered_bytes == 0 and buffer.incomplete_frame_bytes == 0
