@@ -265,17 +265,9 @@ class LogSegment:
             if not batches:  # the header the reader asked for is itself damaged
                 raise self._corrupt_on_disk(first.position, "its header is damaged") from None
         size = min(end, self.size_bytes) - first.position
-        if zero_copy and size >= ZERO_COPY_MIN_BYTES:
-            aligned = first.position - first.position % mmap.ALLOCATIONGRANULARITY
-            with mmap.mmap(
-                self._fd,
-                size + first.position - aligned,
-                flags=mmap.MAP_SHARED | _MAP_POPULATE,
-                prot=mmap.PROT_READ,
-                offset=aligned,
-            ) as mapped:  # the CRCs are checked in the page cache, without a copy
-                length = _good_length(memoryview(mapped)[first.position - aligned :], batches)
-            records: bytes | FileSlice = FileSlice(self._fd, first.position, length)
+        records = self._zero_copy_read(first.position, size, batches) if zero_copy else None
+        if records is not None:
+            length = len(records)
         else:
             records = self.read_bytes(first.position, end - first.position)
             length = _good_length(records, batches)
@@ -283,6 +275,29 @@ class LogSegment:
         if not length and batches:  # no reader is ever handed a damaged batch
             raise self._corrupt_on_disk(first.position, "its CRC-32C does not match")
         return first.position, records
+
+    def _zero_copy_read(
+        self, start: int, size: int, batches: list[BatchPosition]
+    ) -> FileSlice | None:
+        """A `FileSlice` of the batches at [start, start + size) whose CRCs match, checked in
+        the page cache without a copy; None for a small read, or when no descriptor or
+        mapping is to be had (the copying read then runs, and reports a real disk error)."""
+        if size < ZERO_COPY_MIN_BYTES:
+            return None
+        aligned = start - start % mmap.ALLOCATIONGRANULARITY
+        try:
+            with mmap.mmap(
+                self._fd,
+                size + start - aligned,
+                flags=mmap.MAP_SHARED | _MAP_POPULATE,
+                prot=mmap.PROT_READ,
+                offset=aligned,
+            ) as mapped:
+                length = _good_length(memoryview(mapped)[start - aligned :], batches)
+            return FileSlice(self._fd, start, length) if length else None
+        except OSError as e:
+            _log.debug("zero-copy read of %s failed (%s); copying instead", self.log_path, e)
+            return None
 
     def _corrupt_on_disk(self, position: int, why: str) -> CorruptRecordError:
         """The error (CORRUPT_MESSAGE) for a batch damaged after it was written, logged once per

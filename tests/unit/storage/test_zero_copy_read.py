@@ -71,3 +71,17 @@ def test_a_slice_stays_readable_after_its_segment_is_deleted(big_batches):
     log.close()
     assert sliced.tobytes() == expected
     sliced.close()
+
+
+def test_out_of_descriptors_copies_instead_of_failing_the_disk(big_batches, monkeypatch):
+    import errno
+    import os
+
+    log, _ = big_batches
+    expected = log.read(0, 1 << 20).records
+
+    def no_descriptor(fd):
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(os, "dup", no_descriptor)
+    assert log.read(0, 1 << 20, zero_copy=True).records == expected
