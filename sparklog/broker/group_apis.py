@@ -6,7 +6,6 @@ some clients (kafka-python's admin) check a request against the versions of any 
 
 from __future__ import annotations
 
-import datetime
 from typing import Any
 
 from sparklog.broker import kio_build
@@ -138,7 +137,7 @@ async def handle_not_coordinator(request: Request) -> Any:
                 "transactional_id": tid,
                 "transaction_state": "",
                 "transaction_timeout": 0,
-                "transaction_start_time": datetime.datetime.fromtimestamp(-0.001, tz=datetime.UTC),
+                "transaction_start_time": -1,  # no transaction started
                 "producer_id": -1,
                 "producer_epoch": -1,
                 "topics": [],
