@@ -89,7 +89,8 @@ class KafkaProducer:
         c = self.config
         self._network = NetworkClient(c)
         self._metadata = Metadata(self._network, c)
-        self._lock = threading.Condition(threading.RLock())
+        self._rlock = threading.RLock()  # `with` on it directly: the per-record path
+        self._lock = threading.Condition(self._rlock)
         self._accumulator = RecordAccumulator(
             batch_size=c["batch.size"],
             linger_ms=c["linger.ms"],
@@ -275,7 +276,7 @@ class KafkaProducer:
                 f"{'max.request.size' if size > s.max_request_size else 'buffer.memory'}"
             )
         simple = SimpleRecord(value, key, timestamp, headers)
-        with self._lock:
+        with self._rlock:
             if partition is not None:
                 if not 0 <= partition < len(info.partitions):
                     raise ValueError(

@@ -20,10 +20,11 @@ log = logging.getLogger(__name__)
 class Waiters:
     """The condition a producer's futures share, and how many threads wait on it."""
 
-    __slots__ = ("cond", "count")
+    __slots__ = ("lock", "cond", "count")
 
     def __init__(self) -> None:
-        self.cond = threading.Condition(threading.Lock())
+        self.lock = threading.Lock()  # `with lock` costs less than `with cond`
+        self.cond = threading.Condition(self.lock)
         self.count = 0
 
 
@@ -41,7 +42,7 @@ class RecordFuture:
 
     def __call__(self, metadata: Any, error: BaseException | None) -> None:
         w = self._waiters
-        with w.cond:
+        with w.lock:
             if self._done:
                 return
             self._metadata, self._error, self._done = metadata, error, True
@@ -77,7 +78,7 @@ class RecordFuture:
 
     def add_done_callback(self, fn: Callable[[RecordFuture], Any]) -> None:
         """Call `fn(future)` once resolved (at once when it already is)."""
-        with self._waiters.cond:
+        with self._waiters.lock:
             if not self._done:
                 if self._callbacks is None:
                     self._callbacks = []
