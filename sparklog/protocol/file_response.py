@@ -12,6 +12,7 @@ import os
 import struct
 from typing import Any
 
+from sparklog.records.varint import encode_unsigned_varint
 from sparklog.storage.file_records import FileRecords, FileSlice
 
 _PLACEHOLDER_BYTES = 16
@@ -47,7 +48,7 @@ def pieces(
     for position, key in sorted((frame.index(key), key) for key in records):
         size = len(records[key])
         out.append(frame[at : position - prefix_bytes])
-        out.append(_uvarint(size + 1) if flexible else _INT32.pack(size))
+        out.append(encode_unsigned_varint(size + 1) if flexible else _INT32.pack(size))
         out.extend(p for p in records[key] if len(p))
         at = position + _PLACEHOLDER_BYTES
     out.append(frame[at:])
@@ -55,12 +56,3 @@ def pieces(
     assert isinstance(first, bytes)
     out[0] = _INT32.pack(sum(len(p) for p in out) - 4) + first[4:]
     return out
-
-
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)

@@ -36,12 +36,16 @@ def encode_varint(value: int) -> bytes:
     """
     if not _INT64_MIN <= value <= _INT64_MAX:
         raise ValueError(f"{value} does not fit a varlong (int64)")
-    v = zigzag(value) & 0xFFFFFFFFFFFFFFFF
+    return encode_unsigned_varint(zigzag(value) & 0xFFFFFFFFFFFFFFFF)
+
+
+def encode_unsigned_varint(value: int) -> bytes:
+    """Varint bytes of a non-negative int, without zigzag (the protocol's compact lengths)."""
     out = bytearray()
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
     return bytes(out)
 
 
