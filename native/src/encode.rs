@@ -12,7 +12,7 @@ use crate::buffers::{i64s, Borrowed};
 use crate::lz4frame;
 use crate::varint::{put, size_of};
 
-const HEADER_SIZE: usize = 61;
+pub(crate) const HEADER_SIZE: usize = 61;
 const CRC_START: usize = 21;
 const INT32_MAX: i64 = 0x7FFF_FFFF;
 
@@ -174,14 +174,14 @@ pub fn encode_records<'py>(
 
 /// The batch header fields every batch of a call shares.
 #[derive(Clone, Copy)]
-struct Fixed {
-    attributes: i16,
-    partition_leader_epoch: i32,
-    producer_id: i64,
-    producer_epoch: i16,
+pub(crate) struct Fixed {
+    pub attributes: i16,
+    pub partition_leader_epoch: i32,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
 }
 
-fn write_header(h: &mut [u8], fixed: Fixed, size: usize, count: usize, ts: (i64, i64), seq: i32) {
+pub(crate) fn write_header(h: &mut [u8], fixed: Fixed, size: usize, count: usize, ts: (i64, i64), seq: i32) {
     h[0..8].copy_from_slice(&0i64.to_be_bytes());
     h[8..12].copy_from_slice(&((size - 12) as i32).to_be_bytes());
     h[12..16].copy_from_slice(&fixed.partition_leader_epoch.to_be_bytes());
@@ -196,7 +196,7 @@ fn write_header(h: &mut [u8], fixed: Fixed, size: usize, count: usize, ts: (i64,
     h[57..61].copy_from_slice(&(count as i32).to_be_bytes());
 }
 
-fn seal(batch: &mut [u8]) {
+pub(crate) fn seal(batch: &mut [u8]) {
     let crc = ::crc32c::crc32c(&batch[CRC_START..]);
     batch[17..21].copy_from_slice(&crc.to_be_bytes());
 }

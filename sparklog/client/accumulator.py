@@ -25,14 +25,16 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any, NamedTuple
 
-from sparklog.records import SimpleRecord, build_batch
 from sparklog.records.batch import ATTRIBUTES_OFFSET, CRC_OFFSET, HEADER_SIZE
 from sparklog.records.compression import CompressionType
 from sparklog.records.crc import crc32c
+from sparklog.records.records_builder import new_records_builder, seal_records
 
 from .metadata import Cluster, TopicPartition
+from .record_future import resolve_batch
 
 #: The bytes a record can take beyond its key, value and headers (varints, attributes).
 RECORD_OVERHEAD_BYTES = 21
@@ -74,14 +76,15 @@ def estimate_record_bytes(key: bytes | None, value: bytes | None, headers: tuple
 class ProducerBatch:
     """Records for one partition, sent and acknowledged together (Kafka's `ProducerBatch`).
 
-    Either `records` (appended one by one) or `prebuilt` bytes from the Arrow path. Producer
-    id, epoch and base sequence are set when the batch is first drained and kept on retries.
+    Either `builder` (records appended one by one, see `records_builder`) or `prebuilt`
+    bytes from the Arrow path. Producer id, epoch and base sequence are set when the batch is
+    first drained and kept on retries.
     """
 
     __slots__ = (
         "tp",
         "created_ms",
-        "records",
+        "builder",
         "thunks",
         "size_bytes",
         "reserved_bytes",
@@ -110,7 +113,7 @@ class ProducerBatch:
     ) -> None:
         self.tp = tp
         self.created_ms = created_ms
-        self.records: list[SimpleRecord] = []
+        self.builder: Any = None if prebuilt is not None else new_records_builder()
         self.thunks: list[Thunk] = [] if thunk is None else [thunk]
         self.prebuilt = prebuilt
         self.prebuilt_count = prebuilt_count
@@ -135,16 +138,25 @@ class ProducerBatch:
 
     @property
     def record_count(self) -> int:
-        return self.prebuilt_count if self.prebuilt is not None else len(self.records)
+        return self.prebuilt_count if self.prebuilt is not None else self.builder.count
 
     def is_full(self, batch_size: int) -> bool:
         return self.closed or self.size_bytes >= batch_size
 
-    def try_append(self, record: SimpleRecord, thunk: Thunk, size: int, batch_size: int) -> bool:
+    def try_append(
+        self,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: tuple,
+        thunk: Thunk,
+        size: int,
+        batch_size: int,
+    ) -> bool:
         """Append when the batch is open and has room (an empty batch takes any record)."""
-        if self.closed or (self.records and self.size_bytes + size > batch_size):
+        if self.closed or (self.thunks and self.size_bytes + size > batch_size):
             return False
-        self.records.append(record)
+        self.builder.append(timestamp, key, value, headers)
         self.thunks.append(thunk)
         self.size_bytes += size
         self.reserved_bytes += size
@@ -161,9 +173,9 @@ class ProducerBatch:
                 sequence,
                 transactional=self.transactional,
             )
-        return build_batch(
-            self.records,
-            compression=compression,
+        return seal_records(
+            self.builder,
+            compression,
             producer_id=self.producer_id,
             producer_epoch=self.producer_epoch,
             base_sequence=sequence,
@@ -179,10 +191,17 @@ class ProducerBatch:
             )
             self.thunks[0](meta, None)
         else:
-            for i, (record, thunk) in enumerate(zip(self.records, self.thunks, strict=True)):
-                offset = base_offset + i if base_offset >= 0 else -1
-                ts = log_append_time_ms if log_append_time_ms >= 0 else record.timestamp
-                thunk(RecordMetadata(tp.topic, tp.partition, offset, ts), None)
+            n = len(self.thunks)
+            offsets = range(base_offset, base_offset + n) if base_offset >= 0 else repeat(-1, n)
+            times = (
+                self.builder.timestamps()
+                if log_append_time_ms < 0
+                else repeat(log_append_time_ms, n)
+            )
+            # built without a Python frame per record (a named tuple's __new__ is one)
+            fields = zip(repeat(tp.topic, n), repeat(tp.partition, n), offsets, times, strict=True)
+            metadatas = list(map(RecordMetadata._make, fields))
+            resolve_batch(self.thunks, metadatas)
         self.done = True
 
     def fail(self, error: BaseException) -> None:
@@ -258,18 +277,33 @@ class RecordAccumulator:
         return self.used_bytes + size <= self.buffer_memory or self.used_bytes == 0
 
     def append(
-        self, tp: TopicPartition, record: SimpleRecord, thunk: Thunk, size: int, now_ms: int
+        self,
+        tp: TopicPartition,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: tuple,
+        thunk: Thunk,
+        size: int,
+        now_ms: int,
     ) -> bool:
         """Queue a record; True when the sender should wake: a batch was created, or this record
         filled one (a sender woken per record would take the GIL from the caller each time)."""
-        queue = self._queues.setdefault(tp, deque())
-        self.used_bytes += size
+        queue = self._queues.get(tp)
+        if queue is None:
+            queue = self._queues[tp] = deque()
         last = queue[-1] if queue else None
-        if last is not None and last.try_append(record, thunk, size, self.batch_size):
-            return last.is_full(self.batch_size)
+        if last is not None and not last.closed and last.size_bytes + size <= self.batch_size:
+            last.builder.append(timestamp, key, value, headers)  # try_append, inlined
+            last.thunks.append(thunk)
+            last.size_bytes += size
+            last.reserved_bytes += size
+            self.used_bytes += size
+            return last.size_bytes >= self.batch_size
         batch = ProducerBatch(tp, now_ms)
-        appended = batch.try_append(record, thunk, size, self.batch_size)
+        appended = batch.try_append(timestamp, key, value, headers, thunk, size, self.batch_size)
         assert appended, "an empty batch takes any record"
+        self.used_bytes += size
         if last is not None:
             last.closed = True
         queue.append(batch)

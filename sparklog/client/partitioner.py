@@ -51,7 +51,8 @@ class BuiltInPartitioner:
         self.batch_size = max(1, batch_size)
         self.ignore_keys = ignore_keys
         self._rng = rng or random.Random()
-        self._sticky: dict[str, list[int]] = {}  # topic -> [partition, bytes produced to it]
+        # topic -> [partition, bytes produced to it, the metadata snapshot it was checked in]
+        self._sticky: dict[str, list[Any]] = {}
 
     def partition(
         self, topic: str, key: bytes | None, value: bytes | None, cluster: Cluster
@@ -73,13 +74,16 @@ class BuiltInPartitioner:
 
     def _sticky_partition(self, topic: str, cluster: Cluster) -> int:
         state = self._sticky.get(topic)
+        if state is not None and state[2] is cluster:
+            return state[0]  # checked against this metadata snapshot already
         candidates = _candidates(topic, cluster)
         if state is not None and state[0] in candidates:
+            state[2] = cluster
             return state[0]
         previous = None if state is None else state[0]
         choices = [p for p in candidates if p != previous] or candidates
         partition = self._rng.choice(choices)
-        self._sticky[topic] = [partition, 0]
+        self._sticky[topic] = [partition, 0, cluster]
         return partition
 
     def partition_array(

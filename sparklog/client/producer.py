@@ -31,16 +31,21 @@ from sparklog.errors import (
     RequestTimedOutError,
     TransactionAbortableError,
 )
-from sparklog.records import SimpleRecord
 from sparklog.records.arrow_codec import build_batches
 from sparklog.records.compression import CompressionType
 
-from .accumulator import BatchMetadata, RecordAccumulator, RecordMetadata, estimate_record_bytes
+from .accumulator import (
+    RECORD_OVERHEAD_BYTES,
+    BatchMetadata,
+    RecordAccumulator,
+    RecordMetadata,
+    estimate_record_bytes,
+)
 from .config import producer_config
 from .metadata import Metadata, TopicPartition
 from .network import NetworkClient, now_ms
 from .partitioner import BuiltInPartitioner, make_partitioner
-from .record_future import RecordFuture, Waiters
+from .record_future import RecordFuture, Waiters, future_class
 from .sender import Sender
 from .transaction_manager import TransactionHandle, TransactionManager, TransactionStateError
 
@@ -106,6 +111,8 @@ class KafkaProducer:
         )
         self._interceptors = [i() if isinstance(i, type) else i for i in c["interceptor.classes"]]
         self._waiters = Waiters()
+        self._future = future_class()
+        self._topic_partitions: dict[str, list[TopicPartition]] = {}
         self._settings = _SendSettings(
             max_block_ms=c["max.block.ms"],
             key_serializer=c["key.serializer"],
@@ -228,7 +235,6 @@ class KafkaProducer:
         memory not available within `max.block.ms`, broker errors) fail the future.
         """
         self._check_open()
-        future = RecordFuture(self._waiters)
         if self._interceptors:
             record = ProducerRecord(
                 topic, value, key, _normalize_headers(headers), partition, timestamp
@@ -237,14 +243,15 @@ class KafkaProducer:
                 record = _call_interceptor(interceptor, "on_send", record) or record
             topic, value, key = record.topic, record.value, record.key
             headers, partition, timestamp = record.headers, record.partition, record.timestamp
-            thunk = self._thunk(future, on_delivery)
+            headers = _normalize_headers(headers)
+            future = self._future(self._waiters, self._acknowledge(on_delivery))
         else:
             headers = _normalize_headers(headers) if headers else ()
-            thunk = future if on_delivery is None else self._thunk(future, on_delivery)
+            future = self._future(self._waiters, on_delivery)
         try:
-            self._enqueue(topic, value, key, headers, partition, timestamp, thunk)
+            self._enqueue(topic, value, key, headers, partition, timestamp, future)
         except KafkaError as e:
-            thunk(None, e)
+            future(None, e)
         return future
 
     def _enqueue(
@@ -255,8 +262,10 @@ class KafkaProducer:
         headers: tuple,
         partition: int | None,
         timestamp: int | None,
-        thunk: Callable,
+        future: RecordFuture,
     ) -> None:
+        """The per-record path: kept flat, and it allocates nothing per record but the future
+        (every object kept until the batch is acknowledged costs the garbage collector)."""
         s = self._settings
         now = now_ms()
         deadline = now + s.max_block_ms
@@ -265,17 +274,18 @@ class KafkaProducer:
         if s.value_serializer is not None or not (value is None or type(value) is bytes):
             value = _serialize(s.value_serializer, topic, value, "value")
         if timestamp is None:
-            timestamp = int(time.time() * 1000)
+            timestamp = time.time_ns() // 1_000_000
         elif timestamp < 0:
             raise ValueError(f"invalid timestamp {timestamp}: timestamps must be >= 0")
         info = self._metadata.wait_for_topic(topic, deadline)
-        size = estimate_record_bytes(key, value, headers)
+        size = RECORD_OVERHEAD_BYTES + (len(key) if key else 0) + (len(value) if value else 0)
+        if headers:
+            size = estimate_record_bytes(key, value, headers)
         if size > s.max_request_size or size > s.buffer_memory:
             raise MessageTooLargeError(
                 f"the record is {size} bytes when serialized, larger than "
                 f"{'max.request.size' if size > s.max_request_size else 'buffer.memory'}"
             )
-        simple = SimpleRecord(value, key, timestamp, headers)
         with self._rlock:
             if partition is not None:
                 if not 0 <= partition < len(info.partitions):
@@ -287,11 +297,19 @@ class KafkaProducer:
             else:
                 partition = self._partitioner.partition(topic, key, value, self._metadata.cluster)
                 sticky = s.builtin_partitioner and (key is None or self._partitioner.ignore_keys)
-            tp = TopicPartition(topic, partition)
+            tps = self._topic_partitions.get(topic)
+            if tps is None or len(tps) <= partition:
+                tps = self._topic_partitions[topic] = [
+                    TopicPartition(topic, p)
+                    for p in range(max(partition + 1, len(info.partitions)))
+                ]
+            tp = tps[partition]
             if self._transaction is not None:
                 self._transaction.on_send(tp)
-            self._reserve(size, deadline)
-            wake = self._accumulator.append(tp, simple, thunk, size, now)
+            acc = self._accumulator
+            if acc.used_bytes + size > acc.buffer_memory and acc.used_bytes:
+                self._reserve(size, deadline)
+            wake = acc.append(tp, timestamp, key, value, headers, future, size, now)
             if sticky:
                 self._partitioner.on_append(topic, partition, size)
         if wake:
@@ -317,20 +335,17 @@ class KafkaProducer:
         finally:
             acc.memory_waiters -= 1
 
-    def _thunk(self, future: RecordFuture, on_delivery: DeliveryCallback | None) -> Callable:
+    def _acknowledge(self, on_delivery: DeliveryCallback | None) -> DeliveryCallback:
+        """A delivery callback that tells the interceptors first, then calls `on_delivery`."""
         interceptors = self._interceptors
 
-        def complete(metadata: Any, error: BaseException | None) -> None:
+        def acknowledge(metadata: Any, error: BaseException | None) -> None:
             for interceptor in interceptors:
                 _call_interceptor(interceptor, "on_acknowledgement", metadata, error)
-            future(metadata, error)
             if on_delivery is not None:
-                try:
-                    on_delivery(metadata, error)
-                except Exception:
-                    log.exception("on_delivery callback raised")
+                on_delivery(metadata, error)
 
-        return complete
+        return acknowledge
 
     # ------------------------------------------------------------------ bulk path
 

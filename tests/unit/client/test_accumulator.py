@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from sparklog.client.accumulator import (
     BatchMetadata,
     ProducerBatch,
@@ -35,8 +33,9 @@ def accumulator(**overrides) -> RecordAccumulator:
     return RecordAccumulator(**settings)
 
 
-def record(value: bytes = b"x" * 10, ts: int = 1) -> SimpleRecord:
-    return SimpleRecord(value=value, timestamp=ts)
+def record(value: bytes = b"x" * 10, ts: int = 1) -> tuple:
+    """What `append` takes for one record: timestamp, key, value, headers."""
+    return (ts, None, value, ())
 
 
 def noop(meta, error):
@@ -46,8 +45,8 @@ def noop(meta, error):
 def test_records_share_a_batch_until_batch_size():
     acc = accumulator(batch_size=130)  # the 61-byte batch header counts, as in Kafka
     size = estimate_record_bytes(None, b"x" * 10, ())
-    assert acc.append(T0, record(), noop, size, now_ms=0) is True  # a new batch wakes the sender
-    wakes = [acc.append(T0, record(), noop, size, now_ms=0) for _ in range(3)]
+    assert acc.append(T0, *record(), noop, size, now_ms=0) is True  # a new batch wakes the sender
+    wakes = [acc.append(T0, *record(), noop, size, now_ms=0) for _ in range(3)]
     batches = acc.queued(T0)
     assert len(batches) == 2
     assert [b.record_count for b in batches] == [2, 2]
@@ -58,28 +57,28 @@ def test_records_share_a_batch_until_batch_size():
 
 def test_a_record_larger_than_batch_size_gets_its_own_batch():
     acc = accumulator()
-    acc.append(T0, record(b"y" * 500), noop, 521, now_ms=0)
-    acc.append(T0, record(), noop, 31, now_ms=0)
+    acc.append(T0, *record(b"y" * 500), noop, 521, now_ms=0)
+    acc.append(T0, *record(), noop, 31, now_ms=0)
     assert [b.record_count for b in acc.queued(T0)] == [1, 1]
 
 
 def test_ready_after_linger_or_when_full():
     acc = accumulator()
     c = cluster({"t": [1, 2]})
-    acc.append(T0, record(), noop, 31, now_ms=0)
+    acc.append(T0, *record(), noop, 31, now_ms=0)
     check = acc.ready(5, c)
     assert check.nodes == frozenset()
     assert check.next_ready_check_ms == 5
     assert acc.ready(10, c).nodes == frozenset({1})
     for _ in range(4):  # fill partition 1's batch: sendable at once
-        acc.append(T1, record(), noop, 31, now_ms=0)
+        acc.append(T1, *record(), noop, 31, now_ms=0)
     assert acc.ready(0, c).nodes == frozenset({2})
 
 
 def test_flush_and_close_make_everything_sendable():
     acc = accumulator()
     c = cluster({"t": [1, 2]})
-    acc.append(T0, record(), noop, 31, now_ms=0)
+    acc.append(T0, *record(), noop, 31, now_ms=0)
     acc.flushes_in_progress += 1
     assert acc.ready(0, c).nodes == frozenset({1})
     acc.flushes_in_progress -= 1
@@ -89,7 +88,7 @@ def test_flush_and_close_make_everything_sendable():
 
 def test_unknown_leaders_are_reported():
     acc = accumulator()
-    acc.append(T1, record(), noop, 31, now_ms=0)
+    acc.append(T1, *record(), noop, 31, now_ms=0)
     check = acc.ready(100, cluster({"t": [1, -1]}))
     assert check.nodes == frozenset()
     assert check.unknown_leader_topics == frozenset({"t"})
@@ -99,8 +98,8 @@ def test_drain_takes_one_batch_per_partition_within_max_request_size():
     acc = accumulator(batch_size=130)
     c = cluster({"t": [1, 1]})
     for tp in (T0, T0, T1):  # two batches of two records for T0, one for T1
-        acc.append(tp, record(), noop, 31, now_ms=0)
-        acc.append(tp, record(), noop, 31, now_ms=0)
+        acc.append(tp, *record(), noop, 31, now_ms=0)
+        acc.append(tp, *record(), noop, 31, now_ms=0)
     first = acc.drain(c, 1, max_request_size=10_000, now_ms=20)
     assert sorted(b.tp for b in first) == [T0, T1]
     assert all(b.closed for b in first)
@@ -113,8 +112,8 @@ def test_drain_takes_one_batch_per_partition_within_max_request_size():
 def test_drain_stops_at_max_request_size_but_always_sends_one():
     acc = accumulator(batch_size=1000)
     c = cluster({"t": [1, 1]})
-    acc.append(T0, record(b"a" * 300), noop, 321, now_ms=0)
-    acc.append(T1, record(b"b" * 300), noop, 321, now_ms=0)
+    acc.append(T0, *record(b"a" * 300), noop, 321, now_ms=0)
+    acc.append(T1, *record(b"b" * 300), noop, 321, now_ms=0)
     assert len(acc.drain(c, 1, max_request_size=100, now_ms=20)) == 1
     assert len(acc.drain(c, 1, max_request_size=100, now_ms=20)) == 1
 
@@ -123,7 +122,7 @@ def test_retries_go_back_in_sequence_order_and_wait_for_earlier_in_flight():
     acc = accumulator(batch_size=31, linger_ms=0)
     c = cluster({"t": [1]})
     for _ in range(3):
-        acc.append(T0, record(), noop, 31, now_ms=0)
+        acc.append(T0, *record(), noop, 31, now_ms=0)
     sent = []
     for seq in (0, 1, 2):
         (batch,) = acc.drain(c, 1, 10_000, now_ms=0)
@@ -159,8 +158,8 @@ def test_retry_backoff_grows_exponentially_up_to_the_max():
 
 def test_expire_removes_batches_older_than_delivery_timeout():
     acc = accumulator()
-    acc.append(T0, record(), noop, 31, now_ms=0)
-    acc.append(T1, record(), noop, 31, now_ms=500)
+    acc.append(T0, *record(), noop, 31, now_ms=0)
+    acc.append(T1, *record(), noop, 31, now_ms=500)
     expired = acc.expire(1_000)
     assert [b.tp for b in expired] == [T0]
     assert acc.queued(T0) == [] and len(acc.queued(T1)) == 1
@@ -169,7 +168,7 @@ def test_expire_removes_batches_older_than_delivery_timeout():
 def test_memory_is_reserved_until_batches_complete():
     acc = accumulator(buffer_memory=100)
     assert acc.has_room_for(200)  # a lone record always fits an empty buffer
-    acc.append(T0, record(), noop, 60, now_ms=0)
+    acc.append(T0, *record(), noop, 60, now_ms=0)
     assert not acc.has_room_for(41)
     assert acc.has_room_for(40)
     (batch,) = acc.drain(cluster({"t": [1]}), 1, 10_000, now_ms=100)
@@ -182,7 +181,7 @@ def test_batch_completion_gives_each_record_its_offset():
     got = []
     batch = ProducerBatch(T0, 0)
     for ts in (7, 8):
-        batch.try_append(record(ts=ts), lambda m, e: got.append((m, e)), 31, 1000)
+        batch.try_append(*record(ts=ts), lambda m, e: got.append((m, e)), 31, 1000)
     batch.complete(base_offset=40, log_append_time_ms=-1)
     assert got == [(RecordMetadata("t", 0, 40, 7), None), (RecordMetadata("t", 0, 41, 8), None)]
     assert batch.done
@@ -191,13 +190,13 @@ def test_batch_completion_gives_each_record_its_offset():
 def test_log_append_time_replaces_record_timestamps_and_errors_reach_every_record():
     got = []
     batch = ProducerBatch(T0, 0)
-    batch.try_append(record(ts=7), lambda m, e: got.append(m), 31, 1000)
+    batch.try_append(*record(ts=7), lambda m, e: got.append(m), 31, 1000)
     batch.complete(base_offset=0, log_append_time_ms=99)
     assert got == [RecordMetadata("t", 0, 0, 99)]
     errors = []
     failing = ProducerBatch(T0, 0)
-    failing.try_append(record(), lambda m, e: errors.append(e), 31, 1000)
-    failing.try_append(record(), lambda m, e: errors.append(e), 31, 1000)
+    failing.try_append(*record(), lambda m, e: errors.append(e), 31, 1000)
+    failing.try_append(*record(), lambda m, e: errors.append(e), 31, 1000)
     boom = RuntimeError("boom")
     failing.fail(boom)
     assert errors == [boom, boom]
@@ -205,7 +204,7 @@ def test_log_append_time_replaces_record_timestamps_and_errors_reach_every_recor
 
 def test_encode_uses_producer_id_and_sequence():
     batch = ProducerBatch(T0, 0)
-    batch.try_append(record(ts=5), noop, 31, 1000)
+    batch.try_append(*record(ts=5), noop, 31, 1000)
     batch.producer_id, batch.producer_epoch, batch.base_sequence = 7, 1, 42
     (decoded,) = iter_batches(batch.encode(CompressionType.GZIP))
     decoded.ensure_valid()
@@ -216,7 +215,10 @@ def test_encode_uses_producer_id_and_sequence():
 
 
 def test_prebuilt_batches_are_restamped_with_a_valid_crc():
-    raw = build_batch([record(b"a"), record(b"b")], compression=CompressionType.LZ4)
+    raw = build_batch(
+        [SimpleRecord(b"a", timestamp=1), SimpleRecord(b"b", timestamp=1)],
+        compression=CompressionType.LZ4,
+    )
     stamped = restamp_producer(raw, producer_id=11, producer_epoch=2, base_sequence=9)
     (decoded,) = iter_batches(stamped)
     decoded.ensure_valid()
@@ -229,28 +231,3 @@ def test_prebuilt_batches_are_restamped_with_a_valid_crc():
     assert batch.closed and batch.record_count == 2
     batch.complete(base_offset=5, log_append_time_ms=-1)
     assert got == [BatchMetadata("t", 0, 5, 2, -1)]
-
-
-def test_record_futures_resolve_wait_and_call_back_like_futures():
-    """send()'s futures: result() waits (and times out), callbacks run once, errors raise."""
-    import threading
-
-    from sparklog.client.record_future import RecordFuture, Waiters
-
-    waiters = Waiters()
-    ok, failed = RecordFuture(waiters), RecordFuture(waiters)
-    seen = []
-    ok.add_done_callback(lambda f: seen.append(f.result()))
-    with pytest.raises(TimeoutError):
-        ok.result(timeout=0.01)
-    threading.Timer(0.05, ok, args=("meta", None)).start()
-    assert ok.result(timeout=5) == "meta" and ok.done() and seen == ["meta"]
-    ok("other", None)  # resolved once: later calls change nothing
-    assert ok.result() == "meta" and seen == ["meta"]
-    failed(None, ValueError("boom"))
-    assert isinstance(failed.exception(), ValueError)
-    with pytest.raises(ValueError, match="boom"):
-        failed.result()
-    late = []
-    failed.add_done_callback(late.append)
-    assert late == [failed]

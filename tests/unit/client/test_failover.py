@@ -48,7 +48,7 @@ def cluster(leaders: dict[TP, tuple[int, int]], brokers=(1, 2, 3), topic_id=TOPI
 def batch(records: int = 2, created_ms: int = 0) -> ProducerBatch:
     b = ProducerBatch(T0, created_ms)
     for _ in range(records):
-        b.try_append(SimpleRecord(b"v", timestamp=1), lambda m, e: None, 10, 1 << 20)
+        b.try_append(1, None, b"v", (), lambda m, e: None, 10, 1 << 20)
     return b
 
 
@@ -115,7 +115,7 @@ def test_a_retried_batch_keeps_its_sequence_and_goes_to_the_new_leader_without_b
     state = IdempotenceState()
     state.set_producer_id(5, 0)
     for i in range(3):
-        acc.append(T0, SimpleRecord(b"v%d" % i, timestamp=1), lambda m, e: None, 30, 0)
+        acc.append(T0, 1, None, b"v%d" % i, (), lambda m, e: None, 30, 0)
         old = cluster({T0: (1, 4)})
         (sent,) = acc.drain(old, 1, 1 << 20, 0)
         state.assign(sent)

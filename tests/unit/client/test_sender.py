@@ -20,7 +20,6 @@ from sparklog.errors import (
     OutOfOrderSequenceNumberError,
     RequestTimedOutError,
 )
-from sparklog.records import SimpleRecord
 
 TP = TopicPartition("t", 0)
 LIMITS = {"retries": 3, "delivery_timeout_ms": 1000}
@@ -29,7 +28,7 @@ LIMITS = {"retries": 3, "delivery_timeout_ms": 1000}
 def batch(records: int = 2, created_ms: int = 0, sequence: int | None = None) -> ProducerBatch:
     b = ProducerBatch(TP, created_ms)
     for _ in range(records):
-        b.try_append(SimpleRecord(b"v", timestamp=1), lambda m, e: None, 10, 1 << 20)
+        b.try_append(1, None, b"v", (), lambda m, e: None, 10, 1 << 20)
     b.base_sequence = sequence
     return b
 
