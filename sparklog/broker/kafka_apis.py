@@ -12,7 +12,6 @@ be tested without sockets.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Iterable
 from typing import Any
@@ -69,13 +68,15 @@ def produce_entries(body: Any) -> dict[TopicPartition, bytes | None]:
     return entries
 
 
-def fetch_params(body: Any) -> FetchParams:
+def fetch_params(body: Any, *, zero_copy: bool = False) -> FetchParams:
+    """A Fetch request's limits; `zero_copy` lets large reads be file slices (sendfile)."""
     return FetchParams(
         replica_id=int(getattr(body, "replica_id", -1)),
         max_wait_ms=max(0, kio_build.millis(body.max_wait)),
         min_bytes=int(body.min_bytes),
         max_bytes=int(getattr(body, "max_bytes", 2**31 - 1)),
         isolation_level=int(getattr(body, "isolation_level", 0)),
+        zero_copy=zero_copy,
     )
 
 
@@ -303,7 +304,7 @@ class KafkaApis:
                     "responses": [],
                 },
             )
-        params = dataclasses.replace(fetch_params(body), zero_copy=self.zero_copy_fetch)
+        params = fetch_params(body, zero_copy=self.zero_copy_fetch)
         partitions = fetch_partitions(body)
         results = await self.replica_manager.fetch_messages(params, partitions)
         items = [

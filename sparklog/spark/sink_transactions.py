@@ -112,20 +112,29 @@ def task_transactional_id(prefix: str) -> str:
     return f"{prefix}-{partition}"
 
 
-def mark_write_aborted(options: SinkOptions, prefix: str) -> None:
-    """Record that the batch write under `prefix` was aborted, where its late tasks look
-    (`write_was_aborted`): the prefix itself is registered as a transactional id."""
+def _fence_quietly(options: SinkOptions, ids: list[str], failed: str) -> bool:
+    """Fence `ids` (InitProducerId, as a restarted producer would); on failure log `failed`
+    with the reason and return False: the coordinator's `transaction.timeout.ms` is the
+    fallback for whatever stays open."""
     from sparklog.client import fence_transactions
 
     try:
-        fence_transactions(options.bootstrap_servers, [prefix])
-    except Exception as e:  # noqa: BLE001 - the coordinator's timeout aborts late tasks
-        log.warning(
-            "could not mark the write under %s aborted (%s); a task that starts late keeps "
-            "its transaction open until transaction.timeout.ms",
-            prefix,
-            e,
-        )
+        fence_transactions(options.bootstrap_servers, ids)
+    except Exception as e:  # noqa: BLE001 - see the docstring
+        log.warning("%s (%s)", failed, e)
+        return False
+    return True
+
+
+def mark_write_aborted(options: SinkOptions, prefix: str) -> None:
+    """Record that the batch write under `prefix` was aborted, where its late tasks look
+    (`write_was_aborted`): the prefix itself is registered as a transactional id."""
+    _fence_quietly(
+        options,
+        [prefix],
+        f"could not mark the write under {prefix} aborted; a task that starts late keeps its "
+        "transaction open until transaction.timeout.ms",
+    )
 
 
 def write_was_aborted(options: SinkOptions, prefix: str) -> bool:
@@ -140,22 +149,14 @@ def fence_leftovers(options: SinkOptions, prefix: str, messages: list[Any]) -> N
     cancelled the job, failed mid-write, or still running (Spark does not wait for cancelled
     tasks). What they wrote, or still write, would otherwise stay in an open transaction that
     holds back read_committed readers until `transaction.timeout.ms`."""
-    from sparklog.client import fence_transactions
-
     missing = [f"{prefix}-{i}" for i, m in enumerate(messages) if m is None]
-    if not missing:
-        return
-    try:
-        fence_transactions(options.bootstrap_servers, missing)
-    except Exception as e:  # noqa: BLE001 - the coordinator's timeout aborts them later
-        log.warning(
-            "could not fence the transactions of tasks without a commit message under %s "
-            "(%s); the coordinator aborts them after transaction.timeout.ms",
-            prefix,
-            e,
-        )
-        return
-    log.info("fenced the transactions of %d tasks without a commit message", len(missing))
+    if missing and _fence_quietly(
+        options,
+        missing,
+        "could not fence the transactions of tasks without a commit message under "
+        f"{prefix}; the coordinator aborts them after transaction.timeout.ms",
+    ):
+        log.info("fenced the transactions of %d tasks without a commit message", len(missing))
 
 
 def end_all(options: SinkOptions, key: str, committed: bool, messages: list[Any]) -> Any:
