@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 
 DEFAULT_QUEUED_MAX_REQUESTS = 500
 UNBOUNDED = -1
@@ -55,17 +53,29 @@ class RequestSlots:
     def in_use(self) -> int:
         return self.capacity - self._semaphore._value
 
-    @asynccontextmanager
-    async def slot(self) -> AsyncIterator[None]:
-        """Hold a slot while the body runs (or until `release_request_slot` is called in it)."""
-        await self._semaphore.acquire()
-        slot = _Slot(self)
-        token = _CURRENT.set(slot)
-        try:
-            yield
-        finally:
-            _CURRENT.reset(token)
-            slot.release()
+    def slot(self) -> _Holding:
+        """`async with` it: hold a slot while the body runs (or until `release_request_slot`
+        is called in it)."""
+        return _Holding(self)
+
+
+class _Holding:
+    """The context `RequestSlots.slot` returns; a class rather than an `asynccontextmanager`,
+    whose generator machinery cost more than the rest of a small request's bookkeeping."""
+
+    __slots__ = ("_slots", "_slot", "_token")
+
+    def __init__(self, slots: RequestSlots) -> None:
+        self._slots = slots
+
+    async def __aenter__(self) -> None:
+        await self._slots._semaphore.acquire()
+        self._slot = _Slot(self._slots)
+        self._token = _CURRENT.set(self._slot)
+
+    async def __aexit__(self, *_exc: object) -> None:
+        _CURRENT.reset(self._token)
+        self._slot.release()
 
 
 def release_request_slot() -> None:
