@@ -9,6 +9,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use xxhash_rust::xxh32::xxh32;
 
+use crate::buffers::Borrowed;
+
 const MAGIC: u32 = 0x184D_2204;
 
 fn u32_at(b: &[u8], at: usize) -> Option<u32> {
@@ -95,10 +97,18 @@ fn frame_into(input: &[u8], out: &mut Vec<u8>) -> Option<()> {
     (pos == input.len() && size.is_none_or(|s| s == out.len() as u64)).then_some(())
 }
 
-/// `decompress` for Python (tests and fuzzing): bytes, or None where the reference decides.
+/// `decompress` for Python (the broker's record walk, tests and fuzzing): bytes, or None where
+/// the reference decides. `data` is bytes or any contiguous buffer (a memoryview slice).
 #[pyfunction]
-pub fn lz4_frame_decompress<'py>(py: Python<'py>, data: &[u8]) -> Option<Bound<'py, PyBytes>> {
-    decompress(data).map(|v| PyBytes::new(py, &v))
+pub fn lz4_frame_decompress<'py>(
+    py: Python<'py>,
+    data: &Bound<'py, PyAny>,
+) -> PyResult<Option<Bound<'py, PyBytes>>> {
+    let out = match data.cast::<PyBytes>() {
+        Ok(b) => decompress(b.as_bytes()),
+        Err(_) => decompress(Borrowed::new(data)?.bytes(py)),
+    };
+    Ok(out.map(|v| PyBytes::new(py, &v)))
 }
 
 const BLOCK: usize = 64 << 10;

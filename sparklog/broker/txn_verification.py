@@ -36,6 +36,7 @@ from sparklog.errors import (
 )
 from sparklog.protocol.async_client import AsyncKafkaConnection
 from sparklog.records.batch import HEADER_SIZE, read_header
+from sparklog.records.batch_header import ATTRIBUTES_OFFSET, TRANSACTIONAL_MASK
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,8 @@ class TransactionVerifier:
         """(producer id, epoch) when `records` would start a transaction on `tp`."""
         if records is None or len(records) < HEADER_SIZE:
             return None  # refused by validation later
+        if not records[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_MASK:
+            return None  # the common case, without decoding the header
         try:
             header = read_header(records, 0)
             hosted = self.replica_manager.hosted(*tp)

@@ -15,6 +15,7 @@ import zlib
 import lz4.frame as _lz4f
 import zstandard as _zstd
 
+from sparklog.records import native
 from sparklog.records.errors import CorruptRecordError
 
 
@@ -145,6 +146,13 @@ def _gzip_decompress(data: bytes | memoryview) -> bytes:
 
 def _lz4_decompress(data: bytes | memoryview) -> bytes:
     # One frame, as Kafka's Lz4BlockInputStream reads; anything after its end mark is rejected.
+    # The native core decodes what producers write in one call; anything it does not accept
+    # (None) goes through liblz4 below, which decodes it or names the error.
+    core = native.core()
+    if core is not None:
+        out = core.lz4_frame_decompress(data)
+        if out is not None:
+            return out
     d = _lz4f.LZ4FrameDecompressor()
     out = d.decompress(bytes(data))
     if not d.eof:

@@ -7,7 +7,6 @@ buffer behind a fresh 16-byte prefix. Only LogAppendTime topics rewrite CRC-cove
 from __future__ import annotations
 
 import struct
-from dataclasses import replace
 
 from sparklog.records.batch import (
     ATTRIBUTES_OFFSET,
@@ -60,11 +59,10 @@ def restamped(
     header: BatchHeader, base_offset: int, leader_epoch: int, append_time: int
 ) -> BatchHeader:
     if append_time >= 0:
-        return replace(
-            header,
+        return header._replace(
             base_offset=base_offset,
             partition_leader_epoch=leader_epoch,
             max_timestamp=append_time,
             attributes=header.attributes | TIMESTAMP_TYPE_MASK,
         )
-    return replace(header, base_offset=base_offset, partition_leader_epoch=leader_epoch)
+    return header._replace(base_offset=base_offset, partition_leader_epoch=leader_epoch)

@@ -7,7 +7,6 @@ settings (levels, gzip headers) legitimately differ.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import struct
 from dataclasses import dataclass
@@ -219,7 +218,7 @@ def test_compressed_batches_carry_identical_record_sections(
 
 
 def _fields(header: Any) -> dict:
-    return dataclasses.asdict(header)
+    return header._asdict()
 
 
 # --- their batches decode with sparklog -------------------------------------------------

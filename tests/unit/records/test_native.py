@@ -4,7 +4,6 @@ same rows, identical records or identical errors from the same bytes, bad bytes 
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import shutil
 import sys
@@ -367,9 +366,7 @@ def test_the_producers_records_builder_writes_the_reference_bytes(records, codec
     if codec == CompressionType.NONE:
         assert fast == expected
     (f,), (r,) = iter_batches(fast), iter_batches(reference)
-    assert f.header == dataclasses.replace(
-        r.header, crc=f.header.crc, batch_length=f.header.batch_length
-    )
+    assert f.header == r.header._replace(crc=f.header.crc, batch_length=f.header.batch_length)
     assert [(x.key, x.value, x.timestamp, x.headers) for x in f.records()] == [
         (k, v, ts, h) for ts, k, v, h in records
     ]

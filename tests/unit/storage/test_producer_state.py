@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import replace
 
 import pytest
 
@@ -429,7 +428,7 @@ def test_transactions_v2_markers_need_a_bumped_epoch(psm):
 
 
 def test_empty_control_batch_starts_no_transaction(psm):
-    empty = replace(header(23423, EPOCH, NO_SEQUENCE, 15, control=True), records_count=0)
+    empty = header(23423, EPOCH, NO_SEQUENCE, 15, control=True)._replace(records_count=0)
     info = psm.prepare_append(empty, "client")
     assert info.completed_txns == ()
     psm.update(info)
