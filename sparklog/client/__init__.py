@@ -17,6 +17,7 @@ from .admin import (
     OffsetAndTimestamp,
     TopicDescription,
 )
+from .arrow_batches import arrow_schema
 from .config import (
     ADMIN_SETTINGS,
     CONSUMER_SETTINGS,
@@ -28,7 +29,7 @@ from .config import (
     producer_config,
 )
 from .consumer import KafkaConsumer, NoGroupError, NoOffsetForPartitionError
-from .fetcher import ConsumerRecord, arrow_schema
+from .fetcher import ConsumerRecord
 from .group_member import CommitFailedError
 from .metadata import BrokerNode, PartitionInfo, TopicPartition
 from .partitioner import BuiltInPartitioner, RoundRobinPartitioner

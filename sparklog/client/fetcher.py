@@ -37,7 +37,6 @@ import logging
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from functools import cache, lru_cache
 from typing import Any
 
 import numpy as np
@@ -45,11 +44,12 @@ import pyarrow as pa
 
 from sparklog.errors import OffsetOutOfRangeError, UnsupportedVersionError, error_for_code
 from sparklog.records import iter_batches
-from sparklog.records.arrow_codec import HEADERS_TYPE, read_batches
+from sparklog.records.arrow_codec import read_batches
 from sparklog.records.batch import RecordBatch
 from sparklog.records.control import ControlRecordType, control_type_of
 from sparklog.records.errors import CorruptRecordError
 
+from .arrow_batches import empty_batch, with_topic_partition
 from .metadata import REFRESH_ERROR_CODES, Cluster, TopicPartition
 from .subscription_state import PartitionState, SubscriptionState
 
@@ -546,63 +546,10 @@ class Fetcher:
             if cf.exhausted:
                 self._buffer.remove(cf)
             if len(rows):
-                parts.append(_with_topic_partition(rows, cf.tp, include_headers))
+                parts.append(with_topic_partition(rows, cf.tp, include_headers))
                 count += len(rows)
         if not parts:
-            return _empty(include_headers)
+            return empty_batch(include_headers)
         if len(parts) == 1:
             return parts[0]
         return pa.Table.from_batches(parts).combine_chunks().to_batches()[0]
-
-
-@cache  # called for every poll_arrow batch; schemas are immutable
-def arrow_schema(include_headers: bool) -> pa.Schema:
-    """The schema of `poll_arrow()` batches (Spark's Kafka source columns)."""
-    fields = [
-        pa.field("key", pa.binary()),
-        pa.field("value", pa.binary()),
-        pa.field("topic", pa.string(), nullable=False),
-        pa.field("partition", pa.int32(), nullable=False),
-        pa.field("offset", pa.int64(), nullable=False),
-        pa.field("timestamp", pa.int64(), nullable=False),
-        pa.field("timestampType", pa.int32(), nullable=False),
-    ]
-    if include_headers:
-        fields.append(pa.field("headers", HEADERS_TYPE))
-    return pa.schema(fields)
-
-
-@cache  # a poll that finds nothing returns this immutable batch
-def _empty(include_headers: bool) -> pa.RecordBatch:
-    schema = arrow_schema(include_headers)
-    return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in schema], schema=schema)
-
-
-def _with_topic_partition(
-    rows: pa.RecordBatch, tp: TopicPartition, include_headers: bool
-) -> pa.RecordBatch:
-    n = len(rows)
-    schema = arrow_schema(include_headers)
-    arrays = [
-        rows.column("key"),
-        rows.column("value"),
-        _repeated(tp.topic, pa.string(), n),
-        _repeated(tp.partition, pa.int32(), n),
-        rows.column("offset"),
-        rows.column("timestamp"),
-        rows.column("timestampType"),
-    ]
-    if include_headers:
-        arrays.append(rows.column("headers"))
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
-
-
-def _repeated(value: Any, type_: pa.DataType, n: int) -> pa.Array:
-    """`value` n times: a zero-copy slice of a cached array (building the topic column of
-    every polled batch afresh cost 0.2 ms per batch)."""
-    return _repeated_block(value, type_, max(1024, 1 << (n - 1).bit_length())).slice(0, n)
-
-
-@lru_cache(maxsize=256)
-def _repeated_block(value: Any, type_: pa.DataType, size: int) -> pa.Array:
-    return pa.repeat(pa.scalar(value, type_), size)

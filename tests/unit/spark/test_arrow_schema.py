@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from sparklog.client.fetcher import arrow_schema
+from sparklog.client.arrow_batches import arrow_schema
 from sparklog.spark.partition_reader import (
     SPARK_ARROW_SCHEMA,
     SPARK_ARROW_SCHEMA_WITH_HEADERS,
