@@ -293,13 +293,11 @@ class RecordAccumulator:
         if queue is None:
             queue = self._queues[tp] = deque()
         last = queue[-1] if queue else None
-        if last is not None and not last.closed and last.size_bytes + size <= self.batch_size:
-            last.builder.append(timestamp, key, value, headers)  # try_append, inlined
-            last.thunks.append(thunk)
-            last.size_bytes += size
-            last.reserved_bytes += size
+        if last is not None and last.try_append(
+            timestamp, key, value, headers, thunk, size, self.batch_size
+        ):
             self.used_bytes += size
-            return last.size_bytes >= self.batch_size
+            return last.is_full(self.batch_size)
         batch = ProducerBatch(tp, now_ms)
         appended = batch.try_append(timestamp, key, value, headers, thunk, size, self.batch_size)
         assert appended, "an empty batch takes any record"

@@ -307,7 +307,7 @@ class KafkaProducer:
             if self._transaction is not None:
                 self._transaction.on_send(tp)
             acc = self._accumulator
-            if acc.used_bytes + size > acc.buffer_memory and acc.used_bytes:
+            if not acc.has_room_for(size):
                 self._reserve(size, deadline)
             wake = acc.append(tp, timestamp, key, value, headers, future, size, now)
             if sticky:
@@ -318,8 +318,6 @@ class KafkaProducer:
     def _reserve(self, size: int, deadline_ms: int) -> None:
         """Wait (holding the lock's condition) until `size` bytes fit in `buffer.memory`."""
         acc = self._accumulator
-        if acc.has_room_for(size):
-            return
         acc.memory_waiters += 1
         try:
             self._sender.wakeup()
