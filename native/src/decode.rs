@@ -17,20 +17,20 @@ use crate::buffers::{i64s, Borrowed, OwnedBuffer};
 use crate::lz4frame;
 use crate::varint::Cursor;
 
-const HEADER_SIZE: usize = 61;
-const COMPRESSION_MASK: i16 = 0x07;
-const LZ4: i16 = 3;
-const TIMESTAMP_TYPE_MASK: i16 = 0x08;
+pub(crate) const HEADER_SIZE: usize = 61;
+pub(crate) const COMPRESSION_MASK: i16 = 0x07;
+pub(crate) const LZ4: i16 = 3;
+pub(crate) const TIMESTAMP_TYPE_MASK: i16 = 0x08;
 
-struct Header {
-    base_offset: i64,
-    attributes: i16,
-    base_timestamp: i64,
-    max_timestamp: i64,
-    records_count: i32,
+pub(crate) struct Header {
+    pub base_offset: i64,
+    pub attributes: i16,
+    pub base_timestamp: i64,
+    pub max_timestamp: i64,
+    pub records_count: i32,
 }
 
-fn header_at(buf: &[u8], pos: usize) -> Option<Header> {
+pub(crate) fn header_at(buf: &[u8], pos: usize) -> Option<Header> {
     let h = buf.get(pos..pos.checked_add(HEADER_SIZE)?)?;
     let i64_at = |a: usize| i64::from_be_bytes(h[a..a + 8].try_into().unwrap());
     Some(Header {
@@ -178,7 +178,7 @@ impl Columns {
 }
 
 /// Why a section was not decoded here.
-enum Refused {
+pub(crate) enum Refused {
     /// The reference decides (it raises, or decodes an oddity): decode this batch slowly.
     Slow,
     /// The columns would pass 2 GiB: the caller decodes everything another way.
@@ -186,7 +186,7 @@ enum Refused {
 }
 
 /// A nullable length-prefixed field: the bytes or None for null; Err where the reference raises.
-fn field<'a>(c: &mut Cursor<'a>, data: &'a [u8]) -> Result<Option<&'a [u8]>, Refused> {
+pub(crate) fn field<'a>(c: &mut Cursor<'a>, data: &'a [u8]) -> Result<Option<&'a [u8]>, Refused> {
     let len = c.varint().ok_or(Refused::Slow)?;
     if len < 0 {
         return if len == -1 { Ok(None) } else { Err(Refused::Slow) };

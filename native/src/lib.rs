@@ -1,8 +1,9 @@
 //! sparklog's optional native record core (DESIGN D13), loaded as the `sparklog_native` module.
 //!
 //! Byte-level hot paths of Kafka v2 record batches: records sections -> Arrow buffers (decode),
-//! Arrow buffers -> records sections (encode), records appended one by one (the producer's
-//! batch builder) and the producer's per-record futures, LZ4 frames, CRC-32C and murmur2. The pure-Python
+//! Arrow buffers -> records sections (encode), a leader's one-pass check of client batches,
+//! records appended one by one (the producer's batch builder) and the producer's per-record
+//! futures, LZ4 frames, CRC-32C and murmur2. The pure-Python
 //! codec in `sparklog.records` is the reference; a differential test suite keeps both identical.
 //! Untrusted bytes (fetched or stored batches) are parsed only by safe Rust: the one `unsafe`
 //! block of the crate borrows Arrow buffers handed over by Python (`buffers.rs`).
@@ -15,6 +16,7 @@ mod checksums;
 mod decode;
 mod encode;
 mod future;
+mod leader_check;
 mod lz4frame;
 mod murmur2;
 mod varint;
@@ -22,6 +24,7 @@ mod varint;
 #[pymodule]
 fn sparklog_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(decode::decode_sections, m)?)?;
+    m.add_function(wrap_pyfunction!(leader_check::leader_check, m)?)?;
     m.add_function(wrap_pyfunction!(encode::encode_records, m)?)?;
     m.add_function(wrap_pyfunction!(encode::encode_batches, m)?)?;
     m.add_function(wrap_pyfunction!(lz4frame::lz4_frame_decompress, m)?)?;

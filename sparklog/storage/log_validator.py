@@ -1,7 +1,9 @@
 """What a leader checks in a client's batches before appending them (Kafka's `LogValidator`).
 
 The log has already checked each batch's header and CRC. Here every record of every batch is
-walked (`records.record_walk`): the structure must parse, offset deltas must run 0..n-1 (the
+walked, by the native core in one pass that builds nothing when it is there (`leader_check`:
+it only ever says "passes" or "ask the reference"), else, and whenever it is unsure, by
+`records.record_walk`: the structure must parse, offset deltas must run 0..n-1 (the
 broker never re-encodes, so readers see exactly these deltas), the header's maxTimestamp must
 be the records' maximum, and per record: a key on compacted topics, a timestamp within
 `message.timestamp.before/after.max.ms`. Rule breaks found in records are reported as Kafka
@@ -13,11 +15,15 @@ Pure: no I/O, the clock is passed in.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from sparklog.errors import InvalidRecordError, InvalidTimestampError, KafkaError
-from sparklog.records.batch import BatchHeader, TimestampType
+from sparklog.records import native
+from sparklog.records.batch import HEADER_SIZE, BatchHeader, TimestampType
+from sparklog.records.compression import CompressionType, decompress
+from sparklog.records.errors import CorruptRecordError
 from sparklog.records.record_walk import BatchFacts, walk_records
 from sparklog.storage.config import LogConfig
 
@@ -58,9 +64,12 @@ def validate_client_records(
     partition: str,
 ) -> None:
     """Raise unless every record of the client `batches` (positions in `buf`) may be appended."""
-    walked = walk_records(buf, batches)
     lowest = now_ms - config.message_timestamp_before_max_ms
     highest = now_ms + config.message_timestamp_after_max_ms
+    core = native.core()
+    if core is not None and _pass_natively(core, buf, batches, config, lowest, highest):
+        return
+    walked = walk_records(buf, batches)
     for (_pos, header), facts in zip(batches, walked, strict=True):
         if len(facts.offset_deltas) != header.records_count:  # the walk refuses this first
             raise InvalidRecordError(f"a batch to {partition} holds a wrong number of records")
@@ -79,6 +88,33 @@ def validate_client_records(
                     f"a batch to {partition} says maxTimestamp {header.max_timestamp} but its "
                     f"records' latest timestamp is {latest}"
                 )
+
+
+def _pass_natively(
+    core: Any,
+    buf: bytes | bytearray | memoryview,
+    batches: list[tuple[int, BatchHeader]],
+    config: LogConfig,
+    lowest: int,
+    highest: int,
+) -> bool:
+    """The native core's one-pass check of every batch (no per-record facts built): True when
+    all pass every rule below; False sends the append through the reference walk, which names
+    what is wrong, or accepts a legal oddity the core leaves to it."""
+    low, high = max(lowest, _LONG_MIN), min(highest, _LONG_MAX)
+    compact, check_time = config.compact, not config.log_append_time
+    for pos, header in batches:
+        section = None
+        codec = header.compression
+        if codec not in (CompressionType.NONE, CompressionType.LZ4):
+            try:
+                section = decompress(codec, buf[pos + HEADER_SIZE : pos + header.size_in_bytes])
+            except CorruptRecordError:
+                return False
+        size = header.size_in_bytes
+        if not core.leader_check(buf, pos, size, section, low, high, compact, check_time):
+            return False
+    return True
 
 
 def _bad_records(

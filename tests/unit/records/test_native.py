@@ -311,6 +311,54 @@ def test_a_leaders_record_walk_matches_the_reference(records, codec, data) -> No
 
 @needs_core
 @SETTINGS
+@given(rows(), st.sampled_from(CODECS), st.data())
+def test_a_leaders_one_pass_check_gives_the_references_verdict(records, codec, data) -> None:
+    """Validation with the native `leader_check` first accepts and refuses exactly what the
+    reference walk does, with its message: damaged records, a lying maxTimestamp, keyless
+    records on a compacted topic, timestamps out of bounds. Batches the reference accepts
+    pass the check itself (else it would save nothing)."""
+    from sparklog.storage.config import LogConfig
+    from sparklog.storage.log_validator import validate_client_records
+
+    buf = bytearray(b"".join(build_batches(records, now_ms=5, compression=codec)))
+    damage = data.draw(st.sampled_from([None, "max_timestamp", "records"]))
+    if damage == "max_timestamp":  # of the first batch
+        buf[data.draw(st.integers(35, 42))] = data.draw(st.integers(0, 255))
+    elif damage == "records":
+        buf[data.draw(st.integers(61, len(buf) - 1))] = data.draw(st.integers(0, 255))
+    config = LogConfig.from_properties(
+        {
+            "cleanup.policy": data.draw(st.sampled_from(["delete", "compact"])),
+            "message.timestamp.type": data.draw(st.sampled_from(["CreateTime", "LogAppendTime"])),
+            "message.timestamp.before.max.ms": data.draw(st.integers(0, 2**46)),
+            "message.timestamp.after.max.ms": data.draw(st.integers(0, 2**46)),
+        }
+    )
+    now = data.draw(st.integers(0, 2**45))
+    batches = [(b.position, b.header) for b in iter_batches(buf)]
+
+    def verdict():
+        try:
+            validate_client_records(bytes(buf), batches, config, now, "t-0")
+        except Exception as e:  # noqa: BLE001 - compared by type and message
+            return (type(e).__name__, str(e))
+        return "accepted"
+
+    fast, reference = both(verdict)
+    assert fast == reference
+    if reference == "accepted" and damage is None:
+        low = max(now - config.message_timestamp_before_max_ms, -(2**63))
+        high = min(now + config.message_timestamp_after_max_ms, 2**63 - 1)
+        rules = (config.compact, not config.log_append_time)
+        for pos, h in batches:
+            section = None
+            if codec not in (CompressionType.NONE, CompressionType.LZ4):
+                section = decompress(codec, bytes(buf[pos + 61 : pos + h.size_in_bytes]))
+            assert core.leader_check(bytes(buf), pos, h.size_in_bytes, section, low, high, *rules)
+
+
+@needs_core
+@SETTINGS
 @given(
     st.lists(
         st.builds(
