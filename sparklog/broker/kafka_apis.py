@@ -24,6 +24,7 @@ from sparklog.broker.group_apis import REFUSED_GROUP_APIS, handle_not_coordinato
 from sparklog.broker.log_dirs import describe_log_dirs
 from sparklog.broker.log_manager import TopicPartition
 from sparklog.broker.metadata import BrokerMetadata
+from sparklog.broker.produce_response import encode_produce_body, produce_response_data
 from sparklog.broker.replica_manager import (
     FetchParams,
     FetchPartition,
@@ -261,33 +262,12 @@ class KafkaApis:
             if failed:  # Kafka closes the connection so an acks=0 client notices
                 raise ProtocolError(f"acks=0 produce failed ({'; '.join(failed)})")
             return None
-        items, leaders = [], set()
-        for (topic, partition), r in results.items():
-            data: dict[str, Any] = {
-                "index": partition,
-                "error_code": r.error_code,
-                "base_offset": r.base_offset,
-                "log_append_time": r.log_append_time_ms,
-                "log_start_offset": r.log_start_offset,
-                "record_errors": [
-                    {"batch_index": e.batch_index, "batch_index_error_message": e.message}
-                    for e in r.record_errors
-                ],
-                "error_message": r.error_message,
-            }
-            if r.error_code == NotLeaderOrFollowerError.code:
-                leader, epoch = self.replica_manager.leader_of(topic, partition)
-                data["current_leader"] = {"leader_id": leader, "leader_epoch": epoch}
-                leaders.add(leader)
-            items.append((topic, data))
-        responses = [
-            {"name": g["name"], "partition_responses": g["partitions"]}
-            for g in group_by_topic(items, "name")
-        ]
-        endpoints = [b for b in self._alive_brokers() if b["node_id"] in leaders]
-        return kio_build.response(
-            request, {"responses": responses, "throttle_time": 0, "node_endpoints": endpoints}
-        )
+        encoded = encode_produce_body(request.api_version, results.items())
+        if encoded is not None:
+            return encoded
+        data, leaders = produce_response_data(results.items(), self.replica_manager.leader_of)
+        data["node_endpoints"] = [b for b in self._alive_brokers() if b["node_id"] in leaders]
+        return kio_build.response(request, data)
 
     # -- fetch --------------------------------------------------------------------------------
 

@@ -388,7 +388,10 @@ class ReplicaManager:
             for old in results:
                 if isinstance(old.records, FileRecords):
                     old.records.close()
-            results = self._read_all(params, partitions)
+            # A follower's fetch state is updated once, as the fetch arrives (Kafka's
+            # updateFollowerFetchState): re-reads after a wake would report the same offsets,
+            # and their events would wake the other followers' fetches, which re-read too.
+            results = self._read_all(params, partitions, update_followers=False)
             return self._fetch_satisfied(params, results)
 
         await wait_until(self.delayed, keys, check, params.max_wait_ms / 1000)
@@ -402,13 +405,19 @@ class ReplicaManager:
             return True
         return sum(len(r.records) for r in results) >= params.min_bytes
 
-    def _read_all(self, params: FetchParams, partitions: list[FetchPartition]) -> list[FetchResult]:
+    def _read_all(
+        self, params: FetchParams, partitions: list[FetchPartition], update_followers: bool = True
+    ) -> list[FetchResult]:
         budget = min(params.max_bytes, self.fetch_max_bytes)
         min_one_batch = True
         results = []
         for p in partitions:
             result = self._read_one(
-                params, p, max(0, min(p.partition_max_bytes, budget)), min_one_batch
+                params,
+                p,
+                max(0, min(p.partition_max_bytes, budget)),
+                min_one_batch,
+                update_followers,
             )
             if result.records:
                 budget -= len(result.records)
@@ -417,7 +426,12 @@ class ReplicaManager:
         return results
 
     def _read_one(
-        self, params: FetchParams, p: FetchPartition, max_bytes: int, min_one_batch: bool
+        self,
+        params: FetchParams,
+        p: FetchPartition,
+        max_bytes: int,
+        min_one_batch: bool,
+        update_follower: bool = True,
     ) -> FetchResult:
         try:
             self.dir_failures.check()
@@ -438,7 +452,7 @@ class ReplicaManager:
                 include_aborted=params.isolation_level == READ_COMMITTED,
                 zero_copy=params.zero_copy,
             )
-            if params.is_from_follower:
+            if params.is_from_follower and update_follower:
                 events = hosted.partition.on_follower_fetch(
                     self._clock_ms(),
                     params.replica_id,

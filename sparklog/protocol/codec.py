@@ -10,13 +10,14 @@ from __future__ import annotations
 import io
 import struct
 from functools import cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
 _INT32 = struct.Struct(">i")
 _API_KEY_VERSION = struct.Struct(">hh")
+_HEADER = struct.Struct(">ii")  # frame size, correlation id
 
 
 @cache
@@ -100,8 +101,20 @@ def encode_request(body: Any, correlation_id: int, client_id: str | None) -> byt
     return bytes(data)
 
 
+class EncodedBody(NamedTuple):
+    """A response body a hot handler wrote itself, byte for byte what kio would write; the
+    frame adds the response header (v1, with its empty tagged fields, when `flexible`)."""
+
+    data: bytes
+    flexible: bool
+
+
 def encode_response(body: Any, correlation_id: int) -> bytes:
-    """A size-prefixed response frame for a kio response entity."""
+    """A size-prefixed response frame for a kio response entity (or an `EncodedBody`)."""
+    if isinstance(body, EncodedBody):
+        tagged = b"\0" if body.flexible else b""
+        size = 4 + len(tagged) + len(body.data)
+        return b"".join((_HEADER.pack(size, correlation_id), tagged, body.data))
     schema = type(body)
     header_schema = schema.__header_schema__
     buf = io.BytesIO()
