@@ -385,6 +385,8 @@ class ReplicaManager:
 
         def check() -> bool:
             nonlocal results
+            if not self._may_have_news(params, partitions):
+                return False
             for old in results:
                 if isinstance(old.records, FileRecords):
                     old.records.close()
@@ -396,6 +398,30 @@ class ReplicaManager:
 
         await wait_until(self.delayed, keys, check, params.max_wait_ms / 1000)
         return results
+
+    def _may_have_news(self, params: FetchParams, partitions: list[FetchPartition]) -> bool:
+        """Whether a waiting fetch should read again after a wake (Kafka's `DelayedFetch.
+        tryComplete` looks at end offsets, not at records): some partition's readable end
+        passed its fetch offset, or a partition would answer with an error now. A high
+        watermark moving under a follower's fetch, say, wakes it without news; re-reading
+        every partition of it then cost more than the appends."""
+        try:
+            self.dir_failures.check()
+            for p in partitions:
+                hosted = self.hosted(p.topic, p.partition)
+                hosted.partition.check_leader(p.current_leader_epoch)
+                log_ = hosted.log
+                if params.is_from_follower:
+                    end = log_.log_end_offset
+                elif params.isolation_level == READ_COMMITTED:
+                    end = log_.last_stable_offset
+                else:
+                    end = log_.high_watermark
+                if end != p.fetch_offset:
+                    return True
+        except Exception:  # noqa: BLE001 - the re-read turns it into the partition's error
+            return True
+        return False
 
     @staticmethod
     def _fetch_satisfied(params: FetchParams, results: list[FetchResult]) -> bool:

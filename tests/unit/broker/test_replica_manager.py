@@ -174,6 +174,35 @@ def test_long_poll_returns_when_an_append_arrives(manager):
     assert manager.delayed.waiting_count == 0
 
 
+def test_a_long_poll_woken_without_news_does_not_read_again(manager):
+    """Kafka's DelayedFetch looks at end offsets before it reads: a wake that brings no
+    records (a notification on the key, a high watermark that did not move) costs no read;
+    a wake with an append reads once."""
+    manager.apply_metadata({"t": topic_meta()})
+    reads = []
+    log_ = manager.hosted("t", 0).log
+    real_read = log_.read
+    log_.read = lambda *a, **kw: reads.append(a[0]) or real_read(*a, **kw)
+
+    async def go():
+        params = FetchParams(-1, 30_000, 1, 1 << 20)
+        waiting = asyncio.create_task(
+            manager.fetch_messages(params, [FetchPartition("t", 0, 0, 1 << 20)])
+        )
+        await asyncio.sleep(0)
+        assert reads == [0]  # the first look
+        for _ in range(3):
+            manager.delayed.notify(("t", 0))
+            await asyncio.sleep(0)
+        assert reads == [0] and not waiting.done()
+        await manager.append_records(1, 1000, {("t", 0): batch(b"news")})
+        return await asyncio.wait_for(waiting, 5)
+
+    (result,) = asyncio.run(go())
+    assert values(result.records) == [b"news"]
+    assert reads == [0, 0]
+
+
 def test_fetch_max_bytes_is_shared_but_the_first_batch_always_comes(manager):
     manager.apply_metadata(
         {
