@@ -314,11 +314,13 @@ def main() -> None:
         result["produce_mb_s_most_vs_fewest_partitions"] = (
             one[-1]["produce_mb_s"] / one[0]["produce_mb_s"]
         )
+    print(json.dumps({k: v for k, v in result.items() if not isinstance(v, list)}, indent=1))
+    if args.json:  # before plotting: a missing matplotlib must not lose a long run's figures
+        Path(args.json).write_text(json.dumps(result, indent=1))
     if args.plots:
         result["plots"] = plot(result, Path(args.plots))
-    print(json.dumps({k: v for k, v in result.items() if not isinstance(v, list)}, indent=1))
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=1))
+        if args.json:
+            Path(args.json).write_text(json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":
