@@ -15,11 +15,13 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from sparklog.broker.replica_manager import ProduceResult
+from sparklog.errors import NotLeaderOrFollowerError
 from sparklog.protocol.codec import EncodedBody
+from sparklog.records.varint import encode_unsigned_varint
 
 _FIRST_VERSION, _LAST_VERSION = 3, 11
 _FLEXIBLE_FROM = 9
-_NOT_LEADER_OR_FOLLOWER = 6
+_NOT_LEADER_OR_FOLLOWER = NotLeaderOrFollowerError.code
 _PARTITION = struct.Struct(">ihqq")  # index, error code, base offset, log append time
 _INT64 = struct.Struct(">q")
 _INT32 = struct.Struct(">i")
@@ -98,7 +100,7 @@ def produce_response_data(
 
 def _array_length(out: bytearray, n: int, flexible: bool) -> None:
     if flexible:
-        _uvarint(out, n + 1)
+        out += encode_unsigned_varint(n + 1)
     else:
         out += _INT32.pack(n)
 
@@ -113,14 +115,7 @@ def _string(out: bytearray, text: str | None, flexible: bool) -> None:
         return
     data = text.encode()
     if flexible:
-        _uvarint(out, len(data) + 1)
+        out += encode_unsigned_varint(len(data) + 1)
     else:
         out += _INT16.pack(len(data))
     out += data
-
-
-def _uvarint(out: bytearray, value: int) -> None:
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)

@@ -411,12 +411,8 @@ class ReplicaManager:
                 hosted = self.hosted(p.topic, p.partition)
                 hosted.partition.check_leader(p.current_leader_epoch)
                 log_ = hosted.log
-                if params.is_from_follower:
-                    end = log_.log_end_offset
-                elif params.isolation_level == READ_COMMITTED:
-                    end = log_.last_stable_offset
-                else:
-                    end = log_.high_watermark
+                upper = _readable_end(params, log_)
+                end = log_.log_end_offset if upper is None else upper
                 if end != p.fetch_offset:
                     return True
         except Exception:  # noqa: BLE001 - the re-read turns it into the partition's error
@@ -464,12 +460,7 @@ class ReplicaManager:
             hosted = self.hosted(p.topic, p.partition)
             hosted.partition.check_leader(p.current_leader_epoch)
             log_ = hosted.log
-            if params.is_from_follower:
-                upper = None
-            elif params.isolation_level == READ_COMMITTED:
-                upper = log_.last_stable_offset
-            else:
-                upper = log_.high_watermark
+            upper = _readable_end(params, log_)
             data = log_.read(
                 p.fetch_offset,
                 max_bytes,
@@ -679,3 +670,13 @@ class ReplicaManager:
     def close(self) -> None:
         """Answer every waiting request now and let no new one wait (shutdown)."""
         self.delayed.close()
+
+
+def _readable_end(params: FetchParams, log_: Any) -> int | None:
+    """Where a fetch's reads stop: the log end for followers (None), the LSO for
+    read_committed consumers, else the high watermark."""
+    if params.is_from_follower:
+        return None
+    if params.isolation_level == READ_COMMITTED:
+        return log_.last_stable_offset
+    return log_.high_watermark
