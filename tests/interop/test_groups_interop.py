@@ -158,7 +158,13 @@ def test_kafka_python_group_of_three(cluster):
                 for records in c.poll(timeout_ms=50).values():
                     seen[i].update(r.value for r in records)
             split = [{tp.partition for tp in c.assignment()} for c in consumers]
-            if sum(len(s) for s in seen) >= RECORDS and all(split):
+            # Settled: every record seen, and each owner's position past the end of what it
+            # owns (records its previous owner read before a rebalance are not the new
+            # owner's position, which is what commit() stores).
+            caught_up = all(
+                c.position(tp) >= RECORDS // PARTITIONS for c in consumers for tp in c.assignment()
+            )
+            if sum(len(s) for s in seen) >= RECORDS and all(split) and caught_up:
                 break
         split = [{tp.partition for tp in c.assignment()} for c in consumers]
         assert set().union(*split) == set(range(PARTITIONS)) and sum(map(len, split)) == 6
