@@ -67,6 +67,10 @@ class BrokerConfig:
     queued_max_requests: int = 500
     queued_max_request_bytes: int = -1
     fetch_max_bytes: int = 57_671_680
+    #: incremental fetch sessions (KIP-227): how many the broker keeps, and how long one must
+    #: sit idle before a new one may take its place
+    max_incremental_fetch_session_cache_slots: int = 1_000
+    min_incremental_fetch_session_eviction_ms: int = 120_000
     # replication (Kafka's ReplicationConfigs): follower fetchers and the ISR
     num_replica_fetchers: int = 1
     replica_fetch_max_bytes: int = 1_048_576

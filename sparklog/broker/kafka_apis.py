@@ -20,6 +20,12 @@ from sparklog.broker import kio_build
 from sparklog.broker.admin_apis import AdminApis
 from sparklog.broker.config import BrokerConfig
 from sparklog.broker.controller_client import ProducerIdManager
+from sparklog.broker.fetch_session import (
+    FINAL_EPOCH,
+    INVALID_SESSION_ID,
+    FetchManager,
+    FetchSessionCache,
+)
 from sparklog.broker.group_apis import REFUSED_GROUP_APIS, handle_not_coordinator
 from sparklog.broker.log_dirs import describe_log_dirs
 from sparklog.broker.log_manager import TopicPartition
@@ -38,7 +44,6 @@ from sparklog.broker.txn_verification import TransactionVerifier
 from sparklog.coordinator.transaction.metadata import TRANSACTION_STATE_NAMES
 from sparklog.errors import (
     CoordinatorNotAvailableError,
-    FetchSessionIdNotFoundError,
     InvalidRequestError,
     KafkaError,
     LeaderNotAvailableError,
@@ -92,6 +97,15 @@ def fetch_partitions(body: Any) -> list[FetchPartition]:
             current_leader_epoch=int(getattr(p, "current_leader_epoch", -1)),
         )
         for t in body.topics
+        for p in t.partitions
+    ]
+
+
+def forgotten_partitions(body: Any) -> list[TopicPartition]:
+    """The partitions an incremental Fetch drops from its session (v7+)."""
+    return [
+        (t.topic, int(p))
+        for t in getattr(body, "forgotten_topics_data", None) or ()
         for p in t.partitions
     ]
 
@@ -186,6 +200,13 @@ class KafkaApis:
         #: large fetched ranges go from the segment files to the socket with sendfile
         self.zero_copy_fetch = str(config.originals.get(ZERO_COPY_FETCH, "true")).lower() != "false"
         self.zero_copy_fetch_bytes = 0  # handed to sendfile, for tests and benchmarks
+        self.incremental_fetches = 0  # served on a KIP-227 session, for tests and benchmarks
+        self.fetch_manager = FetchManager(
+            FetchSessionCache(
+                config.max_incremental_fetch_session_cache_slots,
+                config.min_incremental_fetch_session_eviction_ms,
+            )
+        )
         #: KIP-890 produce-time verification, when there is a coordinator to ask
         self.txn_verifier: TransactionVerifier | None = None
         endpoint = config.originals.get(GROUP_COORDINATOR_ENDPOINT)
@@ -273,24 +294,27 @@ class KafkaApis:
 
     async def handle_fetch(self, request: Request) -> Any:
         body = request.body
-        if int(getattr(body, "session_id", 0)) != 0:
-            # KIP-227 lets a broker refuse sessions; we never hand out a session id.
-            return kio_build.response(
-                request,
-                {
-                    "throttle_time": 0,
-                    "error_code": FetchSessionIdNotFoundError.code,
-                    "session_id": 0,
-                    "responses": [],
-                },
-            )
         params = fetch_params(body, zero_copy=self.zero_copy_fetch)
-        partitions = fetch_partitions(body)
-        results = await self.replica_manager.fetch_messages(params, partitions)
-        items = [
-            (p.topic, fetch_partition_data(p, r, params.isolation_level))
-            for p, r in zip(partitions, results, strict=True)
-        ]
+        context = self.fetch_manager.new_context(
+            int(getattr(body, "session_id", INVALID_SESSION_ID)),
+            int(getattr(body, "session_epoch", FINAL_EPOCH)),
+            fetch_partitions(body),
+            forgotten_partitions(body),
+            from_follower=params.is_from_follower,
+            now_ms=self.replica_manager.now_ms(),
+        )
+        if context.kind == "incremental":
+            self.incremental_fetches += 1
+        results = []
+        if context.partitions:
+            results = await self.replica_manager.fetch_messages(params, context.partitions)
+        error_code, session_id, answered = context.respond(results)
+        if len(answered) < len(results):  # an incremental response leaves some out
+            kept = {id(r) for _p, r in answered}
+            for r in results:
+                if isinstance(r.records, FileRecords) and id(r) not in kept:
+                    r.records.close()
+        items = [(p.topic, fetch_partition_data(p, r, params.isolation_level)) for p, r in answered]
         file_records: dict[bytes, FileRecords] = {}
         for _topic, data in items:
             if isinstance(data["records"], FileRecords):
@@ -302,8 +326,8 @@ class KafkaApis:
             request,
             {
                 "throttle_time": 0,
-                "error_code": 0,
-                "session_id": 0,
+                "error_code": error_code,
+                "session_id": session_id,
                 "responses": group_by_topic(items, "topic"),
             },
         )

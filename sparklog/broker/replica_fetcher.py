@@ -11,7 +11,10 @@ connection to that broker. Each partition moves through three phases:
   answer is for an epoch we hold; with no epochs at all, cut to the high watermark.
 - FETCHING: Fetch from our log end offset with `replica_id` = this broker, append what comes
   unchanged (offsets, epochs and producer state as the leader wrote them), take the leader's
-  high watermark (capped by our log end) and log start offset.
+  high watermark (capped by our log end) and log start offset. Fetches go through an
+  incremental fetch session (KIP-227, `FetchSessionHandler`): a request lists only the
+  partitions whose fetch offset or epoch moved, and the leader answers only partitions with
+  news, so a round costs what changed rather than every partition followed.
 - RESETTING: after OFFSET_OUT_OF_RANGE, ask the leader for its log start and end
   (ListOffsets) and either cut our log to its end or restart ours at its start (Kafka's
   `fetchOffsetAndTruncate`).
@@ -35,16 +38,23 @@ import uuid
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from sparklog.broker import kio_build
 from sparklog.broker.config import BrokerConfig
 from sparklog.broker.log_manager import TopicPartition
 from sparklog.broker.truncation import truncation_for
-from sparklog.errors import KafkaError, KafkaStorageError, OffsetOutOfRangeError
+from sparklog.errors import (
+    FetchSessionIdNotFoundError,
+    InvalidFetchSessionEpochError,
+    KafkaError,
+    KafkaStorageError,
+    OffsetOutOfRangeError,
+)
 from sparklog.protocol import codec
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.protocol.async_client import AsyncKafkaConnection
+from sparklog.protocol.fetch_session_handler import FetchSessionHandler
 from sparklog.records.errors import CorruptRecordError
 from sparklog.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 
@@ -58,6 +68,19 @@ _VERSIONS = {
 
 #: broker id -> its listener (host, port) per the metadata image, None when it has none.
 EndpointLookup = Callable[[int], "tuple[str, int] | None"]
+
+
+#: Top-level Fetch errors about the session itself: the next round starts a new one.
+_SESSION_ERRORS = frozenset({FetchSessionIdNotFoundError.code, InvalidFetchSessionEpochError.code})
+
+
+class FollowerFetch(NamedTuple):
+    """What a follower's Fetch says about one partition; an unchanged one is not sent again
+    within a fetch session (KIP-227)."""
+
+    leader_epoch: int
+    fetch_offset: int
+    log_start_offset: int
 
 
 class FetchPhase(enum.Enum):
@@ -187,6 +210,7 @@ class ReplicaFetcher:
         self._conn: AsyncKafkaConnection | None = None
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
+        self.session: FetchSessionHandler[TopicPartition, FollowerFetch] = FetchSessionHandler()
 
     def __repr__(self) -> str:
         return f"ReplicaFetcher(leader={self.source_id}, id={self.fetcher_id})"
@@ -443,47 +467,64 @@ class ReplicaFetcher:
 
     async def _fetch(self, due: dict[TopicPartition, PartitionFetchState]) -> None:
         config = self.manager.config
-        log_starts = {}
+        wanted = {}
         for tp, state in due.items():
             hosted = self._following(tp, state)
-            log_starts[tp] = hosted.log.log_start_offset if hosted is not None else -1
-        response = await self._call(
-            ApiKey.FETCH,
-            {
-                "replica_id": self.manager.node_id,
-                "max_wait": config.replica_fetch_wait_max_ms,
-                "min_bytes": config.replica_fetch_min_bytes,
-                "max_bytes": config.replica_fetch_response_max_bytes,
-                "isolation_level": 0,
-                "session_id": 0,
-                "session_epoch": -1,
-                "topics": _by_topic(
-                    due,
-                    lambda tp, s: {
-                        "partition": tp[1],
-                        "current_leader_epoch": s.leader_epoch,
-                        "fetch_offset": s.fetch_offset,
-                        "last_fetched_epoch": -1,
-                        "log_start_offset": log_starts[tp],
-                        "partition_max_bytes": config.replica_fetch_max_bytes,
-                    },
-                ),
-                "forgotten_topics_data": [],
-                "rack_id": "",
-            },
-            extra_wait_ms=config.replica_fetch_wait_max_ms,
-        )
+            log_start = hosted.log.log_start_offset if hosted is not None else -1
+            wanted[tp] = FollowerFetch(state.leader_epoch, state.fetch_offset, log_start)
+        request = self.session.build(wanted)
+        try:
+            response = await self._call(
+                ApiKey.FETCH,
+                {
+                    "replica_id": self.manager.node_id,
+                    "max_wait": config.replica_fetch_wait_max_ms,
+                    "min_bytes": config.replica_fetch_min_bytes,
+                    "max_bytes": config.replica_fetch_response_max_bytes,
+                    "isolation_level": 0,
+                    "session_id": request.session_id,
+                    "session_epoch": request.epoch,
+                    "topics": _by_topic(
+                        request.to_send,
+                        lambda tp, f: {
+                            "partition": tp[1],
+                            "current_leader_epoch": f.leader_epoch,
+                            "fetch_offset": f.fetch_offset,
+                            "last_fetched_epoch": -1,
+                            "log_start_offset": f.log_start_offset,
+                            "partition_max_bytes": config.replica_fetch_max_bytes,
+                        },
+                    ),
+                    "forgotten_topics_data": [
+                        {"topic": topic, "partitions": partitions}
+                        for topic, partitions in _group(request.to_forget).items()
+                    ],
+                    "rack_id": "",
+                },
+                extra_wait_ms=config.replica_fetch_wait_max_ms,
+            )
+        except BaseException:
+            self.session.handle_error()
+            raise
         now = self.manager.clock_ms()
-        if response.error_code:
-            for tp, state in due.items():
-                self._on_partition_error(tp, state, int(response.error_code), now)
-            return
-        for topic in response.responses:
-            for p in topic.partitions:
-                tp = (topic.topic, int(p.partition_index))
-                state = due.get(tp)
-                if state is not None and self._current(tp, state):
-                    self._process_partition(tp, state, p, now)
+        answered = [
+            ((topic.topic, int(p.partition_index)), p)
+            for topic in response.responses
+            for p in topic.partitions
+        ]
+        error_code = int(response.error_code)
+        session_id = int(getattr(response, "session_id", 0))
+        if not self.session.handle_response(
+            request, error_code, session_id, (tp for tp, _p in answered)
+        ):
+            if error_code and error_code not in _SESSION_ERRORS:
+                for tp, state in due.items():
+                    self._on_partition_error(tp, state, error_code, now)
+            return  # otherwise the next round is a full fetch that starts a new session
+        for tp, p in answered:
+            state = due.get(tp)
+            if state is not None and self._current(tp, state):
+                self._process_partition(tp, state, p, now)
 
     def _process_partition(
         self, tp: TopicPartition, state: PartitionFetchState, data: Any, now_ms: int
@@ -532,6 +573,13 @@ class ReplicaFetcher:
             return self.manager.replica_manager.following(tp, state.leader_epoch)
         except KafkaError:
             return None
+
+
+def _group(partitions: list[TopicPartition]) -> dict[str, list[int]]:
+    grouped: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        grouped.setdefault(topic, []).append(partition)
+    return grouped
 
 
 def _by_topic(

@@ -144,6 +144,7 @@ async def fetch(
     isolation_level: int = 0,
     current_leader_epoch: int = -1,
     session_id: int = 0,
+    session_epoch: int = -1,
     version: int | None = None,
 ) -> Any:
     """The partition data of a one-partition Fetch (the whole response when it failed)."""
@@ -157,7 +158,7 @@ async def fetch(
             "max_bytes": max_bytes,
             "isolation_level": isolation_level,
             "session_id": session_id,
-            "session_epoch": -1,
+            "session_epoch": session_epoch,
             "topics": [
                 {
                     "topic": topic,

@@ -486,7 +486,7 @@ def test_fetch_errors_and_limits(cluster):
             beyond = await fetch(conn, topic, 99)
             at_end = await fetch(conn, topic, 5)
             small = await fetch(conn, topic, 0, partition_max_bytes=10)  # one whole batch anyway
-            session = await fetch(conn, topic, 0, session_id=12)
+            session = await fetch(conn, topic, 0, session_id=12, session_epoch=3)
             meta = await metadata(conn, [topic])
             epoch = meta.topics[0].partitions[0].leader_epoch
             fenced = (
