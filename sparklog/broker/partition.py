@@ -352,6 +352,7 @@ class Partition:
             raise NotLeaderOrFollowerError(
                 f"broker {replica_id} is not a replica of {self.topic}-{self.partition_index}"
             )
+        previous_end = replica.log_end_offset
         replica.update_fetch_state(now_ms, fetch_offset, leader_log_end_offset)
         events: list[Event] = []
         if replica_eligible and self._follower_may_join(replica):
@@ -359,7 +360,8 @@ class Partition:
                 tuple(sorted({*self.isr, replica_id})), self.leader_epoch, self.partition_epoch
             )
             events.append(self.pending_isr)
-        events[:0] = self._maybe_increment_high_watermark(leader_log_end_offset)
+        if fetch_offset != previous_end:  # as Kafka: only a follower that moved moves the HW
+            events[:0] = self._maybe_increment_high_watermark(leader_log_end_offset)
         return events
 
     def _follower_may_join(self, replica: RemoteReplica) -> bool:

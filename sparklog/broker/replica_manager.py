@@ -28,7 +28,7 @@ import logging
 import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from sparklog.broker.delayed import DelayedOperations, wait_until
 from sparklog.broker.log_manager import LogManager, TopicPartition
@@ -120,8 +120,9 @@ class FetchParams:
         return self.replica_id >= 0
 
 
-@dataclass(frozen=True, slots=True)
-class FetchResult:
+class FetchResult(NamedTuple):
+    """One partition's answer to a fetch (a tuple: a large session builds one per partition)."""
+
     error_code: int = 0
     high_watermark: int = -1
     last_stable_offset: int = -1
@@ -377,27 +378,62 @@ class ReplicaManager:
     async def fetch_messages(
         self, params: FetchParams, partitions: list[FetchPartition]
     ) -> list[FetchResult]:
-        """Read every partition, long-polling until `min_bytes` are there (Kafka's DelayedFetch)."""
-        results = self._read_all(params, partitions)
-        if self._fetch_satisfied(params, results):
-            return results
+        """Read every partition, long-polling until `min_bytes` are there (Kafka's DelayedFetch).
+
+        A follower's fetch state is updated once, as the fetch arrives (Kafka's
+        updateFollowerFetchState). A caught-up fetch that may wait is not read until some
+        partition has news: most long polls arrive with nothing to read, and reading every
+        partition of a large fetch session cost more than the appends it waited for."""
+        if params.is_from_follower:
+            self._update_follower_states(params, partitions)
+        results: list[FetchResult] | None = None
+        may_wait = params.max_wait_ms > 0 and params.min_bytes > 0 and partitions
+        if not may_wait or self._may_have_news(params, partitions):
+            results = self._read_all(params, partitions)
+            if self._fetch_satisfied(params, results):
+                return results
         keys = [(p.topic, p.partition) for p in partitions]
 
         def check() -> bool:
             nonlocal results
             if not self._may_have_news(params, partitions):
                 return False
-            for old in results:
+            for old in results or ():
                 if isinstance(old.records, FileRecords):
                     old.records.close()
-            # A follower's fetch state is updated once, as the fetch arrives (Kafka's
-            # updateFollowerFetchState): re-reads after a wake would report the same offsets,
-            # and their events would wake the other followers' fetches, which re-read too.
-            results = self._read_all(params, partitions, update_followers=False)
+            results = self._read_all(params, partitions)
             return self._fetch_satisfied(params, results)
 
         await wait_until(self.delayed, keys, check, params.max_wait_ms / 1000)
-        return results
+        return self._read_all(params, partitions) if results is None else results
+
+    def _update_follower_states(
+        self, params: FetchParams, partitions: list[FetchPartition]
+    ) -> None:
+        """A follower fetched: it holds everything below each fetch offset (errors are left to
+        the read, which answers them)."""
+        now_ms = self._clock_ms()
+        eligible = self._live_brokers is None or params.replica_id in self._live_brokers
+        for p in partitions:
+            tp = (p.topic, p.partition)
+            hosted = self._partitions.get(tp)
+            try:
+                if hosted is None or self.dir_failures.offline:
+                    continue
+                hosted.partition.check_leader(p.current_leader_epoch)
+                log_ = hosted.log
+                if not log_.log_start_offset <= p.fetch_offset <= log_.log_end_offset:
+                    continue  # OFFSET_OUT_OF_RANGE, from the read
+                events = hosted.partition.on_follower_fetch(
+                    now_ms,
+                    params.replica_id,
+                    p.fetch_offset,
+                    log_.log_end_offset,
+                    replica_eligible=eligible,
+                )
+            except KafkaError:
+                continue
+            self._apply_events(tp, hosted, events)
 
     def _may_have_news(self, params: FetchParams, partitions: list[FetchPartition]) -> bool:
         """Whether a waiting fetch should read again after a wake (Kafka's `DelayedFetch.
@@ -427,9 +463,7 @@ class ReplicaManager:
             return True
         return sum(len(r.records) for r in results) >= params.min_bytes
 
-    def _read_all(
-        self, params: FetchParams, partitions: list[FetchPartition], update_followers: bool = True
-    ) -> list[FetchResult]:
+    def _read_all(self, params: FetchParams, partitions: list[FetchPartition]) -> list[FetchResult]:
         budget = min(params.max_bytes, self.fetch_max_bytes)
         min_one_batch = True
         results = []
@@ -439,7 +473,6 @@ class ReplicaManager:
                 p,
                 max(0, min(p.partition_max_bytes, budget)),
                 min_one_batch,
-                update_followers,
             )
             if result.records:
                 budget -= len(result.records)
@@ -453,7 +486,6 @@ class ReplicaManager:
         p: FetchPartition,
         max_bytes: int,
         min_one_batch: bool,
-        update_follower: bool = True,
     ) -> FetchResult:
         try:
             self.dir_failures.check()
@@ -461,24 +493,20 @@ class ReplicaManager:
             hosted.partition.check_leader(p.current_leader_epoch)
             log_ = hosted.log
             upper = _readable_end(params, log_)
-            data = log_.read(
-                p.fetch_offset,
-                max_bytes,
-                upper_bound_offset=upper,
-                min_one_batch=min_one_batch and max_bytes > 0,
-                include_aborted=params.isolation_level == READ_COMMITTED,
-                zero_copy=params.zero_copy,
-            )
-            if params.is_from_follower and update_follower:
-                events = hosted.partition.on_follower_fetch(
-                    self._clock_ms(),
-                    params.replica_id,
+            end = log_.log_end_offset if upper is None else upper
+            if p.fetch_offset == end and p.fetch_offset >= log_.log_start_offset:
+                records: bytes | FileRecords = b""  # caught up: most partitions of a session
+                aborted = () if params.isolation_level == READ_COMMITTED else None
+            else:
+                data = log_.read(
                     p.fetch_offset,
-                    log_.log_end_offset,
-                    replica_eligible=self._live_brokers is None
-                    or params.replica_id in self._live_brokers,
+                    max_bytes,
+                    upper_bound_offset=upper,
+                    min_one_batch=min_one_batch and max_bytes > 0,
+                    include_aborted=params.isolation_level == READ_COMMITTED,
+                    zero_copy=params.zero_copy,
                 )
-                self._apply_events((p.topic, p.partition), hosted, events)
+                records, aborted = data.records, data.aborted_transactions
         except Exception as e:  # noqa: BLE001 - becomes this partition's error code
             self._on_storage_error(e, f"fetch from {p.topic}-{p.partition}")
             code, _message = error_code_of(e, f"fetch from {p.topic}-{p.partition}")
@@ -489,8 +517,8 @@ class ReplicaManager:
             high_watermark=log_.high_watermark,
             last_stable_offset=log_.last_stable_offset,
             log_start_offset=log_.log_start_offset,
-            records=data.records,
-            aborted_transactions=data.aborted_transactions,
+            records=records,
+            aborted_transactions=aborted,
         )
 
     # -- offsets ----------------------------------------------------------------------------

@@ -348,8 +348,11 @@ class ProducerStateManager:
     def first_unstable_offset(self) -> int | None:
         """Earliest first offset of a transaction undecided or decided above the high watermark
         (the LSO building block, Kafka's `firstUnstableOffset`)."""
-        firsts = [next(iter(t)) for t in (self._ongoing_txns, self._unreplicated_txns) if t]
-        return min(firsts, default=None)
+        ongoing, unreplicated = self._ongoing_txns, self._unreplicated_txns
+        if not ongoing:
+            return next(iter(unreplicated)) if unreplicated else None
+        first = next(iter(ongoing))
+        return min(first, next(iter(unreplicated))) if unreplicated else first
 
     def last_stable_offset(self, high_watermark: int) -> int:
         """The LSO a read_committed fetch stops at: the first unstable offset if below the high

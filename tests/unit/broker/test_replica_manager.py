@@ -175,9 +175,9 @@ def test_long_poll_returns_when_an_append_arrives(manager):
 
 
 def test_a_long_poll_woken_without_news_does_not_read_again(manager):
-    """Kafka's DelayedFetch looks at end offsets before it reads: a wake that brings no
-    records (a notification on the key, a high watermark that did not move) costs no read;
-    a wake with an append reads once."""
+    """Kafka's DelayedFetch looks at end offsets before it reads: a caught-up fetch is not read
+    as it arrives, a wake that brings no records (a notification on the key, a high watermark
+    that did not move) costs no read, and a wake with an append reads once."""
     manager.apply_metadata({"t": topic_meta()})
     reads = []
     log_ = manager.hosted("t", 0).log
@@ -190,17 +190,43 @@ def test_a_long_poll_woken_without_news_does_not_read_again(manager):
             manager.fetch_messages(params, [FetchPartition("t", 0, 0, 1 << 20)])
         )
         await asyncio.sleep(0)
-        assert reads == [0]  # the first look
+        assert reads == [] and manager.delayed.waiting_count == 1
         for _ in range(3):
             manager.delayed.notify(("t", 0))
             await asyncio.sleep(0)
-        assert reads == [0] and not waiting.done()
+        assert reads == [] and not waiting.done()
         await manager.append_records(1, 1000, {("t", 0): batch(b"news")})
         return await asyncio.wait_for(waiting, 5)
 
     (result,) = asyncio.run(go())
     assert values(result.records) == [b"news"]
-    assert reads == [0, 0]
+    assert reads == [0]
+    # Nothing came before the deadline: the answer (caught up) needs no read of the segments.
+    empty = fetch(manager, 1, max_wait_ms=50)
+    assert (empty.error_code, empty.records, empty.high_watermark, reads) == (NONE, b"", 1, [0])
+
+
+def test_a_caught_up_follower_fetch_that_waits_still_moves_the_high_watermark(manager):
+    """The follower's fetch state is taken as the fetch arrives, not when it is answered: a
+    follower that has everything parks its fetch, and the acks=all produce it completes is
+    released at once."""
+    regs = {0: PartitionRegistration((NODE, 2), (NODE, 2), NODE, 0, 0)}
+    manager.apply_metadata({"t": topic_meta(partitions=regs)})
+
+    async def go():
+        produce_ = asyncio.create_task(manager.append_records(-1, 10_000, {("t", 0): batch(b"a")}))
+        await asyncio.sleep(0)
+        assert not produce_.done()
+        params = FetchParams(2, 30_000, 1, 1 << 20)
+        parked = asyncio.create_task(
+            manager.fetch_messages(params, [FetchPartition("t", 0, 1, 1 << 20)])
+        )
+        result = await asyncio.wait_for(produce_, 5)
+        assert not parked.done() and manager.hosted("t", 0).log.high_watermark == 1
+        parked.cancel()
+        return result
+
+    assert asyncio.run(go())[("t", 0)].error_code == NONE
 
 
 def test_fetch_max_bytes_is_shared_but_the_first_batch_always_comes(manager):
