@@ -6,7 +6,8 @@ in one process, as `bench_vs_kafka` does) on a fresh data dir and measures:
   partitions   one broker with 1, 100, 1,000 and 5,000 partitions in one topic (RF=1), and
                three brokers RF=3 up to 1,000: produce MB/s (confluent-kafka, acks=all, lz4,
                100-byte values with 10,000 keys, so every partition gets data, at librdkafka's
-               default linger.ms: more partitions mean smaller batches), broker RSS after the load,
+               default linger.ms: more partitions mean smaller batches; once with librdkafka's
+               default max.in.flight and once with 5, as Kafka's Java producer), broker RSS after the load,
                the Metadata response for the topic (bytes, median latency of raw v12 requests)
                and the restart time: SIGKILL, start again on the same dirs, time until every
                partition has a leader in Metadata (controller replay + brokers' log loading).
@@ -45,6 +46,7 @@ from sparklog.protocol.api_versions import ApiKey
 
 LIBRDKAFKA = {"broker.address.family": "v4"}
 VALUE = b"v" * 100
+IN_FLIGHT_5 = {"max.in.flight.requests.per.connection": 5}
 
 
 class Serve:
@@ -136,28 +138,48 @@ def wait_for_leaders(bootstrap: str, topic: str, partitions: int, timeout_s: flo
     raise SystemExit(f"{topic}: not every partition had a leader within {timeout_s} s")
 
 
+def wait_for_full_isr(bootstrap: str, topic: str, rf: int, timeout_s: float = 600) -> float:
+    """Seconds until every partition of `topic` has all `rf` replicas in its ISR."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout_s:
+        response, _, _ = metadata(bootstrap, topic)
+        parts = response.topics[0].partitions if response.topics else []
+        if parts and all(len(p.isr_nodes) == rf for p in parts):
+            return time.monotonic() - started
+        time.sleep(0.1)
+    raise SystemExit(f"{topic}: the ISRs did not fill within {timeout_s} s")
+
+
 def create_topic(bootstrap: str, partitions: int, rf: int) -> str:
+    """Create the topic and wait until every partition has a leader and a full ISR (so acks=all
+    waits for every replica from the first record)."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     name = f"scale-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": bootstrap, **LIBRDKAFKA})
     admin.create_topics([NewTopic(name, partitions, rf)])[name].result(300)
     wait_for_leaders(bootstrap, name, partitions)
+    wait_for_full_isr(bootstrap, name, rf)
     return name
 
 
 def produce(
-    bootstrap: str, topic: str, seconds: float, value: bytes, max_bytes: float = float("inf")
+    bootstrap: str,
+    topic: str,
+    seconds: float,
+    value: bytes,
+    max_bytes: float = float("inf"),
+    **settings: Any,
 ) -> dict:
     """acks=all lz4 produce for `seconds` (or until `max_bytes` of values), keyed records
-    spread over every partition by librdkafka's murmur2 partitioner at its default linger.ms:
-    MB/s of values."""
+    spread over every partition by librdkafka's murmur2 partitioner at its default linger.ms
+    (`settings` overrides librdkafka settings): MB/s of values."""
     from confluent_kafka import Producer
 
     producer = Producer(
         {"bootstrap.servers": bootstrap, **LIBRDKAFKA, "acks": "all",
          "partitioner": "murmur2_random", "compression.type": "lz4",
-         "queue.buffering.max.kbytes": 262144}
+         "queue.buffering.max.kbytes": 262144, **settings}
     )  # fmt: skip
     keys = [b"key-%d" % i for i in range(10_000)]
     sent = 0
@@ -183,6 +205,9 @@ def partitions_cell(n: int, brokers: int, seconds: float) -> dict:
             started = time.monotonic()
             topic = create_topic(serve.bootstrap, n, brokers)
             create_s = time.monotonic() - started
+            # librdkafka's default max.in.flight is 1,000,000; Kafka's Java producer (and any
+            # idempotent producer) keeps 5, which lets batches grow while acks=all waits.
+            bounded = produce(serve.bootstrap, topic, seconds, VALUE, **IN_FLIGHT_5)
             load = produce(serve.bootstrap, topic, seconds, VALUE)
             rss = serve.rss_mb()
             latencies, size = [], 0
@@ -199,13 +224,15 @@ def partitions_cell(n: int, brokers: int, seconds: float) -> dict:
         "brokers": brokers,
         "create_topic_s": create_s,
         "produce_mb_s": load["mb_s"],
+        "produce_mb_s_in_flight_5": bounded["mb_s"],
         "rss_mb": rss,
         "metadata_bytes": size,
         "metadata_ms": statistics.median(latencies) * 1000,
         "restart_s": restart_s,
     }
     print(
-        f"  {brokers} broker(s), {n:>5} partitions: produce {cell['produce_mb_s']:6.1f} MB/s, "
+        f"  {brokers} broker(s), {n:>5} partitions: produce {cell['produce_mb_s']:6.1f} MB/s "
+        f"({cell['produce_mb_s_in_flight_5']:6.1f} with 5 in flight), "
         f"RSS {rss:6.0f} MB, Metadata {size:>8,} B in {cell['metadata_ms']:6.2f} ms, "
         f"create {create_s:5.2f} s, restart after SIGKILL {restart_s:5.2f} s",
         flush=True,
@@ -263,6 +290,7 @@ def plot(result: dict, directory: Path) -> list[str]:
     written = []
     curves = [
         ("produce_mb_s", "produce MB/s (acks=all, lz4, 100 B)"),
+        ("produce_mb_s_in_flight_5", "produce MB/s, max.in.flight=5 (acks=all, lz4, 100 B)"),
         ("rss_mb", "broker process RSS after the load (MB)"),
         ("metadata_ms", "Metadata latency for the topic (ms)"),
         ("metadata_bytes", "Metadata response size (bytes)"),
