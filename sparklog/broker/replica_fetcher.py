@@ -517,10 +517,17 @@ class ReplicaFetcher:
         if not self.session.handle_response(
             request, error_code, session_id, (tp for tp, _p in answered)
         ):
-            if error_code and error_code not in _SESSION_ERRORS:
-                for tp, state in due.items():
-                    self._on_partition_error(tp, state, error_code, now)
-            return  # otherwise the next round is a full fetch that starts a new session
+            if error_code in _SESSION_ERRORS:
+                return  # the next round is a full fetch that starts a new session
+            if not error_code:
+                log.warning(
+                    "broker %d: %r answered partitions this fetch did not ask for; retrying",
+                    self.manager.node_id,
+                    self,
+                )
+            for tp, state in due.items():
+                self._on_partition_error(tp, state, error_code, now)
+            return
         for tp, p in answered:
             state = due.get(tp)
             if state is not None and self._current(tp, state):

@@ -123,6 +123,38 @@ def test_rf3_topic_replicates_byte_identically(replicated_cluster):
             assert follower_log.epoch_cache.entries() == leader_log.epoch_cache.entries()
 
 
+def test_followers_replicate_through_fetch_sessions_and_recover_a_lost_one(replicated_cluster):
+    """Followers fetch through incremental sessions (KIP-227): rounds after the first list only
+    what changed. When the leader drops every session (a restart, an eviction) the followers'
+    next fetch gets FETCH_SESSION_ID_NOT_FOUND, opens a new session and loses nothing."""
+    c = replicated_cluster
+    topic = make_topic(c, partitions=4)
+    leaders = {p: c.leader_of(topic, p) for p in range(4)}
+    before = {b.node_id: b.apis.incremental_fetches for b in c.brokers}
+    for p, leader in leaders.items():
+        responses = produce_to(
+            c, leader, topic, [b"a%d-%d" % (p, i) for i in range(5)], partition=p
+        )
+        assert {r.error_code for r in responses} == {NONE}
+    for p in leaders:
+        assert wait_in_sync(c, topic, p) == 5
+    for leader in set(leaders.values()):
+        apis = broker(c, leader).apis
+        assert apis.incremental_fetches > before[leader]
+        assert apis.fetch_manager.cache.sessions, "followers hold sessions on their leader"
+        apis.fetch_manager.cache.sessions.clear()
+    for p, leader in leaders.items():
+        responses = produce_to(
+            c, leader, topic, [b"b%d-%d" % (p, i) for i in range(5)], partition=p
+        )
+        assert {r.error_code for r in responses} == {NONE}
+    for p, leader in leaders.items():
+        assert wait_in_sync(c, topic, p) == 10
+        want = [b"a%d-%d" % (p, i) for i in range(5)] + [b"b%d-%d" % (p, i) for i in range(5)]
+        assert all(values_on(b, topic, p) == want for b in c.brokers)
+        assert broker(c, leader).apis.fetch_manager.cache.sessions, "a new session was opened"
+
+
 def test_acks_all_waits_for_followers_and_consumers_see_only_the_high_watermark(
     replicated_cluster,
 ):
