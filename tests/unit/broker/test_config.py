@@ -51,6 +51,29 @@ def test_listeners_and_cleaner_settings():
     )
 
 
+def test_fetch_session_settings_have_kafkas_names_and_defaults_in_the_conf_file():
+    from pathlib import Path
+
+    conf = Path(__file__).parents[3] / "conf" / "sparklog-defaults.conf"
+    entries = dict(line.split("=", 1) for line in conf.read_text().splitlines() if "=" in line[:80])
+    names = [
+        "max.incremental.fetch.session.cache.slots",
+        "min.incremental.fetch.session.eviction.ms",
+    ]
+    props = BrokerConfig.from_properties({}).broker_properties()
+    assert (
+        {n: props[n] for n in names}
+        == {n: entries[n] for n in names}
+        == {
+            names[0]: "1000",
+            names[1]: "120000",
+        }
+    )
+    c = BrokerConfig.from_properties({names[0]: "0", names[1]: "5"})
+    assert (c.max_incremental_fetch_session_cache_slots, c.unknown) == (0, ())
+    assert c.min_incremental_fetch_session_eviction_ms == 5
+
+
 def test_replication_settings_have_kafkas_names_and_defaults_in_the_conf_file():
     from pathlib import Path
 
