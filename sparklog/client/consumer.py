@@ -469,9 +469,10 @@ class KafkaConsumer:
                 try:
                     response = future.result()
                 except KafkaError:  # the leader died or timed out: same position, new metadata
+                    self._fetcher.on_fetch_failure(node)
                     self._back_off(node)
                     continue
-                self._apply(node, self._fetcher.on_fetch_response(offsets, response))
+                self._apply(node, self._fetcher.on_fetch_response(offsets, response, node))
 
     def _apply(self, node: int, result: FetchResult) -> None:
         if result.refresh_metadata:
@@ -552,11 +553,28 @@ class KafkaConsumer:
                     log.info("the final auto commit failed: %s", e)
             self._group.close()
         self._closed = True
+        self._close_fetch_sessions()
         self._network.close()
+
+    def _close_fetch_sessions(self) -> None:
+        """Best effort, as Kafka's consumer: tell each broker without a fetch of ours in flight
+        to drop our fetch session now rather than keep it until it is evicted."""
+        closing = self._fetcher.close_session_requests()
+        futures = [
+            self._network.send(node, ApiKey.FETCH, fields, timeout_ms=_CLOSE_SESSION_TIMEOUT_MS)
+            for node, fields in closing.items()
+            if node not in self._in_flight
+        ]
+        if futures:
+            wait(futures, timeout=_CLOSE_SESSION_TIMEOUT_MS / 1000)
 
     def _check_open(self) -> None:
         if self._closed:
             raise ClientClosedError("the consumer is closed")
+
+
+#: How long `close()` waits for the brokers to drop its fetch sessions.
+_CLOSE_SESSION_TIMEOUT_MS = 1_000
 
 
 def _deserialize(deserializer: Any, topic: str, data: bytes | None) -> Any:

@@ -3,8 +3,11 @@
 
 Theory of operation. Every assigned partition has a position: the offset of the next record
 to return (None until it is set by `seek` or reset by `auto.offset.reset`). `fetch_requests()`
-builds one sessionless Fetch per leader for the partitions that are assigned, not paused and
-have a position, and whose leader has no fetch in flight. Fetches are pipelined: a partition
+builds one Fetch per leader for the partitions that are assigned, not paused and have a
+position, and whose leader has no fetch in flight. Each leader's fetches run in an incremental
+fetch session (KIP-227, `FetchSessionHandler`): after the first full Fetch a request lists only
+partitions whose fetch offset or leader epoch moved (and those to forget), and a partition left
+out of a response has no news; a session error is no user error, the next Fetch is full. Fetches are pipelined: a partition
 with one buffered response is fetched again at the offset after that response's last batch
 (read from batch headers, before any record is decoded) when that offset is below the high
 watermark the response reported, so the next response travels while the buffered one is
@@ -42,7 +45,19 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from sparklog.errors import OffsetOutOfRangeError, UnsupportedVersionError, error_for_code
+from sparklog.errors import (
+    FetchSessionIdNotFoundError,
+    InvalidFetchSessionEpochError,
+    OffsetOutOfRangeError,
+    UnsupportedVersionError,
+    error_for_code,
+)
+from sparklog.protocol.fetch_session_handler import (
+    FINAL_EPOCH,
+    INVALID_SESSION_ID,
+    FetchRequestData,
+    FetchSessionHandler,
+)
 from sparklog.records import iter_batches
 from sparklog.records.arrow_codec import read_batches
 from sparklog.records.batch import RecordBatch
@@ -58,6 +73,8 @@ log = logging.getLogger(__name__)
 OFFSET_OUT_OF_RANGE = 1
 READ_COMMITTED = 1
 CONSUMER_REPLICA_ID = -1
+
+_SESSION_ERRORS = frozenset({FetchSessionIdNotFoundError.code, InvalidFetchSessionEpochError.code})
 
 ARROW_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType")
 
@@ -237,6 +254,9 @@ class Fetcher:
         self.check_crcs = check_crcs
         self.client_rack = client_rack
         self._buffer: deque[CompletedFetch] = deque()
+        #: KIP-227 sessions per broker, and the request each one has in flight
+        self._sessions: dict[int, FetchSessionHandler[TopicPartition, tuple[int, int]]] = {}
+        self._session_requests: dict[int, FetchRequestData] = {}
 
     def buffered_partitions(self) -> set[TopicPartition]:
         return {cf.tp for cf in self._buffer}
@@ -287,45 +307,86 @@ class Fetcher:
             if prefetch is not None:
                 prefetch.prefetched = True
             by_node.setdefault(leader, {})[tp] = offset
-        return {
-            node: (self._fields(offsets, cluster), offsets) for node, offsets in by_node.items()
-        }, no_leader
+        requests = {}
+        for node, offsets in by_node.items():
+            # The leader epoch we believe in: a broker with another one answers
+            # FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH instead of serving a stale log.
+            wanted = {tp: (cluster.leader_epoch_for(tp), o) for tp, o in offsets.items()}
+            session = self._sessions.setdefault(node, FetchSessionHandler())
+            request = self._session_requests[node] = session.build(wanted)
+            requests[node] = (self._fields(request), offsets)
+        return requests, no_leader
 
-    def _fields(self, offsets: dict[TopicPartition, int], cluster: Cluster) -> dict:
+    def close_session_requests(self) -> dict[int, dict]:
+        """{broker: Fetch fields} that close this consumer's fetch sessions (Kafka's consumer
+        sends them as it closes), so the brokers need not keep them until eviction."""
+        closing = {}
+        for node, session in self._sessions.items():
+            if session.session_id != INVALID_SESSION_ID:
+                request = FetchRequestData(session.session_id, FINAL_EPOCH, {}, [])
+                closing[node] = {**self._fields(request), "max_wait": 0, "min_bytes": 0}
+        self._sessions.clear()
+        return closing
+
+    def on_fetch_failure(self, node: int) -> None:
+        """The fetch to `node` got no answer: its session is closed by the next request."""
+        self._session_requests.pop(node, None)
+        session = self._sessions.get(node)
+        if session is not None:
+            session.handle_error()
+
+    def _fields(self, request: FetchRequestData) -> dict:
         topics: dict[str, list[dict]] = {}
-        for tp, offset in offsets.items():
+        for tp, (leader_epoch, offset) in request.to_send.items():
             topics.setdefault(tp.topic, []).append(
                 {
                     "partition": tp.partition,
-                    # The leader epoch we believe in: a broker with another one answers
-                    # FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH instead of serving a stale log.
-                    "current_leader_epoch": cluster.leader_epoch_for(tp),
+                    "current_leader_epoch": leader_epoch,
                     "fetch_offset": offset,
                     "last_fetched_epoch": -1,
                     "log_start_offset": -1,
                     "partition_max_bytes": self.max_partition_fetch_bytes,
                 }
             )
+        forgotten: dict[str, list[int]] = {}
+        for tp in request.to_forget:
+            forgotten.setdefault(tp.topic, []).append(tp.partition)
         return {
             "replica_id": -1,
             "max_wait": self.fetch_max_wait_ms,
             "min_bytes": self.fetch_min_bytes,
             "max_bytes": self.fetch_max_bytes,
             "isolation_level": self.isolation_level,
-            "session_id": 0,
-            "session_epoch": -1,  # FINAL_EPOCH: a sessionless full fetch (KIP-227)
+            "session_id": request.session_id,
+            "session_epoch": request.epoch,
             "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
-            "forgotten_topics_data": [],
+            "forgotten_topics_data": [
+                {"topic": t, "partitions": ps} for t, ps in forgotten.items()
+            ],
             "rack_id": self.client_rack,
         }
 
-    def on_fetch_response(self, offsets: dict[TopicPartition, int], response: Any) -> FetchResult:
-        """Buffer the data of partitions whose position did not move since the request."""
+    def on_fetch_response(
+        self, offsets: dict[TopicPartition, int], response: Any, node: int | None = None
+    ) -> FetchResult:
+        """Buffer the data of partitions whose position did not move since the request. In an
+        incremental session (KIP-227) a partition left out of the response has no news."""
         refresh = False
         out_of_range: dict[TopicPartition, int] = {}
         errors: list[BaseException] = []
-        if int(getattr(response, "error_code", 0)) != 0:
-            code = int(response.error_code)
+        code = int(getattr(response, "error_code", 0))
+        request = self._session_requests.pop(node, None) if node is not None else None
+        if request is not None:
+            answered = [
+                TopicPartition(t.topic, int(p.partition_index))
+                for t in response.responses
+                for p in t.partitions
+            ]
+            session_id = int(getattr(response, "session_id", INVALID_SESSION_ID))
+            usable = self._sessions[node].handle_response(request, code, session_id, answered)
+            if not usable and (code == 0 or code in _SESSION_ERRORS):
+                return FetchResult()  # the next fetch is a full one, on a new session
+        if code != 0:
             return FetchResult(True, {}, [error_for_code(code)(f"Fetch failed with error {code}")])
         for topic in response.responses:
             for p in topic.partitions:

@@ -376,6 +376,29 @@ def test_without_idempotence_the_same_fault_duplicates(cluster, admin):
 # ------------------------------------------------------------------------------ consuming
 
 
+def test_the_consumer_fetches_through_a_session_and_closes_it(cluster, admin):
+    """KIP-227 as Kafka's consumer does it: after the first full fetch the consumer fetches
+    incrementally (an idle poll lists nothing) and reads everything; closed with no fetch in
+    flight, it drops its session instead of leaving it in the broker's cache."""
+    topic = new_topic(admin, partitions=3)
+    with producer(cluster) as p:
+        for i in range(30):
+            p.send(topic, b"v%d" % i, partition=i % 3)
+    apis = cluster.brokers[0].apis
+    sessions = apis.fetch_manager.cache.sessions
+    before_ids, before_count = set(sessions), apis.incremental_fetches
+    with consumer(cluster) as c:
+        c.assign([(topic, p) for p in range(3)])
+        got = consume(c, 30)
+        assert c.poll(300) == []
+        assert apis.incremental_fetches > before_count
+        assert set(sessions) - before_ids, "the consumer holds a session"
+        c.pause([(topic, p) for p in range(3)])
+        assert c.poll(800) == []  # the last long poll ends; nothing is fetched after it
+    assert sorted(r.value for r in got) == sorted(b"v%d" % i for i in range(30))
+    assert set(sessions) <= before_ids, "close dropped the session"
+
+
 def test_consumer_positions_seek_and_offset_reset(cluster, admin):
     topic = new_topic(admin)
     tp = TopicPartition(topic, 0)

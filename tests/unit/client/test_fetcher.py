@@ -50,7 +50,13 @@ def records(base_offset: int, count: int, **kwargs) -> bytes:
     )
 
 
-def response(parts: dict[TopicPartition, tuple[int, bytes]], aborted=None, hw: int = 100):
+def response(
+    parts: dict[TopicPartition, tuple[int, bytes]],
+    aborted=None,
+    hw: int = 100,
+    session_id: int = 0,
+    error_code: int = 0,
+):
     topics: dict[str, list[dict]] = {}
     for tp, (code, data) in parts.items():
         topics.setdefault(tp.topic, []).append(
@@ -70,8 +76,8 @@ def response(parts: dict[TopicPartition, tuple[int, bytes]], aborted=None, hw: i
         12,
         {
             "throttle_time": 0,
-            "error_code": 0,
-            "session_id": 0,
+            "error_code": error_code,
+            "session_id": session_id,
             "responses": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
         },
     )
@@ -89,11 +95,61 @@ def test_requests_cover_fetchable_partitions_per_leader():
     fields, offsets = requests[1]
     assert offsets == {T0: 5}
     assert fields["topics"][0]["partitions"][0]["fetch_offset"] == 5
-    assert fields["session_epoch"] == -1 and fields["max_wait"] == 500
+    # a full fetch that asks for a session (KIP-227)
+    assert (fields["session_id"], fields["session_epoch"], fields["max_wait"]) == (0, 0, 500)
     assert no_leader == set()  # u-0 has no position yet, so it is not fetched
     subs.state(T1).paused = True
     requests, _ = f.fetch_requests(c, busy_nodes={1})
     assert requests == {}
+
+
+def test_fetches_go_through_an_incremental_session_per_broker():
+    """After a full fetch opens a session, a request lists only partitions whose fetch offset
+    moved, a partition left out of a response keeps its position, a session error is no user
+    error and makes the next request full, and close asks the broker to drop the session."""
+    f = fetcher()
+    subs = f.subscriptions
+    subs.assign([T0, T1])
+    subs.seek(T0, 0)
+    subs.seek(T1, 0)
+    c = cluster({"t": [1, 1]})
+    (fields, offsets), *_ = f.fetch_requests(c, set())[0].values()
+    assert (fields["session_id"], fields["session_epoch"]) == (0, 0)
+    full = f.on_fetch_response(
+        offsets, response({T0: (0, records(0, 3)), T1: (0, b"")}, session_id=42), 1
+    )
+    assert full.errors == []
+    assert [r.offset for _tp, r in f.drain(10)] == [0, 1, 2]
+
+    (fields, offsets), *_ = f.fetch_requests(c, set())[0].values()
+    assert (fields["session_id"], fields["session_epoch"]) == (42, 1)
+    sent = [
+        (t["topic"], p["partition"], p["fetch_offset"])
+        for t in fields["topics"]
+        for p in t["partitions"]
+    ]
+    assert sent == [("t", 0, 3)] and fields["forgotten_topics_data"] == []
+    assert offsets == {T0: 3, T1: 0}  # the session still fetches both
+    f.on_fetch_response(offsets, response({}, session_id=42), 1)  # nothing new anywhere
+    assert (subs.state(T0).position, subs.state(T1).position) == (3, 0)
+
+    subs.state(T1).paused = True
+    (fields, offsets), *_ = f.fetch_requests(c, set())[0].values()
+    assert fields["session_epoch"] == 2 and fields["topics"] == []
+    assert fields["forgotten_topics_data"] == [{"topic": "t", "partitions": [1]}]
+    refused = f.on_fetch_response(
+        offsets, response({}, error_code=71), 1
+    )  # INVALID_FETCH_SESSION_EPOCH
+    assert (refused.errors, refused.refresh_metadata) == ([], False)
+    (fields, offsets), *_ = f.fetch_requests(c, set())[0].values()
+    assert (fields["session_id"], fields["session_epoch"]) == (42, 0)  # close 42, open anew
+    assert [p["partition"] for t in fields["topics"] for p in t["partitions"]] == [0]
+    f.on_fetch_response(offsets, response({T0: (0, b"")}, session_id=43), 1)
+    closing = f.close_session_requests()
+    assert {n: (x["session_id"], x["session_epoch"], x["topics"]) for n, x in closing.items()} == {
+        1: (43, -1, [])
+    }
+    assert f.close_session_requests() == {}
 
 
 def test_partitions_without_leader_are_reported():
