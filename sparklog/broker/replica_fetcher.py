@@ -44,17 +44,15 @@ from sparklog.broker import kio_build
 from sparklog.broker.config import BrokerConfig
 from sparklog.broker.log_manager import TopicPartition
 from sparklog.broker.truncation import truncation_for
-from sparklog.errors import (
-    FetchSessionIdNotFoundError,
-    InvalidFetchSessionEpochError,
-    KafkaError,
-    KafkaStorageError,
-    OffsetOutOfRangeError,
-)
+from sparklog.errors import KafkaError, KafkaStorageError, OffsetOutOfRangeError
 from sparklog.protocol import codec
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.protocol.async_client import AsyncKafkaConnection
-from sparklog.protocol.fetch_session_handler import FetchSessionHandler
+from sparklog.protocol.fetch_session_handler import (
+    SESSION_ERRORS,
+    FetchSessionHandler,
+    forgotten_topics,
+)
 from sparklog.records.errors import CorruptRecordError
 from sparklog.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 
@@ -68,10 +66,6 @@ _VERSIONS = {
 
 #: broker id -> its listener (host, port) per the metadata image, None when it has none.
 EndpointLookup = Callable[[int], "tuple[str, int] | None"]
-
-
-#: Top-level Fetch errors about the session itself: the next round starts a new one.
-_SESSION_ERRORS = frozenset({FetchSessionIdNotFoundError.code, InvalidFetchSessionEpochError.code})
 
 
 class FollowerFetch(NamedTuple):
@@ -495,10 +489,7 @@ class ReplicaFetcher:
                             "partition_max_bytes": config.replica_fetch_max_bytes,
                         },
                     ),
-                    "forgotten_topics_data": [
-                        {"topic": topic, "partitions": partitions}
-                        for topic, partitions in _group(request.to_forget).items()
-                    ],
+                    "forgotten_topics_data": forgotten_topics(request.to_forget),
                     "rack_id": "",
                 },
                 extra_wait_ms=config.replica_fetch_wait_max_ms,
@@ -517,7 +508,7 @@ class ReplicaFetcher:
         if not self.session.handle_response(
             request, error_code, session_id, (tp for tp, _p in answered)
         ):
-            if error_code in _SESSION_ERRORS:
+            if error_code in SESSION_ERRORS:
                 return  # the next round is a full fetch that starts a new session
             if not error_code:
                 log.warning(
@@ -580,13 +571,6 @@ class ReplicaFetcher:
             return self.manager.replica_manager.following(tp, state.leader_epoch)
         except KafkaError:
             return None
-
-
-def _group(partitions: list[TopicPartition]) -> dict[str, list[int]]:
-    grouped: dict[str, list[int]] = {}
-    for topic, partition in partitions:
-        grouped.setdefault(topic, []).append(partition)
-    return grouped
 
 
 def _by_topic(

@@ -45,18 +45,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from sparklog.errors import (
-    FetchSessionIdNotFoundError,
-    InvalidFetchSessionEpochError,
-    OffsetOutOfRangeError,
-    UnsupportedVersionError,
-    error_for_code,
-)
+from sparklog.errors import OffsetOutOfRangeError, UnsupportedVersionError, error_for_code
 from sparklog.protocol.fetch_session_handler import (
     FINAL_EPOCH,
     INVALID_SESSION_ID,
+    SESSION_ERRORS,
     FetchRequestData,
     FetchSessionHandler,
+    forgotten_topics,
 )
 from sparklog.records import iter_batches
 from sparklog.records.arrow_codec import read_batches
@@ -73,8 +69,6 @@ log = logging.getLogger(__name__)
 OFFSET_OUT_OF_RANGE = 1
 READ_COMMITTED = 1
 CONSUMER_REPLICA_ID = -1
-
-_SESSION_ERRORS = frozenset({FetchSessionIdNotFoundError.code, InvalidFetchSessionEpochError.code})
 
 ARROW_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType")
 
@@ -348,9 +342,6 @@ class Fetcher:
                     "partition_max_bytes": self.max_partition_fetch_bytes,
                 }
             )
-        forgotten: dict[str, list[int]] = {}
-        for tp in request.to_forget:
-            forgotten.setdefault(tp.topic, []).append(tp.partition)
         return {
             "replica_id": -1,
             "max_wait": self.fetch_max_wait_ms,
@@ -360,9 +351,7 @@ class Fetcher:
             "session_id": request.session_id,
             "session_epoch": request.epoch,
             "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
-            "forgotten_topics_data": [
-                {"topic": t, "partitions": ps} for t, ps in forgotten.items()
-            ],
+            "forgotten_topics_data": forgotten_topics(request.to_forget),
             "rack_id": self.client_rack,
         }
 
@@ -384,7 +373,7 @@ class Fetcher:
             ]
             session_id = int(getattr(response, "session_id", INVALID_SESSION_ID))
             usable = self._sessions[node].handle_response(request, code, session_id, answered)
-            if not usable and (code == 0 or code in _SESSION_ERRORS):
+            if not usable and (code == 0 or code in SESSION_ERRORS):
                 return FetchResult()  # the next fetch is a full one, on a new session
         if code != 0:
             return FetchResult(True, {}, [error_for_code(code)(f"Fetch failed with error {code}")])

@@ -14,14 +14,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
-from sparklog.errors import FetchSessionIdNotFoundError
+from sparklog.errors import FetchSessionIdNotFoundError, InvalidFetchSessionEpochError
 
 INVALID_SESSION_ID = 0
 INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
 _INT32_MAX = 2**31 - 1
+
+#: Top-level Fetch errors about the session itself: no user error, the next Fetch is full.
+SESSION_ERRORS = frozenset({FetchSessionIdNotFoundError.code, InvalidFetchSessionEpochError.code})
 
 K = TypeVar("K")  # a partition key, e.g. (topic, partition)
 V = TypeVar("V")  # its fetch parameters; equal values are not sent again
@@ -32,6 +35,14 @@ def next_epoch(epoch: int) -> int:
     if epoch < 0:
         return FINAL_EPOCH
     return 1 if epoch == _INT32_MAX else epoch + 1
+
+
+def forgotten_topics(partitions: Iterable[tuple[str, int]]) -> list[dict[str, Any]]:
+    """Fetch's `forgotten_topics_data` for (topic, partition) keys, grouped by topic."""
+    grouped: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        grouped.setdefault(topic, []).append(partition)
+    return [{"topic": topic, "partitions": ps} for topic, ps in grouped.items()]
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,10 +7,11 @@ from __future__ import annotations
 import pytest
 
 from sparklog.protocol.api_versions import ApiKey
+from sparklog.protocol.fetch_session_handler import forgotten_topics
 from sparklog.records import SimpleRecord, build_batch
 from tests.integration.broker_wire import records_of
 
-from .test_differential_log import create, produce_body, unique
+from .test_differential_log import create, fetch_body, produce_body, unique
 from .wire import NAMES, Pair, run
 
 pytestmark = pytest.mark.oracle
@@ -18,38 +19,21 @@ pytestmark = pytest.mark.oracle
 FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH = 70, 71
 
 
-def fetch_body(
+def session_fetch(
     session_id: int,
     epoch: int,
     offsets: dict[str, int],
     forget: tuple[str, ...] = (),
 ) -> dict:
-    return {
-        "replica_id": -1,
-        "max_wait": 0,
-        "min_bytes": 1,
-        "max_bytes": 1 << 20,
-        "isolation_level": 0,
-        "session_id": session_id,
-        "session_epoch": epoch,
-        "topics": [
-            {
-                "topic": topic,
-                "partitions": [
-                    {
-                        "partition": 0,
-                        "current_leader_epoch": -1,
-                        "fetch_offset": offset,
-                        "log_start_offset": -1,
-                        "partition_max_bytes": 1 << 20,
-                    }
-                ],
-            }
-            for topic, offset in offsets.items()
-        ],
-        "forgotten_topics_data": [{"topic": t, "partitions": [0]} for t in forget],
-        "rack_id": "",
-    }
+    """test_differential_log's one-partition Fetch, for several topics, on a session."""
+    body = fetch_body("", 0, 1 << 20, 1 << 20)
+    body["topics"] = [fetch_body(t, o, 1 << 20, 1 << 20)["topics"][0] for t, o in offsets.items()]
+    body.update(
+        session_id=session_id,
+        session_epoch=epoch,
+        forgotten_topics_data=forgotten_topics((t, 0) for t in forget),
+    )
+    return body
 
 
 def summary(response: dict, names: dict[str, str]) -> tuple:
@@ -86,19 +70,19 @@ def test_a_fetch_session_runs_as_on_kafka(brokers):
                 return answers
 
             everyone = {a: 0, b: 0, c: 0}
-            opened = await step({n: fetch_body(0, 0, everyone) for n in NAMES})
+            opened = await step({n: session_fetch(0, 0, everyone) for n in NAMES})
             ids = {n: opened[n]["session_id"] for n in NAMES}
             # a moved to 1: nothing new anywhere, so nothing is answered
-            await step({n: fetch_body(ids[n], 1, {a: 1}) for n in NAMES})
+            await step({n: session_fetch(ids[n], 1, {a: 1}) for n in NAMES})
             await pair.ask(ApiKey.PRODUCE, produce_body(b, batch))
-            await step({n: fetch_body(ids[n], 2, {}) for n in NAMES})  # b, with its record
-            await step({n: fetch_body(ids[n], 2, {}) for n in NAMES})  # a replayed epoch
-            await step({n: fetch_body(ids[n] ^ 0x5A5A, 1, {}) for n in NAMES})  # unknown id
-            await step({n: fetch_body(ids[n], 3, {}, forget=(b, c)) for n in NAMES})
+            await step({n: session_fetch(ids[n], 2, {}) for n in NAMES})  # b, with its record
+            await step({n: session_fetch(ids[n], 2, {}) for n in NAMES})  # a replayed epoch
+            await step({n: session_fetch(ids[n] ^ 0x5A5A, 1, {}) for n in NAMES})  # unknown id
+            await step({n: session_fetch(ids[n], 3, {}, forget=(b, c)) for n in NAMES})
             await pair.ask(ApiKey.PRODUCE, produce_body(c, batch))
-            await step({n: fetch_body(ids[n], 4, {}) for n in NAMES})  # c is no longer watched
-            await step({n: fetch_body(ids[n], -1, {a: 0}) for n in NAMES})  # closed: sessionless
-            await step({n: fetch_body(ids[n], 5, {}) for n in NAMES})  # ... and gone
+            await step({n: session_fetch(ids[n], 4, {}) for n in NAMES})  # c is no longer watched
+            await step({n: session_fetch(ids[n], -1, {a: 0}) for n in NAMES})  # closed: sessionless
+            await step({n: session_fetch(ids[n], 5, {}) for n in NAMES})  # ... and gone
         return steps
 
     steps = run(go())
