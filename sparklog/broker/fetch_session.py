@@ -21,7 +21,7 @@ takes the place of one idle for `min.incremental.fetch.session.eviction.ms`, els
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from sparklog.broker.log_manager import TopicPartition
@@ -71,6 +71,16 @@ class FetchSession:
     last_used_ms: int
     epoch: int = 1
 
+    def knows(self, tp: TopicPartition, high_watermark: int, log_start_offset: int) -> bool:
+        """Whether a caught-up `tp` with this high watermark and log start has nothing to say
+        (`CachedPartition.must_respond` would leave it out), so it need not even be read."""
+        cached = self.partitions.get(tp)
+        return (
+            cached is not None
+            and cached.high_watermark == high_watermark
+            and cached.log_start_offset == log_start_offset
+        )
+
     def update(
         self, requested: Iterable[FetchPartition], forgotten: Iterable[TopicPartition]
     ) -> None:
@@ -99,11 +109,16 @@ class FetchContext:
     privileged: bool = False
     now_ms: int = 0
 
+    @property
+    def unchanged(self) -> Callable[[TopicPartition, int, int], bool] | None:
+        """For the reader: which caught-up partitions an incremental response leaves out."""
+        return self.session.knows if self.kind == "incremental" and self.session else None
+
     def respond(
-        self, results: list[FetchResult]
+        self, results: list[FetchResult | None]
     ) -> tuple[int, int, list[tuple[FetchPartition, FetchResult]]]:
         """(error code, session id, the partitions to answer) for `results`, read in the
-        order of `partitions`."""
+        order of `partitions`; None stands for a partition `unchanged` let the reader skip."""
         pairs = list(zip(self.partitions, results, strict=True))
         if self.kind == "error":
             return self.error_code, INVALID_SESSION_ID, []
@@ -119,6 +134,8 @@ class FetchContext:
             return InvalidFetchSessionEpochError.code, session.id, []
         answered = []
         for p, r in pairs:
+            if r is None:
+                continue
             tp = (p.topic, p.partition)
             cached = session.partitions.get(tp)
             if cached is None or not cached.must_respond(r):

@@ -305,14 +305,16 @@ class KafkaApis:
         )
         if context.kind == "incremental":
             self.incremental_fetches += 1
-        results = []
+        results: list[FetchResult | None] = []
         if context.partitions:
-            results = await self.replica_manager.fetch_messages(params, context.partitions)
+            results = await self.replica_manager.fetch_messages(
+                params, context.partitions, context.unchanged
+            )
         error_code, session_id, answered = context.respond(results)
         if len(answered) < len(results):  # an incremental response leaves some out
             kept = {id(r) for _p, r in answered}
             for r in results:
-                if isinstance(r.records, FileRecords) and id(r) not in kept:
+                if r is not None and isinstance(r.records, FileRecords) and id(r) not in kept:
                     r.records.close()
         items = [(p.topic, fetch_partition_data(p, r, params.isolation_level)) for p, r in answered]
         file_records: dict[bytes, FileRecords] = {}

@@ -157,7 +157,8 @@ class RemoteReplica:
         """Kafka's `Replica.updateFetchState`: caught up when the fetch reached the leader's LEO
         now, or the LEO the leader had at this follower's previous fetch (then as of that time)."""
         if fetch_offset >= leader_log_end_offset:
-            self.last_caught_up_time_ms = max(self.last_caught_up_time_ms, now_ms)
+            if now_ms > self.last_caught_up_time_ms:
+                self.last_caught_up_time_ms = now_ms
         elif fetch_offset >= self.last_fetch_leader_log_end_offset >= 0:
             self.last_caught_up_time_ms = max(self.last_caught_up_time_ms, self.last_fetch_time_ms)
         self.log_end_offset = fetch_offset
@@ -294,8 +295,9 @@ class Partition:
 
     def check_leader(self, current_leader_epoch: int = NO_EPOCH) -> None:
         """Raise unless this broker leads the partition at the request's epoch."""
-        self.check_leader_epoch(current_leader_epoch)
-        if not self.is_leader:
+        if current_leader_epoch != self.leader_epoch:  # inlined: every partition of every fetch
+            self.check_leader_epoch(current_leader_epoch)
+        if self.role is not Role.LEADER:
             raise NotLeaderOrFollowerError(
                 f"broker {self.local_broker_id} is not the leader of "
                 f"{self.topic}-{self.partition_index} (leader {self.leader})"
@@ -345,8 +347,10 @@ class Partition:
 
         `replica_eligible`: the follower's broker may join the ISR (registered, unfenced, not
         shutting down); Kafka's `isReplicaIsrEligible`, known to the caller from the image.
+        Called for every partition of every follower fetch: the common case (an ISR member
+        that did not move) returns an empty list after one state update.
         """
-        assert self.is_leader
+        assert self.role is Role.LEADER
         replica = self.remote_replicas.get(replica_id)
         if replica is None:
             raise NotLeaderOrFollowerError(
@@ -354,14 +358,17 @@ class Partition:
             )
         previous_end = replica.log_end_offset
         replica.update_fetch_state(now_ms, fetch_offset, leader_log_end_offset)
+        joins = replica_eligible and replica_id not in self.isr and self._follower_may_join(replica)
+        if fetch_offset == previous_end and not joins:
+            return []
         events: list[Event] = []
-        if replica_eligible and self._follower_may_join(replica):
+        if fetch_offset != previous_end:  # as Kafka: only a follower that moved moves the HW
+            events = self._maybe_increment_high_watermark(leader_log_end_offset)
+        if joins:
             self.pending_isr = IsrChangeProposed(
                 tuple(sorted({*self.isr, replica_id})), self.leader_epoch, self.partition_epoch
             )
             events.append(self.pending_isr)
-        if fetch_offset != previous_end:  # as Kafka: only a follower that moved moves the HW
-            events[:0] = self._maybe_increment_high_watermark(leader_log_end_offset)
         return events
 
     def _follower_may_join(self, replica: RemoteReplica) -> bool:

@@ -120,6 +120,10 @@ class FetchParams:
         return self.replica_id >= 0
 
 
+#: `unchanged(tp, high_watermark, log_start_offset)`: a caught-up partition need not be answered.
+Unchanged = Callable[[TopicPartition, int, int], bool]
+
+
 class FetchResult(NamedTuple):
     """One partition's answer to a fetch (a tuple: a large session builds one per partition)."""
 
@@ -354,8 +358,9 @@ class ReplicaManager:
         """Kafka's `DelayedProduce`: done when every partition's HW passed its batch."""
         pending = dict(required)
 
-        def check() -> bool:
-            for tp, offset in list(pending.items()):
+        def check(woken: set | None) -> bool:
+            for tp in list(pending) if woken is None else [t for t in woken if t in pending]:
+                offset = pending[tp]
                 try:
                     hosted = self.hosted(*tp)
                     min_isr = hosted.log.config.min_insync_replicas
@@ -376,94 +381,100 @@ class ReplicaManager:
     # -- fetch ------------------------------------------------------------------------------
 
     async def fetch_messages(
-        self, params: FetchParams, partitions: list[FetchPartition]
-    ) -> list[FetchResult]:
+        self,
+        params: FetchParams,
+        partitions: list[FetchPartition],
+        unchanged: Unchanged | None = None,
+    ) -> list[FetchResult | None]:
         """Read every partition, long-polling until `min_bytes` are there (Kafka's DelayedFetch).
 
         A follower's fetch state is updated once, as the fetch arrives (Kafka's
-        updateFollowerFetchState). A caught-up fetch that may wait is not read until some
-        partition has news: most long polls arrive with nothing to read, and reading every
-        partition of a large fetch session cost more than the appends it waited for."""
+        updateFollowerFetchState). A caught-up partition for which `unchanged(tp, high
+        watermark, log start)` holds (an incremental fetch session that has nothing new to say
+        about it) gets None instead of a result. While the fetch waits, a wake re-reads only the
+        partitions notified since the last look: a large session mostly waits with nothing to
+        read, and re-reading all of it on every append cost more than the appends."""
         if params.is_from_follower:
             self._update_follower_states(params, partitions)
-        results: list[FetchResult] | None = None
+        results = self._read_all(params, partitions, unchanged)
         may_wait = params.max_wait_ms > 0 and params.min_bytes > 0 and partitions
-        if not may_wait or self._may_have_news(params, partitions):
-            results = self._read_all(params, partitions)
-            if self._fetch_satisfied(params, results):
-                return results
-        keys = [(p.topic, p.partition) for p in partitions]
+        if not may_wait or self._fetch_satisfied(params, results):
+            return results
+        index = {(p.topic, p.partition): i for i, p in enumerate(partitions)}
 
-        def check() -> bool:
+        def check(woken: set | None) -> bool:
             nonlocal results
-            if not self._may_have_news(params, partitions):
-                return False
-            for old in results or ():
-                if isinstance(old.records, FileRecords):
-                    old.records.close()
-            results = self._read_all(params, partitions)
+            if woken is None or _read_bytes(results):  # the deadline, or a partial read
+                _close_all(results)
+                results = self._read_all(params, partitions, unchanged)
+            else:  # nothing read yet: only the notified partitions can have news
+                changed = sorted(index[k] for k in woken if k in index)
+                if not changed:
+                    return False
+                budget = min(params.max_bytes, self.fetch_max_bytes)
+                min_one_batch = True
+                for i in changed:
+                    p = partitions[i]
+                    result = self._read_one(
+                        params,
+                        p,
+                        max(0, min(p.partition_max_bytes, budget)),
+                        min_one_batch,
+                        unchanged,
+                    )
+                    if result is not None and result.records:
+                        budget -= len(result.records)
+                        min_one_batch = False
+                    results[i] = result
             return self._fetch_satisfied(params, results)
 
-        await wait_until(self.delayed, keys, check, params.max_wait_ms / 1000)
-        return self._read_all(params, partitions) if results is None else results
+        await wait_until(self.delayed, index, check, params.max_wait_ms / 1000, looked=True)
+        return results
 
     def _update_follower_states(
         self, params: FetchParams, partitions: list[FetchPartition]
     ) -> None:
         """A follower fetched: it holds everything below each fetch offset (errors are left to
         the read, which answers them)."""
+        if self.dir_failures.offline:
+            return
         now_ms = self._clock_ms()
-        eligible = self._live_brokers is None or params.replica_id in self._live_brokers
+        replica_id = params.replica_id
+        eligible = self._live_brokers is None or replica_id in self._live_brokers
+        hosted_partitions = self._partitions
         for p in partitions:
             tp = (p.topic, p.partition)
-            hosted = self._partitions.get(tp)
+            hosted = hosted_partitions.get(tp)
+            if hosted is None:
+                continue
             try:
-                if hosted is None or self.dir_failures.offline:
-                    continue
                 hosted.partition.check_leader(p.current_leader_epoch)
                 log_ = hosted.log
-                if not log_.log_start_offset <= p.fetch_offset <= log_.log_end_offset:
+                end = log_.log_end_offset
+                if not log_.log_start_offset <= p.fetch_offset <= end:
                     continue  # OFFSET_OUT_OF_RANGE, from the read
                 events = hosted.partition.on_follower_fetch(
-                    now_ms,
-                    params.replica_id,
-                    p.fetch_offset,
-                    log_.log_end_offset,
-                    replica_eligible=eligible,
+                    now_ms, replica_id, p.fetch_offset, end, replica_eligible=eligible
                 )
             except KafkaError:
                 continue
-            self._apply_events(tp, hosted, events)
-
-    def _may_have_news(self, params: FetchParams, partitions: list[FetchPartition]) -> bool:
-        """Whether a waiting fetch should read again after a wake (Kafka's `DelayedFetch.
-        tryComplete` looks at end offsets, not at records): some partition's readable end
-        passed its fetch offset, or a partition would answer with an error now. A high
-        watermark moving under a follower's fetch, say, wakes it without news; re-reading
-        every partition of it then cost more than the appends."""
-        try:
-            self.dir_failures.check()
-            for p in partitions:
-                hosted = self.hosted(p.topic, p.partition)
-                hosted.partition.check_leader(p.current_leader_epoch)
-                log_ = hosted.log
-                upper = _readable_end(params, log_)
-                end = log_.log_end_offset if upper is None else upper
-                if end != p.fetch_offset:
-                    return True
-        except Exception:  # noqa: BLE001 - the re-read turns it into the partition's error
-            return True
-        return False
+            if events:
+                self._apply_events(tp, hosted, events)
 
     @staticmethod
-    def _fetch_satisfied(params: FetchParams, results: list[FetchResult]) -> bool:
+    def _fetch_satisfied(params: FetchParams, results: list[FetchResult | None]) -> bool:
         if params.max_wait_ms <= 0 or not results:
             return True
-        if any(r.error_code for r in results):
+        if any(r is not None and r.error_code for r in results):
             return True
-        return sum(len(r.records) for r in results) >= params.min_bytes
+        return _read_bytes(results) >= params.min_bytes
 
-    def _read_all(self, params: FetchParams, partitions: list[FetchPartition]) -> list[FetchResult]:
+    def _read_all(
+        self,
+        params: FetchParams,
+        partitions: list[FetchPartition],
+        unchanged: Unchanged | None = None,
+    ) -> list[FetchResult | None]:
         budget = min(params.max_bytes, self.fetch_max_bytes)
         min_one_batch = True
         results = []
@@ -473,8 +484,9 @@ class ReplicaManager:
                 p,
                 max(0, min(p.partition_max_bytes, budget)),
                 min_one_batch,
+                unchanged,
             )
-            if result.records:
+            if result is not None and result.records:
                 budget -= len(result.records)
                 min_one_batch = False
             results.append(result)
@@ -486,7 +498,8 @@ class ReplicaManager:
         p: FetchPartition,
         max_bytes: int,
         min_one_batch: bool,
-    ) -> FetchResult:
+        unchanged: Unchanged | None = None,
+    ) -> FetchResult | None:
         try:
             self.dir_failures.check()
             hosted = self.hosted(p.topic, p.partition)
@@ -495,6 +508,10 @@ class ReplicaManager:
             upper = _readable_end(params, log_)
             end = log_.log_end_offset if upper is None else upper
             if p.fetch_offset == end and p.fetch_offset >= log_.log_start_offset:
+                if unchanged is not None and unchanged(
+                    (p.topic, p.partition), log_.high_watermark, log_.log_start_offset
+                ):
+                    return None  # caught up, and the session already knows all there is
                 records: bytes | FileRecords = b""  # caught up: most partitions of a session
                 aborted = () if params.isolation_level == READ_COMMITTED else None
             else:
@@ -616,6 +633,11 @@ class ReplicaManager:
 
     # -- follower side (the replica fetchers) ---------------------------------------------------
 
+    def log_start_offset(self, tp: TopicPartition) -> int:
+        """The hosted log's start offset, -1 when not hosted (what a follower's fetch says)."""
+        hosted = self._partitions.get(tp)
+        return -1 if hosted is None else hosted.log.log_start_offset
+
     def following(self, tp: TopicPartition, leader_epoch: int) -> HostedPartition:
         """The partition, if this broker still follows it at `leader_epoch`; else raises."""
         hosted = self._partitions.get(tp)
@@ -698,6 +720,16 @@ class ReplicaManager:
     def close(self) -> None:
         """Answer every waiting request now and let no new one wait (shutdown)."""
         self.delayed.close()
+
+
+def _read_bytes(results: list[FetchResult | None]) -> int:
+    return sum(len(r.records) for r in results if r is not None and r.records)
+
+
+def _close_all(results: list[FetchResult | None]) -> None:
+    for r in results:
+        if r is not None and isinstance(r.records, FileRecords):
+            r.records.close()
 
 
 def _readable_end(params: FetchParams, log_: Any) -> int | None:

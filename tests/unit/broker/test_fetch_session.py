@@ -199,7 +199,8 @@ rounds = st.lists(
 def test_the_leader_always_reads_what_the_fetcher_wants_and_answers_every_change(script):
     """Whatever the fetcher wants each round, lost responses and evicted sessions included, a
     request the leader accepts reads exactly the wanted partitions at the wanted offsets, and
-    every partition whose high watermark moved or that read records is answered."""
+    every partition whose high watermark moved or that read records is answered, also when the
+    reader skipped the caught-up partitions `context.unchanged` said the session knew."""
     fm = manager(slots=3)
     handler: FetchSessionHandler[tuple[str, int], int] = FetchSessionHandler()
     hw_seen: dict[tuple[str, int], int] = {}
@@ -221,7 +222,17 @@ def test_the_leader_always_reads_what_the_fetcher_wants_and_answers_every_change
             continue
         assert {(p.topic, p.partition): p.fetch_offset for p in context.partitions} == wanted
         results = [result(hw=rnd.randint(0, 2), records=rnd.choice([b"", b"x"])) for _ in wanted]
-        error, session_id, answered = context.respond(results)
+        # the reader skips caught-up partitions the session already knows all about
+        unchanged = context.unchanged
+        read = [
+            None
+            if unchanged is not None
+            and not r.records
+            and unchanged((p.topic, p.partition), r.high_watermark, r.log_start_offset)
+            else r
+            for p, r in zip(context.partitions, results, strict=True)
+        ]
+        error, session_id, answered = context.respond(read)
         if fate == "lost":
             handler.handle_error()
             continue

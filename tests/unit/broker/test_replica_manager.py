@@ -206,6 +206,38 @@ def test_a_long_poll_woken_without_news_does_not_read_again(manager):
     assert (empty.error_code, empty.records, empty.high_watermark, reads) == (NONE, b"", 1, [0])
 
 
+def test_a_waiting_session_fetch_looks_again_only_at_the_partitions_notified(manager):
+    """An incremental session's fetch over many caught-up partitions: those the session knows
+    all about get no result at all, and while the fetch waits a wake looks only at the
+    partitions notified since the last look, not at the whole session."""
+    n = 20
+    regs = {i: PartitionRegistration((NODE,), (NODE,), NODE, 0, 0) for i in range(n)}
+    manager.apply_metadata({"t": topic_meta(partitions=regs)})
+    looked: list[int] = []
+
+    def unchanged(tp, high_watermark, log_start_offset):
+        looked.append(tp[1])
+        return True  # the session was told this high watermark and log start already
+
+    async def go():
+        params = FetchParams(-1, 30_000, 1, 1 << 20)
+        parts = [FetchPartition("t", i, 0, 1 << 20) for i in range(n)]
+        waiting = asyncio.create_task(manager.fetch_messages(params, parts, unchanged))
+        await asyncio.sleep(0)
+        assert sorted(looked) == list(range(n)) and not waiting.done()
+        looked.clear()
+        manager.delayed.notify(("t", 3))  # no news on partition 3
+        await asyncio.sleep(0)
+        assert looked == [3] and not waiting.done()
+        await manager.append_records(1, 1000, {("t", 7): batch(b"news")})
+        return await asyncio.wait_for(waiting, 5)
+
+    results = asyncio.run(go())
+    assert [i for i, r in enumerate(results) if r is not None] == [7]
+    assert values(results[7].records) == [b"news"] and results[7].high_watermark == 1
+    assert looked == [3]  # partition 7 was read, not looked at as caught up; nothing else
+
+
 def test_a_caught_up_follower_fetch_that_waits_still_moves_the_high_watermark(manager):
     """The follower's fetch state is taken as the fetch arrives, not when it is answered: a
     follower that has everything parks its fetch, and the acks=all produce it completes is

@@ -132,26 +132,39 @@ def test_aborted_transactions_only_for_read_committed():
 def test_delayed_operations_wake_time_out_and_bound():
     async def go():
         ops = DelayedOperations(max_waiters=1)
-        waiter = asyncio.create_task(ops.wait_any(["a", "b"], 30))
-        await asyncio.sleep(0)
-        refused = await ops.wait_any(["c"], 30)  # over max_waiters: no wait at all
-        assert ops.notify("zzz") == 0
-        assert ops.notify("b") == 1
-        woken = await waiter
-        timed_out = await ops.wait_any(["a"], 0.01)
-        state = {"done": False}
-        checker = asyncio.create_task(wait_until(ops, ["k"], lambda: state["done"], 30))
-        await asyncio.sleep(0)
-        ops.notify("k")  # a spurious wake: the condition still does not hold
-        await asyncio.sleep(0)
-        assert not checker.done()
-        state["done"] = True
-        ops.notify("k")
-        satisfied = await checker
-        ops.close()
-        after_close = await ops.wait_any(["a"], 30)
-        return refused, woken, timed_out, satisfied, after_close, ops.statistics()
+        seen: list = []
 
-    refused, woken, timed_out, satisfied, after_close, stats = asyncio.run(go())
-    assert (refused, woken, timed_out, satisfied, after_close) == (False, True, False, True, False)
+        def check(woken):
+            seen.append(None if woken is None else sorted(woken))
+            return woken is not None and "b" in woken
+
+        waiter = asyncio.create_task(wait_until(ops, ["a", "b"], check, 30))
+        await asyncio.sleep(0)
+        # over max_waiters: no wait at all, one look
+        refused = await wait_until(ops, ["c"], lambda woken: False, 30)
+        assert ops.notify("zzz") == 0
+        assert ops.notify("a") == 1  # a spurious wake: the condition still does not hold
+        await asyncio.sleep(0)
+        assert not waiter.done()
+        ops.notify("a")
+        assert ops.notify("b") == 0  # already woken, not yet looked: "b" joins the woken set
+        woken = await waiter
+        timed_out = await wait_until(ops, ["a"], lambda woken: False, 0.01)
+        looks: list = []
+
+        def never(woken):
+            looks.append(woken)
+            return False
+
+        closing = asyncio.create_task(wait_until(ops, ["k"], never, 30))
+        await asyncio.sleep(0)
+        ops.close()
+        after_close = await closing
+        return refused, woken, timed_out, after_close, seen, looks, ops.statistics()
+
+    refused, woken, timed_out, after_close, seen, looks, stats = asyncio.run(go())
+    assert (refused, woken, timed_out, after_close) == (False, True, False, False)
+    # first a full look, then only what was notified since the last look
+    assert seen == [None, ["a"], ["a", "b"]]
+    assert looks == [None, None]  # at shutdown: a last full look
     assert stats["waiting"] == 0 and stats["keys"] == 0

@@ -45,7 +45,7 @@ def test_a_parked_request_gives_its_slot_back_once():
 
         async def long_poll():
             async with slots.slot():
-                release_request_slot()  # what DelayedOperations.wait_any does
+                release_request_slot()  # what DelayedOperations.register does
                 release_request_slot()  # twice is harmless
                 parked.set()
                 await done.wait()
