@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from types import MappingProxyType
 
 from sparklog.broker.config import BrokerConfig
@@ -94,7 +94,7 @@ class MetadataFollower:
         self,
         metadata: BrokerMetadata,
         controller: ControllerClient,
-        publish: Callable[[MetadataImage], None],
+        publish: Callable[[MetadataImage], Awaitable[None] | None],
         *,
         max_wait_ms: int = METADATA_FETCH_MAX_WAIT_MS,
     ) -> None:
@@ -122,7 +122,9 @@ class MetadataFollower:
         if applied or self._unpublished:
             # Reconciliation is idempotent: a failed publish is simply retried next poll.
             self._unpublished = True
-            self.publish(image)
+            published = self.publish(image)
+            if published is not None:
+                await published
             self._unpublished = False
         self.metadata.on_published()
         return applied

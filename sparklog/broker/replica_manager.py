@@ -23,6 +23,7 @@ the broker's event loop only (logs guard themselves against the background threa
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import uuid
@@ -185,6 +186,29 @@ class ReplicaManager:
     ) -> None:
         """Make the hosted partitions match the image (see module doc). `live_brokers`: the
         unfenced brokers, the only ones a leader proposes for its ISR (None: all)."""
+        for _step in self._apply_steps(topics, live_brokers):
+            pass
+
+    async def apply_metadata_cooperatively(
+        self,
+        topics: Mapping[str, TopicMetadata],
+        live_brokers: Collection[int] | None = None,
+        slice_s: float = 0.05,
+    ) -> None:
+        """`apply_metadata`, letting the event loop run every `slice_s`: creating a thousand
+        logs takes seconds of file-system calls, and a loop blocked that long misses its
+        heartbeats and gets the broker fenced (Kafka applies metadata on its own thread)."""
+        loop = asyncio.get_running_loop()
+        yield_at = loop.time() + slice_s
+        for _step in self._apply_steps(topics, live_brokers):
+            if loop.time() >= yield_at:
+                await asyncio.sleep(0)
+                yield_at = loop.time() + slice_s
+
+    def _apply_steps(
+        self, topics: Mapping[str, TopicMetadata], live_brokers: Collection[int] | None
+    ) -> Iterator[None]:
+        """The reconciliation, one step per partition removed, created or updated."""
         self._topics = dict(topics)
         self._live_brokers = None if live_brokers is None else frozenset(live_brokers)
         wanted: dict[TopicPartition, tuple[TopicMetadata, PartitionRegistration]] = {}
@@ -196,16 +220,17 @@ class ReplicaManager:
             found = wanted.get(tp)
             if found is None or found[0].topic_id != hosted.topic_id:
                 self._remove(tp)
-        now_ms = self._clock_ms()
+                yield
         for tp, (topic, registration) in wanted.items():
             if tp not in self._partitions and self.dir_failures.offline:
                 continue  # no new logs on a dead disk; a restart creates them
             hosted = self._partitions.get(tp) or self._host(tp, topic)
             self.log_manager.update_config(*tp, topic.config)
             events = hosted.partition.apply_registration(
-                registration, now_ms, hosted.log.log_end_offset
+                registration, self._clock_ms(), hosted.log.log_end_offset
             )
             self._apply_events(tp, hosted, events)
+            yield
 
     def _host(self, tp: TopicPartition, topic: TopicMetadata) -> HostedPartition:
         opened = self.log_manager.get_or_create_log(*tp, topic.topic_id, topic.config)

@@ -149,7 +149,9 @@ class BrokerServer:
         )
         self.replica_manager.fetchers = self.fetchers
         self.replica_manager.alter_partition = self.alter_partition
-        self.follower = MetadataFollower(self.metadata, self.controller, self._publish)
+        self.follower = MetadataFollower(
+            self.metadata, self.controller, self._publish_cooperatively
+        )
         self.producer_ids = ProducerIdManager(self.controller, self.node_id)
         self.admin = admin = AdminApis(
             config=self.config,
@@ -318,6 +320,14 @@ class BrokerServer:
         if self._logs_loaded:
             live = [b.broker_id for b in image.unfenced_brokers()]
             self.replica_manager.apply_metadata(topics_from_image(image, self.config), live)
+
+    async def _publish_cooperatively(self, image: MetadataImage) -> None:
+        """`_publish` for the metadata follower: long applies let heartbeats through."""
+        if self._logs_loaded:
+            live = [b.broker_id for b in image.unfenced_brokers()]
+            await self.replica_manager.apply_metadata_cooperatively(
+                topics_from_image(image, self.config), live
+            )
 
     def _endpoint_of(self, broker_id: int) -> tuple[str, int] | None:
         """A broker's listener per the image (where the follower fetchers connect)."""

@@ -980,3 +980,44 @@ def test_a_second_process_with_a_live_brokers_id_gives_up(tmp_path):
         assert waited >= 3 * 1.5, "it retried while a lease could still run out"
         image = c.controller.metadata_image().broker(live.node_id)
         assert image is not None and not image.fenced, "the live broker is untouched"
+
+
+def test_creating_many_logs_does_not_starve_the_heartbeats(tmp_path, monkeypatch, caplog):
+    """A topic of hundreds of partitions takes the broker seconds of file-system calls to
+    create (here a slow disk: 5 ms per log). The metadata apply lets the event loop run
+    meanwhile, so heartbeats keep the broker unfenced throughout; a blocked loop got every
+    broker fenced, and leadership piled up on whichever came back first."""
+    from sparklog.broker.log_manager import LogManager
+
+    real = LogManager.get_or_create_log
+
+    def slow_disk(self, *args, **kwargs):
+        time.sleep(0.005)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(LogManager, "get_or_create_log", slow_disk)
+    config = {**TEST_CONFIG, "broker.session.timeout.ms": "1000"}
+    caplog.set_level("INFO", logger="sparklog.controller.server")
+    with EmbeddedCluster(brokers=1, data_dir=tmp_path, config=config) as c:
+        topic, partitions = unique("many"), 400
+        started = time.monotonic()
+
+        async def go():
+            conn = await connect(c.bootstrap_servers)
+            try:
+                await create_topic(conn, topic, partitions=partitions)
+            finally:
+                await conn.close()
+
+        run(go())
+        rm = c.brokers[0].replica_manager
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            hosted = [rm.hosted(topic, i) for i in range(partitions) if (topic, i) in rm._partitions]
+            if len(hosted) == partitions and all(h.partition.is_leader for h in hosted):
+                break
+            time.sleep(0.05)
+        took = time.monotonic() - started
+    assert len(hosted) == partitions and all(h.partition.is_leader for h in hosted)
+    assert took > 2 * 1.0  # the apply outlasted the session timeout twice over
+    assert "fenced broker" not in caplog.text
