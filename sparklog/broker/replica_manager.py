@@ -419,9 +419,7 @@ class ReplicaManager:
         about it) gets None instead of a result. While the fetch waits, a wake re-reads only the
         partitions notified since the last look: a large session mostly waits with nothing to
         read, and re-reading all of it on every append cost more than the appends."""
-        if params.is_from_follower:
-            self._update_follower_states(params, partitions)
-        results = self._read_all(params, partitions, unchanged)
+        results = self._read_all(params, partitions, unchanged, arriving=True)
         may_wait = params.max_wait_ms > 0 and params.min_bytes > 0 and partitions
         if not may_wait or self._fetch_satisfied(params, results):
             return results
@@ -456,36 +454,6 @@ class ReplicaManager:
         await wait_until(self.delayed, index, check, params.max_wait_ms / 1000, looked=True)
         return results
 
-    def _update_follower_states(
-        self, params: FetchParams, partitions: list[FetchPartition]
-    ) -> None:
-        """A follower fetched: it holds everything below each fetch offset (errors are left to
-        the read, which answers them)."""
-        if self.dir_failures.offline:
-            return
-        now_ms = self._clock_ms()
-        replica_id = params.replica_id
-        eligible = self._live_brokers is None or replica_id in self._live_brokers
-        hosted_partitions = self._partitions
-        for p in partitions:
-            tp = (p.topic, p.partition)
-            hosted = hosted_partitions.get(tp)
-            if hosted is None:
-                continue
-            try:
-                hosted.partition.check_leader(p.current_leader_epoch)
-                log_ = hosted.log
-                end = log_.log_end_offset
-                if not log_.log_start_offset <= p.fetch_offset <= end:
-                    continue  # OFFSET_OUT_OF_RANGE, from the read
-                events = hosted.partition.on_follower_fetch(
-                    now_ms, replica_id, p.fetch_offset, end, replica_eligible=eligible
-                )
-            except KafkaError:
-                continue
-            if events:
-                self._apply_events(tp, hosted, events)
-
     @staticmethod
     def _fetch_satisfied(params: FetchParams, results: list[FetchResult | None]) -> bool:
         if params.max_wait_ms <= 0 or not results:
@@ -499,9 +467,17 @@ class ReplicaManager:
         params: FetchParams,
         partitions: list[FetchPartition],
         unchanged: Unchanged | None = None,
+        *,
+        arriving: bool = False,
     ) -> list[FetchResult | None]:
+        """Read each partition in turn, sharing `max_bytes`. An `arriving` follower fetch also
+        takes the follower's fetch state, partition by partition just before its read."""
         budget = min(params.max_bytes, self.fetch_max_bytes)
         min_one_batch = True
+        follower = None
+        if arriving and params.is_from_follower:
+            eligible = self._live_brokers is None or params.replica_id in self._live_brokers
+            follower = (self._clock_ms(), eligible)
         results = []
         for p in partitions:
             result = self._read_one(
@@ -510,12 +486,32 @@ class ReplicaManager:
                 max(0, min(p.partition_max_bytes, budget)),
                 min_one_batch,
                 unchanged,
+                follower,
             )
             if result is not None and result.records:
                 budget -= len(result.records)
                 min_one_batch = False
             results.append(result)
         return results
+
+    def _follower_fetched(
+        self,
+        replica_id: int,
+        p: FetchPartition,
+        hosted: HostedPartition,
+        follower: tuple[int, bool],
+    ) -> None:
+        end = hosted.log.log_end_offset
+        if p.fetch_offset > end:
+            return  # OFFSET_OUT_OF_RANGE, from the read
+        try:
+            events = hosted.partition.on_follower_fetch(
+                follower[0], replica_id, p.fetch_offset, end, replica_eligible=follower[1]
+            )
+        except KafkaError:
+            return  # not one of its replicas: the read answers it as any fetcher
+        if events:
+            self._apply_events((p.topic, p.partition), hosted, events)
 
     def _read_one(
         self,
@@ -524,12 +520,18 @@ class ReplicaManager:
         max_bytes: int,
         min_one_batch: bool,
         unchanged: Unchanged | None = None,
+        follower: tuple[int, bool] | None = None,
     ) -> FetchResult | None:
+        """One partition's result. `follower` = (now, whether the follower may join the ISR):
+        the fetch just arrived from a follower, which holds everything below its fetch offset
+        (Kafka's updateFollowerFetchState); errors are left to the read, which answers them."""
         try:
             self.dir_failures.check()
             hosted = self.hosted(p.topic, p.partition)
             hosted.partition.check_leader(p.current_leader_epoch)
             log_ = hosted.log
+            if follower is not None and log_.log_start_offset <= p.fetch_offset:
+                self._follower_fetched(params.replica_id, p, hosted, follower)
             upper = _readable_end(params, log_)
             end = log_.log_end_offset if upper is None else upper
             if p.fetch_offset == end and p.fetch_offset >= log_.log_start_offset:
