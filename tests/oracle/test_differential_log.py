@@ -105,9 +105,26 @@ def agree(step: int, what: str, answers: dict, pick) -> Any:
     return kafka
 
 
+def list_offsets_body(topic: str, timestamp: int) -> dict:
+    """A one-partition ListOffsets request."""
+    return {
+        "replica_id": -1,
+        "isolation_level": 0,
+        "topics": [
+            {
+                "name": topic,
+                "partitions": [
+                    {"partition_index": 0, "current_leader_epoch": -1, "timestamp": timestamp}
+                ],
+            }
+        ],
+    }
+
+
 async def create(pair: Pair, topic: str, configs: dict[str, str] | None = None):
-    """Create `topic` on both brokers and wait until each names its leader: a loaded Kafka
-    can answer NOT_LEADER_OR_FOLLOWER to a Produce sent right after CreateTopics."""
+    """Create `topic` on both brokers and wait until each names its leader and serves it: a
+    loaded Kafka names the leader in Metadata before its replica manager leads the partition,
+    and answers NOT_LEADER_OR_FOLLOWER to a Produce or Fetch sent in between."""
     created = await _create(pair, topic, configs)
     deadline = time.monotonic() + 30
     request = {
@@ -118,9 +135,15 @@ async def create(pair: Pair, topic: str, configs: dict[str, str] | None = None):
     while time.monotonic() < deadline:
         answers = await pair.ask(ApiKey.METADATA, request)
         if all(_has_leader(a) for a in answers.values()):
-            break
+            served = await pair.ask(ApiKey.LIST_OFFSETS, list_offsets_body(topic, LATEST))
+            if all(_served(a) for a in served.values()):
+                break
         await asyncio.sleep(0.05)
     return created
+
+
+def _served(list_offsets: dict) -> bool:
+    return all(p["error_code"] == 0 for t in list_offsets["topics"] for p in t["partitions"])
 
 
 def _has_leader(metadata: dict) -> bool:
@@ -189,25 +212,7 @@ def test_seeded_sequence_agrees_step_by_step(brokers):
                     agree(step, f"fetch at {offset} max {limit}", answers, comparable_fetch)
                 elif op == "list_offsets":
                     ts = rng.choice([EARLIEST, LATEST, MAX_TIMESTAMP, *stamps[-20:], stamps[0] - 1])
-                    answers = await pair.ask(
-                        ApiKey.LIST_OFFSETS,
-                        {
-                            "replica_id": -1,
-                            "isolation_level": 0,
-                            "topics": [
-                                {
-                                    "name": topic,
-                                    "partitions": [
-                                        {
-                                            "partition_index": 0,
-                                            "current_leader_epoch": -1,
-                                            "timestamp": ts,
-                                        }
-                                    ],
-                                }
-                            ],
-                        },
-                    )
+                    answers = await pair.ask(ApiKey.LIST_OFFSETS, list_offsets_body(topic, ts))
                     agree(
                         step,
                         f"list offsets at {ts}",
