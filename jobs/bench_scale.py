@@ -1,7 +1,9 @@
 """Benchmark: how sparklog's costs grow with the number of partitions and the data on disk.
 
 Each cell starts `python -m sparklog serve --master none` (controller, coordinators and brokers
-in one process, as `bench_vs_kafka` does) on a fresh data dir and measures:
+in one process, as `bench_vs_kafka` does; with `--broker-processes` the three-broker cells run
+each broker in a child process of its own, as Spark executors do) on a fresh data dir and
+measures:
 
   partitions   one broker with 1, 100, 1,000 and 5,000 partitions in one topic (RF=1), and
                three brokers RF=3 up to 1,000: produce MB/s (confluent-kafka, acks=all, lz4,
@@ -19,7 +21,8 @@ Ratios that show growth, e.g. `restart_s_per_1000_partitions`, and every raw fig
 `--json`; `--plots DIR` draws one PNG per curve (matplotlib, `pip install matplotlib`).
 
 Usage: .venv/bin/python jobs/bench_scale.py [--partitions 1,100,1000,5000]
-       [--rf3-partitions 1,100,1000] [--recovery-gb 1] [--produce-s 5] [--json F] [--plots DIR]
+       [--rf3-partitions 1,100,1000] [--broker-processes] [--recovery-gb 1] [--produce-s 5]
+       [--json F] [--plots DIR]
 """
 
 from __future__ import annotations
@@ -52,8 +55,8 @@ IN_FLIGHT_5 = {"max.in.flight.requests.per.connection": 5}
 class Serve:
     """One `sparklog serve --master none` process on `data_dir` (kept across restarts)."""
 
-    def __init__(self, data_dir: str, brokers: int) -> None:
-        self.data_dir, self.brokers = data_dir, brokers
+    def __init__(self, data_dir: str, brokers: int, processes: bool = False) -> None:
+        self.data_dir, self.brokers, self.processes = data_dir, brokers, processes
         self.proc: subprocess.Popen | None = None
         self.bootstrap = ""
 
@@ -63,6 +66,8 @@ class Serve:
         cmd = [sys.executable, "-m", "sparklog", "serve", "--master", "none",
                "--brokers", str(self.brokers), "--data-dir", self.data_dir,
                "--config", f"default.replication.factor={self.brokers}"]  # fmt: skip
+        if self.processes:
+            cmd.append("--broker-processes")
         self.proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
         )
@@ -83,11 +88,31 @@ class Serve:
         self.proc = None
 
     def rss_mb(self) -> float:
+        """Resident memory of `serve` and its child processes (brokers of their own)."""
         assert self.proc is not None
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-        return float("nan")
+        total = 0
+        for pid in {self.proc.pid, *_descendants(self.proc.pid)}:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        return total / 1024
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every process below `pid` (Linux /proc)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            parents[int(entry.name)] = int(
+                (entry / "stat").read_text().rsplit(")", 1)[1].split()[1]
+            )
+        except (OSError, ValueError, IndexError):
+            continue
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
 
 
 def metadata(bootstrap: str, topic: str, version: int = 12) -> tuple[Any, int, float]:
@@ -197,9 +222,9 @@ def produce(
     return {"mb_s": sent * len(value) / elapsed / 1e6, "records": sent, "unflushed": left}
 
 
-def partitions_cell(n: int, brokers: int, seconds: float) -> dict:
+def partitions_cell(n: int, brokers: int, seconds: float, processes: bool = False) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as d:
-        serve = Serve(d, brokers)
+        serve = Serve(d, brokers, processes)
         serve.start()
         try:
             started = time.monotonic()
@@ -222,6 +247,7 @@ def partitions_cell(n: int, brokers: int, seconds: float) -> dict:
     cell = {
         "partitions": n,
         "brokers": brokers,
+        "broker_processes": processes,
         "create_topic_s": create_s,
         "produce_mb_s": load["mb_s"],
         "produce_mb_s_in_flight_5": bounded["mb_s"],
@@ -231,7 +257,8 @@ def partitions_cell(n: int, brokers: int, seconds: float) -> dict:
         "restart_s": restart_s,
     }
     print(
-        f"  {brokers} broker(s), {n:>5} partitions: produce {cell['produce_mb_s']:6.1f} MB/s "
+        f"  {brokers} broker(s){' in processes' if processes else ''}, {n:>5} partitions: "
+        f"produce {cell['produce_mb_s']:6.1f} MB/s "
         f"({cell['produce_mb_s_in_flight_5']:6.1f} with 5 in flight), "
         f"RSS {rss:6.0f} MB, Metadata {size:>8,} B in {cell['metadata_ms']:6.2f} ms, "
         f"create {create_s:5.2f} s, restart after SIGKILL {restart_s:5.2f} s",
@@ -324,6 +351,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--partitions", type=ints, default=[1, 100, 1000, 5000])
     parser.add_argument("--rf3-partitions", type=ints, default=[1, 100, 1000])
+    parser.add_argument("--broker-processes", action="store_true",
+                        help="three-broker cells: each broker in a process of its own")  # fmt: skip
     parser.add_argument("--recovery-gb", type=lambda t: [float(x) for x in t.split(",") if x],
                         default=[1.0])  # fmt: skip
     parser.add_argument("--produce-s", type=float, default=5.0)
@@ -332,7 +361,9 @@ def main() -> None:
     args = parser.parse_args()
     print("partitions (sparklog serve --master none, fresh dirs per cell):", flush=True)
     one = [partitions_cell(n, 1, args.produce_s) for n in args.partitions]
-    three = [partitions_cell(n, 3, args.produce_s) for n in args.rf3_partitions]
+    three = [
+        partitions_cell(n, 3, args.produce_s, args.broker_processes) for n in args.rf3_partitions
+    ]
     print("recovery:", flush=True)
     recovery = [recovery_cell(gb) for gb in args.recovery_gb]
     result: dict[str, Any] = {"one_broker": one, "three_brokers": three, "recovery": recovery}

@@ -1,6 +1,9 @@
 """A controller and N brokers in this process (architecture.md §7).
 
-Each server runs its own asyncio loop on its own thread, bound to 127.0.0.1 on a free port.
+Each server runs its own asyncio loop on its own thread, bound to 127.0.0.1 on a free port;
+with `broker_processes=True` each broker runs in a child process of its own instead
+(`BrokerProcess`), as Spark executors run them, so the brokers do not share one interpreter
+lock (`kill_broker` and `restart_broker` work on them too).
 Integration tests and `python -m sparklog serve --master none` use it::
 
     with EmbeddedCluster(brokers=3, config={"num.partitions": "3"}) as cluster:
@@ -39,6 +42,8 @@ class EmbeddedCluster:
         brokers: int = 1,
         data_dir: str | Path | None = None,
         config: Mapping[str, object] | None = None,
+        *,
+        broker_processes: bool = False,
         **conf: object,
     ) -> None:
         if brokers < 1:
@@ -52,7 +57,8 @@ class EmbeddedCluster:
         self.config.update({k.replace("_", "."): str(v) for k, v in conf.items()})
         self.controller: Any = None
         self.coordinator: Any = None
-        self.brokers: list[BrokerServer] = []
+        self.broker_processes = broker_processes
+        self.brokers: list[Any] = []  # BrokerServer, or BrokerProcess with broker_processes
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -71,12 +77,18 @@ class EmbeddedCluster:
             raise
         return self
 
-    def _new_broker(self, node_id: int) -> BrokerServer:
+    def _new_broker(self, node_id: int) -> Any:
         config = {
             **self.config,
             "listeners": self.config.get("listeners", "PLAINTEXT://127.0.0.1:0"),
             GROUP_COORDINATOR_ENDPOINT: self.coordinator.bootstrap,
         }
+        if self.broker_processes:
+            from sparklog.broker.broker_process import BrokerProcess
+
+            return BrokerProcess(
+                node_id, self.broker_dir(node_id), self.controller.bootstrap, config
+            )
         return BrokerServer(
             node_id,
             self.broker_dir(node_id),

@@ -52,6 +52,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--master", help="Spark master (default local[brokers+1]); 'none' runs in this process"
     )
+    serve.add_argument(
+        "--broker-processes",
+        action="store_true",
+        help="with --master none: each broker in a child process of its own, as Spark "
+        "executors run them, instead of threads sharing one interpreter lock",
+    )
     serve.add_argument("--config", action="append", metavar="K=V", help="cluster/broker setting")
     serve.add_argument("--config-file", help=f"properties file (default conf/{DEFAULTS_FILE})")
 

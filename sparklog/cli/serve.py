@@ -90,12 +90,19 @@ def serve_spark(
 
 
 def _serve_embedded(
-    brokers: int, data_dir: Path, settings: dict[str, str], stop: threading.Event
+    brokers: int,
+    data_dir: Path,
+    settings: dict[str, str],
+    stop: threading.Event,
+    broker_processes: bool = False,
 ) -> None:
     from sparklog.broker.embedded import EmbeddedCluster
 
-    progress(f"starting a controller and {brokers} broker(s) in this process")
-    cluster = EmbeddedCluster(brokers=brokers, data_dir=data_dir, config=settings)
+    where = "child processes" if broker_processes else "this process"
+    progress(f"starting a controller and {brokers} broker(s) in {where}")
+    cluster = EmbeddedCluster(
+        brokers=brokers, data_dir=data_dir, config=settings, broker_processes=broker_processes
+    )
     cluster.start()
     try:
         announce(cluster.bootstrap_servers)
@@ -186,8 +193,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     stop = threading.Event()
     with stop_on_signals(stop), _data_dir(args.data_dir) as data_dir:
         if master == "none":
-            _serve_embedded(args.brokers, data_dir, settings, stop)
+            _serve_embedded(args.brokers, data_dir, settings, stop, args.broker_processes)
             return 0
+        if args.broker_processes:
+            raise CliError(
+                "--broker-processes is for --master none: as Spark tasks, every broker already "
+                "runs in an executor's process of its own"
+            )
         from sparklog.spark.cluster import ClusterStartError
 
         spark = _new_spark_session(master, args.brokers)

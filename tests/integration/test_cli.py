@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -344,7 +345,11 @@ class Served:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             raise
-        leftovers = [pid for pid in children if _running(pid)]
+        deadline = time.monotonic() + 10  # children of a killed serve go on their own
+        while (leftovers := [pid for pid in children if _running(pid)]) and (
+            time.monotonic() < deadline
+        ):
+            time.sleep(0.1)
         assert leftovers == [], f"serve left child processes behind: {leftovers}"
         return self.proc.returncode, err.decode()
 
@@ -408,8 +413,52 @@ def test_serve_without_spark_serves_stops_on_signals_and_keeps_data(tmp_path):
     assert "Traceback" not in err
 
 
+@pytest.mark.slow
+def test_serve_with_broker_processes_replicates_and_leaves_no_broker_behind(tmp_path):
+    """`--broker-processes`: each broker in a child process of its own, replicating as usual;
+    a parent killed with SIGKILL takes its brokers with it (they see the pipe break)."""
+    served = Served(
+        "--master",
+        "none",
+        "--brokers",
+        "2",
+        "--broker-processes",
+        "--data-dir",
+        str(tmp_path / "served"),
+        "--config",
+        "default.replication.factor=2",
+        "--config",
+        "broker.heartbeat.interval.ms=200",
+    )
+    try:
+        brokers = [
+            pid
+            for pid in _children(served.proc.pid)
+            if b"sparklog" in Path(f"/proc/{pid}/cmdline").read_bytes()
+            or b"multiprocessing" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        ]
+        assert len(brokers) >= 2, brokers
+        topic = unique("apart")
+        ok("topics", "create", "--bootstrap-server", served.bootstrap, "--topic", topic,
+           "--partitions", "2", "--replication-factor", "2")  # fmt: skip
+        ok("produce", "--bootstrap-server", served.bootstrap, "--topic", topic,
+           "--key-separator", "=", "--property", "acks=all", stdin=b"a=1\nb=2\nc=3\n")  # fmt: skip
+        out = ok("consume", "--bootstrap-server", served.bootstrap, "--topic", topic,
+                 "--from-beginning", "--max-messages", "3", "--print-key")  # fmt: skip
+        assert sorted(out.splitlines()) == ["a\t1", "b\t2", "c\t3"]
+        described = ok("topics", "describe", "--bootstrap-server", served.bootstrap,
+                       "--topic", topic)  # fmt: skip
+        assert described.count("Isr: 0,1") + described.count("Isr: 1,0") == 2, described
+    finally:
+        code, _err = served.stop(signal.SIGKILL)  # asserts that no child outlives it
+    assert code == -signal.SIGKILL
+
+
 def test_serve_refuses_bad_arguments(tmp_path):
     assert "at least one broker" in user_error("serve", "--master", "none", "--brokers", "0")
+    assert "--master none" in user_error(
+        "serve", "--master", "local[2]", "--broker-processes", "--data-dir", str(tmp_path)
+    )
     missing = tmp_path / "missing.conf"
     assert "cannot read" in user_error("serve", "--master", "none", "--config-file", str(missing))
 
