@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from sparklog.broker import kio_build
+from sparklog.cli.serve import descendants
 from sparklog.protocol import codec
 from sparklog.protocol.api_versions import ApiKey
 
@@ -91,28 +92,11 @@ class Serve:
         """Resident memory of `serve` and its child processes (brokers of their own)."""
         assert self.proc is not None
         total = 0
-        for pid in {self.proc.pid, *_descendants(self.proc.pid)}:
+        for pid in {self.proc.pid, *descendants(self.proc.pid)}:
             for line in Path(f"/proc/{pid}/status").read_text().splitlines():
                 if line.startswith("VmRSS:"):
                     total += int(line.split()[1])
         return total / 1024
-
-
-def _descendants(pid: int) -> set[int]:
-    """Every process below `pid` (Linux /proc)."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            parents[int(entry.name)] = int(
-                (entry / "stat").read_text().rsplit(")", 1)[1].split()[1]
-            )
-        except (OSError, ValueError, IndexError):
-            continue
-    found, frontier = set(), {pid}
-    while frontier:
-        frontier = {child for child, parent in parents.items() if parent in frontier} - found
-        found |= frontier
-    return found
 
 
 def metadata(bootstrap: str, topic: str, version: int = 12) -> tuple[Any, int, float]:

@@ -4,9 +4,9 @@
 A waiting request registers one `Waiter` under every partition it watches, once, and sleeps
 until one of them is notified (an append, a high-watermark move, a leadership change) or its
 deadline passes; it then re-checks its own condition for the partitions notified since it last
-looked, so a spurious wake-up is harmless and a wake costs what changed, not what is watched. Waiters are bounded by
-`max_waiters`: beyond it a request does not wait and is answered with what it has, which keeps
-memory bounded under a flood of idle consumers.
+looked, so a spurious wake-up is harmless and a wake costs what changed, not what is watched.
+Waiters are bounded by `max_waiters`: beyond it a request does not wait and is answered with
+what it has, which keeps memory bounded under a flood of idle consumers.
 
 Thread-safety: none; use from the broker's event loop only.
 """

@@ -141,7 +141,7 @@ def _stop_spark(spark: Any) -> None:
 
     gateway = SparkContext._gateway
     proc = getattr(gateway, "proc", None)
-    children = _descendants(proc.pid) if proc is not None else set()
+    children = descendants(proc.pid) if proc is not None else set()
     if proc is None or proc.poll() is None:  # a dead JVM cannot answer spark.stop()
         spark.stop()
     if gateway is not None:
@@ -160,7 +160,7 @@ def _stop_spark(spark: Any) -> None:
         time.sleep(0.05)
 
 
-def _descendants(pid: int) -> set[int]:
+def descendants(pid: int) -> set[int]:
     """Every process below `pid` (Linux /proc; empty elsewhere)."""
     parents: dict[int, int] = {}
     for entry in Path("/proc").glob("[0-9]*"):

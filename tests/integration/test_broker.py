@@ -1013,7 +1013,7 @@ def test_creating_many_logs_does_not_starve_the_heartbeats(tmp_path, monkeypatch
         rm = c.brokers[0].replica_manager
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            hosted = [rm.hosted(topic, i) for i in range(partitions) if (topic, i) in rm._partitions]
+            hosted = [h for (t, _i), h in rm.partitions.items() if t == topic]
             if len(hosted) == partitions and all(h.partition.is_leader for h in hosted):
                 break
             time.sleep(0.05)
