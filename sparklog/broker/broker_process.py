@@ -65,8 +65,8 @@ class BrokerProcess:
 
     @property
     def state(self) -> BrokerState:
-        alive = self._process is not None and self._process.is_alive() and self.port
-        return BrokerState.RUNNING if alive else BrokerState.NOT_RUNNING
+        started = self._process is not None and self._process.is_alive() and self.port != 0
+        return BrokerState.RUNNING if started else BrokerState.NOT_RUNNING
 
     def start_in_thread(self, timeout_s: float | None = None) -> BrokerProcess:
         """Start the child; returns once its broker is registered and unfenced."""

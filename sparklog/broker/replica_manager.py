@@ -501,8 +501,9 @@ class ReplicaManager:
         hosted: HostedPartition,
         follower: tuple[int, bool],
     ) -> None:
-        end = hosted.log.log_end_offset
-        if p.fetch_offset > end:
+        log_ = hosted.log
+        end = log_.log_end_offset
+        if not log_.log_start_offset <= p.fetch_offset <= end:
             return  # OFFSET_OUT_OF_RANGE, from the read
         try:
             events = hosted.partition.on_follower_fetch(
@@ -530,7 +531,7 @@ class ReplicaManager:
             hosted = self.hosted(p.topic, p.partition)
             hosted.partition.check_leader(p.current_leader_epoch)
             log_ = hosted.log
-            if follower is not None and log_.log_start_offset <= p.fetch_offset:
+            if follower is not None:
                 self._follower_fetched(params.replica_id, p, hosted, follower)
             upper = _readable_end(params, log_)
             end = log_.log_end_offset if upper is None else upper
