@@ -40,6 +40,10 @@ DEFAULT_POLL_TIMEOUT_MS = 120_000  # Spark: spark.network.timeout
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000  # "15m"
 DEFAULT_MAX_POLL_RECORDS = 10_000  # rows per poll_arrow batch (Spark's Arrow batch size)
 DEFAULT_FETCH_MAX_WAIT_MS = 10
+#: A range read knows its records exist: 8 MiB per Fetch instead of the client's 1 MiB means an
+#: eighth of the requests, wake-ups and response parses (bench_dataframe: read workers 3.1 ->
+#: 2.4 CPU-s, broker 0.7 -> 0.3 per 5M rows); `kafka.max.partition.fetch.bytes` overrides it.
+DEFAULT_RANGE_FETCH_BYTES = 8 << 20
 
 _ASSIGN, _SUBSCRIBE, _PATTERN = "assign", "subscribe", "subscribepattern"
 _STRATEGIES = (_ASSIGN, _SUBSCRIBE, _PATTERN)
@@ -209,6 +213,7 @@ class SourceOptions:
             "max.poll.records": DEFAULT_MAX_POLL_RECORDS,
             # A range read knows its records exist: long polls only slow down its last poll.
             "fetch.max.wait.ms": DEFAULT_FETCH_MAX_WAIT_MS,
+            "max.partition.fetch.bytes": DEFAULT_RANGE_FETCH_BYTES,
             **self.kafka,
         }
         config.pop("group.id", None)

@@ -269,6 +269,12 @@ def test_kafka_settings_pass_through_and_ours_are_enforced():
     assert "isolation.level" not in o.admin_config()  # admin takes common settings only
 
 
+def test_range_reads_fetch_8_mib_per_partition_unless_told_otherwise():
+    assert batch(subscribe="t").consumer_config()["max.partition.fetch.bytes"] == 8 << 20
+    told = batch(subscribe="t", **{"kafka.max.partition.fetch.bytes": "1048576"})
+    assert told.consumer_config()["max.partition.fetch.bytes"] == "1048576"
+
+
 def test_group_id_is_accepted_but_not_used():
     o = batch(subscribe="t", **{"kafka.group.id": "g"})
     assert "group.id" not in o.consumer_config()
