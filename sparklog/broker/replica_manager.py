@@ -31,7 +31,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from sparklog.broker.delayed import DelayedOperations, wait_until
+from sparklog.broker.delayed import DelayedOperations, FollowerFetches, wait_until
 from sparklog.broker.log_manager import LogManager, TopicPartition
 from sparklog.broker.partition import (
     BecameFollower,
@@ -169,6 +169,8 @@ class ReplicaManager:
         self.fetch_max_bytes = fetch_max_bytes
         self._clock_ms = clock_ms
         self.delayed = delayed or DelayedOperations()
+        #: the keys follower fetches have waited under (one per follower broker)
+        self._follower_keys: set[FollowerFetches] = set()
         self._partitions: dict[TopicPartition, HostedPartition] = {}
         self._topics: dict[str, TopicMetadata] = {}
         self._live_brokers: frozenset[int] | None = None  # None: every replica may join an ISR
@@ -246,7 +248,7 @@ class ReplicaManager:
         hosted = self._partitions.pop(tp)
         hosted.partition.mark_deleted()
         self.log_manager.delete_log(*tp)
-        self.delayed.notify(tp)
+        self._notify_all(tp)
 
     def _apply_events(
         self, tp: TopicPartition, hosted: HostedPartition, events: list[Event]
@@ -273,7 +275,24 @@ class ReplicaManager:
                 if self.alter_partition is not None:
                     self.alter_partition.submit(tp, hosted.topic_id, event)
         if events:
-            self.delayed.notify(tp)
+            self._notify_all(tp)
+
+    def _notify_all(self, tp: TopicPartition) -> None:
+        """Wake every request waiting on `tp`: its own waiters and every follower's fetch (a
+        change of leadership, ISR, high watermark or log start)."""
+        delayed = self.delayed
+        delayed.notify(tp)
+        for key in self._follower_keys:
+            delayed.notify(key, tp)
+
+    def _notify_appended(self, tp: TopicPartition, hosted: HostedPartition) -> None:
+        """Wake the requests an append interests: waiters on `tp` and its followers' fetches."""
+        delayed = self.delayed
+        delayed.notify(tp)
+        node_id = self.node_id
+        for replica_id in hosted.partition.replicas:
+            if replica_id != node_id:
+                delayed.notify(FollowerFetches(replica_id), tp)
 
     def now_ms(self) -> int:
         return self._clock_ms()
@@ -368,7 +387,7 @@ class ReplicaManager:
             events = hosted.partition.on_leader_append(hosted.log.log_end_offset)
             self._apply_events(tp, hosted, events)  # wakes waiters when there are events
             if not events:
-                self.delayed.notify(tp)  # follower fetches wait for appends, not for the HW
+                self._notify_appended(tp, hosted)  # follower fetches wait for appends, not the HW
         result = ProduceResult(
             0, info.first_offset, info.log_append_time_ms, hosted.log.log_start_offset
         )
@@ -451,7 +470,11 @@ class ReplicaManager:
                     results[i] = result
             return self._fetch_satisfied(params, results)
 
-        await wait_until(self.delayed, index, check, params.max_wait_ms / 1000, looked=True)
+        keys: Any = index
+        if params.is_from_follower:  # one key, not one per partition replicated from here
+            keys = [FollowerFetches(params.replica_id)]
+            self._follower_keys.add(keys[0])
+        await wait_until(self.delayed, keys, check, params.max_wait_ms / 1000, looked=True)
         return results
 
     @staticmethod
@@ -622,7 +645,7 @@ class ReplicaManager:
             raise OffsetOutOfRangeError(f"cannot delete records before negative offset {offset}")
         low_watermark = log_.delete_records_before(offset)
         hosted.partition.reset_high_watermark(log_.high_watermark)
-        self.delayed.notify((topic, partition))
+        self._notify_all((topic, partition))
         return low_watermark
 
     # -- ISR (leader side) ---------------------------------------------------------------------
@@ -741,7 +764,7 @@ class ReplicaManager:
 
     def _after_follower_change(self, tp: TopicPartition, hosted: HostedPartition) -> None:
         hosted.partition.reset_high_watermark(hosted.log.high_watermark)
-        self.delayed.notify(tp)
+        self._notify_all(tp)
 
     # -- shutdown ---------------------------------------------------------------------------
 

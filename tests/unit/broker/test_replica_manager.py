@@ -27,6 +27,7 @@ from sparklog.storage.producer_state import AppendOrigin
 
 NOW = 1_700_000_000_000
 NODE = 1
+TOPIC_ID = uuid.UUID(int=7)
 NONE, OFFSET_OUT_OF_RANGE, CORRUPT_MESSAGE, UNKNOWN_TOPIC, NOT_LEADER = 0, 1, 2, 3, 6
 REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS, INVALID_REQUIRED_ACKS = 7, 19, 21
 
@@ -236,6 +237,45 @@ def test_a_waiting_session_fetch_looks_again_only_at_the_partitions_notified(man
     assert [i for i, r in enumerate(results) if r is not None] == [7]
     assert values(results[7].records) == [b"news"] and results[7].high_watermark == 1
     assert looked == [3]  # partition 7 was read, not looked at as caught up; nothing else
+
+
+def test_a_parked_follower_fetch_waits_under_one_key_and_wakes_for_its_partitions(manager):
+    """A follower's fetch covers every partition it replicates from this leader: it parks
+    under one key for that follower, not one per partition. An append to one of its
+    partitions wakes it with that partition, and so does a change to one (here the leadership
+    moving away); an append to a partition it does not follow does not wake it."""
+    follower, n = 2, 50
+    regs = {i: PartitionRegistration((NODE, follower), (NODE,), NODE, 0, 0) for i in range(n)}
+    regs[n] = PartitionRegistration((NODE,), (NODE,), NODE, 0, 0)  # not replicated by 2
+    manager.apply_metadata({"t": topic_meta(topic_id=TOPIC_ID, partitions=regs)})
+    keys_before = manager.delayed.statistics()["keys"]
+    params = FetchParams(follower, 30_000, 1, 1 << 20)
+
+    async def go():
+        parts = [FetchPartition("t", i, 0, 1 << 20) for i in range(n)]
+        parked = asyncio.create_task(manager.fetch_messages(params, parts))
+        await asyncio.sleep(0)
+        assert not parked.done()
+        assert manager.delayed.statistics()["keys"] == keys_before + 1
+        await manager.append_records(1, 1000, {("t", n): batch(b"elsewhere")})
+        await asyncio.sleep(0)
+        assert not parked.done()
+        await manager.append_records(1, 1000, {("t", 4): batch(b"news")})
+        first = await asyncio.wait_for(parked, 5)
+        parts[4] = FetchPartition("t", 4, 1, 1 << 20)
+        parked = asyncio.create_task(manager.fetch_messages(params, parts))
+        await asyncio.sleep(0)
+        assert not parked.done()
+        moved = dict(regs)
+        moved[9] = PartitionRegistration((NODE, follower), (follower,), follower, 1, 1)
+        manager.apply_metadata({"t": topic_meta(topic_id=TOPIC_ID, partitions=moved)})
+        second = await asyncio.wait_for(parked, 5)
+        return first, second
+
+    first, second = asyncio.run(go())
+    assert values(first[4].records) == [b"news"]
+    assert second[9].error_code == NOT_LEADER
+    assert manager.delayed.statistics() == {"waiting": 0, "keys": 0, "max": 10_000}
 
 
 def test_a_caught_up_follower_fetch_that_waits_still_moves_the_high_watermark(manager):
