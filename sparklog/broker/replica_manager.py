@@ -27,7 +27,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -169,7 +169,8 @@ class ReplicaManager:
         self.fetch_max_bytes = fetch_max_bytes
         self._clock_ms = clock_ms
         self.delayed = delayed or DelayedOperations()
-        #: the keys follower fetches have waited under (one per follower broker)
+        #: the keys fetches of live followers have waited under (one per broker; any other
+        #: replica id waits under its partitions, so a client cannot grow this set)
         self._follower_keys: set[FollowerFetches] = set()
         self._partitions: dict[TopicPartition, HostedPartition] = {}
         self._topics: dict[str, TopicMetadata] = {}
@@ -213,6 +214,9 @@ class ReplicaManager:
         """The reconciliation, one step per partition removed, created or updated."""
         self._topics = dict(topics)
         self._live_brokers = None if live_brokers is None else frozenset(live_brokers)
+        self._follower_keys = {
+            k for k in self._follower_keys if live_brokers is None or k.replica_id in live_brokers
+        }
         wanted: dict[TopicPartition, tuple[TopicMetadata, PartitionRegistration]] = {}
         for topic in topics.values():
             for index, registration in topic.partitions.items():
@@ -470,10 +474,12 @@ class ReplicaManager:
                     results[i] = result
             return self._fetch_satisfied(params, results)
 
-        keys: Any = index
-        if params.is_from_follower:  # one key, not one per partition replicated from here
-            keys = [FollowerFetches(params.replica_id)]
-            self._follower_keys.add(keys[0])
+        keys: Iterable[Hashable] = index
+        live = self._live_brokers
+        if params.is_from_follower and live is not None and params.replica_id in live:
+            follower = FollowerFetches(params.replica_id)  # one key, not one per partition
+            self._follower_keys.add(follower)
+            keys = (follower,)
         await wait_until(self.delayed, keys, check, params.max_wait_ms / 1000, looked=True)
         return results
 

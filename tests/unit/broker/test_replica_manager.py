@@ -240,14 +240,15 @@ def test_a_waiting_session_fetch_looks_again_only_at_the_partitions_notified(man
 
 
 def test_a_parked_follower_fetch_waits_under_one_key_and_wakes_for_its_partitions(manager):
-    """A follower's fetch covers every partition it replicates from this leader: it parks
-    under one key for that follower, not one per partition. An append to one of its
+    """A live follower's fetch covers every partition it replicates from this leader: it
+    parks under one key for that follower, not one per partition. An append to one of its
     partitions wakes it with that partition, and so does a change to one (here the leadership
-    moving away); an append to a partition it does not follow does not wake it."""
+    moving away); an append to a partition it does not follow does not wake it. A replica id
+    that is no live broker parks under its partitions, as a consumer's fetch does."""
     follower, n = 2, 50
     regs = {i: PartitionRegistration((NODE, follower), (NODE,), NODE, 0, 0) for i in range(n)}
     regs[n] = PartitionRegistration((NODE,), (NODE,), NODE, 0, 0)  # not replicated by 2
-    manager.apply_metadata({"t": topic_meta(topic_id=TOPIC_ID, partitions=regs)})
+    manager.apply_metadata({"t": topic_meta(topic_id=TOPIC_ID, partitions=regs)}, [NODE, follower])
     keys_before = manager.delayed.statistics()["keys"]
     params = FetchParams(follower, 30_000, 1, 1 << 20)
 
@@ -268,14 +269,27 @@ def test_a_parked_follower_fetch_waits_under_one_key_and_wakes_for_its_partition
         assert not parked.done()
         moved = dict(regs)
         moved[9] = PartitionRegistration((NODE, follower), (follower,), follower, 1, 1)
-        manager.apply_metadata({"t": topic_meta(topic_id=TOPIC_ID, partitions=moved)})
+        manager.apply_metadata(
+            {"t": topic_meta(topic_id=TOPIC_ID, partitions=moved)}, [NODE, follower]
+        )
         second = await asyncio.wait_for(parked, 5)
         return first, second
+
+    async def stranger():
+        params = FetchParams(99, 30_000, 1, 1 << 20)
+        parked = asyncio.create_task(
+            manager.fetch_messages(params, [FetchPartition("t", i, 0, 1 << 20) for i in range(3)])
+        )
+        await asyncio.sleep(0)
+        keys = manager.delayed.statistics()["keys"]
+        parked.cancel()
+        return keys
 
     first, second = asyncio.run(go())
     assert values(first[4].records) == [b"news"]
     assert second[9].error_code == NOT_LEADER
     assert manager.delayed.statistics() == {"waiting": 0, "keys": 0, "max": 10_000}
+    assert asyncio.run(stranger()) == 3
 
 
 def test_a_caught_up_follower_fetch_that_waits_still_moves_the_high_watermark(manager):
