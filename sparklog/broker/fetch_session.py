@@ -21,11 +21,11 @@ takes the place of one idle for `min.incremental.fetch.session.eviction.ms`, els
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from sparklog.broker.log_manager import TopicPartition
-from sparklog.broker.replica_manager import FetchPartition, FetchResult
+from sparklog.broker.replica_manager import FetchPartition, FetchResult, Unchanged
 from sparklog.errors import FetchSessionIdNotFoundError, InvalidFetchSessionEpochError
 from sparklog.protocol.fetch_session_handler import (
     FINAL_EPOCH,
@@ -110,7 +110,7 @@ class FetchContext:
     now_ms: int = 0
 
     @property
-    def unchanged(self) -> Callable[[TopicPartition, int, int], bool] | None:
+    def unchanged(self) -> Unchanged | None:
         """For the reader: which caught-up partitions an incremental response leaves out."""
         return self.session.knows if self.kind == "incremental" and self.session else None
 

@@ -457,21 +457,7 @@ class ReplicaManager:
                 changed = sorted(index[k] for k in woken if k in index)
                 if not changed:
                     return False
-                budget = min(params.max_bytes, self.fetch_max_bytes)
-                min_one_batch = True
-                for i in changed:
-                    p = partitions[i]
-                    result = self._read_one(
-                        params,
-                        p,
-                        max(0, min(p.partition_max_bytes, budget)),
-                        min_one_batch,
-                        unchanged,
-                    )
-                    if result is not None and result.records:
-                        budget -= len(result.records)
-                        min_one_batch = False
-                    results[i] = result
+                self._read_into(results, params, partitions, changed, unchanged)
             return self._fetch_satisfied(params, results)
 
         keys: Iterable[Hashable] = index
@@ -501,14 +487,29 @@ class ReplicaManager:
     ) -> list[FetchResult | None]:
         """Read each partition in turn, sharing `max_bytes`. An `arriving` follower fetch also
         takes the follower's fetch state, partition by partition just before its read."""
-        budget = min(params.max_bytes, self.fetch_max_bytes)
-        min_one_batch = True
         follower = None
         if arriving and params.is_from_follower:
             eligible = self._live_brokers is None or params.replica_id in self._live_brokers
             follower = (self._clock_ms(), eligible)
-        results = []
-        for p in partitions:
+        results: list[FetchResult | None] = [None] * len(partitions)
+        self._read_into(results, params, partitions, range(len(partitions)), unchanged, follower)
+        return results
+
+    def _read_into(
+        self,
+        results: list[FetchResult | None],
+        params: FetchParams,
+        partitions: list[FetchPartition],
+        indices: Iterable[int],
+        unchanged: Unchanged | None,
+        follower: tuple[int, bool] | None = None,
+    ) -> None:
+        """Read `partitions[i]` into `results[i]` for each of `indices` in turn, sharing
+        `max_bytes` (the first batch read is returned whole, as Kafka's first one is)."""
+        budget = min(params.max_bytes, self.fetch_max_bytes)
+        min_one_batch = True
+        for i in indices:
+            p = partitions[i]
             result = self._read_one(
                 params,
                 p,
@@ -520,8 +521,7 @@ class ReplicaManager:
             if result is not None and result.records:
                 budget -= len(result.records)
                 min_one_batch = False
-            results.append(result)
-        return results
+            results[i] = result
 
     def _follower_fetched(
         self,
