@@ -1018,6 +1018,9 @@ def test_creating_many_logs_does_not_starve_the_heartbeats(tmp_path, monkeypatch
                 break
             time.sleep(0.05)
         took = time.monotonic() - started
+        # Read while the cluster runs: stopping it closes (and syncs) 400 logs, which on a
+        # busy disk can outlast the 1 s session before the controller stops.
+        log_while_running = caplog.text
     assert len(hosted) == partitions and all(h.partition.is_leader for h in hosted)
     assert took > 2 * 1.0  # the apply outlasted the session timeout twice over
-    assert "fenced broker" not in caplog.text
+    assert "fenced broker" not in log_while_running
