@@ -1,41 +1,103 @@
 """sparklog's Kafka clients: producer, consumer (manual assignment) and admin, speaking the
 Kafka protocol over blocking sockets with background threads, configured with Kafka's
 setting names (`{"bootstrap.servers": "127.0.0.1:9092", "linger.ms": 5, ...}`).
+
+The names below load their module on first use, so `sparklog.client.config` (checked on the
+driver for every read and write) does not bring in the network stack and kio's schemas.
 """
 
-from .accumulator import BatchMetadata, RecordMetadata
-from .admin import (
-    EARLIEST_TIMESTAMP,
-    LATEST_TIMESTAMP,
-    MAX_TIMESTAMP,
-    AdminClient,
-    AlterConfigOp,
-    ClusterDescription,
-    ConfigEntry,
-    ConfigResource,
-    NewTopic,
-    OffsetAndTimestamp,
-    TopicDescription,
-)
-from .arrow_batches import arrow_schema
-from .config import (
-    ADMIN_SETTINGS,
-    CONSUMER_SETTINGS,
-    PRODUCER_SETTINGS,
-    ClientConfig,
-    ConfigError,
-    admin_config,
-    consumer_config,
-    producer_config,
-)
-from .consumer import KafkaConsumer, NoGroupError, NoOffsetForPartitionError
-from .fetcher import ConsumerRecord
-from .group_member import CommitFailedError
-from .metadata import BrokerNode, PartitionInfo, TopicPartition
-from .partitioner import BuiltInPartitioner, RoundRobinPartitioner
-from .producer import ClientClosedError, KafkaProducer, ProducerRecord
-from .transaction_batch import BatchDecision, end_transactions, fence_transactions
-from .transaction_manager import TransactionHandle, TransactionStateError
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .accumulator import BatchMetadata, RecordMetadata
+    from .admin import (
+        EARLIEST_TIMESTAMP,
+        LATEST_TIMESTAMP,
+        MAX_TIMESTAMP,
+        AdminClient,
+        AlterConfigOp,
+        ClusterDescription,
+        ConfigEntry,
+        ConfigResource,
+        NewTopic,
+        OffsetAndTimestamp,
+        TopicDescription,
+    )
+    from .arrow_batches import arrow_schema
+    from .config import (
+        ADMIN_SETTINGS,
+        CONSUMER_SETTINGS,
+        PRODUCER_SETTINGS,
+        ClientConfig,
+        ConfigError,
+        admin_config,
+        consumer_config,
+        producer_config,
+    )
+    from .consumer import KafkaConsumer, NoGroupError, NoOffsetForPartitionError
+    from .fetcher import ConsumerRecord
+    from .group_member import CommitFailedError
+    from .metadata import BrokerNode, PartitionInfo, TopicPartition
+    from .partitioner import BuiltInPartitioner, RoundRobinPartitioner
+    from .producer import ClientClosedError, KafkaProducer, ProducerRecord
+    from .transaction_batch import BatchDecision, end_transactions, fence_transactions
+    from .transaction_manager import TransactionHandle, TransactionStateError
+
+_MODULES = {
+    "BatchMetadata": "accumulator",
+    "RecordMetadata": "accumulator",
+    "EARLIEST_TIMESTAMP": "admin",
+    "LATEST_TIMESTAMP": "admin",
+    "MAX_TIMESTAMP": "admin",
+    "AdminClient": "admin",
+    "AlterConfigOp": "admin",
+    "ClusterDescription": "admin",
+    "ConfigEntry": "admin",
+    "ConfigResource": "admin",
+    "NewTopic": "admin",
+    "OffsetAndTimestamp": "admin",
+    "TopicDescription": "admin",
+    "arrow_schema": "arrow_batches",
+    "ADMIN_SETTINGS": "config",
+    "CONSUMER_SETTINGS": "config",
+    "PRODUCER_SETTINGS": "config",
+    "ClientConfig": "config",
+    "ConfigError": "config",
+    "admin_config": "config",
+    "consumer_config": "config",
+    "producer_config": "config",
+    "KafkaConsumer": "consumer",
+    "NoGroupError": "consumer",
+    "NoOffsetForPartitionError": "consumer",
+    "ConsumerRecord": "fetcher",
+    "CommitFailedError": "group_member",
+    "BrokerNode": "metadata",
+    "PartitionInfo": "metadata",
+    "TopicPartition": "metadata",
+    "BuiltInPartitioner": "partitioner",
+    "RoundRobinPartitioner": "partitioner",
+    "ClientClosedError": "producer",
+    "KafkaProducer": "producer",
+    "ProducerRecord": "producer",
+    "BatchDecision": "transaction_batch",
+    "end_transactions": "transaction_batch",
+    "fence_transactions": "transaction_batch",
+    "TransactionHandle": "transaction_manager",
+    "TransactionStateError": "transaction_manager",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sparklog.client' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "ADMIN_SETTINGS",

@@ -46,8 +46,7 @@ def register(spark: Any = None, *, bootstrap_servers: str | None = None) -> type
     default for reads and writes that set no `kafka.bootstrap.servers`."""
     from pyspark.sql import SparkSession
 
-    from sparklog.spark.cluster import active_cluster
-    from sparklog.spark.source import cluster_bootstrap
+    from sparklog.spark.source import running_cluster_bootstrap
 
     spark = spark if spark is not None else SparkSession.getActiveSession()
     if spark is None:
@@ -56,8 +55,7 @@ def register(spark: Any = None, *, bootstrap_servers: str | None = None) -> type
             "or pass it: sparklog.register(spark)"
         )
     if bootstrap_servers is None:
-        cluster = active_cluster()
-        bootstrap_servers = cluster_bootstrap(cluster) if cluster is not None else None
+        bootstrap_servers = running_cluster_bootstrap()
     cls = data_source_class(bootstrap_servers)
     spark.dataSource.register(cls)
     append_by_default()

@@ -13,6 +13,7 @@ started it); else an error naming both fixes.
 
 from __future__ import annotations
 
+import sys
 from typing import ClassVar
 
 from pyspark.sql.datasource import (
@@ -77,10 +78,7 @@ class SparkLogDataSource(DataSource):
     def _default_bootstrap(self) -> str | None:
         if self.default_bootstrap_servers:
             return self.default_bootstrap_servers
-        from sparklog.spark.cluster import active_cluster
-
-        cluster = active_cluster()
-        return cluster_bootstrap(cluster) if cluster is not None else None
+        return running_cluster_bootstrap()
 
     def _source_options(self, streaming: bool | None) -> SourceOptions:
         return parse_source_options(
@@ -146,6 +144,15 @@ def _check_read_schema(schema: StructType, options: SourceOptions) -> None:
             f"{expected.simpleString()}); drop the .schema(...) call, and select or cast "
             "columns after load()"
         )
+
+
+def running_cluster_bootstrap() -> str | None:
+    """The bootstrap list of the cluster `sparklog.start()` runs in this process, if any.
+    Where the launcher was never imported no cluster can run, so this does not import it (and
+    the whole broker with it): Spark's planner workers ask this on every read and write."""
+    launcher = sys.modules.get("sparklog.spark.cluster")
+    cluster = launcher.active_cluster() if launcher is not None else None
+    return cluster_bootstrap(cluster) if cluster is not None else None
 
 
 def cluster_bootstrap(cluster: object) -> str | None:

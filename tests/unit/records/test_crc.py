@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import zlib
 
+import pytest
+
 from sparklog.records.crc import crc32c
 
 
@@ -40,3 +42,21 @@ def test_result_is_unsigned_32_bit() -> None:
     for i in range(256):
         value = crc32c(bytes([i]) * 7)
         assert 0 <= value < 2**32
+
+
+def test_the_native_core_and_the_package_agree() -> None:
+    import random
+
+    import crc32c as package
+
+    from sparklog.records import native
+
+    core = native.core()
+    if core is None:
+        pytest.skip("native core not built")
+    rng = random.Random(7)
+    for size in (0, 1, 7, 8, 63, 64, 1000, 65_537):
+        data = rng.randbytes(size)
+        seed = rng.getrandbits(32)
+        assert core.crc32c(data, seed) == package.crc32c(data, seed)
+        assert core.crc32c(memoryview(bytearray(data))[1:]) == package.crc32c(data[1:])
