@@ -20,6 +20,7 @@ HEADLINE = (
     "spark_read_vs_kafka_connector",
     "spark_write_vs_kafka_connector",
     "kafka_connector_on_sparklog_vs_kafka",
+    "spark_first_use_s_vs_kafka_connector",
 )
 
 pytestmark = [pytest.mark.oracle, pytest.mark.slow]
