@@ -49,8 +49,13 @@ _CALL_TIMEOUT_S = 30.0
 
 
 def new_cluster_id() -> str:
-    """A Kafka-style cluster id: a random UUID in URL-safe base64 without padding."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """A Kafka-style cluster id: a random UUID in URL-safe base64 without padding. Like Kafka's
+    `Uuid.randomUuid`, never one starting with "-", which command lines (`kafka-storage format
+    -t ID`) would take for an option."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not text.startswith("-"):
+            return text
 
 
 def load_or_format_cluster_id(data_dir: Path, cluster_id: str | None = None) -> str:

@@ -14,7 +14,6 @@ import shutil
 import socket
 import subprocess
 import time
-import uuid
 from pathlib import Path
 
 from sparklog.oracle.jars import kafka_classpath
@@ -221,10 +220,11 @@ def run_tool(
 
 
 def _cluster_id() -> str:
-    """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding (Uuid.toString)."""
-    import base64
+    """A Kafka cluster id that `kafka-storage format -t` accepts (one starting with "-" failed
+    about one start in 64)."""
+    from sparklog.controller.server import new_cluster_id
 
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    return new_cluster_id()
 
 
 def _mb(heap: str) -> int:
