@@ -59,10 +59,18 @@ class _FrameBuffer:
     """Accumulates bytes and cuts size-prefixed frames; a large frame gets a buffer of its own
     that `receive_buffer` exposes for `recv_into`, so its bytes are copied once, or never."""
 
-    def __init__(self, max_frame_bytes: int, *, reuse_large: bool = False) -> None:
+    def __init__(
+        self,
+        max_frame_bytes: int,
+        *,
+        reuse_large: bool = False,
+        direct_frame_bytes: int = DIRECT_FRAME_BYTES,
+    ) -> None:
         self._buf = bytearray()
         self._start = 0
         self.max_frame_bytes = max_frame_bytes
+        #: an incomplete frame at least this large gets its own buffer
+        self.direct_frame_bytes = direct_frame_bytes
         self._frame: memoryview | None = None  # the large frame being received
         self._filled = 0
         #: with `reuse_large`, large frames share one buffer: the caller must be done with a
@@ -82,6 +90,34 @@ class _FrameBuffer:
             del self._buf[: self._start]
             self._start = 0
         self._buf += data
+        self._promote()
+
+    def _promote(self) -> None:
+        """Give the first buffered frame a buffer of its own if it is large and incomplete, so
+        the rest of it can be received straight there (`receive_buffer`)."""
+        if self._frame is not None:
+            return
+        available = len(self._buf) - self._start
+        if available < 4:
+            return
+        (size,) = _INT32.unpack_from(self._buf, self._start)
+        if self.direct_frame_bytes <= size <= self.max_frame_bytes and available < 4 + size:
+            self._frame = self._large_buffer(size)
+            with memoryview(self._buf) as view:
+                self._frame[: available - 4] = view[self._start + 4 :]
+            self._filled = available - 4
+            del self._buf[:]
+            self._start = 0
+
+    def has_frame(self) -> bool:
+        """Whether `next_frame` has something to say: a whole frame, or a bad size to refuse."""
+        if self._frame is not None:
+            return self._filled == len(self._frame)
+        available = len(self._buf) - self._start
+        if available < 4:
+            return False
+        (size,) = _INT32.unpack_from(self._buf, self._start)
+        return size < 0 or size > self.max_frame_bytes or available >= 4 + size
 
     def receive_buffer(self) -> memoryview | None:
         """Where the rest of a large frame goes (for `recv_into`), or None."""
@@ -109,13 +145,7 @@ class _FrameBuffer:
                 "(socket.request.max.bytes); closing the connection"
             )
         if available < 4 + size:
-            if size >= DIRECT_FRAME_BYTES:
-                self._frame = self._large_buffer(size)
-                with memoryview(self._buf) as view:
-                    self._frame[: available - 4] = view[self._start + 4 :]
-                self._filled = available - 4
-                del self._buf[:]
-                self._start = 0
+            self._promote()
             return None
         with memoryview(self._buf) as view:  # one copy (a bytearray slice would make two)
             frame = bytes(view[self._start + 4 : self._start + 4 + size])
@@ -152,12 +182,30 @@ class ServerConnection:
         self,
         apis: dict[ApiKey, VersionRange] | Any,
         max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+        *,
+        direct_frame_bytes: int = DIRECT_FRAME_BYTES,
     ) -> None:
         self.apis = apis
-        self._frames = _FrameBuffer(max_request_bytes)
+        # Large requests share one buffer: `next_request` decodes a frame before it returns,
+        # and kio's decode copies what it keeps (a test holds it to that).
+        self._frames = _FrameBuffer(
+            max_request_bytes, reuse_large=True, direct_frame_bytes=direct_frame_bytes
+        )
 
-    def receive_data(self, data: bytes) -> None:
+    def receive_data(self, data: bytes | memoryview) -> None:
         self._frames.feed(data)
+
+    def receive_buffer(self) -> memoryview | None:
+        """Where the rest of a large request goes (read it with `recv_into`), or None."""
+        return self._frames.receive_buffer()
+
+    def received(self, count: int) -> None:
+        """`count` bytes were written into `receive_buffer()`."""
+        self._frames.received(count)
+
+    def has_request(self) -> bool:
+        """Whether `next_request` has a whole request (or a bad frame size) to hand out."""
+        return self._frames.has_frame()
 
     @property
     def incomplete_request_bytes(self) -> int:

@@ -37,7 +37,12 @@ log = logging.getLogger(__name__)
 #: A handler returns the response body, or None when no response is due (Produce acks=0).
 Handler = Callable[[Request], Awaitable[Any | None]]
 
-_READ_BYTES = 256 * 1024
+#: Between requests a connection reads this much at a time, so a large request's first read
+#: holds little of its body: the rest goes by `recv_into` straight into the request's own
+#: buffer (any request of `_DIRECT_REQUEST_BYTES` or more gets one), as Kafka reads the size
+#: and then the request into a buffer of that size.
+_FIRST_READ_BYTES = 8 * 1024
+_DIRECT_REQUEST_BYTES = 16 * 1024
 #: Responses are written without awaiting `drain()` until this much waits in the transport
 #: (asyncio's default high-water mark): an awaited drain per response cost a task and a timer.
 _DRAIN_ABOVE_BYTES = 64 * 1024
@@ -89,8 +94,9 @@ class KafkaServer:
 
     async def start(self) -> None:
         """Bind and start accepting; `port` holds the bound port afterwards."""
-        self._server = await asyncio.start_server(
-            self._serve_connection, self.host, self.port, reuse_address=True
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: _RequestProtocol(self, loop), self.host, self.port, reuse_address=True
         )
         self.port = self._server.sockets[0].getsockname()[1]
         log.info("%s listening on %s:%d", self.name, self.host, self.port)
@@ -144,7 +150,7 @@ class KafkaServer:
         return True
 
     async def _serve_connection(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self, protocol: _RequestProtocol, writer: asyncio.StreamWriter
     ) -> None:
         peer = writer.get_extra_info("peername")
         ip = peer[0] if isinstance(peer, tuple) and peer else ""
@@ -158,22 +164,21 @@ class KafkaServer:
         self._connections[task] = writer
         self._per_ip[ip] = self._per_ip.get(ip, 0) + 1
         CLIENT_HOST.set(f"/{ip}" if ip else "")
-        conn = ServerConnection(self.apis, self.max_request_bytes)
+        conn = protocol.conn
         idle_s = self.connections_max_idle_ms / 1000
         reserved = 0
         try:
             while True:
                 if self.memory_pool.bounded and not reserved:
                     reserved = await self.memory_pool.reserve(conn.incomplete_request_bytes)
-                try:  # asyncio.timeout, not wait_for: no task per read (16 -> 5 us)
-                    async with asyncio.timeout(idle_s):
-                        data = await reader.read(_READ_BYTES)
-                except TimeoutError:  # connections.max.idle.ms: Kafka closes idle connections
-                    self.idle_closed_connections += 1
-                    return
-                if not data:
-                    return
-                conn.receive_data(data)
+                if not conn.has_request():
+                    try:  # asyncio.timeout, not wait_for: no task per read (16 -> 5 us)
+                        async with asyncio.timeout(idle_s):
+                            if not await protocol.receive():
+                                return
+                    except TimeoutError:  # connections.max.idle.ms: Kafka closes idle ones
+                        self.idle_closed_connections += 1
+                        return
                 while (request := conn.next_request()) is not NEED_DATA:
                     async with self.request_slots.slot():
                         body = await self.handler(request)
@@ -213,6 +218,84 @@ class KafkaServer:
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+
+class _RequestProtocol(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
+    """One connection's bytes, received straight into its `ServerConnection`: the rest of a
+    large request frame lands in the frame's own buffer by `recv_into`, with no copy on the
+    way (a stream reader copied each request three times). It reads only while the connection
+    task waits for bytes and no whole request is waiting, as Kafka mutes a channel while a
+    request is handled, and `queued.max.request.bytes` gates reads as before."""
+
+    def __init__(self, server: KafkaServer, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(
+            asyncio.StreamReader(loop=loop),
+            lambda _reader, writer: server._serve_connection(self, writer),
+            loop=loop,
+        )
+        self.conn = ServerConnection(
+            server.apis, server.max_request_bytes, direct_frame_bytes=_DIRECT_REQUEST_BYTES
+        )
+        self._pool_bounded = server.memory_pool.bounded
+        self._scratch = memoryview(bytearray(_FIRST_READ_BYTES))
+        self._into_frame = False
+        self._waiter: asyncio.Future[None] | None = None
+        self._got_bytes = False
+        self._ended = False
+        self._reading: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        assert isinstance(transport, asyncio.Transport)
+        self._reading = transport
+        transport.pause_reading()  # until the connection task asks for bytes
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        frame = self.conn.receive_buffer()
+        self._into_frame = frame is not None
+        return frame if frame is not None else self._scratch
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._into_frame:
+            self.conn.received(nbytes)
+        else:
+            self.conn.receive_data(self._scratch[:nbytes])
+        self._got_bytes = True
+        if self._pool_bounded or self.conn.has_request():
+            self._pause()
+        self._wake()
+
+    def eof_received(self) -> bool:
+        self._ended = True
+        self._wake()
+        return super().eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._ended = True
+        self._wake()
+        super().connection_lost(exc)
+
+    async def receive(self) -> bool:
+        """Read until some bytes arrive; False once the peer is gone and nothing came."""
+        if self._ended:
+            return False
+        self._got_bytes = False
+        self._waiter = asyncio.get_running_loop().create_future()
+        if self._reading is not None:
+            self._reading.resume_reading()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+        return self._got_bytes or not self._ended
+
+    def _pause(self) -> None:
+        if self._reading is not None:
+            self._reading.pause_reading()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
 
 
 async def _send_file_response(

@@ -8,6 +8,7 @@ import pytest
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 
+from sparklog.protocol import codec
 from sparklog.protocol.api_versions import BROKER_APIS, ApiKey, UnsupportedApiError, pick_version
 from sparklog.protocol.async_client import api_versions_response
 from sparklog.protocol.connection import (
@@ -134,3 +135,52 @@ def test_large_frames_come_out_whole_fed_or_received_into(reuse, chunk):
                 got.append(bytes(frame))  # a reused buffer is overwritten by the next frame
         assert got == bodies
         assert buffer.buffered_bytes == 0 and buffer.incomplete_frame_bytes == 0
+
+
+def _produce_frame(correlation_id: int, fill: bytes) -> bytes:
+    import pyarrow as pa
+
+    from sparklog.client.network import build_request
+    from sparklog.records.arrow_encode import build_batches
+
+    (records,) = build_batches(pa.table({"value": [fill * 1000] * 40}), now_ms=0)
+    body = build_request(
+        ApiKey.PRODUCE,
+        9,
+        {
+            "acks": -1,
+            "timeout": 1000,
+            "transactional_id": None,
+            "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": records}]}],
+        },
+    )
+    return codec.encode_request(body, correlation_id, "c")
+
+
+def test_large_requests_received_into_one_reused_buffer_keep_their_bytes():
+    # The server receives every large request into one buffer; a request it handed out must
+    # not change when the next one lands there (kio's decode must have copied the records).
+    server = ServerConnection(BROKER_APIS, direct_frame_bytes=16 * 1024)
+    first, second = _produce_frame(1, b"a"), _produce_frame(2, b"b")
+    assert len(first) > 16 * 1024
+    requests = []
+    for frame in (first, second):
+        server.receive_data(frame[:100])
+        target = server.receive_buffer()
+        assert target is not None and len(target) == len(frame) - 100, "the rest goes direct"
+        target[:] = frame[100:]
+        server.received(len(frame) - 100)
+        assert server.has_request()
+        requests.append(server.next_request())
+        assert not server.has_request() and server.next_request() is NEED_DATA
+    records = [r.body.topic_data[0].partition_data[0].records for r in requests]
+    assert bytes(records[0]).count(b"a" * 1000) == 40
+    assert bytes(records[1]).count(b"b" * 1000) == 40
+
+
+def test_a_frame_of_a_bad_size_counts_as_a_request_so_the_server_refuses_it():
+    server = ServerConnection(BROKER_APIS, max_request_bytes=1000)
+    server.receive_data(struct.pack(">i", 5000) + b"\0" * 10)
+    assert server.has_request()
+    with pytest.raises(ProtocolError):
+        server.next_request()
