@@ -50,6 +50,9 @@ class Request:
     size_bytes: int
 
 
+#: The largest request a server connection receives into its reused buffer.
+REUSED_REQUEST_BUFFER_BYTES = 2 << 20
+
 #: A frame at least this large is received into its own buffer (with `recv_into` where the
 #: caller can), not accumulated and then copied out.
 DIRECT_FRAME_BYTES = 128 * 1024
@@ -65,6 +68,7 @@ class _FrameBuffer:
         *,
         reuse_large: bool = False,
         direct_frame_bytes: int = DIRECT_FRAME_BYTES,
+        reuse_max_bytes: int | None = None,
     ) -> None:
         self._buf = bytearray()
         self._start = 0
@@ -76,6 +80,8 @@ class _FrameBuffer:
         #: with `reuse_large`, large frames share one buffer: the caller must be done with a
         #: frame before it feeds more bytes (a client decodes each response at once)
         self._spare: bytearray | None = bytearray() if reuse_large else None
+        #: a larger frame gets a buffer of its own, freed with it (None: reuse any size)
+        self.reuse_max_bytes = reuse_max_bytes
 
     def feed(self, data: bytes | memoryview) -> None:
         if self._frame is not None:
@@ -153,7 +159,9 @@ class _FrameBuffer:
         return memoryview(frame)
 
     def _large_buffer(self, size: int) -> memoryview:
-        if self._spare is None:
+        if self._spare is None or (
+            self.reuse_max_bytes is not None and size > self.reuse_max_bytes
+        ):
             return memoryview(bytearray(size))
         if len(self._spare) < size:
             self._spare = bytearray(size)  # fresh pages cost as much as a copy: keep them
@@ -187,9 +195,14 @@ class ServerConnection:
     ) -> None:
         self.apis = apis
         # Large requests share one buffer: `next_request` decodes a frame before it returns,
-        # and kio's decode copies what it keeps (a test holds it to that).
+        # and kio's decode copies what it keeps (a test holds it to that). Only requests of
+        # usual sizes (max.request.size is 1 MiB) reuse it, so a connection that once sent a
+        # huge one does not keep that much memory for as long as it stays open.
         self._frames = _FrameBuffer(
-            max_request_bytes, reuse_large=True, direct_frame_bytes=direct_frame_bytes
+            max_request_bytes,
+            reuse_large=True,
+            direct_frame_bytes=direct_frame_bytes,
+            reuse_max_bytes=REUSED_REQUEST_BUFFER_BYTES,
         )
 
     def receive_data(self, data: bytes | memoryview) -> None:

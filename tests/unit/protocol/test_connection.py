@@ -184,3 +184,26 @@ def test_a_frame_of_a_bad_size_counts_as_a_request_so_the_server_refuses_it():
     assert server.has_request()
     with pytest.raises(ProtocolError):
         server.next_request()
+
+
+def test_a_huge_request_gets_a_buffer_of_its_own_and_does_not_stay():
+    from sparklog.protocol.connection import REUSED_REQUEST_BUFFER_BYTES, _FrameBuffer
+
+    frames = _FrameBuffer(
+        1 << 30, reuse_large=True, direct_frame_bytes=16 * 1024,
+        reuse_max_bytes=REUSED_REQUEST_BUFFER_BYTES,
+    )  # fmt: skip
+    buffers = []
+    for size in (100_000, 100_000, REUSED_REQUEST_BUFFER_BYTES + 1, 100_000):
+        frames.feed(struct.pack(">i", size) + b"x" * 10)
+        target = frames.receive_buffer()
+        assert target is not None and len(target) == size - 10
+        buffers.append(target.obj)
+        target[:] = b"y" * (size - 10)
+        frames.received(size - 10)
+        frame = frames.next_frame()
+        assert frame is not None and len(frame) == size and bytes(frame[-3:]) == b"yyy"
+    usual, again, huge, after = buffers
+    assert usual is again is after, "requests of usual sizes share one buffer"
+    assert huge is not usual and len(huge) == REUSED_REQUEST_BUFFER_BYTES + 1
+    assert len(usual) < REUSED_REQUEST_BUFFER_BYTES, "the huge one was not kept"
