@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from sparklog.lazy_names import lazy_getattr
+
 
 def register(spark: Any = None, *, bootstrap_servers: str | None = None) -> type:
     """Register `format("sparklog")` with `spark` (default: the active session)."""
@@ -41,14 +43,7 @@ _NOTEBOOK_VIEWS = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    """The notebook views (`sparklog.topics_df` ...), loaded on first use."""
-    module = _NOTEBOOK_VIEWS.get(name)
-    if module is not None:
-        import importlib
-
-        return getattr(importlib.import_module(module), name)
-    raise AttributeError(f"module 'sparklog' has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _NOTEBOOK_VIEWS)  # the notebook views, on first use
 
 
 def _register_at_import() -> None:

@@ -8,8 +8,9 @@ driver for every read and write) does not bring in the network stack and kio's s
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from sparklog.lazy_names import lazy_getattr
 
 if TYPE_CHECKING:
     from .accumulator import BatchMetadata, RecordMetadata
@@ -90,13 +91,7 @@ _MODULES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _MODULES.get(name)
-    if module is None:
-        raise AttributeError(f"module 'sparklog.client' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, {n: f"{__name__}.{m}" for n, m in _MODULES.items()})
 
 
 __all__ = [

@@ -5,7 +5,7 @@ Importing this package does not import pyspark; the names below load on first us
 
 from __future__ import annotations
 
-from typing import Any
+from sparklog.lazy_names import lazy_getattr
 
 _LAZY = {
     "SparkLogDataSource": "sparklog.spark.source",
@@ -19,10 +19,4 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'sparklog.spark' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_getattr(__name__, _LAZY)

@@ -6,14 +6,21 @@ import subprocess
 import sys
 
 
+def modules_loaded_by(code: str, prefixes: tuple[str, ...]) -> list[str]:
+    """The modules under `prefixes` that a fresh interpreter has loaded after running `code`."""
+    code += f"\nprint(sorted(m for m in sys.modules if m.startswith({prefixes!r})))"
+    out = subprocess.run(
+        [sys.executable, "-c", "import sys\n" + code], capture_output=True, text=True, check=True
+    )
+    return eval(out.stdout.strip().splitlines()[-1])  # noqa: S307 - our own printed list
+
+
 def test_importing_sparklog_does_not_import_pyspark():
     code = (
-        "import sys, sparklog, sparklog.spark, sparklog.spark.options, sparklog.spark.offsets; "
-        "assert callable(sparklog.register) and callable(sparklog.start); "
-        "print(sorted(m for m in sys.modules if m.startswith('pyspark')))"
+        "import sparklog, sparklog.spark, sparklog.spark.options, sparklog.spark.offsets\n"
+        "assert callable(sparklog.register) and callable(sparklog.start)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    assert modules_loaded_by(code, ("pyspark",)) == []
 
 
 def test_planning_a_read_or_write_loads_neither_the_broker_nor_the_network_stack():
@@ -22,19 +29,22 @@ def test_planning_a_read_or_write_loads_neither_the_broker_nor_the_network_stack
     # cluster launcher) or the client's network stack and Kafka schemas (through the config
     # check). The first read or write of a session waits for it.
     code = (
-        "import sys\n"
         "from sparklog.spark.register import data_source_class\n"
         "from sparklog.spark.options import parse_sink_options\n"
         "ds = data_source_class(None)({'kafka.bootstrap.servers': '127.0.0.1:1', "
         "'subscribe': 't', 'kafka.max.poll.records': '7'})\n"
         "ds.schema()\n"
         "parse_sink_options({'topic': 't', 'kafka.linger.ms': '5'}, "
-        "default_bootstrap=ds._default_bootstrap() or '127.0.0.1:1')\n"
-        "print(sorted(m for m in sys.modules if m.startswith(('sparklog.broker', "
-        "'sparklog.client.network', 'sparklog.spark.cluster', 'kio.schema', 'crc32c'))))"
+        "default_bootstrap=ds._default_bootstrap() or '127.0.0.1:1')"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    heavy = ("sparklog.broker", "sparklog.client.network", "sparklog.spark.cluster", "kio.schema")
+    assert modules_loaded_by(code, (*heavy, "crc32c")) == []
+
+
+def test_the_client_package_loads_a_name_on_first_use():
+    code = "import sparklog.client as c\nassert c.KafkaProducer.__name__ == 'KafkaProducer'"
+    assert "sparklog.client.producer" in modules_loaded_by(code, ("sparklog.client",))
+    assert modules_loaded_by("import sparklog.client", ("sparklog.client.",)) == []
 
 
 def test_the_config_check_still_refuses_a_bad_client_setting():
