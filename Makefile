@@ -37,12 +37,12 @@ $(NATIVE): $(STAMP) $(NATIVE_SOURCES)
 	fi
 	touch $(NATIVE)
 
-# Pinned JARs (conf/jars/*/pom.xml: Apache Kafka, Spark's Kafka connector, delta-spark), fetched
-# once with Maven into .jars/ and used offline afterwards (see README "Reference JARs").
-JARS_STAMPS := .jars/kafka/.fetched .jars/spark/.fetched
+# Pinned JARs (conf/jars/*/pom.xml: Apache Kafka, Spark's Kafka connector, delta-spark, S3Proxy),
+# fetched once with Maven into .jars/ and used offline afterwards (see README "Reference JARs").
+JARS_STAMPS := .jars/kafka/.fetched .jars/spark/.fetched .jars/s3proxy/.fetched
 jars: $(JARS_STAMPS)
 
-$(JARS_STAMPS) &: conf/jars/kafka/pom.xml conf/jars/spark/pom.xml $(STAMP)
+$(JARS_STAMPS) &: conf/jars/kafka/pom.xml conf/jars/spark/pom.xml conf/jars/s3proxy/pom.xml $(STAMP)
 	$(PY) -m sparklog.oracle.jars fetch
 
 # Debian's kcat is an interop oracle; install it when missing (needs root or sudo).

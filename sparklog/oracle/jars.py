@@ -1,11 +1,12 @@
 """The pinned JARs sparklog is tested and benchmarked against (DESIGN D14), and where they live.
 
-`make` runs `python -m sparklog.oracle.jars fetch`, which resolves the two manifests under
-`conf/jars/` with Maven into an ignored cache (`.jars/kafka`, `.jars/spark`) once; everything
-after that runs offline from the cache:
+`make` runs `python -m sparklog.oracle.jars fetch`, which resolves the manifests under
+`conf/jars/` with Maven into an ignored cache (`.jars/kafka`, `.jars/spark`, `.jars/s3proxy`)
+once; everything after that runs offline from the cache:
 
 - `kafka_classpath()` — Apache Kafka's broker, tools and Java clients, for `java -cp`;
-- `spark_jars()` — Spark's Kafka connector and delta-spark, for `spark.jars` (no Ivy at run time).
+- `spark_jars()` — Spark's Kafka connector and delta-spark, for `spark.jars` (no Ivy at run time);
+- `s3proxy_jar()` — S3Proxy, the S3-compatible server tests keep the driver's state on.
 
 Point elsewhere with `SPARKLOG_JARS_DIR` (a cache made by another checkout), `KAFKA_HOME` (an
 Apache Kafka installation: its `libs/` is used) or `SPARKLOG_SPARK_JARS` (a comma-separated list
@@ -22,7 +23,7 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO_ROOT / "conf" / "jars"
-GROUPS = ("kafka", "spark")
+GROUPS = ("kafka", "spark", "s3proxy")
 _STAMP = ".fetched"
 
 
@@ -76,6 +77,14 @@ def spark_jar_paths() -> list[Path]:
     return sorted(_group_dir("spark").glob("*.jar"))
 
 
+def s3proxy_jar() -> Path:
+    """S3Proxy's self-contained JAR (`java -cp JAR org.gaul.s3proxy.Main`)."""
+    folder = _group_dir("s3proxy")
+    for jar in folder.glob("s3proxy-*.jar"):
+        return jar
+    raise JarsMissing(f"no s3proxy JAR in {folder}: run `make jars`")
+
+
 def spark_jars() -> str:
     """The value for `spark.jars`."""
     return ",".join(str(p) for p in spark_jar_paths())
@@ -124,7 +133,7 @@ def fetch(group: str) -> Path:
     if mvn is None:
         raise SystemExit(
             "sparklog: `mvn` not found: install Maven (Debian: apt-get install maven) to fetch "
-            "the pinned Kafka/Spark/Delta JARs"
+            "the pinned Kafka/Spark/Delta/S3Proxy JARs"
         )
     if target.exists():
         shutil.rmtree(target)
@@ -153,7 +162,10 @@ def fetch(group: str) -> Path:
 
 def main(argv: list[str]) -> int:
     if argv[:1] != ["fetch"]:
-        print("usage: python -m sparklog.oracle.jars fetch [kafka|spark ...]", file=sys.stderr)
+        print(
+            "usage: python -m sparklog.oracle.jars fetch [kafka|spark|s3proxy ...]",
+            file=sys.stderr,
+        )
         return 2
     for group in argv[1:] or GROUPS:
         folder = fetch(group)
