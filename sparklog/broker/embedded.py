@@ -14,7 +14,10 @@ Settings use Kafka's names; as keyword arguments, underscores stand for dots
 crash would, `restart_broker(i)` brings it back on the same data dir (same identity, recovered
 logs) or, with `wipe=True`, on an empty one (same id, everything re-replicated), and
 `restart_controller()` restarts the controller on its data dir and port so brokers reconnect;
-`restart_coordinator()` restarts the group coordinator, which reloads its Delta table.
+`restart_coordinator()` restarts the group coordinator, which reloads its Delta table;
+`restart_driver(new_dir)` kills both and starts them on a new, empty controller dir, as a
+driver restarted on another host would (what survives is what `metadata.log.dir` and
+`offsets.table.path` keep on shared storage).
 `leader_of`, `isr_of` and `wait_for_isr` read the controller's image.
 """
 
@@ -55,6 +58,8 @@ class EmbeddedCluster:
         )
         self.config: dict[str, str] = {str(k): str(v) for k, v in (config or {}).items()}
         self.config.update({k.replace("_", "."): str(v) for k, v in conf.items()})
+        #: the driver's local dir (controller, and coordinator table by default)
+        self.controller_dir = self.data_dir / "controller"
         self.controller: Any = None
         self.coordinator: Any = None
         self.broker_processes = broker_processes
@@ -66,7 +71,7 @@ class EmbeddedCluster:
         """Start the controller, then each broker; returns once every broker is unfenced."""
         from sparklog.controller.server import ControllerServer
 
-        self.controller = ControllerServer(self.data_dir / "controller", config=self.config)
+        self.controller = ControllerServer(self.controller_dir, config=self.config)
         self.controller.start_in_thread()
         try:
             self.coordinator = self._new_coordinator(port=0)
@@ -101,7 +106,7 @@ class EmbeddedCluster:
         from sparklog.coordinator.server import GroupCoordinatorServer
 
         coordinator = GroupCoordinatorServer(
-            self.data_dir / "controller", self.controller, port=port, config=self.config
+            self.controller_dir, self.controller, port=port, config=self.config
         ).start_in_thread()
         self.controller.coordinator_endpoint = (coordinator.host, coordinator.port)
         return coordinator
@@ -173,9 +178,7 @@ class EmbeddedCluster:
         old = self.controller
         port = old.port
         old.stop()
-        self.controller = ControllerServer(
-            self.data_dir / "controller", port=port, config=self.config
-        )
+        self.controller = ControllerServer(self.controller_dir, port=port, config=self.config)
         self.controller.start_in_thread()
         if self.coordinator is not None:
             self.coordinator.controller = self.controller
@@ -187,6 +190,23 @@ class EmbeddedCluster:
         port = self.coordinator.port
         self.coordinator.stop()
         self.coordinator = self._new_coordinator(port=port)
+
+    def restart_driver(self, controller_dir: str | Path) -> None:
+        """Kill the controller and the group coordinator (no final snapshot, as a lost host
+        takes none) and start new ones on `controller_dir` (a new, empty local dir: another
+        host) with the same settings and ports, so the running brokers reconnect."""
+        from sparklog.controller.server import ControllerServer
+
+        controller_port, coordinator_port = self.controller.port, self.coordinator.port
+        self.coordinator.stop()
+        self.coordinator = None
+        self.controller.kill()
+        self.controller_dir = Path(controller_dir)
+        self.controller = ControllerServer(
+            self.controller_dir, port=controller_port, config=self.config
+        )
+        self.controller.start_in_thread()
+        self.coordinator = self._new_coordinator(port=coordinator_port)
 
     # -- the controller's view (tests) ------------------------------------------------------
 

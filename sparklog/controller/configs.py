@@ -253,8 +253,13 @@ class ControllerConfig:
 
 def read_properties(path: str | Path) -> dict[str, str]:
     """A Java-style `.properties` file (`name=value`, `#` comments) as a dict."""
+    return parse_properties(Path(path).read_text(), str(path))
+
+
+def parse_properties(text: str, path: str) -> dict[str, str]:
+    """`.properties` text as a dict; `path` names it in errors."""
     props: dict[str, str] = {}
-    for number, line in enumerate(Path(path).read_text().splitlines(), 1):
+    for number, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if not line or line.startswith(("#", "!")):
             continue

@@ -1,16 +1,23 @@
-"""The controller's metadata log on the driver's disk: `__cluster_metadata-0` + a snapshot.
+"""The controller's metadata log: `__cluster_metadata-0` + a snapshot, on the driver's disk or on
+durable shared storage (DESIGN D7; `metadata.log.dir`).
 
-Layout (in the controller's data dir)::
+Layout of a local (or shared-filesystem) directory::
 
+    meta.properties                the cluster id
     __cluster_metadata-0/          a sparklog `Log`: one v2 batch per controller write,
                                    JSON record values, null keys
     metadata.snapshot.json         {"offset": N, "image": MetadataImage.to_dict()}, written
                                    atomically every `metadata.log.snapshot.records` records
 
+On an object store (`s3://bucket/prefix`) the same content is objects (see
+`metadata_store.py`) and `__cluster_metadata-0/` on the driver's disk is a cache rebuilt from
+them at every start, so a driver restarted on another host recovers the cluster.
+
 Opening = load the snapshot (if any), replay the log from its offset, and return the image:
-the single-node equivalent of KRaft's snapshot + log replay. Every append is fsynced before it
-returns, so what a response announces survives a crash; a torn tail is dropped by the log's
-own recovery. The log is never truncated at the front: brokers follow it from offset 0.
+the single-node equivalent of KRaft's snapshot + log replay. Every append is durable before it
+returns (fsynced, or written to the object store), so what a response announces survives a
+crash; a torn local tail is dropped by the log's own recovery. The log is never truncated at
+the front: brokers follow it from offset 0.
 
 Not thread-safe: owned by the controller's event loop thread.
 """
@@ -25,8 +32,14 @@ from pathlib import Path
 from typing import Any
 
 from sparklog.controller.image import MetadataImage, MetadataRecordError, encode_record
+from sparklog.controller.metadata_store import (
+    LocalMetadataStore,
+    MetadataLogFencedError,
+    MetadataStore,
+    open_metadata_store,
+)
+from sparklog.errors import MessageTooLargeError
 from sparklog.records import SimpleRecord, build_batch
-from sparklog.storage.checkpoint import write_atomically
 from sparklog.storage.config import LogConfig
 from sparklog.storage.log import FetchDataInfo, Log
 
@@ -35,7 +48,6 @@ log = logging.getLogger(__name__)
 METADATA_TOPIC = "__cluster_metadata"
 METADATA_PARTITION = 0
 METADATA_LOG_DIR = f"{METADATA_TOPIC}-{METADATA_PARTITION}"
-SNAPSHOT_FILE = "metadata.snapshot.json"
 #: One controller write is one batch; a 10,000-partition CreateTopics is ~2 MB of records.
 METADATA_LOG_CONFIG = LogConfig(max_message_bytes=16 * 1024 * 1024)
 _REPLAY_READ_BYTES = 4 * 1024 * 1024
@@ -46,25 +58,52 @@ class MetadataLog:
     """Append-only metadata log plus periodic snapshots of the image."""
 
     def __init__(
-        self, directory: Path, log_: Log, snapshot_records: int, snapshot_offset: int
+        self,
+        store: MetadataStore,
+        log_: Log,
+        snapshot_records: int,
+        snapshot_offset: int,
     ) -> None:
         assert snapshot_records >= 1
-        self.directory = directory
+        self.store = store
         self._log = log_
         self.snapshot_records = snapshot_records
-        self.snapshot_offset = snapshot_offset  # offset of the newest snapshot on disk (0: none)
+        self.snapshot_offset = snapshot_offset  # offset of the newest durable snapshot (0: none)
+        self._fenced: MetadataLogFencedError | None = None
+
+    @property
+    def directory(self) -> Path:
+        """The working log's parent directory (on the driver's disk)."""
+        return self._log.directory.parent
 
     @classmethod
     def open(
-        cls, directory: str | os.PathLike[str], *, now_ms: int, snapshot_records: int = 1000
+        cls,
+        location: str | os.PathLike[str] | MetadataStore,
+        *,
+        now_ms: int,
+        snapshot_records: int = 1000,
+        storage_options: Mapping[str, str] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
     ) -> tuple[MetadataLog, MetadataImage]:
-        """Open (or create) the metadata log in `directory`; returns it and the replayed image."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        image = load_snapshot(directory / SNAPSHOT_FILE) or MetadataImage()
+        """Open (or create) the metadata log at `location` (a directory, an object-store URI
+        whose working copy goes to `cache_dir`, or a store); returns it and the replayed image."""
+        if isinstance(location, str | os.PathLike):
+            store = open_metadata_store(location, storage_options)
+        else:
+            store = location
+        if isinstance(store, LocalMetadataStore):
+            working_dir = store.directory
+        else:
+            if cache_dir is None:
+                raise ValueError(f"{location} is an object store: give a local cache_dir")
+            working_dir = Path(cache_dir)
+            working_dir.mkdir(parents=True, exist_ok=True)
+        image = store.load_snapshot() or MetadataImage()
         snapshot_offset = image.offset
-        log_ = Log.open(directory / METADATA_LOG_DIR, METADATA_LOG_CONFIG, now_ms=now_ms)
+        log_ = Log.open(working_dir / METADATA_LOG_DIR, METADATA_LOG_CONFIG, now_ms=now_ms)
         try:
+            store.recover(log_, now_ms)
             if log_.log_end_offset < image.offset:
                 log.warning(
                     "metadata log ends at %d, before the snapshot at %d: restarting it there",
@@ -74,15 +113,15 @@ class MetadataLog:
                 log_.truncate_fully_and_start_at(image.offset)
             if log_.log_start_offset > image.offset:
                 raise MetadataRecordError(
-                    f"metadata log in {directory} starts at {log_.log_start_offset} but the image "
-                    f"needs records from {image.offset}"
+                    f"metadata log in {store.location} starts at {log_.log_start_offset} but the "
+                    f"image needs records from {image.offset}"
                 )
             _replay(log_, image)
             log_.update_high_watermark(log_.log_end_offset)
         except BaseException:
             log_.close()
             raise
-        return cls(directory, log_, snapshot_records, snapshot_offset), image
+        return cls(store, log_, snapshot_records, snapshot_offset), image
 
     @property
     def end_offset(self) -> int:
@@ -94,13 +133,33 @@ class MetadataLog:
         return self._log.log_start_offset
 
     def append(self, records: Sequence[Mapping[str, Any]], now_ms: int) -> int:
-        """Append `records` as one batch, fsync it, and return its first offset."""
+        """Append `records` as one batch, make it durable, and return its first offset.
+
+        Raises MetadataLogFencedError, now and on every later call, once another controller
+        wrote the durable log past this one's view of it."""
         assert records, "a controller write has at least one record"
-        batch = build_batch([SimpleRecord(value=encode_record(r)) for r in records], now_ms=now_ms)
-        info = self._log.append_as_leader(batch, _CONTROLLER_EPOCH, now_ms)
-        self._log.flush()
+        if self._fenced is not None:
+            raise self._fenced
+        first = self._log.log_end_offset
+        batch = build_batch(
+            [SimpleRecord(value=encode_record(r)) for r in records],
+            base_offset=first,
+            now_ms=now_ms,
+            partition_leader_epoch=_CONTROLLER_EPOCH,
+        )
+        if len(batch) > METADATA_LOG_CONFIG.max_message_bytes:
+            raise MessageTooLargeError(
+                f"a controller write of {len(batch)} bytes exceeds the metadata log's "
+                f"{METADATA_LOG_CONFIG.max_message_bytes}"
+            )
+        try:
+            self.store.append(self._log, batch, now_ms)
+        except MetadataLogFencedError as e:
+            log.error("%s", e)
+            self._fenced = e
+            raise
         self._log.update_high_watermark(self._log.log_end_offset)
-        return info.first_offset
+        return first
 
     def read(self, fetch_offset: int, max_bytes: int) -> FetchDataInfo:
         """Whole batches from the one holding `fetch_offset` (OffsetOutOfRangeError outside
@@ -121,27 +180,11 @@ class MetadataLog:
     def write_snapshot(self, image: MetadataImage) -> None:
         assert image.offset == self.end_offset, "snapshot of an image that is not the log's"
         data = json.dumps({"offset": image.offset, "image": image.to_dict()}, sort_keys=True)
-        write_atomically(self.directory / SNAPSHOT_FILE, data.encode())
+        self.store.write_snapshot(image.offset, data.encode(), self._log)
         self.snapshot_offset = image.offset
 
     def close(self) -> None:
         self._log.close()
-
-
-def load_snapshot(path: Path) -> MetadataImage | None:
-    """The image in a snapshot file, None when there is none; MetadataRecordError if corrupt."""
-    try:
-        data = json.loads(path.read_bytes())
-    except FileNotFoundError:
-        return None
-    except ValueError as e:
-        raise MetadataRecordError(f"metadata snapshot {path} is not JSON: {e}") from None
-    if not isinstance(data, dict) or "image" not in data or "offset" not in data:
-        raise MetadataRecordError(f"metadata snapshot {path} lacks offset or image")
-    image = MetadataImage.from_dict(data["image"])
-    if image.offset != data["offset"]:
-        raise MetadataRecordError(f"metadata snapshot {path}: offset and image disagree")
-    return image
 
 
 def _replay(log_: Log, image: MetadataImage) -> None:

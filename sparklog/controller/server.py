@@ -1,7 +1,7 @@
 """The controller as a server: the sans-IO `QuorumController` behind Kafka's protocol.
 
-Every write goes: core call -> `commit` (append ONE batch to `__cluster_metadata-0`, fsync,
-`replay` into the image, maybe snapshot, wake metadata fetchers) -> response. All of it runs
+Every write goes: core call -> `commit` (append ONE batch to `__cluster_metadata-0` and make
+it durable: fsync, or a conditional put to the object store; `replay` into the image, maybe snapshot, wake metadata fetchers) -> response. All of it runs
 on the controller's event loop without awaiting in between, so writes are serialized and the
 log end offset always equals the image offset. A tick task fences brokers whose lease expired.
 
@@ -10,9 +10,12 @@ Embedding: `start_in_thread()` runs the loop in a daemon thread and returns once
 `unregister_broker()`, `metadata_image()`, `live_brokers()`, `describe_brokers()` and
 `describe_topics()` from any thread; they run on the loop.
 
-The controller's data dir holds `meta.properties` (`cluster.id`), `__cluster_metadata-0/` and
-`metadata.snapshot.json`; restarting on the same dir restores everything. Registered brokers
-keep their state for one session timeout, in which they heartbeat again or are fenced.
+The metadata log's durable home is `metadata.log.dir` (default: the controller's data dir):
+`meta.properties` (`cluster.id`), `__cluster_metadata-0/` and `metadata.snapshot.json`, or the
+same as objects under an `s3://` URI (`storage.options.*` settings say how to reach it; the
+data dir then holds only a cache of the log). Restarting on the same location, from any host,
+restores everything. Registered brokers keep their state for one session timeout, in which
+they heartbeat again or are fenced.
 """
 
 from __future__ import annotations
@@ -30,21 +33,28 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sparklog.controller.apis import CONTROLLER_NODE_ID, ControllerApis
-from sparklog.controller.configs import ControllerConfig, read_properties
+from sparklog.controller.configs import ControllerConfig, parse_properties
 from sparklog.controller.image import MetadataImage
 from sparklog.controller.metadata_log import MetadataLog
+from sparklog.controller.metadata_store import (
+    META_PROPERTIES,
+    LocalMetadataStore,
+    MetadataStore,
+    open_metadata_store,
+)
 from sparklog.controller.quorum_controller import QuorumController
 from sparklog.controller.results import ControllerResult
 from sparklog.protocol.api_versions import CONTROLLER_APIS
 from sparklog.protocol.connection import Request
 from sparklog.protocol.loop_thread import LoopThread
 from sparklog.protocol.server import KafkaServer
-from sparklog.storage.checkpoint import write_atomically
+from sparklog.storage.object_store import storage_options
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-META_PROPERTIES = "meta.properties"
+#: Kafka's setting for where the metadata log lives
+METADATA_LOG_DIR = "metadata.log.dir"
 _CALL_TIMEOUT_S = 30.0
 
 
@@ -58,27 +68,29 @@ def new_cluster_id() -> str:
             return text
 
 
-def load_or_format_cluster_id(data_dir: Path, cluster_id: str | None = None) -> str:
-    """The cluster id in `data_dir/meta.properties`, written there first if absent.
+def load_or_format_cluster_id(store: MetadataStore | Path, cluster_id: str | None = None) -> str:
+    """The cluster id in the store's `meta.properties`, written there first if absent (two
+    drivers formatting one object store at once agree on the first one's id).
 
-    Raises ValueError when the dir belongs to another cluster than `cluster_id`.
+    Raises ValueError when the store belongs to another cluster than `cluster_id`.
     """
-    path = data_dir / META_PROPERTIES
-    if path.exists():
-        found = read_properties(path).get("cluster.id")
-        if not found:
-            raise ValueError(f"{path} has no cluster.id")
-        if cluster_id is not None and cluster_id != found:
-            raise ValueError(
-                f"{path} belongs to cluster {found}, not {cluster_id}; use another controller "
-                "data dir or the matching cluster id"
-            )
-        return found
-    cluster_id = cluster_id or new_cluster_id()
-    data_dir.mkdir(parents=True, exist_ok=True)
-    text = f"version=1\ncluster.id={cluster_id}\nnode.id={CONTROLLER_NODE_ID}\n"
-    write_atomically(path, text.encode())
-    return cluster_id
+    if isinstance(store, Path):
+        store = LocalMetadataStore(store)
+    where = f"{store.location}/{META_PROPERTIES}"
+    text = store.read_meta_properties()
+    if text is None:
+        proposed = cluster_id or new_cluster_id()
+        new = f"version=1\ncluster.id={proposed}\nnode.id={CONTROLLER_NODE_ID}\n"
+        text = store.create_meta_properties(new)
+    found = parse_properties(text, where).get("cluster.id")
+    if not found:
+        raise ValueError(f"{where} has no cluster.id")
+    if cluster_id is not None and cluster_id != found:
+        raise ValueError(
+            f"{where} belongs to cluster {found}, not {cluster_id}; use another "
+            "metadata.log.dir (controller data dir) or the matching cluster id"
+        )
+    return found
 
 
 class ControllerServer:
@@ -96,11 +108,17 @@ class ControllerServer:
         self.data_dir = Path(data_dir)
         self.host = host
         self.port = port
+        props: Mapping[str, object] = {}
         if config is None or isinstance(config, ControllerConfig):
             self.config = config or ControllerConfig()
         else:
+            props = config
             self.config = ControllerConfig.from_properties(config)
-        self.cluster_id = load_or_format_cluster_id(self.data_dir, cluster_id)
+        #: where the metadata log is durable (Kafka's `metadata.log.dir`): the data dir, a
+        #: shared filesystem path or an object-store URI (D7)
+        self.metadata_log_dir = str(props.get(METADATA_LOG_DIR) or self.data_dir)
+        self.store = open_metadata_store(self.metadata_log_dir, storage_options(props))
+        self.cluster_id = load_or_format_cluster_id(self.store, cluster_id)
         self.controller: QuorumController | None = None
         self.metadata_log: MetadataLog | None = None
         self._server: KafkaServer | None = None
@@ -126,9 +144,10 @@ class ControllerServer:
         self._loop = asyncio.get_running_loop()
         self._loop_thread_id = threading.get_ident()
         self.metadata_log, image = MetadataLog.open(
-            self.data_dir,
+            self.store,
             now_ms=_wall_ms(),
             snapshot_records=self.config.metadata_log_snapshot_records,
+            cache_dir=self.data_dir,
         )
         self.controller = QuorumController(self.config, self.cluster_id, image)
         self._appended = asyncio.Event()
@@ -156,8 +175,9 @@ class ControllerServer:
             image.offset,
         )
 
-    async def shutdown(self) -> None:
-        """Stop ticking and serving, snapshot the image and close the metadata log."""
+    async def shutdown(self, snapshot: bool = True) -> None:
+        """Stop ticking and serving, snapshot the image (unless told not to: a crash takes
+        none) and close the metadata log."""
         if self._stopping:
             return
         self._stopping = True
@@ -169,7 +189,7 @@ class ControllerServer:
         if self._server is not None:
             await self._server.stop()
         if self.metadata_log is not None and self.controller is not None:
-            if self.controller.image.offset > self.metadata_log.snapshot_offset:
+            if snapshot and self.controller.image.offset > self.metadata_log.snapshot_offset:
                 self.metadata_log.write_snapshot(self.controller.image)
             self.metadata_log.close()
         log.info("controller on %s stopped", self.bootstrap)
@@ -188,6 +208,12 @@ class ControllerServer:
         elif self._loop is not None and not self._loop.is_closed():  # started on a caller's loop
             assert threading.get_ident() != self._loop_thread_id, "on the loop: await shutdown()"
             asyncio.run_coroutine_threadsafe(self.shutdown(), self._loop).result(timeout_s)
+
+    def kill(self, timeout_s: float = 30.0) -> None:
+        """Stop as a crash would for what is durable: no final snapshot (tests)."""
+        if self._runner is not None:
+            self._runner.stop(lambda: self.shutdown(snapshot=False), timeout_s)
+            self._runner = None
 
     # -- writes (on the loop) ---------------------------------------------------------------
 

@@ -54,6 +54,7 @@ from sparklog.protocol.async_client import api_versions_response
 from sparklog.protocol.connection import ProtocolError, Request
 from sparklog.protocol.loop_thread import LoopThread
 from sparklog.protocol.server import KafkaServer
+from sparklog.storage.object_store import join_location, storage_options
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +64,8 @@ _MAX_ROWS_PER_COMMIT = 50_000
 
 class GroupCoordinatorServer:
     """Serves the group APIs on (host, port); state in the Delta table at `offsets_table_path`
-    (default `<data_dir>/__consumer_offsets`)."""
+    (default `<metadata.log.dir or data_dir>/__consumer_offsets`; a path or an object-store
+    URI reached with the `storage.options.*` settings)."""
 
     def __init__(
         self,
@@ -76,12 +78,19 @@ class GroupCoordinatorServer:
     ) -> None:
         self.config = GroupConfig.from_properties(config or {})
         self.txn_config = TransactionConfig.from_properties(config or {})
+        #: object-store credentials and endpoint (`storage.options.*` settings)
+        options = storage_options(config or {}) or None
         #: (path, maintenance commits) -> store; benchmarks swap in an in-memory one
         self.store_factory = store_factory or (
-            lambda path, every: OffsetsStore(path, maintenance_commits=every)
+            lambda path, every: OffsetsStore(
+                path, maintenance_commits=every, storage_options=options
+            )
         )
-        self.table_path = self.config.offsets_table_path or str(
-            Path(data_dir) / "__consumer_offsets"
+        # By default the table sits beside the metadata log (`metadata.log.dir`, else the
+        # controller's data dir), so one setting puts all of the driver's state on shared storage.
+        home = (config or {}).get("metadata.log.dir") or Path(data_dir)
+        self.table_path = self.config.offsets_table_path or join_location(
+            str(home), "__consumer_offsets"
         )
         self.controller = controller
         self.host = host

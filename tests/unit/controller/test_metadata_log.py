@@ -18,7 +18,8 @@ from sparklog.controller.configs import (
     ControllerConfig,
 )
 from sparklog.controller.image import NO_LEADER, MetadataImage, MetadataRecordError
-from sparklog.controller.metadata_log import SNAPSHOT_FILE, MetadataLog
+from sparklog.controller.metadata_log import MetadataLog
+from sparklog.controller.metadata_store import SNAPSHOT_FILE
 from sparklog.controller.quorum_controller import QuorumController
 from sparklog.controller.replication_control import NewPartitions, NewTopic
 from sparklog.errors import KafkaError
