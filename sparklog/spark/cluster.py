@@ -47,6 +47,20 @@ class _Slot:
     last_error: str | None = None
 
 
+#: Spark conf entries `spark.sparklog.<setting>` are cluster settings (`spark-submit --conf
+#: spark.sparklog.metadata.log.dir=s3://bucket/cluster`); `config=`/kwargs override them.
+SPARK_CONF_PREFIX = "spark.sparklog."
+
+
+def spark_conf_settings(conf_entries: Any) -> dict[str, str]:
+    """Kafka-named settings from Spark conf `(key, value)` pairs (`SparkConf.getAll()`)."""
+    return {
+        key[len(SPARK_CONF_PREFIX) :]: str(value)
+        for key, value in conf_entries
+        if key.startswith(SPARK_CONF_PREFIX) and len(key) > len(SPARK_CONF_PREFIX)
+    }
+
+
 def _settings(config: dict[str, Any] | None, kwargs: dict[str, Any]) -> dict[str, str]:
     """Kafka-named settings from a dict and from kwargs (`num_partitions=3` -> num.partitions)."""
     out = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in (config or {}).items()}
@@ -247,7 +261,7 @@ def start(
 ) -> SparkLogCluster:
     """Start a controller in the driver and `brokers` brokers as Spark tasks; returns once
     every broker registered. Settings use Kafka's names (`config={"num.partitions": 6}` or
-    `num_partitions=6`)."""
+    `num_partitions=6`), over any `spark.sparklog.<name>` entries of the Spark conf."""
     global _active
     if brokers < 1:
         raise ClusterStartError(f"brokers={brokers}: a cluster needs at least one broker")
@@ -259,7 +273,7 @@ def start(
         )
     _check_capacity(sc, brokers, timeout_s)
     check_worker_python(sc)
-    settings = _settings(config, kwargs)
+    settings = {**spark_conf_settings(sc.getConf().getAll()), **_settings(config, kwargs)}
     root = Path(data_dir) if data_dir is not None else Path(tempfile.mkdtemp(prefix="sparklog-"))
     cluster = SparkLogCluster(spark, brokers, settings, root)
     cluster._start(timeout_s)
