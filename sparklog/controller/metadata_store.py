@@ -160,8 +160,12 @@ class ObjectMetadataStore:
 
         try:
             return bytes(obstore.get(self._store, key).bytes())
-        except FileNotFoundError:
+        except FileNotFoundError as e:
+            if "NoSuchBucket" in str(e):
+                raise self._unreachable("read", key, e) from None
             return None
+        except Exception as e:  # noqa: BLE001 - obstore's errors, named for the user
+            raise self._unreachable("read", key, e) from None
 
     def _put_if_absent(self, key: str, data: bytes) -> bool:
         """Create `key`; False when it exists with other bytes (True when with these: a retried
@@ -174,12 +178,24 @@ class ObjectMetadataStore:
             return True
         except (AlreadyExistsError, PreconditionError):
             return self._get(key) == data
+        except Exception as e:  # noqa: BLE001 - obstore's errors, named for the user
+            raise self._unreachable("write", key, e) from None
 
     def _keys(self, prefix: str) -> list[str]:
         import obstore
 
-        return sorted(
-            str(meta["path"]) for page in obstore.list(self._store, prefix) for meta in page
+        try:
+            pages = list(obstore.list(self._store, prefix))
+        except Exception as e:  # noqa: BLE001 - obstore's errors, named for the user
+            raise self._unreachable("list", prefix, e) from None
+        return sorted(str(meta["path"]) for page in pages for meta in page)
+
+    def _unreachable(self, op: str, key: str, e: Exception) -> StorageLocationError:
+        first = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
+        return StorageLocationError(
+            f"metadata.log.dir {self.location}: cannot {op} {key}: {first}. Check that the "
+            "bucket exists and the storage.options.* settings (AWS_ENDPOINT_URL, credentials, "
+            "AWS_REGION, AWS_ALLOW_HTTP for http endpoints)"
         )
 
     # -- MetadataStore ----------------------------------------------------------------------

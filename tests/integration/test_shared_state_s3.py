@@ -68,3 +68,11 @@ def test_unsafe_renames_are_refused_with_the_reason(tmp_path):
     }
     with pytest.raises(StorageLocationError, match="If-None-Match"):
         GroupCoordinatorServer(tmp_path, controller=None, config=settings)
+
+
+def test_a_missing_bucket_is_named_with_the_fix(s3proxy, tmp_path):
+    from sparklog.controller.server import ControllerServer
+
+    settings = {"metadata.log.dir": "s3://no-such-bucket/cluster", **s3proxy.settings()}
+    with pytest.raises(StorageLocationError, match="no-such-bucket.*bucket exists"):
+        ControllerServer(tmp_path, config=settings)
