@@ -135,7 +135,12 @@ def _partitions(cluster: EmbeddedCluster) -> dict[tuple[str, int], tuple]:
     return out
 
 
-def _restart_on_another_host(tmp_path, shared_settings: dict[str, str]) -> None:
+def _restart_on_another_host(
+    tmp_path, shared_settings: dict[str, str], *, new_application: bool = False
+) -> None:
+    """With `new_application`, the brokers restart too, as a new Spark application's broker
+    tasks would on the same workers: they adopt their identities (cluster id included) from
+    their disks and register with the new controller."""
     config = {**CONFIG, **shared_settings}
     with EmbeddedCluster(brokers=3, data_dir=tmp_path / "cluster", config=config) as cluster:
         bootstrap = cluster.bootstrap_servers
@@ -161,6 +166,10 @@ def _restart_on_another_host(tmp_path, shared_settings: dict[str, str]) -> None:
         new_dir = tmp_path / "another-host" / "controller"
         cluster.restart_driver(new_dir)
         assert cluster.controller.cluster_id == cluster_id
+        if new_application:
+            for index in range(3):
+                cluster.restart_broker(index)
+            bootstrap = cluster.bootstrap_servers  # the new tasks listen on new ports
         assert not (new_dir / "meta.properties").exists()  # the cluster id is on shared storage
 
         # every broker re-registers and every partition is led by its old leader again, with
@@ -186,13 +195,20 @@ def _restart_on_another_host(tmp_path, shared_settings: dict[str, str]) -> None:
             (tp.partition, tp.offset) for tp in committed
         ]
 
-        # the open transaction is still open (LSO held), and its producer can commit it
+        # the open transaction is still open (LSO held); its producer can commit it, or (in a
+        # new application, whose producers are new too) the next one with its transactional.id
+        # aborts it, which only a coordinator that knows it can do
         assert _last_stable_offset(bootstrap, "payments") == lso
-        pending.commit_transaction(30)
+        committed_values = [b"committed-%d" % i for i in range(10)]
+        if new_application:
+            successor = Producer({"bootstrap.servers": bootstrap, "transactional.id": "txn-open"})
+            successor.init_transactions(30)
+            expected = committed_values
+        else:
+            pending.commit_transaction(30)
+            expected = committed_values + [b"open-%d" % i for i in range(5)]
         values = [v for _p, _o, v in _read_all(bootstrap, "payments", 1, "read_committed")]
-        assert values == [b"committed-%d" % i for i in range(10)] + [
-            b"open-%d" % i for i in range(5)
-        ]
+        assert values == expected
 
         # nothing acknowledged is lost
         seen = {
@@ -218,7 +234,7 @@ def test_driver_restart_on_another_host_with_state_on_s3(s3proxy, tmp_path):
     ) in objects
 
 
-def test_driver_restart_on_another_host_with_state_on_a_shared_directory(tmp_path):
+def test_a_new_application_on_another_host_with_state_on_a_shared_directory(tmp_path):
     shared = tmp_path / "shared-filesystem" / "sparklog"
-    _restart_on_another_host(tmp_path, {"metadata.log.dir": str(shared)})
+    _restart_on_another_host(tmp_path, {"metadata.log.dir": str(shared)}, new_application=True)
     assert (shared / "meta.properties").exists() and (shared / "__consumer_offsets").is_dir()
