@@ -140,6 +140,10 @@ class ControllerApis:
                 port=listeners[0].port,
                 rack=body.rack,
                 facts=parse_broker_client_id(request.client_id),
+                # v3+ (KIP-966); older brokers cannot say, which counts as an unclean shutdown
+                previous_broker_epoch=body.previous_broker_epoch
+                if request.api_version >= 3
+                else -1,
             )
             broker_epoch = self.server.commit(
                 self.controller.register_broker(self.server.now_ms(), core_request)

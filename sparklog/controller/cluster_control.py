@@ -69,7 +69,12 @@ def parse_broker_client_id(client_id: str | None) -> BrokerLaunchFacts:
 
 @dataclass(frozen=True, slots=True)
 class BrokerRegistrationRequest:
-    """A BrokerRegistration, with the launcher facts from its client id."""
+    """A BrokerRegistration, with the launcher facts from its client id.
+
+    `previous_broker_epoch` (BrokerRegistration v3+, KIP-966): the epoch the broker wrote in its
+    clean-shutdown file when it last stopped cleanly, -1 when it found none (a crash, a power
+    loss, a new disk) or the request version cannot carry it.
+    """
 
     broker_id: int
     cluster_id: str
@@ -78,6 +83,7 @@ class BrokerRegistrationRequest:
     port: int
     rack: str | None = None
     facts: BrokerLaunchFacts = BrokerLaunchFacts()
+    previous_broker_epoch: int = -1
 
 
 @dataclass(frozen=True, slots=True)

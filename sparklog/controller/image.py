@@ -8,9 +8,11 @@ controller applies its own records right after persisting them; a broker builds 
 by fetching the log (`apply_batches`). Sans-IO: no clock, no files.
 
 Invariants: a partition's leader is -1 or a member of its ISR, and the ISR is a subset of its
-replicas; a reassignment's adding and removing replicas are disjoint subsets of the replicas
+replicas; its eligible leader replicas (ELR, KIP-966) are replicas outside the ISR; a reassignment's adding and removing replicas are disjoint subsets of the replicas
 (records without them leave them unchanged); leader and partition epochs never go backwards; a RegisterBroker record's
-`broker_epoch` is its own offset (Kafka's broker epoch).
+`broker_epoch` is its own offset (Kafka's broker epoch). Finalized feature levels
+(`FeatureLevel` records, Kafka's `FeatureLevelRecord`) gate behaviour that changes what the log
+means: `eligible.leader.replicas.version` >= 1 turns on KIP-966's Eligible Leader Replicas.
 
 A record that breaks these rules (or an unknown type) raises `MetadataRecordError` and leaves the
 image unchanged: the log came from disk or a peer, so it is input, not our bug.
@@ -21,7 +23,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -39,6 +41,13 @@ PARTITION_CHANGE = "PartitionChange"
 CONFIG = "Config"
 REMOVE_TOPIC = "RemoveTopic"
 PRODUCER_IDS = "ProducerIds"
+FEATURE_LEVEL = "FeatureLevel"
+CLEAR_ELR = "ClearElr"
+
+#: KIP-966's feature (Kafka's `EligibleLeaderReplicasVersion`): level 1 (ELRV_1) turns Eligible
+#: Leader Replicas on; Kafka 4.1+ finalizes it on new clusters, and so does sparklog.
+ELR_FEATURE = "eligible.leader.replicas.version"
+ELR_FEATURE_LEVEL = 1
 
 #: `Config` record resource types (Kafka's `ConfigResource.Type`, lower-cased).
 TOPIC_RESOURCE = "topic"
@@ -82,6 +91,12 @@ class PartitionRegistration:
     # adding = target - old, removing = old - target (both empty when none is in progress).
     adding_replicas: tuple[int, ...] = ()
     removing_replicas: tuple[int, ...] = ()
+    # KIP-966: replicas that left the ISR while it was below min.insync.replicas, so hold every
+    # committed record (the high watermark does not move then) and may lead when the ISR is
+    # empty; and the last leader before the partition lost its leader (Kafka's LastKnownElr
+    # with `useLastKnownLeaderInBalancedRecovery`), the last resort once ISR and ELR are empty.
+    elr: tuple[int, ...] = ()
+    last_known_elr: tuple[int, ...] = ()
 
     @property
     def is_online(self) -> bool:
@@ -118,6 +133,10 @@ class PartitionRegistration:
             record["adding_replicas"] = list(self.adding_replicas)
         if self.removing_replicas:
             record["removing_replicas"] = list(self.removing_replicas)
+        if self.elr:
+            record["eligible_leader_replicas"] = list(self.elr)
+        if self.last_known_elr:
+            record["last_known_elr"] = list(self.last_known_elr)
         return record
 
 
@@ -151,6 +170,7 @@ class MetadataImage:
         self._topics: dict[uuid.UUID, TopicImage] = {}
         self._topic_ids: dict[str, uuid.UUID] = {}
         self._configs: dict[tuple[str, str], dict[str, str]] = {}
+        self._features: dict[str, int] = {}
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -199,6 +219,16 @@ class MetadataImage:
 
     def topic_config(self, name: str) -> Mapping[str, str]:
         return self.configs(TOPIC_RESOURCE, name)
+
+    @property
+    def finalized_features(self) -> Mapping[str, int]:
+        """Feature name -> finalized level (absent = level 0, Kafka's default)."""
+        return MappingProxyType(self._features)
+
+    @property
+    def elr_enabled(self) -> bool:
+        """KIP-966's Eligible Leader Replicas are on (Kafka's `isElrFeatureEnabled`)."""
+        return self._features.get(ELR_FEATURE, 0) >= ELR_FEATURE_LEVEL
 
     # -- apply ------------------------------------------------------------------------------
 
@@ -303,6 +333,8 @@ class MetadataImage:
             partition_epoch=int(r["partition_epoch"]),
             adding_replicas=tuple(int(b) for b in r.get("adding_replicas", ())),
             removing_replicas=tuple(int(b) for b in r.get("removing_replicas", ())),
+            elr=tuple(int(b) for b in r.get("eligible_leader_replicas", ())),
+            last_known_elr=tuple(int(b) for b in r.get("last_known_elr", ())),
         )
         if partition.partition in topic.partitions:
             raise MetadataRecordError(
@@ -330,6 +362,8 @@ class MetadataImage:
             removing_replicas=tuple(
                 int(b) for b in r.get("removing_replicas", old.removing_replicas)
             ),
+            elr=tuple(int(b) for b in r.get("eligible_leader_replicas", old.elr)),
+            last_known_elr=tuple(int(b) for b in r.get("last_known_elr", old.last_known_elr)),
         )
         if new.leader_epoch < old.leader_epoch or new.partition_epoch <= old.partition_epoch:
             raise MetadataRecordError(
@@ -365,6 +399,27 @@ class MetadataImage:
         del self._topic_ids[topic.name]
         self._configs.pop((TOPIC_RESOURCE, topic.name), None)
 
+    def _feature_level(self, r: Mapping[str, Any]) -> None:
+        name, level = str(r["name"]), int(r["feature_level"])
+        if level < 0:
+            raise MetadataRecordError(f"FeatureLevel {name} has a negative level {level}")
+        if level == 0:
+            self._features.pop(name, None)  # Kafka: level 0 = not finalized
+        else:
+            self._features[name] = level
+
+    def _clear_elr(self, r: Mapping[str, Any]) -> None:
+        """Kafka's `ClearElrRecord`: min.insync.replicas changed (for one topic, or for all when
+        `topic_name` is empty) or ELR was turned off; ELR and last known ELR are forgotten."""
+        name = str(r.get("topic_name") or "")
+        if name and name not in self._topic_ids:
+            raise MetadataRecordError(f"ClearElr for unknown topic {name}")
+        topics = [self._topics[self._topic_ids[name]]] if name else list(self._topics.values())
+        for topic in topics:
+            for index, p in topic.partitions.items():
+                if p.elr or p.last_known_elr:
+                    topic.partitions[index] = replace(p, elr=(), last_known_elr=())
+
     def _producer_ids(self, r: Mapping[str, Any]) -> None:
         next_id = int(r["next_producer_id"])
         if next_id <= self.next_producer_id:
@@ -394,6 +449,7 @@ class MetadataImage:
                 {"resource_type": k[0], "resource_name": k[1], "configs": dict(sorted(v.items()))}
                 for k, v in sorted(self._configs.items())
             ],
+            "features": dict(sorted(self._features.items())),
         }
 
     @classmethod
@@ -413,6 +469,8 @@ class MetadataImage:
             for c in data["configs"]:
                 key = (str(c["resource_type"]), str(c["resource_name"]))
                 image._configs[key] = {str(k): str(v) for k, v in c["configs"].items()}
+            # snapshots from before feature levels have none (every feature at level 0)
+            image._features = {str(k): int(v) for k, v in data.get("features", {}).items()}
         except (KeyError, TypeError, ValueError) as e:
             if isinstance(e, MetadataRecordError):
                 raise
@@ -444,6 +502,8 @@ _HANDLERS = {
     CONFIG: MetadataImage._config,
     REMOVE_TOPIC: MetadataImage._remove_topic,
     PRODUCER_IDS: MetadataImage._producer_ids,
+    FEATURE_LEVEL: MetadataImage._feature_level,
+    CLEAR_ELR: MetadataImage._clear_elr,
 }
 
 
@@ -460,6 +520,10 @@ def _check_partition(topic: str, p: PartitionRegistration) -> None:
         raise MetadataRecordError(f"{topic}-{p.partition}: ISR {p.isr} not within {p.replicas}")
     if p.leader != NO_LEADER and p.leader not in p.isr:
         raise MetadataRecordError(f"{topic}-{p.partition}: leader {p.leader} not in ISR {p.isr}")
+    if not set(p.elr) <= set(p.replicas) or set(p.elr) & set(p.isr):
+        raise MetadataRecordError(
+            f"{topic}-{p.partition}: ELR {p.elr} not within {p.replicas} or overlaps ISR {p.isr}"
+        )
     adding, removing = set(p.adding_replicas), set(p.removing_replicas)
     if not (adding | removing) <= set(p.replicas) or adding & removing:
         raise MetadataRecordError(

@@ -24,7 +24,12 @@ from typing import Any
 
 from sparklog.controller.alter_partition import IsrChange, IsrChangeOutcome
 from sparklog.controller.image import MetadataImage, PartitionRegistration
-from sparklog.controller.partition_change import change_record, registration_after
+from sparklog.controller.partition_change import (
+    MinIsrOf,
+    change_record,
+    elr_off,
+    registration_after,
+)
 from sparklog.controller.reassignment import completed_reassignment
 from sparklog.errors import (
     FencedLeaderEpochError,
@@ -49,6 +54,7 @@ def alter_partition(
     changes: Sequence[IsrChange],
     is_active: Callable[[int], bool],
     member_epochs: Mapping[tuple[uuid.UUID, int], Sequence[int]] | None = None,
+    min_isr_of: MinIsrOf = elr_off,
 ) -> tuple[list[IsrChangeOutcome], list[Record]]:
     """One outcome per change (request order) and the PartitionChange records to persist.
 
@@ -56,6 +62,7 @@ def alter_partition(
     `member_epochs`: AlterPartition v3's broker epoch of each proposed ISR member, by
     (topic id, partition), in `new_isr` order; -1 = not checked (KIP-903).
     The caller has checked the requester's broker epoch (a top-level error).
+    `min_isr_of`: KIP-966's settings (a shrink below min ISR moves the removed to the ELR).
     """
     counts = Counter((c.topic_id, c.partition) for c in changes)
     outcomes: list[IsrChangeOutcome] = []
@@ -77,7 +84,7 @@ def alter_partition(
         if new_isr == partition.isr:
             outcomes.append(_outcome(partition))
             continue
-        record = _isr_change(partition, new_isr, is_active)
+        record = _isr_change(partition, new_isr, is_active, min_isr_of(partition))
         records.append(record)
         after = registration_after(partition, record)
         log.info(
@@ -161,11 +168,14 @@ def _check_member_epochs(image: MetadataImage, change: IsrChange, epochs: Sequen
 
 
 def _isr_change(
-    partition: PartitionRegistration, new_isr: Sequence[int], is_active: Callable[[int], bool]
+    partition: PartitionRegistration,
+    new_isr: Sequence[int],
+    is_active: Callable[[int], bool],
+    min_isr: int | None,
 ) -> Record:
     completed = completed_reassignment(partition, new_isr, is_active)
     if completed is None:
-        return change_record(partition, isr=new_isr, leader=partition.leader)
+        return change_record(partition, isr=new_isr, leader=partition.leader, min_isr=min_isr)
     replicas, isr, leader = completed
     return change_record(
         partition,
@@ -174,6 +184,7 @@ def _isr_change(
         replicas=replicas,
         adding_replicas=(),
         removing_replicas=(),
+        min_isr=min_isr,
     )
 
 

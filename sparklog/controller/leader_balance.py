@@ -21,7 +21,13 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from sparklog.controller.image import NO_LEADER, MetadataImage, PartitionRegistration
-from sparklog.controller.partition_change import change_record, elect_leader
+from sparklog.controller.partition_change import (
+    MinIsrOf,
+    change_record,
+    elect_leader,
+    elr_off,
+    last_known_leader,
+)
 from sparklog.controller.results import NONE, ApiError
 from sparklog.errors import (
     ElectionNotNeededError,
@@ -62,7 +68,10 @@ def imbalanced_brokers(image: MetadataImage, percentage: int) -> set[int]:
 
 
 def rebalance_leaders(
-    image: MetadataImage, is_active: Callable[[int], bool], percentage: int
+    image: MetadataImage,
+    is_active: Callable[[int], bool],
+    percentage: int,
+    min_isr_of: MinIsrOf = elr_off,
 ) -> list[Record]:
     """Preferred elections for the partitions of imbalanced brokers (skipping reassignments,
     which move leaders themselves when they complete)."""
@@ -70,7 +79,7 @@ def rebalance_leaders(
     records = []
     for p in image.partitions():
         if p.replicas[0] in brokers and not p.is_reassigning and _can_prefer(p, is_active):
-            records.append(change_record(p, isr=p.isr, leader=p.replicas[0]))
+            records.append(change_record(p, isr=p.isr, leader=p.replicas[0], min_isr=min_isr_of(p)))
             log.info(
                 "auto leader rebalance: %s-%d leader %d -> preferred %d",
                 p.topic_id,
@@ -86,6 +95,7 @@ def elect_leaders(
     election_type: int,
     partitions: Sequence[TopicPartition] | None,
     is_active: Callable[[int], bool],
+    min_isr_of: MinIsrOf = elr_off,
 ) -> tuple[list[tuple[TopicPartition, ApiError]], list[Record]]:
     """ElectLeaders: per-partition results and records. With `partitions` None every partition
     is tried and only those elected or failing for another reason than ELECTION_NOT_NEEDED are
@@ -98,7 +108,7 @@ def elect_leaders(
     records: list[Record] = []
     for tp in wanted:
         try:
-            record = _elect(image, tp, ElectionType(election_type), is_active)
+            record = _elect(image, tp, ElectionType(election_type), is_active, min_isr_of)
         except ElectionNotNeededError as e:
             if not everything:
                 results.append((tp, ApiError.of(e)))
@@ -112,7 +122,11 @@ def elect_leaders(
 
 
 def _elect(
-    image: MetadataImage, tp: TopicPartition, kind: ElectionType, is_active: Callable[[int], bool]
+    image: MetadataImage,
+    tp: TopicPartition,
+    kind: ElectionType,
+    is_active: Callable[[int], bool],
+    min_isr_of: MinIsrOf,
 ) -> Record:
     topic = image.topic(tp[0])
     p = None if topic is None else topic.partitions.get(tp[1])
@@ -127,11 +141,18 @@ def _elect(
                 f"PreferredReplicaPartitionLeaderElectionStrategy: broker {p.replicas[0]} is "
                 "not active or not in the ISR."
             )
-        return change_record(p, isr=p.isr, leader=p.replicas[0])
+        return change_record(p, isr=p.isr, leader=p.replicas[0], min_isr=min_isr_of(p))
     if p.leader != NO_LEADER:
         raise ElectionNotNeededError("Leader election not needed for topic partition.")
     leader = elect_leader(p.replicas, p.isr, is_active)
     isr = p.isr
+    if leader == NO_LEADER and not p.isr and p.elr:
+        leader = elect_leader(p.replicas, p.elr, is_active)  # KIP-966: clean, from the ELR
+        isr = (leader,)
+    unclean_election = leader == NO_LEADER
+    if leader == NO_LEADER and not p.isr and not p.elr:
+        leader = last_known_leader(p, min_isr_of(p), is_active)
+        isr = (leader,)
     if leader == NO_LEADER:
         leader = elect_leader(p.replicas, (), is_active, unclean=True)
         isr = (leader,)
@@ -148,7 +169,9 @@ def _elect(
         raise EligibleLeadersNotAvailableError(
             f"No replica of {tp[0]}-{tp[1]} ({list(p.replicas)}) is active."
         )
-    return change_record(p, isr=isr, leader=leader)
+    return change_record(
+        p, isr=isr, leader=leader, min_isr=min_isr_of(p), unclean_election=unclean_election
+    )
 
 
 def _can_prefer(p: PartitionRegistration, is_active: Callable[[int], bool]) -> bool:

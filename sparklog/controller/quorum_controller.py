@@ -21,6 +21,7 @@ Not thread-safe: one owner (the controller's event loop) drives it.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -49,7 +50,11 @@ from sparklog.controller.configs import (
     legacy_changes,
 )
 from sparklog.controller.image import (
+    CLEAR_ELR,
     CONFIG,
+    ELR_FEATURE,
+    ELR_FEATURE_LEVEL,
+    FEATURE_LEVEL,
     FENCE_BROKER,
     PRODUCER_IDS,
     TOPIC_RESOURCE,
@@ -75,11 +80,16 @@ from sparklog.controller.replication_control import (
 from sparklog.controller.results import NONE, ApiError, ControllerResult
 from sparklog.errors import (
     InvalidRequestError,
+    InvalidUpdateVersionError,
     KafkaError,
     StaleBrokerEpochError,
     UnknownServerError,
     UnknownTopicOrPartitionError,
 )
+
+logger = logging.getLogger(__name__)
+
+MIN_INSYNC_REPLICAS = "min.insync.replicas"
 
 #: Producer ids per AllocateProducerIds block (Kafka's `ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE`).
 PRODUCER_ID_BLOCK_SIZE = 1000
@@ -127,6 +137,35 @@ class QuorumController:
         for broker in self.image.unfenced_brokers():
             self.heartbeats.touch(broker.broker_id, now_ms)
 
+    def bootstrap(self, *, eligible_leader_replicas: bool = True) -> ControllerResult[None]:
+        """The first records of a new cluster (Kafka's bootstrap metadata, written when the
+        metadata log is empty): the finalized feature levels. Like Kafka 4.1+, a new cluster
+        runs with Eligible Leader Replicas; a cluster whose log predates them keeps level 0
+        until `update_features` raises it. Nothing when the log is not empty."""
+        if self.image.offset != 0 or not eligible_leader_replicas:
+            return ControllerResult(None)
+        record = {"type": FEATURE_LEVEL, "name": ELR_FEATURE, "feature_level": ELR_FEATURE_LEVEL}
+        return ControllerResult(None, (record,))
+
+    def update_features(self, name: str, level: int) -> ControllerResult[None]:
+        """UpdateFeatures of one feature (only `eligible.leader.replicas.version`, levels 0-1).
+        Turning ELR off forgets every ELR (Kafka writes a ClearElrRecord for all topics)."""
+        if name != ELR_FEATURE:
+            raise InvalidUpdateVersionError(f"Unknown feature {name}; sparklog has {ELR_FEATURE}")
+        if not 0 <= level <= ELR_FEATURE_LEVEL:
+            raise InvalidUpdateVersionError(
+                f"Invalid update version {level} for feature {name}: supported 0-"
+                f"{ELR_FEATURE_LEVEL}"
+            )
+        if self.image.finalized_features.get(name, 0) == level:
+            return ControllerResult(None)
+        records: list[dict[str, Any]] = [
+            {"type": FEATURE_LEVEL, "name": name, "feature_level": level}
+        ]
+        if level < ELR_FEATURE_LEVEL:
+            records.append({"type": CLEAR_ELR, "topic_name": ""})
+        return ControllerResult(None, tuple(records))
+
     def replay(self, records: Iterable[Mapping[str, Any]]) -> None:
         """Apply persisted records to the image (call after the metadata log append)."""
         for record in records:
@@ -167,9 +206,24 @@ class QuorumController:
         )
         existing = self.image.broker(request.broker_id)
         records: list[dict[str, Any]] = []
-        if existing is not None and not existing.fenced:
-            # The old registration goes away: its leaderships and ISR places first.
-            records.extend(self.replication.on_broker_fenced(request.broker_id))
+        same_process = existing is not None and existing.incarnation_id == request.incarnation_id
+        if existing is not None and not existing.fenced or not same_process:
+            # The old registration goes away: its leaderships and ISR places first. A new
+            # process that cannot show the clean-shutdown epoch of the registration it replaces
+            # may have lost its unflushed log tail, so with ELR it also leaves every ELR
+            # (Kafka's ClusterControlManager.registerBroker -> handleBrokerShutdown, KIP-966).
+            clean = same_process or (
+                existing is not None and request.previous_broker_epoch == existing.broker_epoch
+            )
+            if not clean and self.image.elr_enabled:
+                logger.info(
+                    "broker %d registers without a clean shutdown of epoch %s (previous broker "
+                    "epoch %d): it leaves every ISR and ELR",
+                    request.broker_id,
+                    existing.broker_epoch if existing is not None else "none",
+                    request.previous_broker_epoch,
+                )
+            records.extend(self.replication.on_broker_shutdown(request.broker_id, clean=clean))
         if existing is not None and existing.incarnation_id != request.incarnation_id:
             self._shutdown_brokers.discard(request.broker_id)
         self._controlled_shutdown.discard(request.broker_id)  # a new process, maybe the same
@@ -246,11 +300,15 @@ class QuorumController:
         stale = self.heartbeats.first_stale(now_ms, unfenced)
         if stale is not None:
             return ControllerResult(stale, tuple(self._fence(stale)))
-        records = complete_reassignments(self.image, self.is_active)
+        min_isr_of = self.replication.elr_min_isr
+        records = complete_reassignments(self.image, self.is_active, min_isr_of)
         if self._rebalance_due(now_ms):
             records.extend(
                 rebalance_leaders(
-                    self.image, self.is_active, self.config.leader_imbalance_per_broker_percentage
+                    self.image,
+                    self.is_active,
+                    self.config.leader_imbalance_per_broker_percentage,
+                    min_isr_of,
                 )
             )
         return ControllerResult(None, tuple(records))
@@ -311,7 +369,12 @@ class QuorumController:
         del now_ms  # kept for symmetry with the other broker RPCs
         check_broker_epoch(self.image, broker_id, broker_epoch)
         outcomes, records = alter_partition(
-            self.image, broker_id, changes, self.is_active, member_epochs
+            self.image,
+            broker_id,
+            changes,
+            self.is_active,
+            member_epochs,
+            min_isr_of=self.replication.elr_min_isr,
         )
         return ControllerResult(outcomes, tuple(records))
 
@@ -322,7 +385,9 @@ class QuorumController:
     ) -> ControllerResult[list[tuple[tuple[str, int], ApiError]]]:
         """ElectLeaders (KIP-460): PREFERRED (0) or UNCLEAN (1) elections; None = every
         partition (then partitions not needing one are left out of the results)."""
-        results, records = elect_leaders(self.image, election_type, partitions, self.is_active)
+        results, records = elect_leaders(
+            self.image, election_type, partitions, self.is_active, self.replication.elr_min_isr
+        )
         return ControllerResult(results, tuple(records))
 
     def alter_partition_reassignments(
@@ -339,6 +404,7 @@ class QuorumController:
             self.is_active,
             self.replication.unclean_leader_election_enabled,
             allow_replication_factor_change=allow_replication_factor_change,
+            min_isr_of=self.replication.elr_min_isr,
         )
         return ControllerResult(results, tuple(records))
 
@@ -449,6 +515,10 @@ class QuorumController:
                     }
                     for name, value in sorted(resource_changes.items())
                 )
+                if MIN_INSYNC_REPLICAS in resource_changes and self.image.elr_enabled:
+                    # KIP-966: an ELR member is only known to hold every committed record
+                    # under the min ISR it was chosen with (Kafka's ClearElrRecord).
+                    records.append({"type": CLEAR_ELR, "topic_name": resource.resource_name})
         return ControllerResult(results, tuple(records))
 
     def _check_min_insync(self, name: str, changes: Mapping[str, str | None]) -> None:

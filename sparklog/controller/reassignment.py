@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from sparklog.controller.image import NO_LEADER, MetadataImage, PartitionRegistration
-from sparklog.controller.partition_change import change_record, elect_leader
+from sparklog.controller.partition_change import MinIsrOf, change_record, elect_leader, elr_off
 from sparklog.controller.results import NONE, ApiError
 from sparklog.errors import (
     InvalidReplicaAssignmentError,
@@ -74,9 +74,10 @@ def alter_partition_reassignments(
     unclean_enabled: Callable[[str], bool],
     *,
     allow_replication_factor_change: bool = True,
+    min_isr_of: MinIsrOf = elr_off,
 ) -> tuple[list[tuple[TopicPartition, ApiError]], list[Record]]:
     """Start (a replica list) or cancel (None) reassignments: per-partition results in request
-    order and the PartitionChange records."""
+    order and the PartitionChange records (`min_isr_of`: KIP-966's settings)."""
     counts = Counter(tp for tp, _ in reassignments)
     results: list[tuple[TopicPartition, ApiError]] = []
     records: list[Record] = []
@@ -86,10 +87,12 @@ def alter_partition_reassignments(
                 raise InvalidRequestError(f"Partition {tp[0]}-{tp[1]} appears more than once.")
             partition = _partition(image, tp)
             if target is None:
-                record = _cancel(partition, tp, is_active, unclean_enabled(tp[0]))
+                record = _cancel(
+                    partition, tp, is_active, unclean_enabled(tp[0]), min_isr_of(partition)
+                )
             else:
                 _validate_target(image, tp, partition, target, allow_replication_factor_change)
-                record = _start(partition, tuple(target), is_active)
+                record = _start(partition, tuple(target), is_active, min_isr_of(partition))
         except KafkaError as e:
             results.append((tp, ApiError.of(e)))
             continue
@@ -129,13 +132,15 @@ def list_partition_reassignments(
     return out
 
 
-def complete_reassignments(image: MetadataImage, is_active: Callable[[int], bool]) -> list[Record]:
+def complete_reassignments(
+    image: MetadataImage, is_active: Callable[[int], bool], min_isr_of: MinIsrOf = elr_off
+) -> list[Record]:
     """PartitionChanges completing every reassignment whose ISR already holds its target."""
     records = []
     for partition in image.partitions():
         completed = completed_reassignment(partition, partition.isr, is_active)
         if completed is not None:
-            records.append(_completion_record(partition, completed))
+            records.append(_completion_record(partition, completed, min_isr_of(partition)))
     return records
 
 
@@ -177,7 +182,10 @@ def _validate_target(
 
 
 def _start(
-    partition: PartitionRegistration, target: tuple[int, ...], is_active: Callable[[int], bool]
+    partition: PartitionRegistration,
+    target: tuple[int, ...],
+    is_active: Callable[[int], bool],
+    min_isr: int | None,
 ) -> Record | None:
     """KIP-455: widen the replicas to target + current; complete at once when possible."""
     current = partition.replicas
@@ -195,7 +203,7 @@ def _start(
     )
     completed = completed_reassignment(widened, partition.isr, is_active)
     if completed is not None:
-        return _completion_record(partition, completed)
+        return _completion_record(partition, completed, min_isr)
     if not adding and not removing:  # a reordering only: nothing to wait for
         return change_record(
             partition,
@@ -204,6 +212,7 @@ def _start(
             replicas=target,
             adding_replicas=(),
             removing_replicas=(),
+            min_isr=min_isr,
         )
     return change_record(
         partition,
@@ -212,6 +221,7 @@ def _start(
         replicas=replicas,
         adding_replicas=adding,
         removing_replicas=removing,
+        min_isr=min_isr,
     )
 
 
@@ -220,6 +230,7 @@ def _cancel(
     tp: TopicPartition,
     is_active: Callable[[int], bool],
     unclean: bool,
+    min_isr: int | None,
 ) -> Record:
     """Revert to the original replicas (Kafka's `PartitionReassignmentRevert`): the widened
     list minus the adding ones, so in the widened order (the preferred leader may differ)."""
@@ -232,6 +243,7 @@ def _cancel(
     leader = partition.leader if partition.leader in isr else NO_LEADER
     if leader == NO_LEADER or not is_active(leader):
         leader = elect_leader(original, isr, is_active)
+    unclean_election = not isr
     if not isr:
         if not unclean:
             raise InvalidReplicaAssignmentError(
@@ -256,11 +268,15 @@ def _cancel(
         replicas=original,
         adding_replicas=(),
         removing_replicas=(),
+        min_isr=min_isr,
+        unclean_election=unclean_election,
     )
 
 
 def _completion_record(
-    partition: PartitionRegistration, completed: tuple[tuple[int, ...], tuple[int, ...], int]
+    partition: PartitionRegistration,
+    completed: tuple[tuple[int, ...], tuple[int, ...], int],
+    min_isr: int | None,
 ) -> Record:
     replicas, isr, leader = completed
     return change_record(
@@ -270,6 +286,7 @@ def _completion_record(
         replicas=replicas,
         adding_replicas=(),
         removing_replicas=(),
+        min_isr=min_isr,
     )
 
 

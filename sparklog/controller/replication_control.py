@@ -414,26 +414,48 @@ class ReplicationControl:
             broker_to_add=broker_id,
         )
 
+    def on_broker_shutdown(self, broker_id: int, *, clean: bool) -> list[dict[str, Any]]:
+        """A new incarnation of `broker_id` registers (Kafka's `handleBrokerShutdown`). With ELR
+        on and no proof of a clean shutdown its log may have lost an unflushed tail (KIP-966):
+        it leaves every ISR and ELR and may not be elected; else it leaves the ISRs as fenced."""
+        if clean or not self.image.elr_enabled:
+            return self.on_broker_fenced(broker_id)
+        return self._changes(
+            (p for p in self.image.partitions() if broker_id in p.isr or broker_id in p.elr),
+            unclean_shutdown=broker_id,
+        )
+
     def _changes(self, partitions: Any, **brokers: int) -> list[dict[str, Any]]:
         records = []
         for partition in partitions:
             topic = self.image.topic_by_id(partition.topic_id)
             assert topic is not None
             unclean = self.unclean_leader_election_enabled(topic.name)
-            record = partition_change(partition, self.image.is_unfenced, unclean=unclean, **brokers)
+            record = partition_change(
+                partition,
+                self.image.is_unfenced,
+                unclean=unclean,
+                min_isr=self.elr_min_isr(partition),
+                **brokers,
+            )
             if record is None:
                 continue
-            if record["leader"] != NO_LEADER and record["leader"] not in partition.isr:
-                log.warning(
-                    "unclean leader election for %s-%d: broker %d leads though it was not in "
-                    "the ISR %s; records above the old high watermark may be lost",
-                    topic.name,
-                    partition.partition,
-                    record["leader"],
-                    list(partition.isr),
-                )
+            leader = record["leader"]
+            if leader != NO_LEADER and leader != partition.leader and leader not in partition.isr:
+                _log_election(topic.name, partition, leader)
             records.append(record)
         return records
+
+    def elr_min_isr(self, partition: PartitionRegistration) -> int | None:
+        """KIP-966's `MinIsrOf`: the topic's min.insync.replicas capped at its replication
+        factor (Kafka's `getTopicEffectiveMinIsr`) when ELR is on, else None."""
+        if not self.image.elr_enabled:
+            return None
+        topic = self.image.topic_by_id(partition.topic_id)
+        assert topic is not None
+        overrides = self.image.topic_config(topic.name)
+        min_isr = effective_topic_config(overrides, self.config.topic_defaults).min_insync_replicas
+        return min(min_isr, topic.replication_factor)
 
     def unclean_leader_election_enabled(self, topic: str) -> bool:
         """The topic's `unclean.leader.election.enable` (its override, else the default)."""
@@ -441,6 +463,28 @@ class ReplicationControl:
         return effective_topic_config(
             overrides, self.config.topic_defaults
         ).unclean_leader_election_enable
+
+
+def _log_election(topic: str, partition: PartitionRegistration, leader: int) -> None:
+    """A leader from outside the ISR: from the ELR (clean: it holds every committed record),
+    the last known leader (KIP-966's last resort) or an unclean election."""
+    where = f"{topic}-{partition.partition}: broker {leader} leads"
+    state = f"ISR {list(partition.isr)}, ELR {list(partition.elr)}"
+    if leader in partition.elr:
+        log.info("%s, elected from the eligible leader replicas (%s)", where, state)
+    elif partition.last_known_elr == (leader,):
+        log.warning(
+            "%s, the last known leader, elected with no in-sync or eligible replica left (%s): "
+            "records it lost in an unclean shutdown are gone",
+            where,
+            state,
+        )
+    else:
+        log.warning(
+            "unclean leader election for %s (%s); records above the old high watermark may be lost",
+            where,
+            state,
+        )
 
 
 def check_min_insync_replicas(

@@ -151,6 +151,15 @@ class ControllerServer:
         )
         self.controller = QuorumController(self.config, self.cluster_id, image)
         self._appended = asyncio.Event()
+        # A new cluster finalizes its features first (Kafka's bootstrap metadata): Eligible
+        # Leader Replicas (KIP-966) on, as Kafka 4.1+. A log from before them keeps them off.
+        self.commit(self.controller.bootstrap())
+        if not self.controller.image.elr_enabled:
+            log.info(
+                "eligible.leader.replicas.version is 0 on cluster %s (created before it): a "
+                "power loss of the last in-sync replica may lose acknowledged records",
+                self.cluster_id,
+            )
         # After a restart every unfenced broker gets a full session to heartbeat again.
         self.controller.activate(self.now_ms())
         self.apis = ControllerApis(self)

@@ -23,7 +23,12 @@ SESSION_TIMEOUT_MS = 9000
 
 
 class Harness:
-    def __init__(self, config: ControllerConfig | None = None, *, now_ms: int = 1_000) -> None:
+    """`elr=True`: a new cluster as the controller server bootstraps it (Eligible Leader
+    Replicas on, KIP-966); without it, a cluster from before the feature."""
+
+    def __init__(
+        self, config: ControllerConfig | None = None, *, now_ms: int = 1_000, elr: bool = False
+    ) -> None:
         self.now_ms = now_ms
         self._topic_ids = (uuid.UUID(int=i) for i in itertools.count(1))
         self.controller = QuorumController(
@@ -33,6 +38,8 @@ class Harness:
         )
         self.log: list[dict[str, Any]] = []
         self.incarnations: dict[int, str] = {}
+        if elr:
+            self.commit(self.controller.bootstrap())
 
     @property
     def image(self) -> MetadataImage:
@@ -54,6 +61,7 @@ class Harness:
         incarnation: str | None = None,
         rack: str | None = None,
         attempt: int = -1,
+        previous_epoch: int = -1,
     ) -> int:
         incarnation = incarnation or self.incarnations.get(broker_id) or str(uuid.uuid4())
         self.incarnations[broker_id] = incarnation
@@ -65,6 +73,7 @@ class Harness:
             9092 + broker_id,
             rack,
             BrokerLaunchFacts(executor_id=str(broker_id), task_attempt=attempt),
+            previous_epoch,
         )
         return self.commit(self.controller.register_broker(self.now_ms, request))
 
