@@ -7,7 +7,10 @@ the scheduler thread every `log.flush.offset.checkpoint.interval.ms` /
 `log.flush.start.offset.checkpoint.interval.ms` and on shutdown. Loading opens every log with its
 checkpointed recovery point (`Log.open` recovers what follows it). A log whose topic is gone
 from the metadata, or whose topic id differs (the topic was deleted and re-created while this
-broker was away), is renamed `<dir>.<id>-stray` and left for an operator, as Kafka does.
+broker was away), is renamed `<dir>.<id>-stray` and left for an operator, as Kafka does. A clean
+shutdown writes `.kafka_cleanshutdown` (the broker epoch) last; the next start takes it away
+before opening any log and tells the controller the epoch (KIP-966: without it the controller
+must assume the log lost its unflushed tail).
 
 The scheduler thread runs retention (`log.retention.check.interval.ms`), the flush policy
 (`log.flush.scheduler.interval.ms`) and the checkpoints; the log cleaner (compaction, and
@@ -19,6 +22,7 @@ Thread-safety: the manager's map of logs is guarded by a lock; each `Log` guards
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import shutil
 import threading
@@ -33,6 +37,7 @@ from sparklog.broker.meta_properties import kafka_uuid_string, parse_kafka_uuid
 from sparklog.storage.checkpoint import (
     CorruptCheckpointError,
     OffsetCheckpointFile,
+    fsync_dir,
     write_atomically,
 )
 from sparklog.storage.cleaner import LogCleaner
@@ -42,6 +47,10 @@ from sparklog.storage.log import Log
 log = logging.getLogger(__name__)
 
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+#: Kafka's `CleanShutdownFileHandler`: written last by a clean shutdown, holding the broker epoch
+#: then; deleted at start. A start without it may follow a power loss that took the log's
+#: unflushed tail, which the controller must know (KIP-966's unclean-shutdown detection).
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
 PARTITION_METADATA_FILE = "partition.metadata"
@@ -109,6 +118,32 @@ class LogManager:
         self.dir_failures = LogDirFailureChannel(data_dir)
         self.retention_runs = 0
         self.segments_deleted = 0
+
+    # -- clean shutdown marker (KIP-966) ----------------------------------------------------
+
+    def take_clean_shutdown_epoch(self) -> int:
+        """The broker epoch the last clean shutdown wrote, or -1 (crash, power loss, new dir);
+        the marker is deleted (durably) before any log is opened, so a crash from here on is
+        seen as unclean by the next start (Kafka's LogManager.loadLogs, KAFKA-10471)."""
+        path = self.data_dir / CLEAN_SHUTDOWN_FILE
+        try:
+            content = json.loads(path.read_text(encoding="utf-8"))
+            epoch = int(content["brokerEpoch"])
+        except FileNotFoundError:
+            return -1
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            log.warning("%s is unreadable (%s): this start counts as after a crash", path, e)
+            epoch = -1
+        path.unlink(missing_ok=True)
+        fsync_dir(self.data_dir)
+        return epoch
+
+    def _write_clean_shutdown_marker(self, broker_epoch: int) -> None:
+        content = {"version": 0, "brokerEpoch": broker_epoch}
+        try:
+            write_atomically(self.data_dir / CLEAN_SHUTDOWN_FILE, json.dumps(content).encode())
+        except OSError as e:  # the next start counts as after a crash: safe, only slower
+            log.error("writing the clean shutdown marker failed: %s", e)
 
     # -- loading ----------------------------------------------------------------------------
 
@@ -303,9 +338,10 @@ class LogManager:
 
     # -- shutdown ---------------------------------------------------------------------------
 
-    def shutdown(self, *, clean: bool = True) -> None:
+    def shutdown(self, *, clean: bool = True, broker_epoch: int = -1) -> None:
         """Stop background work and close every log; a clean shutdown flushes and writes the
-        checkpoints first (an unclean one leaves recovery to the next start)."""
+        checkpoints first (an unclean one leaves recovery to the next start), then, when every
+        log closed and `broker_epoch` is known, the clean shutdown marker."""
         self._stopping.set()
         if self._scheduler is not None:
             self._scheduler.join()
@@ -314,6 +350,7 @@ class LogManager:
             self.cleaner.stop()
         logs = self.logs()
         clean = clean and not self.dir_failures.offline  # nothing more is written to a dead dir
+        all_flushed = clean
         for tp, log_ in logs.items():
             if clean:
                 try:
@@ -321,6 +358,7 @@ class LogManager:
                 except OSError as e:  # a full or failed disk: close as a crash would
                     log.error("closing %s-%d failed (%s); recovery will check it", *tp, e)
                     _close_without_flush(log_)
+                    all_flushed = False
         if clean:
             checkpoints = (
                 (self._recovery_points, {tp: lg.recovery_point for tp, lg in logs.items()}),
@@ -332,6 +370,8 @@ class LogManager:
                     checkpoint.write(values)
                 except OSError as e:  # the previous checkpoint stays; recovery re-scans more
                     log.error("writing a checkpoint on shutdown failed: %s", e)
+            if all_flushed and broker_epoch >= 0:
+                self._write_clean_shutdown_marker(broker_epoch)
         else:
             for log_ in logs.values():
                 _close_without_flush(log_)

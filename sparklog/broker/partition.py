@@ -9,6 +9,9 @@ The leader tracks each remote replica's log end offset (LEO) from its fetches (K
 *maximal* ISR: the committed ISR plus any member an in-flight AlterPartition proposes to add
 (Kafka's `PendingExpandIsr`; a pending shrink keeps the members it removes). The HW only moves
 forward while an epoch lasts, so a record below it is on every replica that could be elected.
+It does not move at all while the committed ISR is smaller than the topic's min.insync.replicas
+(capped at the replication factor; Kafka 4.x's `isUnderMinIsr` check, KIP-966): a replica that
+left the ISR then is an eligible leader replica and must hold every committed record.
 
 The leader never changes the ISR on its own. A follower outside the ISR whose LEO reached the
 HW and the start of the current leader epoch is proposed for admission; an ISR follower that has
@@ -185,6 +188,8 @@ class Partition:
         # log_start_offset <= high_watermark <= leader log end offset (asserted on every move)
         self.high_watermark = 0
         self.remote_replicas: dict[int, RemoteReplica] = {}
+        # the topic's min.insync.replicas (the caller keeps it current from the log config)
+        self.min_insync_replicas = 1
 
     def __repr__(self) -> str:
         pending = f", pending={self.pending_isr.isr}" if self.pending_isr else ""
@@ -447,7 +452,15 @@ class Partition:
         events.extend(self._maybe_increment_high_watermark(leader_log_end_offset))
         return events, False
 
+    @property
+    def is_under_min_isr(self) -> bool:
+        """Kafka's `isUnderMinIsr`: the committed ISR is below min.insync.replicas, capped at
+        the replication factor (so a one-replica topic is never under it)."""
+        return len(self.isr) < min(self.min_insync_replicas, len(self.replicas))
+
     def _maybe_increment_high_watermark(self, leader_log_end_offset: int) -> list[Event]:
+        if self.is_under_min_isr:
+            return []  # KIP-966: the ELR must hold every committed record
         offsets = [leader_log_end_offset]
         for b in self.maximal_isr:
             if b != self.local_broker_id:

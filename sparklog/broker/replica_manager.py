@@ -232,6 +232,7 @@ class ReplicaManager:
                 continue  # no new logs on a dead disk; a restart creates them
             hosted = self._partitions.get(tp) or self._host(tp, topic)
             self.log_manager.update_config(*tp, topic.config)
+            hosted.partition.min_insync_replicas = hosted.log.config.min_insync_replicas
             events = hosted.partition.apply_registration(
                 registration, self._clock_ms(), hosted.log.log_end_offset
             )

@@ -15,8 +15,10 @@ Shutdown (Kafka's KRaft controlled shutdown): heartbeats with `want_shut_down` w
 serving and fetching, until the controller answers `should_shut_down` (it moved our leaderships
 first) or one session timeout passes (after which it fences us anyway). Then stop the fetchers,
 stop serving (waiting requests are woken and answered), stop the threads, flush and close every
-log, write the checkpoints and release the data dir. `kill()` skips the goodbye and the flush,
-as a crash would (tests use it to exercise recovery).
+log, write the checkpoints and the clean shutdown marker (`.kafka_cleanshutdown`, whose epoch the
+next start sends as BrokerRegistration's PreviousBrokerEpoch, KIP-966) and release the data dir.
+`kill()` skips the goodbye, the flush and the marker, as a crash would (tests use it to
+exercise recovery).
 
 Hosting: `await start()` / `await shutdown()` on a running loop; `start_in_thread()` / `stop()`
 run the broker on its own loop thread (tests, the embedded cluster); `sparklog.broker.run.run_broker(...)` blocks until
@@ -103,6 +105,7 @@ class BrokerServer:
         self.task_attempt = task_attempt
         self.state = BrokerState.NOT_RUNNING
         self.broker_epoch = -1
+        self._previous_broker_epoch = -1  # from the clean shutdown marker, read at start
         self.incarnation_id = uuid.uuid4()
         self.stop_reason: str | None = None
         self._claimed = claimed
@@ -237,6 +240,7 @@ class BrokerServer:
             )
         self.metadata.cluster_id = cluster_id
         _meta, self._lock = self._claimed or claim_data_dir(self.data_dir, cluster_id, self.node_id)
+        self._previous_broker_epoch = self.log_manager.take_clean_shutdown_epoch()
         await self.server.start()
         registration_timeout_s = self.config.initial_broker_registration_timeout_ms / 1000
         end_offset = await self._retry(self.controller.metadata_end_offset)
@@ -358,7 +362,11 @@ class BrokerServer:
                     host=host,
                     port=port,
                     rack=self.config.broker_rack,
-                    previous_broker_epoch=self.broker_epoch,
+                    # KIP-966: this process's epoch when it registers again, else the epoch
+                    # its data dir's clean shutdown marker held (-1: none, maybe a power loss)
+                    previous_broker_epoch=self.broker_epoch
+                    if self.broker_epoch >= 0
+                    else self._previous_broker_epoch,
                 )
             )
             if code == 0:
@@ -544,7 +552,7 @@ class BrokerServer:
         await self.server.stop()
         if self.apis.txn_verifier is not None:
             await self.apis.txn_verifier.close()
-        self.log_manager.shutdown(clean=clean)
+        self.log_manager.shutdown(clean=clean, broker_epoch=self.broker_epoch)
         if self._lock is not None:
             self._lock.release()
         self.state = BrokerState.NOT_RUNNING

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 
 from sparklog.broker.config import BrokerConfig
 from sparklog.broker.log_manager import (
+    CLEAN_SHUTDOWN_FILE,
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
     LogManager,
@@ -134,3 +136,26 @@ def test_background_thread_runs_retention_and_stops(tmp_path):
     lm.shutdown()
     assert lm.retention_runs >= 2
     assert lm._scheduler is None
+
+
+def test_a_clean_shutdown_leaves_its_broker_epoch_for_the_next_start_only(tmp_path):
+    """Kafka's `.kafka_cleanshutdown` (KIP-966): written last by a clean shutdown with the broker
+    epoch, taken away at the next start, so a crash after that start reads as unclean."""
+    lm = manager(tmp_path)
+    assert lm.take_clean_shutdown_epoch() == -1  # a new dir
+    lm.shutdown(clean=True, broker_epoch=42)
+    assert json.loads((tmp_path / CLEAN_SHUTDOWN_FILE).read_text()) == {
+        "version": 0,
+        "brokerEpoch": 42,
+    }
+    again = manager(tmp_path)
+    assert again.take_clean_shutdown_epoch() == 42
+    assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
+    again.shutdown(clean=False, broker_epoch=43)  # a crash (kill -9, power loss) writes nothing
+    assert manager(tmp_path).take_clean_shutdown_epoch() == -1
+
+
+def test_an_unreadable_clean_shutdown_marker_counts_as_a_crash(tmp_path):
+    (tmp_path / CLEAN_SHUTDOWN_FILE).write_text("{torn")
+    assert manager(tmp_path).take_clean_shutdown_epoch() == -1
+    assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists()

@@ -27,14 +27,14 @@ from sparklog.broker.replica_manager import (
 )
 from sparklog.broker.truncation import truncation_for
 from sparklog.controller.alter_partition import IsrChangeOutcome
-from sparklog.errors import FencedLeaderEpochError, NotLeaderOrFollowerError
+from sparklog.errors import FencedLeaderEpochError, NotLeaderOrFollowerError, RequestTimedOutError
 from sparklog.records import SimpleRecord, build_batch, iter_batches
 from sparklog.storage.config import LogConfig
 
 NOW = 1_700_000_000_000
 TOPIC_ID = uuid.uuid4()
 TP = ("t", 0)
-NONE, NOT_ENOUGH_REPLICAS_AFTER_APPEND = 0, 20
+NONE = 0
 
 
 class Clock:
@@ -311,12 +311,15 @@ def test_a_caught_up_live_follower_is_proposed_and_the_outcome_applied(brokers):
 
 
 def test_shrink_proposals_and_an_isr_that_shrank_while_acks_all_waited(brokers):
+    """The ISR shrinks below min.insync.replicas while an acks=all produce waits: the high
+    watermark no longer moves (Kafka 4.x's `isUnderMinIsr`, KIP-966: the replicas that left are
+    eligible leaders and must hold every committed record), so the produce times out."""
     rms, clock = brokers
     leader = rms[1]
     leader.apply_metadata(meta(leader=1, isr=(1, 2, 3), min_insync_replicas="3"))
 
     async def go():
-        waiting = asyncio.create_task(leader.append_records(-1, 5_000, {TP: batch(b"a")}))
+        waiting = asyncio.create_task(leader.append_records(-1, 300, {TP: batch(b"a")}))
         await asyncio.sleep(0)
         assert not waiting.done()
         clock.now += 31_000  # both followers silent past replica.lag.time.max.ms
@@ -327,7 +330,23 @@ def test_shrink_proposals_and_an_isr_that_shrank_while_acks_all_waited(brokers):
         return await asyncio.wait_for(waiting, 5)
 
     result = asyncio.run(go())[TP]
-    assert result.error_code == NOT_ENOUGH_REPLICAS_AFTER_APPEND
+    assert result.error_code == RequestTimedOutError.code
+    assert leader.hosted(*TP).log.high_watermark == 0
+    assert leader.hosted(*TP).log.log_end_offset == 1
+
+
+def test_the_high_watermark_waits_while_the_isr_is_below_min_isr(brokers):
+    """acks=1 appends to a leader alone in the ISR of a min.insync.replicas=2 topic stay above
+    the high watermark until a follower is back in the ISR (Kafka 4.x, KIP-966)."""
+    rms, clock = brokers
+    leader = rms[1]
+    leader.apply_metadata(meta(leader=1, isr=(1,), min_insync_replicas="2"))
+    produce(leader, batch(b"a"))
+    assert leader.hosted(*TP).log.high_watermark == 0
+    follower_fetch(leader, 2, 1)
+    ((_tp, _id, proposal),) = leader.alter_partition.submitted
+    assert proposal.isr == (1, 2) and leader.hosted(*TP).log.high_watermark == 0
+    leader.on_isr_outcome(TP, proposal, IsrChangeOutcome(TOPIC_ID, 0, 0, None, 1, 0, (1, 2), 1))
     assert leader.hosted(*TP).log.high_watermark == 1
 
 
