@@ -9,8 +9,9 @@ Continuous checks (cheap, raise `Violation` at the first offence, so the trace s
 - the committed prefix never changes: when any leader's HW passes an offset, the record there
   is committed; every later HW (leader or follower) must cover the same records, and no replica
   may truncate below its HW;
-- the ISR contract: every member of the controller's ISR holds every committed record (checked
-  when the committed prefix grows and when the controller persists a new ISR). This is what
+- the ISR contract: every member of the controller's ISR, and of its ELR (KIP-966's eligible
+  leader replicas), holds every committed record (checked when the committed prefix grows and
+  when the controller persists a new ISR or ELR). This is what
   makes a clean election safe, and it catches a hazard (a lagging new-leader HW admitting a
   replica, an expansion without the maximal ISR, a stale admission of a replica that lost its
   disk) even when no election follows to turn it into a loss;
@@ -27,7 +28,9 @@ every partition has a leader, a full ISR, and HW = LEO everywhere.
 With `unclean.leader.election.enable=true` an election outside the ISR may lose acknowledged
 records: from the first unclean election of a partition on, its durability checks (committed
 prefix, acknowledged and consumed records) are skipped and the election is counted; the other
-checks still hold.
+checks still hold. An election from the ELR is clean; so is KIP-966's election of the last
+known leader, unless that broker ever lost records to a power or disk loss (`lossy_brokers`):
+Kafka then elects it knowing the data may be gone.
 """
 
 from __future__ import annotations
@@ -75,6 +78,7 @@ class History:
         # set by the cluster: the controller's ISR of a partition, a broker's log of it
         self.isr_of: Callable[[TopicPartition], Sequence[int]] = lambda tp: ()
         self.log_of: Callable[[int, TopicPartition], SimLog | None] = lambda b, tp: None
+        self.lossy_brokers: set[int] = set()  # set by the cluster: logs that lost records
 
     def fail(self, message: str) -> None:
         raise Violation(f"[t={self.scheduler.now_ms} ms] {message}")
@@ -108,7 +112,7 @@ class History:
         self.controller_epochs[tp] = (leader_epoch, partition_epoch)
         if leader >= 0:
             self._claim(tp, leader_epoch, leader, "controller record")
-            if old is not None and leader != old.leader and leader not in old.isr:
+            if old is not None and leader != old.leader and not self._clean_election(old, leader):
                 self.stats["unclean_elections"] += 1
                 self.unclean_since_ms.setdefault(tp, self.scheduler.now_ms)
                 self.scheduler.note(
@@ -120,6 +124,13 @@ class History:
             grown = len(record["isr"]) - len(old.isr)
             if grown:
                 self.stats["isr_expansions" if grown > 0 else "isr_shrinks"] += 1
+
+    def _clean_election(self, old: PartitionRegistration, leader: int) -> bool:
+        """From the ISR or the ELR (whose members hold every committed record: checked), or
+        the last known leader if its log never lost records (KIP-966)."""
+        if leader in old.isr or leader in old.elr:
+            return True
+        return old.last_known_elr == (leader,) and leader not in self.lossy_brokers
 
     def on_became_leader(self, broker: int, tp: TopicPartition, leader_epoch: int) -> None:
         self._claim(tp, leader_epoch, broker, "became leader")
@@ -186,6 +197,13 @@ class History:
         if added and self.durable(tp):
             self._check_isr_holds(tp, added, 0, f"the controller added it to the ISR {tuple(isr)}")
 
+    def on_elr_persisted(
+        self, tp: TopicPartition, elr: Sequence[int], added: Sequence[int]
+    ) -> None:
+        """The controller persisted a new ELR of `tp`; `added` joined it (KIP-966)."""
+        if added and self.durable(tp):
+            self._check_isr_holds(tp, added, 0, f"the controller added it to the ELR {tuple(elr)}")
+
     def _check_isr_holds(
         self, tp: TopicPartition, brokers: Sequence[int], start: int, when: str
     ) -> None:
@@ -196,7 +214,8 @@ class History:
             if records != committed[start:]:
                 have = log.log_end_offset if log is not None else 0
                 self.fail(
-                    f"ISR contract broken: broker {broker}, in the controller's ISR of {tp}, "
+                    f"ISR contract broken: broker {broker}, in the controller's ISR or ELR of "
+                    f"{tp}, "
                     f"lacks committed records (its log end {have}, committed {len(committed)}, "
                     f"first difference at or after {start}) when {when}"
                 )

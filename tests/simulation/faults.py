@@ -5,9 +5,10 @@ seed does not change when the cluster's behaviour (and with it the run's random 
 and it prints as plain data in a failure report. Kinds:
 
 - kill: the process dies (its disk survives) and restarts after the duration;
-- disk_loss: a kill whose restart comes back with an empty disk under the same broker id;
-  applied only when the controller no longer counts the broker in any ISR (losing the disk of
-  the last in-sync copy loses data in Kafka too: KIP-966 territory), else a plain restart;
+- disk_loss: a kill whose restart comes back with an empty disk (no clean-shutdown marker
+  either) under the same broker id; applied only when the controller no longer counts the
+  broker in any ISR (losing the disk of the last in-sync copy loses data in Kafka too), else a
+  plain restart;
 - pause: a GC-like stall; the process resumes with its stale state (the zombie leader);
 - isolate / cut_controller / cut_peer: network partitions of a broker from everyone, from the
   controller only (clients still reach it), or from one other broker;
@@ -25,10 +26,12 @@ and it prints as plain data in a failure report. Kinds:
   the controller agrees, and is relaunched after the duration.
 - power_loss: a kill that also loses what the OS had not written back: each log keeps its
   flushed prefix plus a random part of the rest (a torn tail, cut by recovery), and the
-  epoch cache and HW checkpoint are trimmed to it, as Kafka's log recovery does. Applied at
-  the restart only when the controller no longer counts the broker in any ISR (a broker that
-  lost acknowledged writes while still the last ISR member is KIP-966's unclean-shutdown case,
-  which loses data in Kafka too), else a plain restart;
+  epoch cache and HW checkpoint are trimmed to it, as Kafka's log recovery does. It hits any
+  broker, the last ISR member too: the restart has no clean-shutdown marker, so the controller
+  takes the broker out of every ISR and ELR and elects an eligible leader replica instead
+  (KIP-966). Only when every eligible replica restarted uncleanly as well is the last leader
+  elected whatever it lost (Kafka's last resort, which the checks count as unclean when that
+  broker ever lost records: `lossy_brokers`);
 - clock_jump: the broker's wall clock (ISR lag, follower caught-up times) steps forward or
   back by `level` ms and steps back after the duration; leases run on the controller's
   monotonic clock, as in sparklog's controller.
@@ -188,8 +191,13 @@ class FaultInjector:
         self.disk_losses = 0
         self.disk_losses_skipped = 0
         self.power_losses = 0
-        self.power_losses_skipped = 0
         self.records_lost_to_power_loss = 0
+        # power losses of a broker the controller still counts in an ISR or ELR at the restart
+        # (before KIP-966 these were skipped: a last ISR member that lost its tail lost data)
+        self.power_losses_in_isr = 0
+        # brokers whose log ever lost records (power loss, disk loss): the checks treat a
+        # last-known-leader election of one as unclean
+        self.lossy_brokers: set[int] = set()
         self.clock_jumps = 0
         # broker -> (partition -> records its device kept), decided at the crash
         self._survivors: dict[int, dict[Any, int]] = {}
@@ -302,14 +310,14 @@ class FaultInjector:
         survivors = self._survivors.pop(broker.node_id, None)
         if survivors is None:
             return
-        if self._in_some_isr(broker.node_id) and not self.mutations.power_loss_in_isr:
-            self.power_losses_skipped += 1
-            return
         self.power_losses += 1
+        if self._in_some_isr(broker.node_id, with_elr=True):
+            self.power_losses_in_isr += 1
         for tp, end in survivors.items():
             lost = broker.disk[tp].recover_after_power_loss(end)
             self.records_lost_to_power_loss += lost
             if lost:
+                self.lossy_brokers.add(broker.node_id)
                 self.scheduler.note("b%s lost %s unflushed records of %s", broker.node_id, lost, tp)
 
     def _clock_jump(self, broker_id: int, jump_ms: int, duration_ms: int) -> None:
@@ -331,11 +339,16 @@ class FaultInjector:
             else:
                 self.disk_losses += 1
                 broker.disk = {}
+                broker.clean_shutdown_epoch = None
+                self.lossy_brokers.add(broker_id)
                 self.scheduler.note("b%s lost its disk", broker_id)
         broker.start()
 
-    def _in_some_isr(self, broker_id: int) -> bool:
-        return any(broker_id in p.isr for p in self.controller.image.partitions())
+    def _in_some_isr(self, broker_id: int, *, with_elr: bool = False) -> bool:
+        return any(
+            broker_id in p.isr or (with_elr and broker_id in p.elr)
+            for p in self.controller.image.partitions()
+        )
 
     def relaunch(self, broker_id: int) -> None:
         """The Spark launcher restarts a broker task that exited (unless a fault holds it)."""

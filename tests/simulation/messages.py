@@ -23,6 +23,7 @@ TopicPartition = tuple[str, int]
 class RegisterBroker:
     broker_id: int
     incarnation_id: str
+    previous_broker_epoch: int = -1  # KIP-966: the clean-shutdown marker's epoch, else -1
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ class Mutations:
     follower_skips_truncation: bool = False  # fetch right away, never OffsetForLeaderEpoch
     high_watermark_is_max: bool = False  # leader HW = max LEO over the ISR instead of min
     no_maximal_isr: bool = False  # HW over the committed ISR while an expansion is in flight
-    power_loss_in_isr: bool = False  # lose unflushed writes even while still in an ISR
+    no_eligible_leader_replicas: bool = False  # a cluster from before KIP-966 (feature at 0)
 
 
 @dataclass(frozen=True, slots=True)

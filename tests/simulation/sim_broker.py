@@ -12,8 +12,11 @@ it appends idempotent produces, answers follower and consumer fetches (followers
 up to replica.fetch.wait.max.ms), OffsetForLeaderEpoch and ListOffsets, and proposes ISR
 shrinks on a timer.
 
-The disk (`self.disk`: one `SimLog` per partition) survives a kill; everything else is rebuilt
-on start. The HW survives through its checkpoint, flushed on a timer as Kafka does.
+The disk (`self.disk`: one `SimLog` per partition, and `clean_shutdown_epoch`, Kafka's
+`.kafka_cleanshutdown`) survives a kill; everything else is rebuilt on start. The HW survives
+through its checkpoint, flushed on a timer as Kafka does. An orderly stop (`_halt`) flushes every
+log and writes the clean-shutdown epoch; a start takes it and sends it with the registration, so
+the controller tells a clean restart from a crash or power loss (KIP-966).
 """
 
 from __future__ import annotations
@@ -82,6 +85,8 @@ class MaxHighWatermarkPartition(Partition):
     """Mutation: the HW is the largest LEO over the ISR (acks=all without replication)."""
 
     def _maybe_increment_high_watermark(self, leader_log_end_offset: int) -> list[Event]:
+        if self.is_under_min_isr:
+            return []
         offsets = [leader_log_end_offset]
         for b in self.maximal_isr:
             replica = self.remote_replicas.get(b)
@@ -121,6 +126,7 @@ class BrokerNode(Node):
         self.mutations = mutations
         self.on_halt = on_halt
         self.disk: dict[TopicPartition, SimLog] = {}
+        self.clean_shutdown_epoch: int | None = None  # on the disk: survives a kill
         self._partition_class: type[Partition] = Partition
         if mutations.high_watermark_is_max:
             self._partition_class = MaxHighWatermarkPartition
@@ -135,6 +141,9 @@ class BrokerNode(Node):
     def on_start(self) -> None:
         self.scheduler.note("b%s starts (incarnation %s)", self.node_id, self.incarnation)
         self.broker_epoch = -1
+        # Kafka's LogManager takes the marker away at start: a crash from now on is unclean
+        self.previous_broker_epoch = self.clean_shutdown_epoch
+        self.clean_shutdown_epoch = None
         self._session = 0
         self.shutting_down = False
         self.image = MetadataImage()
@@ -162,7 +171,12 @@ class BrokerNode(Node):
         self.shutting_down = True
 
     def _halt(self, why: str) -> None:
+        """An orderly stop (Kafka's BrokerServer.shutdown): logs flushed, marker written."""
         self.scheduler.note("b%s halts: %s", self.node_id, why)
+        for log in self.disk.values():
+            log.flush()
+        if self.broker_epoch >= 0:
+            self.clean_shutdown_epoch = self.broker_epoch
         self.stop()
         self.on_halt(self.node_id)
 
@@ -170,9 +184,10 @@ class BrokerNode(Node):
 
     def _register(self) -> None:
         incarnation_id = f"broker-{self.node_id}-incarnation-{self.incarnation}"
+        previous = self.previous_broker_epoch
         self.call(
             CONTROLLER_ID,
-            RegisterBroker(self.node_id, incarnation_id),
+            RegisterBroker(self.node_id, incarnation_id, -1 if previous is None else previous),
             self.settings.rpc_timeout_ms,
             self._on_registered,
         )
@@ -242,6 +257,7 @@ class BrokerNode(Node):
     def _host(self, tp: TopicPartition, topic_id: uuid.UUID) -> Partition:
         log = self.disk.setdefault(tp, SimLog())
         partition = self._partition_class(tp[0], tp[1], self.node_id)
+        partition.min_insync_replicas = self.settings.min_insync_replicas
         log.high_watermark = min(log.checkpoint_high_watermark, log.log_end_offset)
         partition.reset_high_watermark(log.high_watermark)
         self.history.on_high_watermark(self.node_id, tp, log, 0, log.high_watermark, False)

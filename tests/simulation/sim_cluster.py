@@ -61,9 +61,15 @@ class Outcome:
 class SimCluster:
     """Everything one run needs, wired on one scheduler and network."""
 
-    def __init__(self, seed: int, settings: SimSettings, mutations: Mutations) -> None:
+    def __init__(
+        self,
+        seed: int,
+        settings: SimSettings,
+        mutations: Mutations,
+        schedule: Schedule | None = None,
+    ) -> None:
         self.settings = settings
-        self.schedule = make_schedule(seed, settings)
+        self.schedule = schedule or make_schedule(seed, settings)
         self.scheduler = Scheduler(random.Random(f"sparklog-simulation-run-{seed}"))
         self.network = Network(self.scheduler)
         self.history = History(self.scheduler)
@@ -82,6 +88,7 @@ class SimCluster:
             config,
             tick_interval_ms=s.controller_tick_interval_ms,
             metadata_max_wait_ms=s.metadata_max_wait_ms,
+            eligible_leader_replicas=not mutations.no_eligible_leader_replicas,
         )
         self.brokers = [
             BrokerNode(b, self.scheduler, self.network, self.history, s, mutations, self._on_halt)
@@ -92,6 +99,7 @@ class SimCluster:
         )
         self.tps: list[TopicPartition] = [(TOPIC, i) for i in range(s.partitions)]
         self.history.isr_of = self._isr_of
+        self.history.lossy_brokers = self.injector.lossy_brokers
         self.history.log_of = lambda broker, tp: self.brokers[broker].disk.get(tp)
         producer_ids = itertools.count(1000)
         broker_ids = [b.node_id for b in self.brokers]
@@ -115,7 +123,8 @@ class SimCluster:
     def _isr_of(self, tp: TopicPartition) -> tuple[int, ...]:
         topic = self.controller.image.topic(tp[0])
         partition = None if topic is None else topic.partitions.get(tp[1])
-        return () if partition is None else partition.isr
+        # KIP-966: eligible leader replicas hold every committed record as ISR members do
+        return () if partition is None else (*partition.isr, *partition.elr)
 
     def _on_halt(self, broker_id: int) -> None:
         self.history.stats["halts"] += 1
@@ -192,10 +201,14 @@ class SimCluster:
 
 
 def run_seed(
-    seed: int, settings: SimSettings | None = None, mutations: Mutations | None = None
+    seed: int,
+    settings: SimSettings | None = None,
+    mutations: Mutations | None = None,
+    schedule: Schedule | None = None,
 ) -> Outcome:
-    """Run one seed to the end or to its first violation."""
-    cluster = SimCluster(seed, settings or SimSettings(), mutations or Mutations())
+    """Run one seed to the end or to its first violation (`schedule`: a fixed one instead of
+    the seed's; the seed still drives every other random choice)."""
+    cluster = SimCluster(seed, settings or SimSettings(), mutations or Mutations(), schedule)
     failure = None
     try:
         cluster.run()
@@ -209,6 +222,7 @@ def run_seed(
     stats["messages"] = cluster.network.sent
     stats["disk_losses"] = cluster.injector.disk_losses
     stats["power_losses"] = cluster.injector.power_losses
+    stats["power_losses_in_isr"] = cluster.injector.power_losses_in_isr
     stats["records_lost_to_power_loss"] = cluster.injector.records_lost_to_power_loss
     stats["clock_jumps"] = cluster.injector.clock_jumps
     stats["strikes"] = cluster.injector.strikes

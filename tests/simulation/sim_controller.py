@@ -5,7 +5,9 @@ appended to `metadata_log` (the simulated `__cluster_metadata` partition, which 
 controller restart) and replayed into the controller's image, and only then is the reply
 sent. Brokers learn the log by long-polling `MetadataFetch`, so they see changes late, or not
 at all while cut off. A restart rebuilds the controller from the log (leases are in memory
-only and start empty, as in sparklog's design).
+only and start empty, as in sparklog's design). The first start bootstraps the cluster as the
+controller server does: Eligible Leader Replicas on (KIP-966), unless the run models a cluster
+from before them.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from sparklog.controller.image import (
     MetadataImage,
     PartitionRegistration,
 )
+from sparklog.controller.partition_change import registration_after
 from sparklog.controller.quorum_controller import QuorumController
 from sparklog.controller.results import ControllerResult
 from sparklog.errors import KafkaError
@@ -57,12 +60,14 @@ class ControllerNode(Node):
         *,
         tick_interval_ms: int,
         metadata_max_wait_ms: int,
+        eligible_leader_replicas: bool = True,
     ) -> None:
         super().__init__(CONTROLLER_ID, scheduler, network)
         self.history = history
         self.config = config
         self.tick_interval_ms = tick_interval_ms
         self.metadata_max_wait_ms = metadata_max_wait_ms
+        self.eligible_leader_replicas = eligible_leader_replicas
         self.metadata_log: list[dict[str, Any]] = []
         self._topic_ids = (uuid.UUID(int=i) for i in range(1, 1 << 30))
         self.controller = self._new_controller()
@@ -87,6 +92,8 @@ class ControllerNode(Node):
         if self.incarnation > 1:
             self.controller = self._new_controller()
         self._waiters = []
+        elr = self.eligible_leader_replicas
+        self.commit(self.controller.bootstrap(eligible_leader_replicas=elr))
         self.set_timer(self.tick_interval_ms, self._tick)
 
     def commit(self, result: ControllerResult) -> Any:
@@ -99,6 +106,10 @@ class ControllerNode(Node):
                 old_isr = () if registration[0] is None else registration[0].isr
                 new_isr = registration[1].isr
                 self.history.on_isr_persisted(tp, new_isr, [b for b in new_isr if b not in old_isr])
+                # KIP-966: an eligible leader replica holds every committed record too
+                old_elr = () if registration[0] is None else registration[0].elr
+                new_elr = registration[1].elr
+                self.history.on_elr_persisted(tp, new_elr, [b for b in new_elr if b not in old_elr])
             self._wake_waiters()
         return result.response
 
@@ -127,25 +138,31 @@ class ControllerNode(Node):
             tp = (name, int(record["partition"]))
             old = in_batch.get(tp) or image.partition(topic_id, tp[1])
             self.scheduler.note(
-                "controller: %s leader=%s isr=%s epochs=(%s,%s)",
+                "controller: %s leader=%s isr=%s elr=%s last_known=%s epochs=(%s,%s)",
                 tp,
                 record["leader"],
                 record["isr"],
+                record.get("eligible_leader_replicas", "-"),
+                record.get("last_known_elr", "-"),
                 record["leader_epoch"],
                 record["partition_epoch"],
             )
             self.history.on_partition_record(tp, old, record)
             for listener in self.record_listeners:
                 listener(record, tp, old)
-            new = in_batch[tp] = PartitionRegistration(
-                topic_id,
-                tp[1],
-                tuple(record.get("replicas", old.replicas if old is not None else ())),
-                tuple(record["isr"]),
-                int(record["leader"]),
-                int(record["leader_epoch"]),
-                int(record["partition_epoch"]),
-            )
+            if old is None:
+                new = PartitionRegistration(
+                    topic_id,
+                    tp[1],
+                    tuple(record["replicas"]),
+                    tuple(record["isr"]),
+                    int(record["leader"]),
+                    int(record["leader_epoch"]),
+                    int(record["partition_epoch"]),
+                )
+            else:
+                new = registration_after(old, dict(record))
+            in_batch[tp] = new
             changed[tp] = (changed[tp][0] if tp in changed else old, new)
         return changed
 
@@ -177,7 +194,12 @@ class ControllerNode(Node):
 
     def _register(self, body: RegisterBroker) -> RegisterReply:
         request = BrokerRegistrationRequest(
-            body.broker_id, CLUSTER_ID, body.incarnation_id, "sim", 9092 + body.broker_id
+            body.broker_id,
+            CLUSTER_ID,
+            body.incarnation_id,
+            "sim",
+            9092 + body.broker_id,
+            previous_broker_epoch=body.previous_broker_epoch,
         )
         try:
             epoch = self.commit(self.controller.register_broker(self.now_ms, request))

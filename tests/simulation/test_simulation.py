@@ -16,6 +16,7 @@ from sparklog.broker.truncation import truncation_for
 from sparklog.records import SimpleRecord, build_batch
 from sparklog.storage.log import Log
 
+from .faults import Fault, Schedule
 from .settings import Mutations
 from .sim_cluster import Outcome, run_seed
 from .sim_log import MemoryEpochCache, real_log_truncation_clears_epoch_at_end
@@ -126,12 +127,51 @@ def test_the_isr_contract_catches_a_missing_maximal_isr() -> None:
     assert "ISR contract broken" in outcome.failure, outcome.report()
 
 
+def kip_966_schedule(seed: int) -> Schedule:
+    """KIP-966's case as a fixed schedule: broker 2 stops cleanly (the ISR stays at
+    min.insync.replicas=2), broker 1 is cut off (it leaves the ISR below min ISR: an eligible
+    leader replica), then the leader, broker 0, loses power as the last ISR member and comes
+    back first, without the tail its OS had not written back."""
+    faults = (
+        Fault(4_000, "controlled_shutdown", 2, 16_000),
+        Fault(8_000, "isolate", 1, 6_000),
+        Fault(8_200, "power_loss", 0, 2_500),
+    )
+    return Schedule(seed, unclean_leader_election=False, auto_leader_rebalance=False, faults=faults)
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_a_power_lost_last_isr_member_loses_no_acknowledged_record(seed: int) -> None:
+    """With Eligible Leader Replicas (KIP-966) the power-lost last ISR member registers without
+    a clean-shutdown epoch, leaves the ELR and waits; broker 1, which left the ISR holding every
+    committed record, leads when it is back. Before, the power loss of a broker still in an ISR
+    was not even applied (the simulation's gate), because it lost acknowledged records."""
+    outcome = run_seed(seed, schedule=kip_966_schedule(seed))
+    assert outcome.failure is None, outcome.report()
+    assert outcome.stats["records_lost_to_power_loss"] > 0
+    assert outcome.stats["power_losses_in_isr"] == 1
+    assert outcome.stats["unclean_elections"] == 0
+
+
+def test_without_eligible_leader_replicas_the_power_lost_last_isr_member_loses_records() -> None:
+    """The same schedule on a cluster from before KIP-966 (the feature at level 0): broker 0
+    returns, is elected from the ISR it never left, and the committed records it lost are gone
+    (broker 1 must cut them when it follows)."""
+    outcome = run_seed(
+        0, mutations=Mutations(no_eligible_leader_replicas=True), schedule=kip_966_schedule(0)
+    )
+    assert outcome.failure is not None
+    assert any(
+        check in outcome.failure
+        for check in ("below its HW", "ISR contract broken", "acknowledged record lost")
+    ), outcome.report()
+
+
 @pytest.mark.slow
-def test_the_checks_catch_a_power_loss_of_the_last_isr_member() -> None:
-    """With power losses applied even to brokers the controller still counts in an ISR, some
-    seed loses acknowledged writes (KIP-966's unclean-shutdown case): the gate in `faults.py`
-    is what keeps the other runs sound, and the checks see the loss when it is removed."""
-    outcome = first_failing_seed(Mutations(power_loss_in_isr=True), range(300))
+def test_the_checks_catch_a_power_loss_of_the_last_isr_member_without_elr() -> None:
+    """Across random schedules too: without Eligible Leader Replicas some seed's power loss of
+    an ISR member loses committed records, and the checks see it."""
+    outcome = first_failing_seed(Mutations(no_eligible_leader_replicas=True), range(300))
     assert outcome is not None and outcome.failure is not None
     assert any(
         check in outcome.failure
