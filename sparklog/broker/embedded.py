@@ -102,11 +102,11 @@ class EmbeddedCluster:
             executor_id="embedded",
         )
 
-    def _new_coordinator(self, port: int) -> Any:
+    def _new_coordinator(self, port: int, clock: Any = None) -> Any:
         from sparklog.coordinator.server import GroupCoordinatorServer
 
         coordinator = GroupCoordinatorServer(
-            self.controller_dir, self.controller, port=port, config=self.config
+            self.controller_dir, self.controller, port=port, config=self.config, clock=clock
         ).start_in_thread()
         self.controller.coordinator_endpoint = (coordinator.host, coordinator.port)
         return coordinator
@@ -184,12 +184,13 @@ class EmbeddedCluster:
             self.coordinator.controller = self.controller
             self.controller.coordinator_endpoint = (self.coordinator.host, self.coordinator.port)
 
-    def restart_coordinator(self) -> None:
+    def restart_coordinator(self, clock: Any = None) -> None:
         """Stop the group coordinator and start it again on the same table and port: every
-        group and committed offset is reloaded from Delta."""
+        group and committed offset is reloaded from Delta. `clock` (a `CoordinatorClock`)
+        lets tests restart it on a host whose clocks differ."""
         port = self.coordinator.port
         self.coordinator.stop()
-        self.coordinator = self._new_coordinator(port=port)
+        self.coordinator = self._new_coordinator(port=port, clock=clock)
 
     def restart_driver(self, controller_dir: str | Path) -> None:
         """Kill the controller and the group coordinator (no final snapshot, as a lost host

@@ -27,13 +27,13 @@ import collections
 import concurrent.futures
 import contextlib
 import logging
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from sparklog.broker import kio_build
 from sparklog.broker.kafka_apis import GROUP_COORDINATOR_NODE_ID, find_coordinator_response
+from sparklog.coordinator.clock import WALL_CLOCK_FLOOR_MS, CoordinatorClock
 from sparklog.coordinator.group.apis import GroupCoordinatorApis
 from sparklog.coordinator.group.config import GroupConfig
 from sparklog.coordinator.group.coordinator import GroupCoordinator, Write
@@ -75,6 +75,7 @@ class GroupCoordinatorServer:
         port: int = 0,
         config: Mapping[str, object] | None = None,
         store_factory: Callable[[str, int], Any] | None = None,
+        clock: CoordinatorClock | None = None,
     ) -> None:
         self.config = GroupConfig.from_properties(config or {})
         self.txn_config = TransactionConfig.from_properties(config or {})
@@ -93,6 +94,8 @@ class GroupCoordinatorServer:
             str(home), "__consumer_offsets"
         )
         self.controller = controller
+        #: wall-clock ms that never jump in this process (tests inject one; see `clock`)
+        self.clock = clock or CoordinatorClock()
         self.host = host
         self.port = port
         self.core: GroupCoordinator | None = None
@@ -117,7 +120,8 @@ class GroupCoordinatorServer:
         return f"{self.host}:{self.port}"
 
     def now_ms(self) -> int:
-        return time.monotonic_ns() // 1_000_000
+        """Wall-clock time: what the coordinator persists and compares with persisted times."""
+        return self.clock()
 
     # -- lifecycle (on the loop) ------------------------------------------------------------
 
@@ -131,6 +135,7 @@ class GroupCoordinatorServer:
             ),
         )
         rows = await loop.run_in_executor(self._store_thread, lambda: list(self.store.read_rows()))
+        self.clock.not_before(newest_time_ms(rows))
         self.core = GroupCoordinator(
             self.config,
             self.controller.partition_count,
@@ -144,7 +149,7 @@ class GroupCoordinatorServer:
             new_producer_id=self._take_producer_id,
             offsets=self.core,
         )
-        self.txn.load(rows)
+        self.txn.load(rows, self.now_ms())
         self.core.txn_check = self.txn.check_offset_commit
         self._flush_wanted = asyncio.Event()
         self._apis = GroupCoordinatorApis(
@@ -357,3 +362,9 @@ class GroupCoordinatorServer:
 
         loop.call_soon_threadsafe(run)
         return future.result(timeout_s)
+
+
+def newest_time_ms(rows: list[dict[str, Any]]) -> int | None:
+    """The newest wall-clock time the table holds (rows written as uptime do not count)."""
+    times = [r.get("commit_timestamp_ms") for r in rows]
+    return max((t for t in times if t is not None and t >= WALL_CLOCK_FLOOR_MS), default=None)

@@ -70,7 +70,7 @@ class Producer:
 class Simulation:
     def __init__(self, seed: int, directory: Path) -> None:
         self.rng = random.Random(seed)
-        self.now_ms = 1_000_000
+        self.now_ms = 1_700_000_000_000  # wall-clock ms, as the coordinator persists
         self.rows: list[dict[str, Any]] = []
         self.pids = iter(range(5000, 10**6))
         self.logs = {p: Log.open(directory / f"t-{p}", now_ms=0) for p in range(PARTITIONS)}
@@ -102,7 +102,7 @@ class Simulation:
         self.txn.take_writes()  # never persisted, never answered
         self._build()
         self.groups.load(list(self.rows), self.now_ms)
-        self.txn.load(list(self.rows))
+        self.txn.load(list(self.rows), self.now_ms)
         self.markers = [(j, set(p for _t, p in j.partitions)) for j in self.txn.take_markers()]
         for producer in self.producers:  # their requests went unanswered: they start over
             if producer.state in ("waiting", "ending"):

@@ -20,6 +20,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from sparklog.coordinator.clock import loaded_ms
+
 
 class GroupState(enum.Enum):
     """The states of a classic group, named as Kafka's DescribeGroups/ListGroups answer them."""
@@ -278,7 +280,8 @@ class ClassicGroup:
         """A group as it was persisted; members get a full session to heartbeat again."""
         members = [ClassicMember.from_record(m) for m in record["members"]]
         state = GroupState.STABLE if members else GroupState.EMPTY
-        group = cls(group_id, int(record.get("state_timestamp_ms") or now_ms), state)
+        since_ms = loaded_ms(int(record.get("state_timestamp_ms") or now_ms), now_ms)
+        group = cls(group_id, since_ms, state)
         group.generation_id = int(record["generation_id"])
         group.protocol_type = record["protocol_type"]
         group.protocol_name = record["protocol_name"] if members else None

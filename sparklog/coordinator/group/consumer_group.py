@@ -26,6 +26,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from sparklog.coordinator.clock import loaded_ms
+
 Assignment = dict[str, set[int]]  # topic -> partitions
 ASSIGNORS = ("uniform", "range")
 
@@ -171,7 +173,7 @@ class ConsumerGroup:
 
     @classmethod
     def from_record(cls, group_id: str, r: dict[str, Any], now_ms: int) -> ConsumerGroup:
-        group = cls(group_id, int(r.get("state_timestamp_ms") or now_ms))
+        group = cls(group_id, loaded_ms(int(r.get("state_timestamp_ms") or now_ms), now_ms))
         group.group_epoch = int(r["group_epoch"])
         group.assignment_epoch = int(r["assignment_epoch"])
         group.assignor = r["assignor"]

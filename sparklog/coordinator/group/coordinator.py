@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from sparklog.coordinator.clock import loaded_ms
 from sparklog.coordinator.group.classic_group import ClassicGroup, GroupState, Responder
 from sparklog.coordinator.group.classic_protocol import ClassicGroups
 from sparklog.coordinator.group.config import GroupConfig
@@ -145,7 +146,9 @@ class GroupCoordinator:
         self._writes.append(Write([row], lambda _now_ms, _code: None))
 
     def load(self, rows: Iterable[dict[str, Any]], now_ms: int) -> None:
-        """Rebuild groups and offsets from persisted rows, in their persisted order."""
+        """Rebuild groups and offsets from persisted rows, in their persisted order. Persisted
+        times are wall-clock; one written as uptime by an old coordinator counts from `now_ms`
+        (`clock.loaded_ms`)."""
         assert not self.groups and not self.offsets.groups(), "load into an empty coordinator"
         records: dict[str, dict[str, Any] | None] = {}
         for row in rows:
@@ -159,7 +162,7 @@ class GroupCoordinator:
             elif row["record_type"] == "txn_offset":
                 tp = (row["topic"], int(row["partition"]))
                 pending = self.txn_offsets.setdefault(int(row["producer_id"]), {})
-                pending.setdefault(group_id, {})[tp] = _offset_of(row)
+                pending.setdefault(group_id, {})[tp] = _offset_of(row, now_ms)
             elif row["record_type"] == "group":
                 meta = row["group_metadata"]
                 records[group_id] = None if meta is None else json.loads(meta)
@@ -167,7 +170,7 @@ class GroupCoordinator:
                     self.offsets.delete_group(group_id)
             elif row["record_type"] == "offset":
                 tp = (row["topic"], int(row["partition"]))
-                value = None if row["committed_offset"] is None else _offset_of(row)
+                value = None if row["committed_offset"] is None else _offset_of(row, now_ms)
                 self.offsets.apply(group_id, {tp: value})
         for group_id, record in records.items():
             if record is None:
@@ -546,13 +549,19 @@ class GroupCoordinator:
         return done
 
 
-def _offset_of(row: dict[str, Any]) -> CommittedOffset:
+def _offset_of(row: dict[str, Any], now_ms: int) -> CommittedOffset:
+    committed_ms = int(row["commit_timestamp_ms"])
+    expire_ms = None if row["expire_timestamp_ms"] is None else int(row["expire_timestamp_ms"])
+    if (loaded := loaded_ms(committed_ms, now_ms)) != committed_ms:
+        # written as uptime: the commit counts from now, an explicit retention with it
+        expire_ms = None if expire_ms is None else expire_ms + loaded - committed_ms
+        committed_ms = loaded
     return CommittedOffset(
         int(row["committed_offset"]),
         int(row["leader_epoch"] if row["leader_epoch"] is not None else -1),
         row["metadata"] or "",
-        int(row["commit_timestamp_ms"]),
-        None if row["expire_timestamp_ms"] is None else int(row["expire_timestamp_ms"]),
+        committed_ms,
+        expire_ms,
     )
 
 

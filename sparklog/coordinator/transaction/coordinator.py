@@ -20,6 +20,7 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from sparklog.coordinator.clock import loaded_ms
 from sparklog.coordinator.group.coordinator import Write
 from sparklog.coordinator.transaction.config import TransactionConfig
 from sparklog.coordinator.transaction.metadata import (
@@ -556,9 +557,10 @@ class TransactionCoordinator:
 
     # -- restart ----------------------------------------------------------------------------
 
-    def load(self, rows: Iterable[dict[str, Any]]) -> None:
+    def load(self, rows: Iterable[dict[str, Any]], now_ms: int) -> None:
         """Rebuild every id from persisted rows (in order) and re-send the markers of every
-        prepared transaction."""
+        prepared transaction. A time written as uptime by an old coordinator counts from
+        `now_ms` (`clock.loaded_ms`), so an open transaction gets its whole timeout again."""
         assert not self.transactions, "load into an empty coordinator"
         for row in rows:
             if row["record_type"] == "sink_batch":
@@ -572,7 +574,10 @@ class TransactionCoordinator:
             if record["state"] == _S.DEAD.value:
                 self.transactions.pop(tid, None)
             else:
-                self.transactions[tid] = TransactionMetadata.from_record(tid, record)
+                meta = TransactionMetadata.from_record(tid, record)
+                meta.txn_start_ms = loaded_ms(meta.txn_start_ms, now_ms)
+                meta.last_update_ms = loaded_ms(meta.last_update_ms, now_ms)
+                self.transactions[tid] = meta
         prepared = [m for m in self.transactions.values() if m.state.is_prepared]
         for meta in prepared:
             self._send_markers(meta)

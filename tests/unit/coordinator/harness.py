@@ -42,7 +42,7 @@ class Harness:
     def __init__(self, **config: Any) -> None:
         defaults = {"group_initial_rebalance_delay_ms": 0}
         self.config = GroupConfig(**{**defaults, **config})
-        self.now_ms = 1_000_000
+        self.now_ms = 1_700_000_000_000  # wall-clock ms, as the coordinator persists
         self.rows: list[dict[str, Any]] = []
         self.fail_next_flush: int = 0
         self._ids = itertools.count()

@@ -37,7 +37,7 @@ class Harness:
 
     def __init__(self, **config: Any) -> None:
         self.config = TransactionConfig(**config)
-        self.now_ms = 1_000_000
+        self.now_ms = 1_700_000_000_000  # wall-clock ms, as the coordinator persists
         self.rows: list[dict[str, Any]] = []
         self.commits: list[list[dict[str, Any]]] = []
         self.fail_next_flush = 0
@@ -66,7 +66,7 @@ class Harness:
     def restart(self) -> None:
         self._build()
         self.groups.load(list(self.rows), self.now_ms)
-        self.txn.load(list(self.rows))
+        self.txn.load(list(self.rows), self.now_ms)
         self.markers = []
         self.flush()
 
