@@ -46,6 +46,14 @@ def announce(bootstrap_servers: str, out: TextIO | None = None) -> None:
     print(f"bootstrap.servers={bootstrap_servers}", file=out, flush=True)
 
 
+def report_coordinator(cluster: Any) -> None:
+    """Say so when the group coordinator serves nothing (its table could not be loaded): the
+    brokers keep serving, and the reason names the file and the repair."""
+    reason = getattr(cluster.coordinator, "unavailable", None)
+    if reason:
+        progress(f"the group coordinator is not serving groups or transactions: {reason}")
+
+
 def wait_until(stop: threading.Event, alive: Callable[[], bool] = lambda: True) -> None:
     """Block until `stop` is set (a signal) or `alive()` turns false."""
     while not stop.wait(0.2):
@@ -75,6 +83,7 @@ def serve_spark(
     cluster = sparklog.start(spark, brokers=brokers, config=settings, data_dir=data_dir)
     try:
         announce(cluster.bootstrap_servers)
+        report_coordinator(cluster)
         progress(f"serving (data in {data_dir}); Ctrl-C or SIGTERM stops it")
         wait_until(stop, jvm_alive)
     except BaseException:
@@ -106,6 +115,7 @@ def _serve_embedded(
     cluster.start()
     try:
         announce(cluster.bootstrap_servers)
+        report_coordinator(cluster)
         progress(f"serving (data in {data_dir}); Ctrl-C or SIGTERM stops it")
         wait_until(stop)
         progress("stopping the brokers and the controller")

@@ -10,6 +10,11 @@ requests into one call (group commit). Every commit carries a Delta app transact
 has written, Delta's conflict check refuses the first one's next commit, which raises
 `OffsetsStoreFencedError`.
 
+On a local filesystem every commit is synced to disk before `append` returns, and opening the
+table first checks its log for a torn or incomplete commit (`delta_log`), refusing with
+`OffsetsTableDamagedError` (naming the file and the repair) rather than losing a commit
+silently.
+
 Every `offsets.table.maintenance.commits` commits a background thread compacts small files,
 writes a checkpoint and vacuums, so loading and Spark reads stay fast however long the cluster
 runs, and commits never wait for it.
@@ -29,9 +34,19 @@ from typing import Any
 
 import pyarrow as pa
 
+from sparklog.coordinator.delta_log import (
+    APP_ID,
+    LAST_SEQUENCE_KEY,
+    OffsetsTableDamagedError,
+    check_log,
+    commit_path,
+    local_dir,
+    sync_checkpoint,
+    sync_commits,
+)
+
 log = logging.getLogger(__name__)
 
-APP_ID = "sparklog-group-coordinator"
 _TS = pa.timestamp("us", tz="UTC")
 
 #: The table's schema; columns may be added, never renamed or retyped.
@@ -98,6 +113,10 @@ class OffsetsStore:
         self.path = str(path)
         self.storage_options = storage_options
         self.maintenance_commits = maintenance_commits
+        #: where fsync applies (None: an object store, where a PUT is durable when it returns)
+        self._local_dir = local_dir(self.path)
+        if self._local_dir is not None:
+            check_log(self._local_dir)
         if DeltaTable.is_deltatable(self.path, storage_options):
             self._table = DeltaTable(self.path, storage_options=storage_options)
             self._check_schema()
@@ -112,6 +131,9 @@ class OffsetsStore:
                 description="sparklog consumer-group offsets and membership (docs/groups.md)",
                 storage_options=storage_options,
             )
+        self._synced_version = self._table.version()
+        if self._local_dir is not None:  # a new table, or one that just gained columns
+            sync_commits(self._local_dir, self._synced_version, self._synced_version)
         self._last_version = self._table.transaction_version(APP_ID)
         self.next_sequence = 0 if self._last_version is None else self._last_version + 1
         self.commits = 0
@@ -142,10 +164,29 @@ class OffsetsStore:
         # a single-threaded dataset scan does not
         table = self._table.to_pyarrow_dataset().to_table(use_threads=False)
         table = table.sort_by("sequence")
+        self._check_sequences(table)
         for row in table.to_pylist():
             row["commit_timestamp_ms"] = _ms(row.pop("commit_timestamp"))
             row["expire_timestamp_ms"] = _ms(row.pop("expire_timestamp"))
             yield row
+
+    def _check_sequences(self, table: pa.Table) -> None:
+        """Every row's sequence is at most the app transaction's version: more means a commit
+        kept its rows but lost its last line (the `txn` action), and the next append would
+        reuse their sequences."""
+        if table.num_rows == 0:
+            return
+        highest = table["sequence"][-1].as_py()
+        if highest >= self.next_sequence:
+            newest = self.version()
+            where = commit_path(self._local_dir, newest) if self._local_dir else f"version {newest}"
+            raise OffsetsTableDamagedError(
+                f"The group coordinator's offsets table {self.path} is damaged: it holds rows up "
+                f"to sequence {highest} but its app transaction ({APP_ID}) ends at "
+                f"{self.next_sequence - 1}, so a commit lost its last line; the newest commit "
+                f"is {where}. To repair: stop sparklog, move that commit out of _delta_log and "
+                "start again; the rows of that one commit are lost."
+            )
 
     # -- writes -----------------------------------------------------------------------------
 
@@ -177,7 +218,11 @@ class OffsetsStore:
                 self._table,
                 pa.table(columns, schema=SCHEMA),
                 mode="append",
-                commit_properties=CommitProperties(app_transactions=[Transaction(APP_ID, last)]),
+                commit_properties=CommitProperties(
+                    app_transactions=[Transaction(APP_ID, last)],
+                    # what the commit must hold, for `delta_log.check_log` after a crash
+                    custom_metadata={LAST_SEQUENCE_KEY: str(last)},
+                ),
                 # checkpoints and log cleanup happen in `maintain`, off the commit path
                 post_commithook_properties=PostCommitHookProperties(
                     create_checkpoint=False, cleanup_expired_logs=False
@@ -191,9 +236,11 @@ class OffsetsStore:
                     "did; this one stops serving"
                 ) from e
             raise
+        # the commit exists from here on, synced or not: its sequences are taken
         self._last_version = last
         self.next_sequence = last + 1
         self.commits += 1
+        self._sync(self._table.version())  # raises when the disk fails: the caller answers so
         self._since_maintenance += 1
         if self._since_maintenance >= self.maintenance_commits and not self.maintaining():
             self._since_maintenance = 0
@@ -201,6 +248,13 @@ class OffsetsStore:
                 target=self.maintain, name="sparklog-offsets-maintenance", daemon=True
             )
             self._maintenance.start()
+
+    def _sync(self, version: int) -> None:
+        """fsync every commit up to `version` not synced yet, with its data files (local
+        paths only): the coordinator answers only after this returns."""
+        if self._local_dir is not None and version > self._synced_version:
+            sync_commits(self._local_dir, self._synced_version + 1, version)
+        self._synced_version = max(self._synced_version, version)
 
     def maintaining(self) -> bool:
         return self._maintenance is not None and self._maintenance.is_alive()
@@ -218,8 +272,12 @@ class OffsetsStore:
         started = time.monotonic()
         try:
             table = DeltaTable(self.path, storage_options=self.storage_options)
+            first = table.version() + 1
             table.optimize.compact()
             table.create_checkpoint()
+            if self._local_dir is not None:  # before vacuum deletes the files it replaced
+                sync_commits(self._local_dir, first, table.version())
+                sync_checkpoint(self._local_dir, table.version())
             # files replaced within the last hour stay, for readers that listed them
             table.vacuum(retention_hours=1, dry_run=False, enforce_retention_duration=False)
             table.cleanup_metadata()

@@ -17,6 +17,11 @@ Clients find the coordinator with FindCoordinator (groups and transactions) on a
 controller's image, for clients that use it as one more node. Starting on the same table
 reloads every group and offset, so a driver restart on the same disk loses nothing.
 
+When the table cannot be loaded (damaged: `delta_log`; unreadable), the coordinator still
+listens but serves no group or transaction: it answers them COORDINATOR_NOT_AVAILABLE, as a
+Kafka coordinator does while it loads, and `unavailable` holds the reason (logged as an ERROR,
+naming the file and the repair). The brokers and the controller keep running.
+
 Embedding: `start_in_thread()` runs the loop in a daemon thread; `stop()` joins it.
 """
 
@@ -32,12 +37,17 @@ from pathlib import Path
 from typing import Any
 
 from sparklog.broker import kio_build
+from sparklog.broker.group_apis import refusal
 from sparklog.broker.kafka_apis import GROUP_COORDINATOR_NODE_ID, find_coordinator_response
 from sparklog.coordinator.clock import WALL_CLOCK_FLOOR_MS, CoordinatorClock
 from sparklog.coordinator.group.apis import GroupCoordinatorApis
 from sparklog.coordinator.group.config import GroupConfig
 from sparklog.coordinator.group.coordinator import GroupCoordinator, Write
-from sparklog.coordinator.offsets_store import OffsetsStore, OffsetsStoreFencedError
+from sparklog.coordinator.offsets_store import (
+    OffsetsStore,
+    OffsetsStoreFencedError,
+    OffsetsTableDamagedError,
+)
 from sparklog.coordinator.transaction.apis import TransactionApis
 from sparklog.coordinator.transaction.config import TransactionConfig
 from sparklog.coordinator.transaction.coordinator import TransactionCoordinator
@@ -114,6 +124,8 @@ class GroupCoordinatorServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: LoopThread | None = None
         self._stopping = False
+        #: why the coordinator serves no group or transaction (None: it does)
+        self.unavailable: str | None = None
 
     @property
     def bootstrap(self) -> str:
@@ -126,15 +138,14 @@ class GroupCoordinatorServer:
     # -- lifecycle (on the loop) ------------------------------------------------------------
 
     async def start(self) -> None:
-        """Open the table, load every group and offset, then listen."""
+        """Open the table, load every group and offset, then listen (when the table cannot be
+        loaded: listen, and refuse groups and transactions)."""
         loop = self._loop = asyncio.get_running_loop()
-        self.store = await loop.run_in_executor(
-            self._store_thread,
-            lambda: self.store_factory(
-                self.table_path, self.config.offsets_table_maintenance_commits
-            ),
-        )
-        rows = await loop.run_in_executor(self._store_thread, lambda: list(self.store.read_rows()))
+        try:
+            rows = await loop.run_in_executor(self._store_thread, self._open_store)
+        except Exception as e:  # noqa: BLE001 - the brokers keep serving; the reason is logged
+            await self._start_unavailable(e)
+            return
         self.clock.not_before(newest_time_ms(rows))
         self.core = GroupCoordinator(
             self.config,
@@ -191,6 +202,53 @@ class GroupCoordinatorServer:
             len(rows),
         )
 
+    def _open_store(self) -> list[dict[str, Any]]:
+        """Open the table and read every row (on the store's thread)."""
+        self.store = self.store_factory(
+            self.table_path, self.config.offsets_table_maintenance_commits
+        )
+        return list(self.store.read_rows())
+
+    async def _start_unavailable(self, error: Exception) -> None:
+        if isinstance(error, OffsetsTableDamagedError):
+            self.unavailable = str(error)
+            log.error("%s", error)
+        else:
+            self.unavailable = (
+                f"The group coordinator's offsets table {self.table_path} cannot be loaded "
+                f"({type(error).__name__}: {error}). The group and transaction coordinator does "
+                "not start (brokers and controller keep running; group and transaction "
+                "requests are answered COORDINATOR_NOT_AVAILABLE); fix the table or point "
+                "offsets.table.path elsewhere, then restart."
+            )
+            log.error("%s", self.unavailable, exc_info=error)
+        self._server = KafkaServer(
+            self.handle,
+            GROUP_COORDINATOR_SERVED_APIS,
+            host=self.host,
+            port=self.port,
+            name="group-coordinator",
+        )
+        await self._server.start()
+        self.port = self._server.port
+        log.error(
+            "group coordinator on %s answers COORDINATOR_NOT_AVAILABLE until restarted on a "
+            "repaired table",
+            self.bootstrap,
+        )
+
+    async def _refuse(self, request: Request) -> Any:
+        """What the coordinator answers while `unavailable`: everything needing the table is
+        refused with COORDINATOR_NOT_AVAILABLE (retriable: clients look again)."""
+        api = ApiKey(request.api_key)
+        code = CoordinatorNotAvailableError.code
+        if api == ApiKey.FIND_COORDINATOR:
+            message = "the group coordinator cannot load its offsets table (see the driver's log)"
+            return find_coordinator_response(request, "", -1, (code, message))
+        if api == ApiKey.INIT_PRODUCER_ID and request.body.transactional_id is None:
+            return await self._init_producer_id(request)  # idempotence needs no table
+        return refusal(request, code)
+
     async def shutdown(self) -> None:
         """Stop serving, flush what is pending, and stop the flush and tick tasks."""
         if self._stopping:
@@ -224,15 +282,17 @@ class GroupCoordinatorServer:
 
     async def handle(self, request: Request) -> Any:
         api = ApiKey(request.api_key)
-        assert self._apis is not None
         if api == ApiKey.API_VERSIONS:
             return api_versions_response(
                 GROUP_COORDINATOR_APIS, 0 if request.body is None else request.api_version
             )
-        if api == ApiKey.FIND_COORDINATOR:
-            return find_coordinator_response(request, self.host, self.port)
         if api in COORDINATOR_DELEGATED_APIS:
             return await self.controller.handle_from_other_loop(request)
+        if self.unavailable is not None:
+            return await self._refuse(request)
+        assert self._apis is not None
+        if api == ApiKey.FIND_COORDINATOR:
+            return find_coordinator_response(request, self.host, self.port)
         if api == ApiKey.INIT_PRODUCER_ID:
             if request.body.transactional_id is not None:
                 assert self._txn_apis is not None
