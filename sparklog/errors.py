@@ -127,6 +127,40 @@ TransactionalIdNotFoundError = _error("TransactionalIdNotFoundError", 105)
 TransactionAbortableError = _error("TransactionAbortableError", 120)
 
 
+class CorruptBatchError(CorruptMessageError):
+    """A consumer reached a corrupt record batch of `topic`-`partition` at `offset` (Kafka's
+    consumer: `CompletedFetch.maybeEnsureValid` and `FetchCollector.handleInitializeErrors`).
+
+    Either the consumer's own CRC check (`check.crcs`) or the decoder failed on a batch in a
+    Fetch response, or the broker answered CORRUPT_MESSAGE for the partition (its copy of the
+    log is damaged there). Every record before the batch has been delivered; the partition's
+    position stays at `offset`, and every poll raises this again until the application seeks:
+    past the batch to skip it (its records are lost), or to `offset` to fetch it again (after
+    the replica was repaired or leadership moved to a good copy). Unlike the broker-side
+    CORRUPT_MESSAGE (retriable for a producer, whose next attempt resends good bytes), fetching
+    the same bytes again cannot help, so it is not retriable; it keeps Kafka's code 2.
+    """
+
+    retriable = False
+
+    def __init__(
+        self, topic: str, partition: int, offset: int, reason: str, advice: str | None = None
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.reason = reason
+        advice = advice or (
+            f"Every record before it was delivered and the position stays at {offset}: seek() "
+            "past the batch to skip it (its records are lost), or repair the replica (or move "
+            f"leadership to a good copy) and seek() to {offset} to read it again"
+        )
+        super().__init__(
+            f"the record batch of {topic}-{partition} at offset {offset} is corrupt ({reason}). "
+            + advice
+        )
+
+
 def error_for_code(code: int) -> type[KafkaError]:
     """The exception class for a Kafka error code (UnknownServerError when unknown)."""
     return _BY_CODE.get(code, UnknownServerError)

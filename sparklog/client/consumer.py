@@ -18,6 +18,11 @@ metadata; an unreachable leader is skipped for its reconnect backoff; when metad
 newer leader epoch, positions are validated with OffsetForLeaderEpoch (KIP-320, see
 `fetcher`) before fetching from the new leader at the same position.
 
+A corrupt batch (the CRC check of `check.crcs` fails, or the broker answers CORRUPT_MESSAGE)
+ends a partition's records there, as in Kafka's consumer: every record before it is returned,
+then every `poll()` / `poll_arrow()` raises `CorruptBatchError` naming topic, partition and
+offset until the application seeks (past the batch to skip it).
+
 Not thread-safe, like Kafka's consumer: use it from one thread.
 """
 

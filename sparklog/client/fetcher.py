@@ -18,6 +18,12 @@ continues the buffered data (a `seek` in the meantime drops the buffer and makes
 at the position, at most `max.poll.records`, advancing positions; control batches and, with
 read_committed, aborted transactions are skipped. Paused partitions keep their buffered data.
 
+Corrupt batches (Kafka's `CompletedFetch` and `FetchCollector`). When a partition's data reaches
+a batch that fails its CRC check or does not decode (`completed_fetch`), or the broker answers
+CORRUPT_MESSAGE at the position, every record before the batch is handed out first; then the
+partition stops at the batch: its position stays there, it is not fetched, and every drain
+raises its `CorruptBatchError` (topic, partition, offset) until `seek` or a reset moves it.
+
 Leader changes. A Fetch carries the partition's leader epoch from metadata
 (`current_leader_epoch`); NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH and
 the like only ask for fresh metadata: the position stays, and the next fetch goes to whichever
@@ -35,17 +41,21 @@ Not thread-safe: the consumer calls it from the thread that calls `poll()`.
 
 from __future__ import annotations
 
-import bisect
 import logging
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
-from sparklog.errors import OffsetOutOfRangeError, UnsupportedVersionError, error_for_code
+from sparklog.errors import (
+    CorruptBatchError,
+    CorruptMessageError,
+    OffsetOutOfRangeError,
+    UnsupportedVersionError,
+    error_for_code,
+)
 from sparklog.protocol.fetch_session_handler import (
     FINAL_EPOCH,
     INVALID_SESSION_ID,
@@ -54,13 +64,9 @@ from sparklog.protocol.fetch_session_handler import (
     FetchSessionHandler,
     forgotten_topics,
 )
-from sparklog.records import iter_batches
-from sparklog.records.arrow_codec import read_batches
-from sparklog.records.batch import RecordBatch
-from sparklog.records.control import ControlRecordType, control_type_of
-from sparklog.records.errors import CorruptRecordError
 
 from .arrow_batches import empty_batch, with_topic_partition
+from .completed_fetch import CompletedFetch
 from .metadata import REFRESH_ERROR_CODES, Cluster, TopicPartition
 from .subscription_state import PartitionState, SubscriptionState
 
@@ -95,124 +101,6 @@ class LogTruncationError(OffsetOutOfRangeError):
     def __init__(self, message: str, divergent_offsets: dict[TopicPartition, int]) -> None:
         super().__init__(message)
         self.divergent_offsets = divergent_offsets
-
-
-@dataclass(slots=True)
-class CompletedFetch:
-    """The records one Fetch returned for one partition, consumed as positions advance."""
-
-    tp: TopicPartition
-    fetch_offset: int
-    records: memoryview
-    aborted: list[tuple[int, int]] | None
-    check_crcs: bool
-    _batches: Iterator[RecordBatch] | None = None
-    _batch_end: int = -1
-    _pending: deque = field(default_factory=deque)
-    _aborted_active: set[int] = field(default_factory=set)
-    _aborted_queue: list[tuple[int, int]] = field(default_factory=list)
-    _arrow: pa.RecordBatch | None = None
-    _arrow_next_offset: int = -1
-    _epochs: tuple[list[int], list[int]] | None = None  # batch base offsets, leader epochs
-    _continuation: int = -1
-    exhausted: bool = False
-    prefetched: bool = False  # the Fetch for the offset after this one's data is sent
-
-    def _scan_headers(self) -> tuple[list[int], list[int]]:
-        """One pass over the batch headers (no record decoded): base offsets and leader epochs
-        for `epoch_before`, and the offset after the last complete batch for pipelining."""
-        if self._epochs is None:
-            bases: list[int] = []
-            epochs: list[int] = []
-            try:
-                for batch in iter_batches(self.records, allow_partial_tail=True):
-                    bases.append(batch.header.base_offset)
-                    epochs.append(batch.header.partition_leader_epoch)
-                    self._continuation = batch.header.next_offset
-            except CorruptRecordError:
-                self._continuation = -1  # decoding names the error; no prefetch past bad bytes
-            self._epochs = (bases, epochs)
-        return self._epochs
-
-    def next_fetch_offset(self) -> int:
-        """The offset after the last complete batch, or -1 when there is none: where the next
-        Fetch of the partition starts."""
-        self._scan_headers()
-        return self._continuation
-
-    def epoch_before(self, position: int, default: int) -> int:
-        """The leader epoch of the batch holding offset `position - 1`, or `default` when
-        this fetch does not reach back that far (Kafka's `CompletedFetch.lastEpoch`)."""
-        bases, epochs = self._scan_headers()
-        i = bisect.bisect_right(bases, position - 1) - 1
-        return epochs[i] if i >= 0 and position > self.fetch_offset else default
-
-    def next_records(self, position: int, limit: int) -> tuple[list[Any], int]:
-        """Up to `limit` records at or after `position` and the position after them."""
-        if self._batches is None:
-            self._batches = iter_batches(self.records, allow_partial_tail=True)
-            self._aborted_queue = sorted(self.aborted or (), key=lambda t: t[1])
-        out: list[Any] = []
-        while len(out) < limit:
-            if self._pending:
-                record = self._pending.popleft()
-                if record.offset >= position:
-                    out.append(record)
-                    position = record.offset + 1
-                continue
-            # The current batch is used up: move past its end (compacted gaps, control batches).
-            position = max(position, self._batch_end)
-            batch = next(self._batches, None)
-            if batch is None:
-                self.exhausted = True
-                break
-            if self.check_crcs:
-                batch.ensure_valid()
-            self._batch_end = batch.header.next_offset
-            if not self._skip(batch):
-                self._pending.extend(batch.records())
-        if not self._pending:
-            position = max(position, self._batch_end)
-        return out, position
-
-    def _skip(self, batch: RecordBatch) -> bool:
-        """Control batches always; with read_committed, batches of aborted transactions."""
-        h = batch.header
-        if self.aborted is not None and h.has_producer_id:
-            while self._aborted_queue and self._aborted_queue[0][1] <= h.last_offset:
-                self._aborted_active.add(self._aborted_queue.pop(0)[0])
-            if h.is_control:
-                records = batch.records()
-                if records and control_type_of(records[0].key) == ControlRecordType.ABORT:
-                    self._aborted_active.discard(h.producer_id)
-            elif h.is_transactional and h.producer_id in self._aborted_active:
-                return True
-        return h.is_control
-
-    def next_arrow(
-        self, position: int, limit: int, include_headers: bool
-    ) -> tuple[pa.RecordBatch, int]:
-        """Up to `limit` records at or after `position` as Arrow, and the position after them."""
-        if self._arrow is None:
-            decoded = read_batches(
-                self.records,
-                include_headers=include_headers,
-                check_crcs=self.check_crcs,
-                aborted=self.aborted,
-            )
-            self._arrow = decoded.records
-            self._arrow_next_offset = decoded.next_offset
-        table = self._arrow
-        offsets = table.column("offset")
-        start = int(np.searchsorted(offsets.to_numpy(), position)) if len(table) else 0
-        rows = table.slice(start, limit)
-        if start + len(rows) >= len(table):
-            self.exhausted = True
-            end = max(position, self._arrow_next_offset)
-            if len(rows):
-                end = max(end, int(rows.column("offset")[-1].as_py()) + 1)
-            return rows, end
-        return rows, int(rows.column("offset")[-1].as_py()) + 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -386,9 +274,20 @@ class Fetcher:
                 state = self.subscriptions.state(tp)
                 if state.position != fetch_offset and not self._continues(tp, fetch_offset):
                     continue  # a seek happened while the fetch was in flight
+                if state.corrupt is not None:
+                    continue  # stopped at a corrupt batch until a seek
                 code = int(p.error_code)
                 if code == 0:
                     self._on_partition_data(tp, fetch_offset, state, p)
+                elif code == CorruptMessageError.code:
+                    # Kafka's consumer treats it as fatal (`FetchCollector.handleInitializeErrors`):
+                    # fetching the same damaged copy again cannot help. A prefetch answered so
+                    # is dropped: the fetch at the position, once the data before it is drained,
+                    # gets the same answer.
+                    if fetch_offset == state.position:
+                        self._stop_at_corrupt_batch(
+                            tp, state, "the broker answered CORRUPT_MESSAGE: its copy is damaged"
+                        )
                 elif code == OFFSET_OUT_OF_RANGE:
                     if self.subscriptions.default_reset == "none" and state.reset_strategy is None:
                         out_of_range[tp] = fetch_offset
@@ -558,11 +457,14 @@ class Fetcher:
             if state.position is None:
                 self._buffer.remove(cf)
                 continue
-            if not state.paused:
+            if not state.paused and state.corrupt is None:
                 yield cf
 
     def drain(self, max_records: int) -> list[tuple[TopicPartition, Any]]:
-        """Up to `max_records` (partition, Record) pairs in buffer order, advancing positions."""
+        """Up to `max_records` (partition, Record) pairs in buffer order, advancing positions.
+        Raises the `CorruptBatchError` of a partition stopped at a corrupt batch (see
+        `_raise_corrupt`)."""
+        self._raise_corrupt()
         out: list[tuple[TopicPartition, Any]] = []
         for cf in self._drainable():
             if len(out) >= max_records:
@@ -575,11 +477,15 @@ class Fetcher:
             state.position_epoch = cf.epoch_before(state.position, state.position_epoch)
             out.extend((cf.tp, r) for r in records)
             if cf.exhausted:
-                self._buffer.remove(cf)
+                self._on_exhausted(cf, state)
+        if not out:
+            self._raise_corrupt()
         return out
 
     def drain_arrow(self, max_records: int, include_headers: bool) -> pa.RecordBatch:
-        """Up to `max_records` records as one Arrow batch with Spark's Kafka source columns."""
+        """Up to `max_records` records as one Arrow batch with Spark's Kafka source columns;
+        raises as `drain` does."""
+        self._raise_corrupt()
         parts: list[pa.RecordBatch] = []
         count = 0
         for cf in self._drainable():
@@ -594,12 +500,38 @@ class Fetcher:
             )
             state.position_epoch = cf.epoch_before(state.position, state.position_epoch)
             if cf.exhausted:
-                self._buffer.remove(cf)
+                self._on_exhausted(cf, state)
             if len(rows):
                 parts.append(with_topic_partition(rows, cf.tp, include_headers))
                 count += len(rows)
         if not parts:
+            self._raise_corrupt()
             return empty_batch(include_headers)
         if len(parts) == 1:
             return parts[0]
         return pa.Table.from_batches(parts).combine_chunks().to_batches()[0]
+
+    # ----------------------------------------------------------- corrupt batches
+
+    def _on_exhausted(self, cf: CompletedFetch, state: PartitionState) -> None:
+        self._buffer.remove(cf)
+        if cf.corrupt is not None:
+            self._stop_at_corrupt_batch(cf.tp, state, cf.corrupt)
+
+    def _stop_at_corrupt_batch(self, tp: TopicPartition, state: PartitionState, why: str) -> None:
+        """Every record before the corrupt batch at the position is out: stop the partition
+        there (no fetching, data buffered past it dropped) until the application seeks."""
+        assert state.position is not None
+        error = CorruptBatchError(tp.topic, tp.partition, state.position, why)
+        log.warning("%s", error)  # once; every poll raises it until a seek
+        state.corrupt = error
+        self.clear_buffer([tp])
+
+    def _raise_corrupt(self) -> None:
+        """Raise the error of the first unpaused partition stopped at a corrupt batch (Kafka's
+        `FetchCollector.collectFetch`: records drained from other partitions in the same poll
+        come out first, the error on the next poll)."""
+        for tp in self.subscriptions.assignment():
+            state = self.subscriptions.state(tp)
+            if state.corrupt is not None and not state.paused:
+                raise state.corrupt.with_traceback(None)  # not one frame more per poll

@@ -3,7 +3,8 @@
 Every assigned partition has a position: the offset of the next record to return (None until
 `seek` sets it or `auto.offset.reset` finds it). A position remembers the leader epoch of the
 record before it; when metadata shows a newer leader epoch the position awaits validation
-(KIP-320), which the fetcher performs. Not thread-safe: the consumer's poll thread owns it.
+(KIP-320), which the fetcher performs. A position at a corrupt batch holds the error the fetcher
+raises for it (`corrupt`); only a seek or reset clears it. Not thread-safe: the consumer's poll thread owns it.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ class PartitionState:
     position_epoch: int = -1  # leader epoch of the record before `position` (KIP-320)
     leader_epoch: int = -1  # the newest leader epoch the position was checked against
     awaiting_validation: bool = False  # no fetching until OffsetForLeaderEpoch confirms it
+    # The batch at `position` is corrupt: raised by every drain, no fetching, until a seek.
+    corrupt: BaseException | None = None
 
 
 class SubscriptionState:
@@ -65,6 +68,7 @@ class SubscriptionState:
         state.position_epoch = epoch
         state.reset_strategy = None
         state.awaiting_validation = False
+        state.corrupt = None
 
     def request_reset(self, tp: TopicPartition, strategy: str) -> None:
         state = self.state(tp)
@@ -72,6 +76,7 @@ class SubscriptionState:
         state.position_epoch = -1
         state.reset_strategy = strategy
         state.awaiting_validation = False
+        state.corrupt = None
 
     def maybe_validate_positions(self, cluster: Cluster) -> None:
         """Positions whose leader epoch grew since they were last checked await validation
@@ -102,4 +107,5 @@ class SubscriptionState:
             and not state.paused
             and state.position is not None
             and not state.awaiting_validation
+            and state.corrupt is None
         )
