@@ -12,6 +12,11 @@ markers, aborted data) and are not a loss; offsets below the log start offset (d
 retention or DeleteRecords before the query read them) or past the log end (the partition was
 truncated or recreated) are lost, and `failOnDataLoss` decides: raise, or skip them with a
 warning.
+
+A corrupt batch is not a loss: the consumer delivers every record before it, then raises
+`CorruptBatchError`, which fails the task whatever `failOnDataLoss` says, as Spark's
+`KafkaDataConsumer.get` handles only `OffsetOutOfRangeException` and lets the Kafka consumer's
+corrupt-record exception fail the task. No record of a damaged batch is skipped silently.
 """
 
 from __future__ import annotations
@@ -57,6 +62,15 @@ class DataLossError(RuntimeError):
 
 class FetchTimeoutError(TimeoutError):
     """No progress within `kafkaConsumer.pollTimeoutMs` although the records should exist."""
+
+
+#: What a query can do about a corrupt batch (the consumer's own advice is to seek).
+CORRUPT_ADVICE = (
+    "The query stops here whatever failOnDataLoss says (a corrupt batch is no data loss, and "
+    "Spark's Kafka source fails on it too): repair the replica (or move leadership to a good "
+    "copy) and run the query again, or, to give up the batch's records, start a new query "
+    "with startingOffsets past it"
+)
 
 
 def data_loss_message(what: str) -> str:
@@ -120,6 +134,14 @@ class _RangeReader:
         consumer.seek(self.tp, self.position)
 
     def batches(self) -> Iterator[pa.RecordBatch]:
+        from sparklog.errors import CorruptBatchError
+
+        try:
+            yield from self._batches()
+        except CorruptBatchError as e:
+            raise CorruptBatchError(e.topic, e.partition, e.offset, e.reason, CORRUPT_ADVICE) from e
+
+    def _batches(self) -> Iterator[pa.RecordBatch]:
         from sparklog.errors import OffsetOutOfRangeError
 
         until = self.range.until_offset

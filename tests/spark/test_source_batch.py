@@ -10,6 +10,8 @@ import pytest
 import sparklog
 from sparklog.broker.embedded import EmbeddedCluster
 from sparklog.client import AdminClient, KafkaProducer, NewTopic
+from sparklog.storage import segment
+from tests.corrupt_log import damage_batch_holding
 
 pytestmark = pytest.mark.spark
 
@@ -196,6 +198,33 @@ def test_records_deleted_before_the_read_follow_fail_on_data_loss(sl, cluster, a
     kept = sl(subscribe="trimmed", startingOffsets=stale, failOnDataLoss="false")
     assert sorted(r.offset for r in kept.collect()) == list(range(40, 100))
     assert sl(subscribe="trimmed").count() == 60  # earliest is the new log start
+
+
+@pytest.mark.parametrize("served", [False, True], ids=["broker-refuses", "in-response"])
+def test_a_corrupt_batch_fails_the_query_whatever_fail_on_data_loss(
+    sl, cluster, admin, monkeypatch, served
+):
+    """A batch damaged on disk: the broker answers CORRUPT_MESSAGE for it, or (`served`, as
+    Apache Kafka's broker does: it serves segment bytes unchecked) sends it inside a good
+    response and the client's CRC check finds it. Either way the query fails naming the
+    partition and offset, with failOnDataLoss=false too (Spark's Kafka source does not skip
+    corrupt records either); the records around it stay readable."""
+    topic = f"damaged-{'served' if served else 'refused'}"
+    admin.create_topics([NewTopic(topic, 1)])
+    for start in range(0, 100, 20):  # several batches
+        produce(cluster, topic, 20, partition=0, start=start)
+    damage = damage_batch_holding(cluster.broker_dir(0) / f"{topic}-0", 60)
+    if served:
+        monkeypatch.setattr(segment, "_good_length", lambda data, batches: len(data))
+    for fail_on_data_loss in ("true", "false"):
+        with pytest.raises(
+            Exception, match=rf"{topic}-0 at offset {damage.base_offset} is corrupt"
+        ):
+            sl(subscribe=topic, failOnDataLoss=fail_on_data_loss).collect()
+    before = sl(subscribe=topic, endingOffsets=f'{{"{topic}":{{"0":{damage.base_offset}}}}}')
+    assert sorted(r.offset for r in before.collect()) == list(range(damage.base_offset))
+    after = sl(subscribe=topic, startingOffsets=f'{{"{topic}":{{"0":{damage.next_offset}}}}}')
+    assert sorted(r.offset for r in after.collect()) == list(range(damage.next_offset, 100))
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,8 @@ from sparklog.broker.embedded import EmbeddedCluster
 from sparklog.client import AdminClient, KafkaProducer, NewTopic
 from sparklog.spark.options import parse_source_options
 from sparklog.spark.stream_reader import SparkLogStreamReader
+from sparklog.storage import segment
+from tests.corrupt_log import damage_batch_holding
 
 pytestmark = pytest.mark.spark
 
@@ -254,6 +256,25 @@ def test_retention_deleted_offsets_follow_fail_on_data_loss(
     assert sorted(values) == sorted(
         [f"v{i}" for i in range(100)] + [f"v{i}" for i in range(150, 200)]
     )
+
+
+@pytest.mark.parametrize("served", [False, True], ids=["broker-refuses", "in-response"])
+def test_a_corrupt_batch_fails_the_stream_with_fail_on_data_loss_false_too(
+    spark, cluster, admin, producer, query, monkeypatch, served
+):
+    """A batch damaged on disk, refused by the broker (CORRUPT_MESSAGE) or served inside a
+    good response as Apache Kafka's broker serves it: the query fails naming partition and
+    offset; failOnDataLoss=false skips lost offsets, never corrupt ones (as Spark's source)."""
+    topic = f"rotten-{'served' if served else 'refused'}"
+    admin.create_topics([NewTopic(topic, 1)])
+    for start in range(0, 100, 20):  # several batches
+        produce(producer, topic, start, 20, partition=0)
+    damage = damage_batch_holding(cluster.broker_dir(0) / f"{topic}-0", 60)
+    if served:
+        monkeypatch.setattr(segment, "_good_length", lambda data, batches: len(data))
+    options = {"subscribe": topic, "startingOffsets": "earliest", "failOnDataLoss": "false"}
+    with pytest.raises(Exception, match=rf"{topic}-0 at offset {damage.base_offset} is corrupt"):
+        query(options, topic)
 
 
 def test_ending_offsets_are_refused_in_streams(spark, cluster):
