@@ -33,7 +33,7 @@ from sparklog.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from sparklog.protocol import codec
+from sparklog.protocol import codec, cooperative
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.protocol.connection import Request
 
@@ -146,8 +146,14 @@ class AdminApis:
     async def handle_describe_configs(self, request: Request) -> Any:
         body = request.body
         synonyms = bool(getattr(body, "include_synonyms", False))
-        results = [self._describe_resource(r, synonyms) for r in body.resources]
-        return kio_build.response(request, {"throttle_time": 0, "results": results})
+        weight = cooperative.CHECK_EVERY  # a resource describes ~100 configs: look each time
+        results = [
+            self._describe_resource(r, synonyms)
+            async for r in cooperative.each(body.resources, weight)
+        ]
+        return await kio_build.response_cooperatively(
+            request, {"throttle_time": 0, "results": results}
+        )
 
     def _describe_resource(self, resource: Any, include_synonyms: bool) -> dict[str, Any]:
         kind = int(resource.resource_type)

@@ -13,7 +13,7 @@ be tested without sockets.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from sparklog.broker import kio_build
@@ -51,6 +51,7 @@ from sparklog.errors import (
     NotLeaderOrFollowerError,
     UnsupportedVersionError,
 )
+from sparklog.protocol import cooperative
 from sparklog.protocol.api_versions import BROKER_ADVERTISED_APIS, BROKER_APIS, ApiKey
 from sparklog.protocol.async_client import api_versions_response
 from sparklog.protocol.connection import ProtocolError, Request
@@ -88,17 +89,26 @@ def fetch_params(body: Any, *, zero_copy: bool = False) -> FetchParams:
 
 def fetch_partitions(body: Any) -> list[FetchPartition]:
     """The partitions of a Fetch request, in request order."""
-    return [
-        FetchPartition(
-            topic=t.topic,
-            partition=int(p.partition),
-            fetch_offset=int(p.fetch_offset),
-            partition_max_bytes=int(p.partition_max_bytes),
-            current_leader_epoch=int(getattr(p, "current_leader_epoch", -1)),
-        )
-        for t in body.topics
-        for p in t.partitions
-    ]
+    return list(fetch_partitions_steps(body))
+
+
+def fetch_partitions_steps(body: Any) -> Iterator[FetchPartition]:
+    for t in body.topics:
+        for p in t.partitions:
+            yield FetchPartition(
+                topic=t.topic,
+                partition=int(p.partition),
+                fetch_offset=int(p.fetch_offset),
+                partition_max_bytes=int(p.partition_max_bytes),
+                current_leader_epoch=int(getattr(p, "current_leader_epoch", -1)),
+            )
+
+
+def partitions_of(topics: Iterable[Any]) -> Iterator[tuple[Any, Any]]:
+    """(topic, partition) of a request's topics -> partitions arrays, in request order."""
+    for topic in topics:
+        for p in topic.partitions:
+            yield topic, p
 
 
 def forgotten_partitions(body: Any) -> list[TopicPartition]:
@@ -295,10 +305,11 @@ class KafkaApis:
     async def handle_fetch(self, request: Request) -> Any:
         body = request.body
         params = fetch_params(body, zero_copy=self.zero_copy_fetch)
+        partitions = [p async for p in cooperative.each(fetch_partitions_steps(body))]
         context = self.fetch_manager.new_context(
             int(getattr(body, "session_id", INVALID_SESSION_ID)),
             int(getattr(body, "session_epoch", FINAL_EPOCH)),
-            fetch_partitions(body),
+            partitions,
             forgotten_partitions(body),
             from_follower=params.is_from_follower,
             now_ms=self.replica_manager.now_ms(),
@@ -316,15 +327,17 @@ class KafkaApis:
             for r in results:
                 if r is not None and isinstance(r.records, FileRecords) and id(r) not in kept:
                     r.records.close()
-        items = [(p.topic, fetch_partition_data(p, r, params.isolation_level)) for p, r in answered]
+        items = []
         file_records: dict[bytes, FileRecords] = {}
-        for _topic, data in items:
+        async for p, r in cooperative.each(answered):
+            data = fetch_partition_data(p, r, params.isolation_level)
             if isinstance(data["records"], FileRecords):
                 key = placeholder(len(file_records))
                 file_records[key] = data["records"]
                 self.zero_copy_fetch_bytes += len(data["records"])
                 data["records"] = key
-        response = kio_build.response(
+            items.append((p.topic, data))
+        response = await kio_build.response_cooperatively(
             request,
             {
                 "throttle_time": 0,
@@ -343,68 +356,60 @@ class KafkaApis:
         replica_id = int(getattr(body, "replica_id", -1))
         seen: set[TopicPartition] = set()
         items = []
-        for topic in body.topics:
-            for p in topic.partitions:
-                tp = (topic.name, int(p.partition_index))
-                data: dict[str, Any] = {"partition_index": tp[1]}
-                try:
-                    if tp in seen:
-                        raise InvalidRequestError(f"{tp[0]}-{tp[1]} appears twice")
-                    seen.add(tp)
-                    offset, timestamp, epoch = self.replica_manager.list_offset(
-                        *tp,
-                        int(p.timestamp),
-                        isolation_level=isolation_level,
-                        current_leader_epoch=int(getattr(p, "current_leader_epoch", -1)),
-                        replica_id=replica_id,
-                    )
-                    data.update(
-                        error_code=0, offset=offset, timestamp=timestamp, leader_epoch=epoch
-                    )
-                except Exception as e:  # noqa: BLE001 - a per-partition error code
-                    data["error_code"] = error_code_of(e, f"ListOffsets {tp}")[0]
-                items.append((topic.name, data))
-        return kio_build.response(
+        async for topic, p in cooperative.each(partitions_of(body.topics)):
+            tp = (topic.name, int(p.partition_index))
+            data: dict[str, Any] = {"partition_index": tp[1]}
+            try:
+                if tp in seen:
+                    raise InvalidRequestError(f"{tp[0]}-{tp[1]} appears twice")
+                seen.add(tp)
+                offset, timestamp, epoch = self.replica_manager.list_offset(
+                    *tp,
+                    int(p.timestamp),
+                    isolation_level=isolation_level,
+                    current_leader_epoch=int(getattr(p, "current_leader_epoch", -1)),
+                    replica_id=replica_id,
+                )
+                data.update(error_code=0, offset=offset, timestamp=timestamp, leader_epoch=epoch)
+            except Exception as e:  # noqa: BLE001 - a per-partition error code
+                data["error_code"] = error_code_of(e, f"ListOffsets {tp}")[0]
+            items.append((topic.name, data))
+        return await kio_build.response_cooperatively(
             request, {"throttle_time": 0, "topics": group_by_topic(items, "name")}
         )
 
     async def handle_offset_for_leader_epoch(self, request: Request) -> Any:
         items = []
-        for topic in request.body.topics:
-            for p in topic.partitions:
-                data: dict[str, Any] = {"partition": int(p.partition)}
-                try:
-                    epoch, end_offset = self.replica_manager.end_offset_for_epoch(
-                        topic.topic,
-                        int(p.partition),
-                        int(p.leader_epoch),
-                        int(getattr(p, "current_leader_epoch", -1)),
-                    )
-                    data.update(error_code=0, leader_epoch=epoch, end_offset=end_offset)
-                except Exception as e:  # noqa: BLE001
-                    data["error_code"] = error_code_of(e, f"OffsetForLeaderEpoch {topic.topic}")[0]
-                items.append((topic.topic, data))
-        return kio_build.response(
+        async for topic, p in cooperative.each(partitions_of(request.body.topics)):
+            data: dict[str, Any] = {"partition": int(p.partition)}
+            try:
+                epoch, end_offset = self.replica_manager.end_offset_for_epoch(
+                    topic.topic,
+                    int(p.partition),
+                    int(p.leader_epoch),
+                    int(getattr(p, "current_leader_epoch", -1)),
+                )
+                data.update(error_code=0, leader_epoch=epoch, end_offset=end_offset)
+            except Exception as e:  # noqa: BLE001
+                data["error_code"] = error_code_of(e, f"OffsetForLeaderEpoch {topic.topic}")[0]
+            items.append((topic.topic, data))
+        return await kio_build.response_cooperatively(
             request, {"throttle_time": 0, "topics": group_by_topic(items, "topic")}
         )
 
     async def handle_delete_records(self, request: Request) -> Any:
         items = []
-        for topic in request.body.topics:
-            for p in topic.partitions:
-                data: dict[str, Any] = {
-                    "partition_index": int(p.partition_index),
-                    "low_watermark": -1,
-                }
-                try:
-                    low = self.replica_manager.delete_records(
-                        topic.name, int(p.partition_index), int(p.offset)
-                    )
-                    data.update(error_code=0, low_watermark=low)
-                except Exception as e:  # noqa: BLE001
-                    data["error_code"] = error_code_of(e, f"DeleteRecords {topic.name}")[0]
-                items.append((topic.name, data))
-        return kio_build.response(
+        async for topic, p in cooperative.each(partitions_of(request.body.topics)):
+            data: dict[str, Any] = {"partition_index": int(p.partition_index), "low_watermark": -1}
+            try:
+                low = self.replica_manager.delete_records(
+                    topic.name, int(p.partition_index), int(p.offset)
+                )
+                data.update(error_code=0, low_watermark=low)
+            except Exception as e:  # noqa: BLE001
+                data["error_code"] = error_code_of(e, f"DeleteRecords {topic.name}")[0]
+            items.append((topic.name, data))
+        return await kio_build.response_cooperatively(
             request, {"throttle_time": 0, "topics": group_by_topic(items, "name")}
         )
 
@@ -510,8 +515,11 @@ class KafkaApis:
         create_errors: dict[str, int] = {}
         if missing and allow_create and self.config.auto_create_topics_enable:
             create_errors = await self.admin.auto_create_topics(missing)
-        topics = [self._topic_metadata(name, create_errors) for name in dict.fromkeys(names)]
-        return kio_build.response(
+        topics = [
+            self._topic_metadata(name, create_errors)
+            async for name in cooperative.each(dict.fromkeys(names))
+        ]
+        return await kio_build.response_cooperatively(
             request,
             {
                 "throttle_time": 0,

@@ -12,14 +12,14 @@ import dataclasses
 import datetime
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
 from functools import cache
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import TZAware, i32Timedelta, i64Timedelta
 
-from sparklog.protocol import codec
+from sparklog.protocol import codec, cooperative
 
 _MISSING = dataclasses.MISSING
 
@@ -29,6 +29,7 @@ class _FieldPlan:
     name: str
     convert: Any  # callable(value) -> kio value
     required: bool
+    element: type | None  # the entity type of an array of entities
 
 
 def build(cls: type, data: Mapping[str, Any]) -> Any:
@@ -47,6 +48,52 @@ def response(request: Any, data: Mapping[str, Any]) -> Any:
     return build(codec.response_schema(request.api_key, request.api_version), data)
 
 
+async def response_cooperatively(request: Any, data: Mapping[str, Any]) -> Any:
+    """`response(request, data)`, pausing between entities when `data` is large, so building
+    the answer to a huge request lets other connections run (`protocol.cooperative`)."""
+    cls = codec.response_schema(request.api_key, request.api_version)
+    if _entries(data) < LARGE_ENTRIES:
+        return build(cls, data)
+    return await cooperative.complete(_build_steps(cls, data))
+
+
+#: Answers with at least this many entries are built step by step.
+LARGE_ENTRIES = 1_000
+
+
+def _entries(data: Mapping[str, Any], limit: int = LARGE_ENTRIES) -> int:
+    """List items anywhere in `data`, counted until `limit`."""
+    total = 0
+    pending = [data]
+    while pending and total < limit:
+        for value in pending.pop().values():
+            if isinstance(value, list | tuple) and value and isinstance(value[0], Mapping):
+                total += len(value)
+                pending.extend(value)
+    return total
+
+
+def _build_steps(cls: type, data: Mapping[str, Any]) -> Generator[None, None, Any]:
+    """`build(cls, data)`, yielding once per element of its arrays of entities."""
+    kwargs: dict[str, Any] = {}
+    for plan in _plan(cls):
+        if plan.name not in data:
+            assert not plan.required, f"{cls.__qualname__} v{cls.__version__} needs {plan.name}"
+            continue
+        value = data[plan.name]
+        if plan.element is None or value is None or _entries({"": value}) < LARGE_ENTRIES:
+            kwargs[plan.name] = plan.convert(value)
+            continue
+        items = []
+        for item in value:
+            if not isinstance(item, plan.element):
+                item = yield from _build_steps(plan.element, item)
+            items.append(item)
+            yield
+        kwargs[plan.name] = tuple(items)
+    return cls(**kwargs)
+
+
 def has_field(cls: type, name: str) -> bool:
     return any(f.name == name for f in dataclasses.fields(cls))
 
@@ -57,8 +104,22 @@ def _plan(cls: type) -> tuple[_FieldPlan, ...]:
     plans = []
     for f in dataclasses.fields(cls):
         required = f.default is _MISSING and f.default_factory is _MISSING
-        plans.append(_FieldPlan(f.name, _converter(hints[f.name]), required))
+        plans.append(
+            _FieldPlan(f.name, _converter(hints[f.name]), required, _element(hints[f.name]))
+        )
     return tuple(plans)
+
+
+def _element(hint: Any) -> type | None:
+    """The entity type of a (possibly optional) tuple-of-entities hint, else None."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        hint = args[0] if len(args) == 1 else Any
+    if typing.get_origin(hint) is tuple:
+        args = typing.get_args(hint)
+        if args and dataclasses.is_dataclass(args[0]):
+            return args[0]
+    return None
 
 
 def _converter(hint: Any) -> Any:

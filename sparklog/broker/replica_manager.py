@@ -27,7 +27,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Generator, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -55,6 +55,7 @@ from sparklog.errors import (
     UnknownServerError,
     UnknownTopicOrPartitionError,
 )
+from sparklog.protocol import cooperative
 from sparklog.records.batch import batch_size_at, read_header
 from sparklog.records.errors import CorruptRecordError
 from sparklog.storage.config import LogConfig
@@ -347,6 +348,9 @@ class ReplicaManager:
         results: dict[TopicPartition, ProduceResult] = {}
         required: dict[TopicPartition, int] = {}
         for tp, records in entries.items():
+            # a produce to many partitions lets other connections run between appends
+            if cooperative.due(1 + (len(records) >> 14 if records else 0)):
+                await cooperative.pause()
             results[tp], next_offset = self._append_one(tp, records, acks, now_ms, origin)
             if acks == -1 and next_offset is not None:
                 required[tp] = next_offset
@@ -443,7 +447,9 @@ class ReplicaManager:
         about it) gets None instead of a result. While the fetch waits, a wake re-reads only the
         partitions notified since the last look: a large session mostly waits with nothing to
         read, and re-reading all of it on every append cost more than the appends."""
-        results = self._read_all(params, partitions, unchanged, arriving=True)
+        results = await cooperative.complete(
+            self._read_all_steps(params, partitions, unchanged, arriving=True)
+        )
         may_wait = params.max_wait_ms > 0 and params.min_bytes > 0 and partitions
         if not may_wait or self._fetch_satisfied(params, results):
             return results
@@ -483,9 +489,17 @@ class ReplicaManager:
         params: FetchParams,
         partitions: list[FetchPartition],
         unchanged: Unchanged | None = None,
+    ) -> list[FetchResult | None]:
+        return cooperative.finish(self._read_all_steps(params, partitions, unchanged))
+
+    def _read_all_steps(
+        self,
+        params: FetchParams,
+        partitions: list[FetchPartition],
+        unchanged: Unchanged | None = None,
         *,
         arriving: bool = False,
-    ) -> list[FetchResult | None]:
+    ) -> Generator[None, None, list[FetchResult | None]]:
         """Read each partition in turn, sharing `max_bytes`. An `arriving` follower fetch also
         takes the follower's fetch state, partition by partition just before its read."""
         follower = None
@@ -493,7 +507,9 @@ class ReplicaManager:
             eligible = self._live_brokers is None or params.replica_id in self._live_brokers
             follower = (self._clock_ms(), eligible)
         results: list[FetchResult | None] = [None] * len(partitions)
-        self._read_into(results, params, partitions, range(len(partitions)), unchanged, follower)
+        yield from self._read_into_steps(
+            results, params, partitions, range(len(partitions)), unchanged, follower
+        )
         return results
 
     def _read_into(
@@ -503,10 +519,21 @@ class ReplicaManager:
         partitions: list[FetchPartition],
         indices: Iterable[int],
         unchanged: Unchanged | None,
-        follower: tuple[int, bool] | None = None,
     ) -> None:
+        cooperative.finish(self._read_into_steps(results, params, partitions, indices, unchanged))
+
+    def _read_into_steps(
+        self,
+        results: list[FetchResult | None],
+        params: FetchParams,
+        partitions: list[FetchPartition],
+        indices: Iterable[int],
+        unchanged: Unchanged | None,
+        follower: tuple[int, bool] | None = None,
+    ) -> Iterator[None]:
         """Read `partitions[i]` into `results[i]` for each of `indices` in turn, sharing
-        `max_bytes` (the first batch read is returned whole, as Kafka's first one is)."""
+        `max_bytes` (the first batch read is returned whole, as Kafka's first one is); yields
+        after each partition, so a fetch of many partitions can let others run."""
         budget = min(params.max_bytes, self.fetch_max_bytes)
         min_one_batch = True
         for i in indices:
@@ -523,6 +550,7 @@ class ReplicaManager:
                 budget -= len(result.records)
                 min_one_batch = False
             results[i] = result
+            yield
 
     def _follower_fetched(
         self,

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import struct
 from collections import deque
+from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any, Final
 
-from sparklog.protocol import codec
+from sparklog.protocol import codec, stepwise
 from sparklog.protocol.api_versions import ApiKey, VersionRange, is_supported
-from sparklog.protocol.frame_check import check_request_frame, check_response_frame
+from sparklog.protocol.frame_check import check_request_frame_steps, check_response_frame
 
 _INT32 = struct.Struct(">i")
 
@@ -227,6 +228,17 @@ class ServerConnection:
 
     def next_request(self) -> Request | _NeedData:
         """The next whole request, or NEED_DATA. Raises ProtocolError on bad input."""
+        steps = self.next_request_steps()
+        while True:
+            try:
+                next(steps)
+            except StopIteration as stop:
+                return stop.value
+
+    def next_request_steps(self) -> Generator[None, None, Request | _NeedData]:
+        """`next_request`, yielding once per array element its check walks: a server lets
+        other connections run between the steps of a huge request. The frame may sit in the
+        reused buffer: feed no bytes until this returned."""
         frame = self._frames.next_frame()
         if frame is None:
             return NEED_DATA
@@ -241,7 +253,7 @@ class ServerConnection:
             name = ApiKey(api_key).name if api_key in ApiKey._value2member_map_ else api_key
             raise ProtocolError(f"unsupported API {name} version {version}; closing the connection")
         try:
-            check_request_frame(codec.request_schema(api_key, version), frame)
+            yield from check_request_frame_steps(codec.request_schema(api_key, version), frame)
             header, body = codec.decode_request(frame)
         except Exception as e:  # kio raises assorted errors for malformed bytes
             raise ProtocolError(
@@ -252,6 +264,12 @@ class ServerConnection:
     def send_response(self, request: Request, body: Any) -> bytes:
         """Bytes of the response to `request` (the caller keeps per-connection order)."""
         return codec.encode_response(body, request.correlation_id)
+
+    def send_response_steps(self, request: Request, body: Any) -> Generator[None, None, bytes]:
+        """`send_response`, yielding between the array elements of a large response."""
+        if isinstance(body, codec.EncodedBody):
+            return codec.encode_response(body, request.correlation_id)
+        return (yield from stepwise.encode_response_steps(body, request.correlation_id))
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import struct
 import typing
+from collections.abc import Iterator
 from functools import cache
 from typing import Any
 
@@ -131,17 +132,41 @@ def _null(name: str, nullable: bool) -> None:
         raise FrameBoundsError(f"non-nullable field {name} was sent as null")
 
 
-def _walk(schema: type, r: _Reader, flexible: bool) -> None:
+def _walk(schema: type, r: _Reader, flexible: bool) -> Iterator[None]:
+    """Walk one entity; yields once per array element walked, so a caller can pause between
+    the elements of a huge request (`sparklog.protocol.cooperative`)."""
     untagged, tagged = _plan(schema)
     for field in untagged:
-        _walk_field(field, r, flexible)
+        if isinstance(field[2], _ENTITY_FIELDS):
+            yield from _walk_entities(field, r, flexible)
+        else:
+            _walk_value(field, r, flexible)
     if flexible:
-        _walk_tagged(r, tagged)
+        yield from _walk_tagged(r, tagged)
 
 
-def _walk_field(field: _Field, r: _Reader, flexible: bool) -> None:
+def _walk_entities(field: _Field, r: _Reader, flexible: bool) -> Iterator[None]:
+    name, _kafka_type, field_class, nullable = field
+    if isinstance(field_class, EntityField):
+        if nullable and r.int8() < 0:  # KIP-893: a nullable struct leads with -1 or 1
+            return
+        yield from _walk(field_class.type_, r, flexible)
+        return
+    count = r.length(flexible, wide=True)
+    if count < 0:
+        _null(name, nullable)
+        return
+    if count > r.left():  # every element takes at least one byte
+        raise FrameBoundsError(f"array {name} claims {count} items, {r.left()} bytes left")
+    for _ in range(count):
+        yield from _walk(field_class.type_, r, flexible)
+        yield
+
+
+def _walk_value(field: _Field, r: _Reader, flexible: bool) -> None:
+    """A field holding no entities: a primitive, or an array of primitives."""
     name, kafka_type, field_class, nullable = field
-    if isinstance(field_class, EntityTupleField | PrimitiveTupleField):
+    if isinstance(field_class, PrimitiveTupleField):
         count = r.length(flexible, wide=True)
         if count < 0:
             _null(name, nullable)
@@ -149,18 +174,11 @@ def _walk_field(field: _Field, r: _Reader, flexible: bool) -> None:
         size = _FIXED.get(kafka_type, 1)
         if count * size > r.left():
             raise FrameBoundsError(f"array {name} claims {count} items, {r.left()} bytes left")
-        if isinstance(field_class, EntityTupleField):
-            for _ in range(count):
-                _walk(field_class.type_, r, flexible)
-        elif kafka_type in _LENGTH_PREFIXED:
+        if kafka_type in _LENGTH_PREFIXED:
             for _ in range(count):
                 _skip_value(r, kafka_type, flexible, name, nullable=False)
         else:
             r.skip(count * size, name)
-    elif isinstance(field_class, EntityField):
-        if nullable and r.int8() < 0:  # KIP-893: a nullable struct leads with -1 or 1
-            return
-        _walk(field_class.type_, r, flexible)
     elif kafka_type in _FIXED:
         r.skip(_FIXED[kafka_type], name)
     elif kafka_type in _LENGTH_PREFIXED:
@@ -169,7 +187,7 @@ def _walk_field(field: _Field, r: _Reader, flexible: bool) -> None:
         raise _Unknown(kafka_type)
 
 
-def _walk_tagged(r: _Reader, tagged: dict[int, _Field]) -> None:
+def _walk_tagged(r: _Reader, tagged: dict[int, _Field]) -> Iterator[None]:
     """The tagged-fields section; a tag the schema knows is walked inside its own size, since
     kio decodes it (an array length there reached kio's reader unchecked: found by the
     response fuzzer, a 264 GB allocation from a 59-byte ApiVersions response)."""
@@ -179,7 +197,11 @@ def _walk_tagged(r: _Reader, tagged: dict[int, _Field]) -> None:
             raise FrameBoundsError(f"tagged field claims {size} bytes, {r.left()} left")
         field = tagged.get(tag)
         if field is not None:
-            _walk_field(field, _Reader(r.buf, r.pos, r.pos + size), flexible=True)
+            inner = _Reader(r.buf, r.pos, r.pos + size)
+            if isinstance(field[2], _ENTITY_FIELDS):
+                yield from _walk_entities(field, inner, flexible=True)
+            else:
+                _walk_value(field, inner, flexible=True)
         r.skip(size, "tagged field")
 
 
@@ -202,9 +224,19 @@ class _Unknown(Exception):
     pass
 
 
+_ENTITY_FIELDS = (EntityField, EntityTupleField)
+
+
 def check_request_frame(schema: type, frame: bytes | memoryview) -> None:
     """Raise FrameBoundsError when a length in `frame` (a request of `schema`, without its
     size prefix) claims more bytes than are left."""
+    for _ in check_request_frame_steps(schema, frame):
+        pass
+
+
+def check_request_frame_steps(schema: type, frame: bytes | memoryview) -> Iterator[None]:
+    """`check_request_frame` one array element at a time: a server walking a huge request
+    lets other connections run between its steps."""
     flexible = bool(schema.__flexible__)
     r = _Reader(frame, 8)  # api key, version, correlation id
     client_id = r.int16()
@@ -213,7 +245,7 @@ def check_request_frame(schema: type, frame: bytes | memoryview) -> None:
     if flexible:
         _skip_tagged(r)
     try:
-        _walk(schema, r, flexible)
+        yield from _walk(schema, r, flexible)
     except _Unknown:
         return
 
@@ -225,6 +257,7 @@ def check_response_frame(schema: type, frame: bytes | memoryview) -> None:
     if schema.__header_schema__.__flexible__:
         _skip_tagged(r)
     try:
-        _walk(schema, r, bool(schema.__flexible__))
+        for _ in _walk(schema, r, bool(schema.__flexible__)):
+            pass
     except _Unknown:
         return

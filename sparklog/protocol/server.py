@@ -16,7 +16,7 @@ import os
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from sparklog.protocol import file_response
+from sparklog.protocol import cooperative, file_response
 from sparklog.protocol.connection import (
     DEFAULT_MAX_REQUEST_BYTES,
     NEED_DATA,
@@ -179,7 +179,13 @@ class KafkaServer:
                     except TimeoutError:  # connections.max.idle.ms: Kafka closes idle ones
                         self.idle_closed_connections += 1
                         return
-                while (request := conn.next_request()) is not NEED_DATA:
+                    cooperative.restart()  # this connection just got the loop
+                # Checking, decoding, handling and encoding each let other connections run
+                # once they held the loop for a slice, and so does a connection sending
+                # requests back to back, between them (Kafka: one I/O thread per request).
+                while (
+                    request := await cooperative.complete(conn.next_request_steps())
+                ) is not NEED_DATA:
                     async with self.request_slots.slot():
                         body = await self.handler(request)
                     if body is not None:
@@ -189,7 +195,10 @@ class KafkaServer:
                                     _send_file_response(writer, conn, request, body), idle_s
                                 )
                             else:
-                                writer.write(conn.send_response(request, body))
+                                frame = await cooperative.complete(
+                                    conn.send_response_steps(request, body)
+                                )
+                                writer.write(frame)
                             # drain() only waits above the transport's high-water mark
                             if writer.transport.get_write_buffer_size() > _DRAIN_ABOVE_BYTES:
                                 async with asyncio.timeout(idle_s):
@@ -198,6 +207,7 @@ class KafkaServer:
                             self.idle_closed_connections += 1
                             writer.transport.abort()
                             return
+                    await cooperative.checkpoint()
                 if not conn.incomplete_request_bytes:
                     self.memory_pool.release(reserved)
                     reserved = 0
@@ -304,7 +314,7 @@ async def _send_file_response(
     """Write a response's bytes, and send its file ranges with sendfile, in order."""
     loop = asyncio.get_running_loop()
     try:
-        frame = conn.send_response(request, response.body)
+        frame = await cooperative.complete(conn.send_response_steps(request, response.body))
         flexible = bool(type(response.body).__flexible__)
         sock = writer.transport.get_extra_info("socket")
         for piece in file_response.pieces(frame, response.records, flexible):

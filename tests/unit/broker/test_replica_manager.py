@@ -239,6 +239,13 @@ def test_a_waiting_session_fetch_looks_again_only_at_the_partitions_notified(man
     assert looked == [3]  # partition 7 was read, not looked at as caught up; nothing else
 
 
+async def _let_others_run() -> None:
+    """A few loop turns: a fetch reading many partitions may pause once between them
+    (`sparklog.protocol.cooperative`) before it parks."""
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
 def test_a_parked_follower_fetch_waits_under_one_key_and_wakes_for_its_partitions(manager):
     """A live follower's fetch covers every partition it replicates from this leader: it
     parks under one key for that follower, not one per partition. An append to one of its
@@ -255,17 +262,17 @@ def test_a_parked_follower_fetch_waits_under_one_key_and_wakes_for_its_partition
     async def go():
         parts = [FetchPartition("t", i, 0, 1 << 20) for i in range(n)]
         parked = asyncio.create_task(manager.fetch_messages(params, parts))
-        await asyncio.sleep(0)
+        await _let_others_run()
         assert not parked.done()
         assert manager.delayed.statistics()["keys"] == keys_before + 1
         await manager.append_records(1, 1000, {("t", n): batch(b"elsewhere")})
-        await asyncio.sleep(0)
+        await _let_others_run()
         assert not parked.done()
         await manager.append_records(1, 1000, {("t", 4): batch(b"news")})
         first = await asyncio.wait_for(parked, 5)
         parts[4] = FetchPartition("t", 4, 1, 1 << 20)
         parked = asyncio.create_task(manager.fetch_messages(params, parts))
-        await asyncio.sleep(0)
+        await _let_others_run()
         assert not parked.done()
         moved = dict(regs)
         moved[9] = PartitionRegistration((NODE, follower), (follower,), follower, 1, 1)
@@ -280,7 +287,7 @@ def test_a_parked_follower_fetch_waits_under_one_key_and_wakes_for_its_partition
         parked = asyncio.create_task(
             manager.fetch_messages(params, [FetchPartition("t", i, 0, 1 << 20) for i in range(3)])
         )
-        await asyncio.sleep(0)
+        await _let_others_run()
         keys = manager.delayed.statistics()["keys"]
         parked.cancel()
         return keys
