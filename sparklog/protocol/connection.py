@@ -58,10 +58,17 @@ REUSED_REQUEST_BUFFER_BYTES = 2 << 20
 #: caller can), not accumulated and then copied out.
 DIRECT_FRAME_BYTES = 128 * 1024
 
+#: A large frame's buffer starts this big and doubles as its bytes arrive, up to the frame's
+#: declared size: memory follows the bytes received, not the size a peer claims (20
+#: connections each declaring 100 MiB and sending 1 KiB took 1.5 GB when the declared size
+#: was allocated at once).
+FIRST_FRAME_BUFFER_BYTES = 64 * 1024
+
 
 class _FrameBuffer:
     """Accumulates bytes and cuts size-prefixed frames; a large frame gets a buffer of its own
-    that `receive_buffer` exposes for `recv_into`, so its bytes are copied once, or never."""
+    that `receive_buffer` exposes for `recv_into`, so its bytes are copied once (plus the
+    doublings of a buffer that grows with them), or never."""
 
     def __init__(
         self,
@@ -76,7 +83,10 @@ class _FrameBuffer:
         self.max_frame_bytes = max_frame_bytes
         #: an incomplete frame at least this large gets its own buffer
         self.direct_frame_bytes = direct_frame_bytes
-        self._frame: memoryview | None = None  # the large frame being received
+        # The large frame being received: `_frame_size` bytes declared, `_filled` of them in
+        # `_frame` (whose length, its capacity, grows up to the declared size).
+        self._frame: bytearray | None = None
+        self._frame_size = 0
         self._filled = 0
         #: with `reuse_large`, large frames share one buffer: the caller must be done with a
         #: frame before it feeds more bytes (a client decodes each response at once)
@@ -87,7 +97,8 @@ class _FrameBuffer:
     def feed(self, data: bytes | memoryview) -> None:
         if self._frame is not None:
             view = memoryview(data)
-            take = min(len(view), len(self._frame) - self._filled)
+            take = min(len(view), self._frame_size - self._filled)
+            self._reserve(self._filled + take)
             self._frame[self._filled : self._filled + take] = view[:take]
             self._filled += take
             if take == len(view):
@@ -109,17 +120,43 @@ class _FrameBuffer:
             return
         (size,) = _INT32.unpack_from(self._buf, self._start)
         if self.direct_frame_bytes <= size <= self.max_frame_bytes and available < 4 + size:
+            self._frame_size, self._filled = size, 0
             self._frame = self._large_buffer(size)
+            self._reserve(available - 4)
             with memoryview(self._buf) as view:
                 self._frame[: available - 4] = view[self._start + 4 :]
             self._filled = available - 4
             del self._buf[:]
             self._start = 0
 
+    def _large_buffer(self, size: int) -> bytearray:
+        """The buffer a frame of `size` starts in: the reused one when it may be, else a new
+        one of `FIRST_FRAME_BUFFER_BYTES` (`_reserve` grows it as bytes arrive)."""
+        if self._spare is not None and (
+            self.reuse_max_bytes is None or size <= self.reuse_max_bytes
+        ):
+            return self._spare
+        return bytearray(min(size, FIRST_FRAME_BUFFER_BYTES))
+
+    def _reserve(self, needed: int) -> None:
+        """Grow the frame's buffer to hold `needed` bytes: double it, at most to the frame's
+        declared size, so what a connection holds stays within twice what it received."""
+        frame = self._frame
+        assert frame is not None and needed <= self._frame_size
+        if needed <= len(frame):
+            return
+        capacity = min(self._frame_size, max(needed, 2 * len(frame), FIRST_FRAME_BUFFER_BYTES))
+        grown = bytearray(capacity)
+        with memoryview(frame) as old:
+            grown[: self._filled] = old[: self._filled]
+        if frame is self._spare:
+            self._spare = grown  # fresh pages cost as much as a copy: keep them
+        self._frame = grown
+
     def has_frame(self) -> bool:
         """Whether `next_frame` has something to say: a whole frame, or a bad size to refuse."""
         if self._frame is not None:
-            return self._filled == len(self._frame)
+            return self._filled == self._frame_size
         available = len(self._buf) - self._start
         if available < 4:
             return False
@@ -127,10 +164,14 @@ class _FrameBuffer:
         return size < 0 or size > self.max_frame_bytes or available >= 4 + size
 
     def receive_buffer(self) -> memoryview | None:
-        """Where the rest of a large frame goes (for `recv_into`), or None."""
-        if self._frame is None or self._filled == len(self._frame):
+        """Where the next bytes of a large frame go (for `recv_into`), or None. Its length is
+        what the frame's buffer holds now; it grows (doubling) once that is filled."""
+        if self._frame is None or self._filled == self._frame_size:
             return None
-        return self._frame[self._filled :]
+        if self._filled == len(self._frame):
+            self._reserve(self._filled + 1)
+        end = min(len(self._frame), self._frame_size)
+        return memoryview(self._frame)[self._filled : end]
 
     def received(self, count: int) -> None:
         """`count` bytes were written into `receive_buffer()`."""
@@ -138,10 +179,11 @@ class _FrameBuffer:
 
     def next_frame(self) -> memoryview | None:
         if self._frame is not None:
-            if self._filled < len(self._frame):
+            if self._filled < self._frame_size:
                 return None
             frame, self._frame = self._frame, None
-            return frame.toreadonly()  # kio reads read-only buffers only
+            # kio reads read-only buffers only
+            return memoryview(frame)[: self._frame_size].toreadonly()
         available = len(self._buf) - self._start
         if available < 4:
             return None
@@ -159,29 +201,37 @@ class _FrameBuffer:
         self._start += 4 + size
         return memoryview(frame)
 
-    def _large_buffer(self, size: int) -> memoryview:
-        if self._spare is None or (
-            self.reuse_max_bytes is not None and size > self.reuse_max_bytes
-        ):
-            return memoryview(bytearray(size))
-        if len(self._spare) < size:
-            self._spare = bytearray(size)  # fresh pages cost as much as a copy: keep them
-        return memoryview(self._spare)[:size]
+    def close(self) -> None:
+        """Drop every buffer (the connection is closed): nothing waits for a collection."""
+        self._buf = bytearray()
+        self._start = 0
+        self._frame = None
+        self._frame_size = self._filled = 0
+        if self._spare is not None:
+            self._spare = bytearray()
 
     @property
     def buffered_bytes(self) -> int:
         return len(self._buf) - self._start + (self._filled if self._frame is not None else 0)
 
     @property
+    def allocated_bytes(self) -> int:
+        """Bytes of the buffers this holds (the reused one included), for tests and stats."""
+        held = len(self._buf) + (len(self._spare) if self._spare is not None else 0)
+        if self._frame is not None and self._frame is not self._spare:
+            held += len(self._frame)
+        return held
+
+    @property
     def incomplete_frame_bytes(self) -> int:
         """Declared size (+4) of a frame whose header has arrived but not all of its body."""
         if self._frame is not None:
-            return 4 + len(self._frame) if self._filled < len(self._frame) else 0
+            return 4 + self._frame_size if self._filled < self._frame_size else 0
         available = len(self._buf) - self._start
         if available < 4:
             return 0
         (size,) = _INT32.unpack_from(self._buf, self._start)
-        return 4 + size if size >= 0 and available < 4 + size else 0
+        return 4 + size if 0 <= size <= self.max_frame_bytes and available < 4 + size else 0
 
 
 class ServerConnection:
@@ -225,6 +275,15 @@ class ServerConnection:
     def incomplete_request_bytes(self) -> int:
         """Bytes the request being received will need in all (0 when none is part-way)."""
         return self._frames.incomplete_frame_bytes
+
+    @property
+    def allocated_bytes(self) -> int:
+        """Bytes of receive buffers this connection holds now."""
+        return self._frames.allocated_bytes
+
+    def close(self) -> None:
+        """Free the receive buffers at once (the connection is gone)."""
+        self._frames.close()
 
     def next_request(self) -> Request | _NeedData:
         """The next whole request, or NEED_DATA. Raises ProtocolError on bad input."""

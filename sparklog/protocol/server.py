@@ -220,6 +220,7 @@ class KafkaServer:
         except Exception:
             log.exception("%s: handler failed; closing connection from %s", self.name, peer)
         finally:
+            conn.close()  # a partly received request's buffer goes now, not at a collection
             self.memory_pool.release(reserved)
             self._connections.pop(task, None)
             self._per_ip[ip] -= 1

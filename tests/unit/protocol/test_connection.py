@@ -196,14 +196,67 @@ def test_a_huge_request_gets_a_buffer_of_its_own_and_does_not_stay():
     buffers = []
     for size in (100_000, 100_000, REUSED_REQUEST_BUFFER_BYTES + 1, 100_000):
         frames.feed(struct.pack(">i", size) + b"x" * 10)
-        target = frames.receive_buffer()
-        assert target is not None and len(target) == size - 10
-        buffers.append(target.obj)
-        target[:] = b"y" * (size - 10)
-        frames.received(size - 10)
+        while (target := frames.receive_buffer()) is not None:
+            target[:] = b"y" * len(target)
+            frames.received(len(target))
+            target.release()
         frame = frames.next_frame()
         assert frame is not None and len(frame) == size and bytes(frame[-3:]) == b"yyy"
+        buffers.append(frame.obj)
     usual, again, huge, after = buffers
     assert usual is again is after, "requests of usual sizes share one buffer"
     assert huge is not usual and len(huge) == REUSED_REQUEST_BUFFER_BYTES + 1
     assert len(usual) < REUSED_REQUEST_BUFFER_BYTES, "the huge one was not kept"
+
+
+def test_partial_frames_hold_memory_as_their_bytes_arrive_not_their_declared_size():
+    # Issue 27: 20 connections declaring 100 MiB and sending a little took 1.5 GB, the whole
+    # declared size being allocated when the size arrived. A frame's buffer now grows with
+    # the bytes received (doubling), so a connection holds at most twice what it sent.
+    import tracemalloc
+
+    declared, sent = 100 << 20, 1024
+    tracemalloc.start()
+    try:
+        connections = [ServerConnection(BROKER_APIS) for _ in range(4)]
+        for conn in connections:
+            conn.receive_data(struct.pack(">i", declared) + b"\0" * sent)
+            assert conn.incomplete_request_bytes == declared + 4  # what the pool reserves
+            assert not conn.has_request()
+        held, _peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert held < len(connections) * (256 << 10), f"{held} bytes for 4 x 1 KiB received"
+    for conn in connections:
+        assert conn.allocated_bytes <= 128 << 10
+        conn.close()
+        assert conn.allocated_bytes == 0
+
+
+def test_a_large_frame_buffer_grows_with_what_arrived_and_keeps_every_byte():
+    from sparklog.protocol.connection import FIRST_FRAME_BUFFER_BYTES
+
+    server = ServerConnection(BROKER_APIS, direct_frame_bytes=16 * 1024)
+    frame = _produce_frame(3, b"c")
+    server.receive_data(frame[:100])
+    at = 100
+    while (target := server.receive_buffer()) is not None:
+        assert server.allocated_bytes <= max(2 * at, FIRST_FRAME_BUFFER_BYTES) + 8 * 1024
+        n = min(len(target), 5000)
+        target[:n] = frame[at : at + n]
+        target.release()
+        server.received(n)
+        at += n
+    assert at == len(frame)
+    request = server.next_request()
+    assert bytes(request.body.topic_data[0].partition_data[0].records).count(b"c" * 1000) == 40
+
+
+def test_a_size_prefix_over_socket_request_max_bytes_is_refused_before_any_allocation():
+    # Kafka's InvalidReceiveException: the connection closes on the 4-byte size alone.
+    server = ServerConnection(BROKER_APIS)  # socket.request.max.bytes: 104857600
+    server.receive_data(struct.pack(">i", 104_857_601))
+    assert server.allocated_bytes < 1024 and server.incomplete_request_bytes == 0
+    assert server.has_request()
+    with pytest.raises(ProtocolError, match="socket.request.max.bytes"):
+        server.next_request()
