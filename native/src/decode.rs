@@ -278,9 +278,13 @@ fn append_section(data: &[u8], h: &Header, out: &mut Columns) -> Result<(), Refu
 /// validity or None, list offsets, key column, value column) or None when no record has any;
 /// numbers are little-endian; buffers are read-only and shared with Arrow without copies.
 /// Without `copy_data` keys and values are checked but not copied (their data stays empty):
-/// what a leader's validation walk needs.
+/// what a leader's validation walk needs. An LZ4 section unpacking to more than `max_bytes` is
+/// slow (the reference refuses it with RECORD_TOO_LARGE).
 #[pyfunction]
-#[pyo3(signature = (buf, positions, sizes, sections, include_headers, copy_data = true))]
+#[pyo3(signature = (
+    buf, positions, sizes, sections, include_headers, copy_data = true,
+    max_bytes = lz4frame::READ_MAX_BYTES
+))]
 pub fn decode_sections<'py>(
     py: Python<'py>,
     buf: &Bound<'py, PyAny>,
@@ -289,6 +293,7 @@ pub fn decode_sections<'py>(
     sections: Vec<Option<PyBackedBytes>>,
     include_headers: bool,
     copy_data: bool,
+    max_bytes: usize,
 ) -> PyResult<Option<Bound<'py, PyTuple>>> {
     let buf = Borrowed::new(buf)?;
     let buf = buf.bytes(py);
@@ -317,7 +322,8 @@ pub fn decode_sections<'py>(
             (Some(bytes), _) => Some(bytes.as_ref()),
             _ if raw.is_empty() => Some(raw),
             (None, 0) => Some(raw),
-            (None, LZ4) => lz4frame::decompress_into(raw, &mut scratch).then_some(&scratch[..]),
+            (None, LZ4) => lz4frame::decompress_into(raw, &mut scratch, max_bytes)
+                .then_some(&scratch[..]),
             (None, _) => None,
         };
         let Some(section) = section else {

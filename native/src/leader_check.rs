@@ -27,9 +27,13 @@ struct Rules {
 /// be appended as it is; false leaves the verdict to the reference walk. `section` is the
 /// records section decompressed by the caller for codecs other than LZ4, else None.
 /// CreateTime must lie within [`lowest`, `highest`] when `check_time`; keys are required when
-/// `compact`.
+/// `compact`. An LZ4 section that unpacks to more than `max_bytes` is left to the reference,
+/// which refuses it with RECORD_TOO_LARGE.
 #[pyfunction]
-#[pyo3(signature = (buf, pos, size, section, lowest, highest, compact, check_time))]
+#[pyo3(signature = (
+    buf, pos, size, section, lowest, highest, compact, check_time,
+    max_bytes = lz4frame::READ_MAX_BYTES
+))]
 #[allow(clippy::too_many_arguments)]
 pub fn leader_check<'py>(
     py: Python<'py>,
@@ -41,6 +45,7 @@ pub fn leader_check<'py>(
     highest: i64,
     compact: bool,
     check_time: bool,
+    max_bytes: usize,
 ) -> PyResult<bool> {
     let buf = Borrowed::new(buf)?;
     let buf = buf.bytes(py);
@@ -54,7 +59,7 @@ pub fn leader_check<'py>(
     let data: &[u8] = match (&section, h.attributes & COMPRESSION_MASK) {
         (Some(bytes), _) => bytes.as_ref(),
         (None, 0) => raw,
-        (None, LZ4) if lz4frame::decompress_into(raw, &mut scratch) => &scratch,
+        (None, LZ4) if lz4frame::decompress_into(raw, &mut scratch, max_bytes) => &scratch,
         _ => return Ok(false),
     };
     let rules = Rules { lowest, highest, compact, check_time };

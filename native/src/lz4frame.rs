@@ -3,7 +3,9 @@
 //! What this reads: one frame with independent blocks, optional block and content checksums
 //! and content size, nothing after its end mark. Anything else (linked blocks, dictionaries,
 //! skippable frames, bad checksums) returns None and the caller falls back to the reference
-//! codec, which decodes it or names the error.
+//! codec, which decodes it or names the error. So does a frame that unpacks to more than the
+//! caller's `max_bytes` (a compression bomb): decoding stops at the bound, having held at most
+//! `max_bytes` plus one block, and the reference names the error.
 
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -13,23 +15,28 @@ use crate::buffers::Borrowed;
 
 const MAGIC: u32 = 0x184D_2204;
 
+/// The bound when the caller gives none: 2 GiB - 1, as `compression.DECOMPRESSED_MAX_BYTES`
+/// (Java's largest array; Arrow's int32 offsets).
+pub const READ_MAX_BYTES: usize = i32::MAX as usize;
+
 fn u32_at(b: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_le_bytes(b.get(at..at.checked_add(4)?)?.try_into().ok()?))
 }
 
-/// The frame's content, or None for anything this reader does not accept.
-pub fn decompress(input: &[u8]) -> Option<Vec<u8>> {
+/// The frame's content, or None for anything this reader does not accept (more than
+/// `max_bytes` included).
+pub fn decompress(input: &[u8], max_bytes: usize) -> Option<Vec<u8>> {
     let mut out = Vec::new();
-    decompress_into(input, &mut out).then_some(out)
+    decompress_into(input, &mut out, max_bytes).then_some(out)
 }
 
 /// `decompress` into `out` (cleared first, its capacity reused); false where it returns None.
-pub fn decompress_into(input: &[u8], out: &mut Vec<u8>) -> bool {
+pub fn decompress_into(input: &[u8], out: &mut Vec<u8>, max_bytes: usize) -> bool {
     out.clear();
-    frame_into(input, out).is_some()
+    frame_into(input, out, max_bytes).is_some()
 }
 
-fn frame_into(input: &[u8], out: &mut Vec<u8>) -> Option<()> {
+fn frame_into(input: &[u8], out: &mut Vec<u8>, max_bytes: usize) -> Option<()> {
     if u32_at(input, 0)? != MAGIC {
         return None;
     }
@@ -57,6 +64,9 @@ fn frame_into(input: &[u8], out: &mut Vec<u8>) -> Option<()> {
     } else {
         None
     };
+    if size.is_some_and(|s| s > max_bytes as u64) {
+        return None; // an honest bomb says so in its descriptor
+    }
     let mut pos = desc_end + 1;
     loop {
         let word = u32_at(input, pos)?;
@@ -76,14 +86,20 @@ fn frame_into(input: &[u8], out: &mut Vec<u8>) -> Option<()> {
             }
             pos += 4;
         }
+        let at = out.len();
+        let room = max_block.min(max_bytes - at); // out.len() <= max_bytes holds throughout
         if word & 0x8000_0000 != 0 {
+            if len > room {
+                return None;
+            }
             out.extend_from_slice(block);
         } else {
-            let at = out.len();
-            if out.capacity() < at + max_block {
-                out.reserve(at + max_block.max(4 * input.len()) - out.len());
+            if out.capacity() < at + room {
+                let want = (at + max_block.max(4 * input.len())).min(max_bytes).max(at + room);
+                out.reserve(want - at);
             }
-            out.resize(at + max_block, 0); // the block's room, zero-filled while in cache
+            out.resize(at + room, 0); // the block's room, zero-filled while in cache
+            // A block that needs more room than is left fails here: None, past the bound.
             let n = lz4_flex::block::decompress_into(block, &mut out[at..]).ok()?;
             out.truncate(at + n);
         }
@@ -98,15 +114,18 @@ fn frame_into(input: &[u8], out: &mut Vec<u8>) -> Option<()> {
 }
 
 /// `decompress` for Python (the broker's record walk, tests and fuzzing): bytes, or None where
-/// the reference decides. `data` is bytes or any contiguous buffer (a memoryview slice).
+/// the reference decides (also past `max_bytes`). `data` is bytes or any contiguous buffer (a
+/// memoryview slice).
 #[pyfunction]
+#[pyo3(signature = (data, max_bytes = READ_MAX_BYTES))]
 pub fn lz4_frame_decompress<'py>(
     py: Python<'py>,
     data: &Bound<'py, PyAny>,
+    max_bytes: usize,
 ) -> PyResult<Option<Bound<'py, PyBytes>>> {
     let out = match data.cast::<PyBytes>() {
-        Ok(b) => decompress(b.as_bytes()),
-        Err(_) => decompress(Borrowed::new(data)?.bytes(py)),
+        Ok(b) => decompress(b.as_bytes(), max_bytes),
+        Err(_) => decompress(Borrowed::new(data)?.bytes(py), max_bytes),
     };
     Ok(out.map(|v| PyBytes::new(py, &v)))
 }

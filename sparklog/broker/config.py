@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from sparklog.controller.configs import TOPIC_CONFIG_SYNONYMS, ControllerConfig
 from sparklog.storage.cleaner import CleanerConfig
 from sparklog.storage.config import LONG_MAX, LogConfig
+from sparklog.storage.log_validator import DEFAULT_DECOMPRESSED_MAX_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,10 @@ class BrokerConfig:
     controller_socket_timeout_ms: int = 30_000
     auto_create_topics_enable: bool = True
     producer_id_expiration_ms: int = 86_400_000
+    #: sparklog's own (Kafka has none): the most one client batch's compressed records section
+    #: may unpack to (never less than a topic's max.message.bytes); more is refused with
+    #: RECORD_TOO_LARGE. The default is Kafka's socket.request.max.bytes (see log_validator).
+    sparklog_batch_decompressed_max_bytes: int = DEFAULT_DECOMPRESSED_MAX_BYTES
     #: cluster settings and topic defaults, parsed as the controller parses them
     cluster: ControllerConfig = field(default_factory=ControllerConfig)
     cleaner: CleanerConfig = field(default_factory=CleanerConfig)
@@ -117,6 +122,12 @@ class BrokerConfig:
                 values["listeners"] = f"PLAINTEXT://{raw}:0"
             elif name not in _OTHER_NAMES and not name.startswith(_OTHER_PREFIXES):
                 unknown.append(name)
+        bound = values.get("sparklog_batch_decompressed_max_bytes", 0)
+        if not 0 <= bound < 2**31:  # type: ignore[operator]
+            raise ValueError(
+                f"invalid value {bound} for sparklog.batch.decompressed.max.bytes: expected "
+                "0..2147483647 bytes (a topic's max.message.bytes is always allowed)"
+            )
         if unknown:
             log.info("broker settings not known to sparklog (ignored): %s", ", ".join(unknown))
         return cls(

@@ -168,6 +168,7 @@ class ReplicaManager:
         self.log_manager = log_manager
         self.dir_failures = log_manager.dir_failures
         self.fetch_max_bytes = fetch_max_bytes
+        self.decompressed_max_bytes = log_manager.config.sparklog_batch_decompressed_max_bytes
         self._clock_ms = clock_ms
         self.delayed = delayed or DelayedOperations()
         #: the keys fetches of live followers have waited under (one per broker; any other
@@ -385,7 +386,11 @@ class ReplicaManager:
                     "clients send one batch per partition and request"
                 )
             info = hosted.log.append_as_leader(
-                records, hosted.partition.leader_epoch, now_ms, origin=origin
+                records,
+                hosted.partition.leader_epoch,
+                now_ms,
+                origin=origin,
+                decompressed_max_bytes=self.decompressed_max_bytes,
             )
         except Exception as e:  # noqa: BLE001 - becomes this partition's error code
             self._on_storage_error(e, f"produce to {tp[0]}-{tp[1]}")

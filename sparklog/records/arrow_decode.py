@@ -40,10 +40,10 @@ from sparklog.records.batch import (
     RecordBatch,
     read_header,
 )
-from sparklog.records.compression import CompressionType, decompress
+from sparklog.records.compression import DECOMPRESSED_MAX_BYTES, CompressionType, decompress
 from sparklog.records.control import ControlRecordType, control_type_of
 from sparklog.records.crc import crc32c
-from sparklog.records.errors import CorruptRecordError
+from sparklog.records.errors import CorruptRecordError, DecompressedTooLargeError
 
 HEADERS_TYPE = pa.list_(
     pa.struct([pa.field("key", pa.string(), nullable=False), pa.field("value", pa.binary())])
@@ -278,14 +278,20 @@ class BatchSpans:
     headers: np.ndarray
     codecs: np.ndarray
 
-    def groups(self) -> Iterator[tuple[int, int, np.ndarray, np.ndarray, np.ndarray]]:
+    def groups(
+        self,
+        max_bytes: int = DECOMPRESSED_MAX_BYTES,
+        given: list[bytes | None] | None = None,
+    ) -> Iterator[tuple[int, int, np.ndarray, np.ndarray, np.ndarray]]:
         """Work groups: (lo, hi, data, starts, ends) for runs of whole batches holding about
         `_WORK_BYTES` of records, batch lo + i's records being data[starts[i]:ends[i]].
+        `given[i]`, when not None, is batch i's section already decompressed.
 
         Uncompressed, `data` is the input itself; compressed batches are decompressed one by
         one into a group until it holds `_WORK_BYTES`, just before it is scanned. A batch whose
         section does not decompress comes alone with `data` None: the caller hands it to the
-        per-record decoder, so errors surface in batch order whatever their kind.
+        per-record decoder, so errors surface in batch order whatever their kind; so does a
+        batch unpacking to more than `max_bytes` (its reader raises DecompressedTooLargeError).
         """
         ends = np.cumsum(self.sizes)
         compressed = np.flatnonzero(self.codecs)
@@ -309,9 +315,12 @@ class BatchSpans:
             while hi < len(self) and self.codecs[hi] and held < _WORK_BYTES:
                 p, size = int(self.positions[hi]), int(self.sizes[hi])
                 raw = self.view[p + HEADER_SIZE : p + size]
+                section = given[hi] if given is not None else None
                 try:
-                    section = decompress(CompressionType(int(self.codecs[hi])), raw) if raw else b""
-                except CorruptRecordError:
+                    codec = CompressionType(int(self.codecs[hi]))
+                    if section is None:
+                        section = decompress(codec, raw, p + HEADER_SIZE, max_bytes) if raw else b""
+                except (CorruptRecordError, DecompressedTooLargeError):
                     break  # batch hi starts the next group, where it comes alone
                 sections.append(section)
                 held += len(section)
@@ -338,21 +347,30 @@ def le64(a: np.ndarray) -> bytes:
     return np.ascontiguousarray(a, dtype="<i8").tobytes()
 
 
-def native_sections(batches: BatchSpans) -> list[bytes | None]:
-    """Per batch, what the native core reads: None where it reads the section itself
-    (uncompressed, LZ4 with independent blocks), else the section decompressed here by the
-    reference codec, or one byte that cannot parse when it does not decompress (the batch then
-    goes to the per-record decoder, which names the error in batch order)."""
+def native_sections(
+    batches: BatchSpans,
+    max_bytes: int = DECOMPRESSED_MAX_BYTES,
+    given: list[bytes | None] | None = None,
+) -> list[bytes | None]:
+    """Per batch, what the native core reads: `given[b]` when the caller decompressed it
+    already, None where the core reads the section itself (uncompressed, LZ4 with independent
+    blocks, which it unpacks under `max_bytes`), else the section decompressed here by the
+    reference codec, or one byte that cannot parse when it does not decompress or unpacks to
+    more than `max_bytes` (the batch then goes to the per-record decoder, which names the
+    error in batch order)."""
     sections: list[bytes | None] = []
     for b, codec in enumerate(batches.codecs.tolist()):
+        if given is not None and given[b] is not None:
+            sections.append(given[b])
+            continue
         p, size = int(batches.positions[b]), int(batches.sizes[b])
         raw = batches.view[p + HEADER_SIZE : p + size]
         if codec == 0 or not raw or (codec == _LZ4 and len(raw) > 4 and raw[4] & 0x20):
             sections.append(None)
             continue
         try:
-            sections.append(decompress(CompressionType(codec), raw))
-        except CorruptRecordError:
+            sections.append(decompress(CompressionType(codec), raw, p + HEADER_SIZE, max_bytes))
+        except (CorruptRecordError, DecompressedTooLargeError):
             sections.append(b"\xff")
     return sections
 

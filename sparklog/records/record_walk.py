@@ -7,7 +7,8 @@ header, and, per record, the facts the validation rules look at (offset delta, t
 key). The scan is `arrow_scan`'s vectorized one; a batch it cannot resolve goes through the
 per-record decoder, which accepts the legal oddities no producer writes and raises on the rest.
 
-Damaged compressed payloads raise `CorruptRecordError` (CORRUPT_MESSAGE); records whose
+Damaged compressed payloads raise `CorruptRecordError` (CORRUPT_MESSAGE), payloads unpacking
+to more than the caller's bound `DecompressedTooLargeError` (RECORD_TOO_LARGE); records whose
 structure lies raise `InvalidRecordError` (INVALID_RECORD), as Kafka's `DefaultRecord.readFrom`
 does with `InvalidRecordException`.
 """
@@ -30,6 +31,7 @@ from sparklog.records.batch import (
     RecordBatch,
     TimestampType,
 )
+from sparklog.records.compression import DECOMPRESSED_MAX_BYTES
 from sparklog.records.errors import CorruptRecordError
 from sparklog.records.record import decode_records
 from sparklog.records.varint import decode_varint, wrap_int64
@@ -58,32 +60,53 @@ class BatchFacts:
 
 
 def walk_records(
-    buf: bytes | bytearray | memoryview, batches: list[tuple[int, BatchHeader]]
+    buf: bytes | bytearray | memoryview,
+    batches: list[tuple[int, BatchHeader]],
+    max_bytes: int = DECOMPRESSED_MAX_BYTES,
+    sections: list[bytes | None] | None = None,
 ) -> list[BatchFacts]:
     """Facts about every record of `batches` ((position, header) in `buf`, headers and CRCs
-    already checked), one entry per batch.
+    already checked), one entry per batch. `sections[i]`, when not None, is batch i's records
+    section decompressed already (it is not decompressed again).
 
-    Raises CorruptRecordError when a records section does not decompress and InvalidRecordError
+    Raises CorruptRecordError when a records section does not decompress,
+    DecompressedTooLargeError when one unpacks to more than `max_bytes`, and InvalidRecordError
     when a record's bytes do not parse as the header says; nothing is returned partially.
     """
     view = memoryview(buf).cast("B")
+    given = sections if sections is not None else [None] * len(batches)
     records = sum(h.records_count for _, h in batches)
     core = native.core()
     if core is not None and records > _NATIVE_FROM_RECORDS:
-        walked = _walk_native(core, view, batches)
+        walked = _walk_native(core, view, batches, max_bytes, given)
         if walked is not None:
             return walked
     if records <= _SEQUENTIAL_RECORDS:
-        return [_walk_one(view, pos, h) for pos, h in batches]
-    return _walk_vectorized(view, batches)
+        return [
+            _walk_one(view, pos, h, max_bytes, s)
+            for (pos, h), s in zip(batches, given, strict=True)
+        ]
+    return _walk_vectorized(view, batches, max_bytes, given)
 
 
-def _walk_native(core, view: memoryview, batches: list[tuple[int, BatchHeader]]) -> list | None:
+def _walk_native(
+    core,
+    view: memoryview,
+    batches: list[tuple[int, BatchHeader]],
+    max_bytes: int,
+    given: list[bytes | None],
+) -> list | None:
     """The native core parses every record (keys and values checked, not copied); batches it
     hands back go one by one, in order. None: too big for it, walk another way."""
     spans = _spans(view, batches)
     out = core.decode_sections(
-        view, le64(spans.positions), le64(spans.sizes), native_sections(spans), False, False
+        view,
+        le64(spans.positions),
+        le64(spans.sizes),
+        native_sections(spans, max_bytes, given),
+        False,
+        False,
+        max_bytes,
     )
     if out is None:
         return None
@@ -101,7 +124,7 @@ def _walk_native(core, view: memoryview, batches: list[tuple[int, BatchHeader]])
     at = 0
     for b, (pos, h) in enumerate(batches):
         if b in handed_back:
-            walked.append(_walk_one(view, pos, h))
+            walked.append(_walk_one(view, pos, h, max_bytes, given[b]))
             continue
         end = at + h.records_count
         deltas = offsets[at:end] - np.int64(h.base_offset)
@@ -118,15 +141,20 @@ def _spans(view: memoryview, batches: list[tuple[int, BatchHeader]]) -> BatchSpa
     return BatchSpans(view, u8, pos, sizes, headers, headers["attributes"] & COMPRESSION_MASK)
 
 
-def _walk_vectorized(view: memoryview, batches: list[tuple[int, BatchHeader]]) -> list[BatchFacts]:
+def _walk_vectorized(
+    view: memoryview,
+    batches: list[tuple[int, BatchHeader]],
+    max_bytes: int,
+    given: list[bytes | None],
+) -> list[BatchFacts]:
     """`arrow_scan` over work groups; batches it cannot resolve go one by one."""
     spans = _spans(view, batches)
     counts = spans.headers["records_count"].astype(np.int64)
     out: list[BatchFacts | None] = [None] * len(batches)
     marks = Marks(0)
-    for lo, hi, data, starts, ends in spans.groups():
+    for lo, hi, data, starts, ends in spans.groups(max_bytes, given):
         if data is None:  # does not decompress: the reference raises CorruptRecordError
-            out[lo] = _walk_one(view, *batches[lo])
+            out[lo] = _walk_one(view, *batches[lo], max_bytes, given[lo])
             continue
         marks.ensure(int(ends[-1] - starts[0]) + 1)
         fields, owner, slow = scan_group(data, starts, ends, counts[lo:hi], marks)
@@ -134,7 +162,7 @@ def _walk_vectorized(view: memoryview, batches: list[tuple[int, BatchHeader]]) -
         nulls = fields.key_len < 0
         for b in range(lo, hi):
             if b - lo in slow:
-                out[b] = _walk_one(view, *batches[b])
+                out[b] = _walk_one(view, *batches[b], max_bytes, given[b])
                 continue
             a, z = bounds[b - lo], bounds[b - lo + 1]
             out[b] = _facts(
@@ -143,12 +171,15 @@ def _walk_vectorized(view: memoryview, batches: list[tuple[int, BatchHeader]]) -
     return out  # type: ignore[return-value]
 
 
-def _walk_one(view: memoryview, pos: int, h: BatchHeader) -> BatchFacts:
-    """One batch record by record. The lean walk handles what producers write; anything else
-    goes through the reference decoder, which raises the exact error or accepts a legal
-    oddity. A section that does not decompress stays CORRUPT_MESSAGE."""
-    batch = RecordBatch(view[pos : pos + h.size_in_bytes], pos)
-    section = batch.records_bytes()
+def _walk_one(
+    view: memoryview, pos: int, h: BatchHeader, max_bytes: int, section: bytes | None = None
+) -> BatchFacts:
+    """One batch record by record (its `section` when decompressed already). The lean walk
+    handles what producers write; anything else goes through the reference decoder, which
+    raises the exact error or accepts a legal oddity. A section that does not decompress stays
+    CORRUPT_MESSAGE."""
+    if section is None:
+        section = RecordBatch(view[pos : pos + h.size_in_bytes], pos).records_bytes(max_bytes)
     walked = _lean_walk(section, h.records_count)
     if walked is None:
         try:

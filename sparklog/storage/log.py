@@ -39,7 +39,7 @@ from sparklog.storage.config import LogConfig
 from sparklog.storage.epoch_cache import LeaderEpochFileCache
 from sparklog.storage.file_records import FileRecords
 from sparklog.storage.local_log import LocalLog
-from sparklog.storage.log_validator import validate_client_records
+from sparklog.storage.log_validator import DEFAULT_DECOMPRESSED_MAX_BYTES, validate_client_records
 from sparklog.storage.offset_assignment import restamped, stamped_pieces
 from sparklog.storage.producer_state import (
     AppendOrigin,
@@ -165,10 +165,12 @@ class Log:
         now_ms: int,
         *,
         origin: AppendOrigin = AppendOrigin.CLIENT,
+        decompressed_max_bytes: int = DEFAULT_DECOMPRESSED_MAX_BYTES,
     ) -> LogAppendInfo:
         """Validate client batches, assign offsets and the leader epoch, append them.
 
-        Raises CorruptRecordError (bad bytes), MessageTooLargeError, InvalidRecordError,
+        Raises CorruptRecordError (bad bytes), MessageTooLargeError (also for a compressed
+        section unpacking to more than `decompressed_max_bytes`), InvalidRecordError,
         RecordValidationError (per-record errors, KIP-467) and the producer-state errors; the log
         is untouched when it raises. A retried idempotent batch already in the log returns its original offsets
         (`duplicate=True`) and writes nothing. `origin=COORDINATOR` appends transaction markers
@@ -176,7 +178,12 @@ class Log:
         """
         with self._lock:
             buf = memoryview(records).cast("B")
-            headers = self._validate_batches(buf, now_ms, origin=AppendOrigin(origin))
+            headers = self._validate_batches(
+                buf,
+                now_ms,
+                origin=AppendOrigin(origin),
+                decompressed_max_bytes=decompressed_max_bytes,
+            )
             append_time = now_ms if self.config.log_append_time else -1
             next_offset = self.log_end_offset
             stamped: list[tuple[int, BatchHeader]] = []
@@ -217,7 +224,12 @@ class Log:
             return self._append([buf], headers, pending, now_ms, None, -1)
 
     def _validate_batches(
-        self, buf: bytes | bytearray | memoryview, now_ms: int, *, origin: AppendOrigin
+        self,
+        buf: bytes | bytearray | memoryview,
+        now_ms: int,
+        *,
+        origin: AppendOrigin,
+        decompressed_max_bytes: int = DEFAULT_DECOMPRESSED_MAX_BYTES,
     ) -> list[tuple[int, BatchHeader]]:
         found: list[tuple[int, BatchHeader]] = []
         for batch in iter_batches(buf):
@@ -236,7 +248,9 @@ class Log:
         if not found:
             raise InvalidRecordError("an append needs at least one record batch")
         if origin is AppendOrigin.CLIENT:
-            validate_client_records(buf, found, self.config, now_ms, self.directory.name)
+            validate_client_records(
+                buf, found, self.config, now_ms, self.directory.name, decompressed_max_bytes
+            )
         return found
 
     def _validate_client_batch(self, header: BatchHeader, origin: AppendOrigin) -> None:

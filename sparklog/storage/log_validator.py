@@ -9,26 +9,47 @@ be the records' maximum, and per record: a key on compacted topics, a timestamp 
 `message.timestamp.before/after.max.ms`. Rule breaks found in records are reported as Kafka
 reports them (KIP-467): one `RecordError` per record (its index within the batch and why), the
 whole append refused with INVALID_RECORD, or INVALID_TIMESTAMP when a timestamp was at fault.
-Pure: no I/O, the clock is passed in.
+
+Compressed sections are unpacked under a bound (`decompressed_max_bytes`, the broker's
+`sparklog.batch.decompressed.max.bytes`, never below the topic's `max.message.bytes`): a
+section unpacking to more is refused with RECORD_TOO_LARGE before any record is walked, and
+decompression stops at the bound, so a compression bomb costs at most the bound in memory and
+the time to unpack it. Kafka has no such bound (its `LogValidator` streams the records, so
+memory stays small but the broker accepts the bomb and every reader must unpack it); the code
+is the one Kafka gives a batch too large after its validator re-compresses it
+(`UnifiedLog.append`: RecordTooLargeException), and the one its Java producer answers by
+splitting the batch. Pure: no I/O, the clock is passed in.
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from sparklog.errors import InvalidRecordError, InvalidTimestampError, KafkaError
+from sparklog.errors import (
+    InvalidRecordError,
+    InvalidTimestampError,
+    KafkaError,
+    MessageTooLargeError,
+)
 from sparklog.records import native
-from sparklog.records.batch import HEADER_SIZE, BatchHeader, TimestampType
-from sparklog.records.compression import CompressionType, decompress
-from sparklog.records.errors import CorruptRecordError
+from sparklog.records.batch import COMPRESSION_MASK, HEADER_SIZE, BatchHeader, TimestampType
+from sparklog.records.compression import DECOMPRESSED_MAX_BYTES, CompressionType, decompress
+from sparklog.records.errors import CorruptRecordError, DecompressedTooLargeError
 from sparklog.records.record_walk import BatchFacts, walk_records
 from sparklog.storage.config import LogConfig
 
 _SHOWN_ERRORS = 3
 _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1  # Kafka's message lists the first three record errors
+#: The broker setting bounding a client batch's decompressed records section (sparklog's own:
+#: Kafka has none). Its default is Kafka's `socket.request.max.bytes`: a batch may take no
+#: more memory unpacked than the largest request the broker already accepts into memory.
+DECOMPRESSED_MAX_BYTES_SETTING = "sparklog.batch.decompressed.max.bytes"
+DEFAULT_DECOMPRESSED_MAX_BYTES = 104_857_600
+_UNPACKED_NATIVELY = (int(CompressionType.NONE), int(CompressionType.LZ4))
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,14 +83,27 @@ def validate_client_records(
     config: LogConfig,
     now_ms: int,
     partition: str,
+    decompressed_max_bytes: int = DEFAULT_DECOMPRESSED_MAX_BYTES,
 ) -> None:
     """Raise unless every record of the client `batches` (positions in `buf`) may be appended."""
     lowest = now_ms - config.message_timestamp_before_max_ms
     highest = now_ms + config.message_timestamp_after_max_ms
-    core = native.core()
-    if core is not None and _pass_natively(core, buf, batches, config, lowest, highest):
-        return
-    walked = walk_records(buf, batches)
+    # An uncompressed batch may hold max.message.bytes: a compressed one may unpack to as much.
+    bound = min(max(decompressed_max_bytes, config.max_message_bytes), DECOMPRESSED_MAX_BYTES)
+    try:
+        sections = _sections(buf, batches, bound)  # the bound first, before any record
+        core = native.core()
+        if core is not None and _pass_natively(
+            core, buf, batches, sections, config, lowest, highest, bound
+        ):
+            return
+        walked = walk_records(buf, batches, bound, sections)
+    except DecompressedTooLargeError as e:
+        raise MessageTooLargeError(
+            f"a batch to {partition} is a compression bomb or far larger than producers build: "
+            f"{e}, the most this broker unpacks ({DECOMPRESSED_MAX_BYTES_SETTING}, at least "
+            f"max.message.bytes); send smaller batches or raise the setting"
+        ) from None
     for (_pos, header), facts in zip(batches, walked, strict=True):
         if len(facts.offset_deltas) != header.records_count:  # the walk refuses this first
             raise InvalidRecordError(f"a batch to {partition} holds a wrong number of records")
@@ -90,29 +124,48 @@ def validate_client_records(
                 )
 
 
+def _sections(
+    buf: bytes | bytearray | memoryview, batches: list[tuple[int, BatchHeader]], bound: int
+) -> list[bytes | None]:
+    """The records sections the native check cannot unpack itself (gzip, snappy, zstd),
+    unpacked under `bound` before any record is checked (DecompressedTooLargeError past it),
+    once for the native check and the walk alike. None for the rest: uncompressed and empty
+    sections, sections that do not decompress (the walk names that error), and LZ4, which the
+    native check and the walk unpack under the same bound (a Python round trip per batch here
+    cost LZ4 validation a third of its speed); past it they refuse in batch order."""
+    sections: list[bytes | None] = []
+    for pos, header in batches:
+        section = None
+        codec = header.attributes & COMPRESSION_MASK
+        if codec not in _UNPACKED_NATIVELY and header.size_in_bytes > HEADER_SIZE:
+            raw = memoryview(buf)[pos + HEADER_SIZE : pos + header.size_in_bytes]
+            with contextlib.suppress(CorruptRecordError):
+                section = decompress(CompressionType(codec), raw, pos + HEADER_SIZE, bound)
+        sections.append(section)
+    return sections
+
+
 def _pass_natively(
     core: Any,
     buf: bytes | bytearray | memoryview,
     batches: list[tuple[int, BatchHeader]],
+    sections: list[bytes | None],
     config: LogConfig,
     lowest: int,
     highest: int,
+    bound: int,
 ) -> bool:
     """The native core's one-pass check of every batch (no per-record facts built): True when
     all pass every rule below; False sends the append through the reference walk, which names
     what is wrong, or accepts a legal oddity the core leaves to it."""
     low, high = max(lowest, _LONG_MIN), min(highest, _LONG_MAX)
     compact, check_time = config.compact, not config.log_append_time
-    for pos, header in batches:
-        section = None
-        codec = header.compression
-        if codec not in (CompressionType.NONE, CompressionType.LZ4):
-            try:
-                section = decompress(codec, buf[pos + HEADER_SIZE : pos + header.size_in_bytes])
-            except CorruptRecordError:
-                return False
+    for (pos, header), section in zip(batches, sections, strict=True):
+        if section is None and header.attributes & COMPRESSION_MASK not in _UNPACKED_NATIVELY:
+            return False  # does not decompress (or is empty): the reference says what
         size = header.size_in_bytes
-        if not core.leader_check(buf, pos, size, section, low, high, compact, check_time):
+        args = (buf, pos, size, section, low, high, compact, check_time, bound)
+        if not core.leader_check(*args):
             return False
     return True
 

@@ -170,3 +170,54 @@ def test_confluent_producer_gets_invalid_record_for_a_keyless_record_on_a_compac
     assert reports[b"keyed-3"].code() == KafkaError.INVALID_RECORD
     send([(b"alone", b"k4")])
     assert reports[b"alone"] is None
+
+
+def test_a_compression_bomb_is_refused_with_record_too_large_and_the_broker_serves_on(
+    tmp_path,
+):
+    """Issue 27: a zstd batch of a few KB holding 3 MiB of zeros, against a broker whose
+    `sparklog.batch.decompressed.max.bytes` is 2 MiB: RECORD_TOO_LARGE over the wire (raw
+    frames and librdkafka alike), nothing appended, and the next good batch lands at offset 0."""
+    from sparklog.broker.embedded import EmbeddedCluster
+
+    from .conftest import TEST_CONFIG
+
+    config = {**TEST_CONFIG, "sparklog.batch.decompressed.max.bytes": str(2 << 20)}
+    topic = unique("bombs")
+    bomb = build_batch(
+        [SimpleRecord(bytes(3 << 20), None, now_ms())],
+        now_ms=now_ms(),
+        compression=CompressionType.ZSTD,
+    )
+    with EmbeddedCluster(brokers=1, data_dir=tmp_path, config=config) as cluster:
+
+        async def go():
+            conn = await connect(cluster.bootstrap_servers)
+            try:
+                await create_topic(conn, topic)
+                refused = await produce(conn, topic, bomb)
+                fine = await produce(conn, topic, keyed(3, CompressionType.ZSTD))
+                return refused, fine
+            finally:
+                await conn.close()
+
+        refused, fine = run(go())
+        assert refused.error_code == 10  # RECORD_TOO_LARGE (MESSAGE_TOO_LARGE)
+        assert "sparklog.batch.decompressed.max.bytes" in refused.error_message
+        assert (fine.error_code, fine.base_offset) == (0, 0)
+        producer = Producer(
+            {
+                "bootstrap.servers": cluster.bootstrap_servers,
+                "compression.type": "zstd",
+                "message.max.bytes": 10_000_000,  # librdkafka checks the size before compressing
+                "retries": 0,
+            }
+        )
+        reports = []
+        producer.produce(
+            topic, bytes(3 << 20), partition=0, on_delivery=lambda e, m: reports.append(e)
+        )
+        producer.produce(topic, b"small", partition=0, on_delivery=lambda e, m: reports.append(e))
+        assert producer.flush(30) == 0
+        assert [e.code() if e else None for e in reports] == [KafkaError.MSG_SIZE_TOO_LARGE, None]
+        assert consume_all(cluster.bootstrap_servers, topic, 4)[-1] == b"small"

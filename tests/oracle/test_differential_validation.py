@@ -84,3 +84,54 @@ def test_lying_batches_are_refused_by_both(brokers):
     assert [
         partition_of(fine[n], "responses", "partition_responses")["error_code"] for n in NAMES
     ] == [0, 0]
+
+
+RECORD_TOO_LARGE = 10
+
+
+def test_a_compression_bomb_is_stored_by_kafka_and_refused_by_sparklog(brokers):
+    """Issue 27, a kept difference: 101 MiB of zeros in a 4 KB zstd batch. Kafka's validator
+    streams the records without keeping them and stores the batch (every reader then unpacks
+    101 MiB); sparklog refuses it with RECORD_TOO_LARGE past its
+    `sparklog.batch.decompressed.max.bytes` (100 MiB). Both serve the next batch."""
+    import zstandard
+
+    topic = f"oracle-bomb-{uuid.uuid4().hex[:8]}"
+    size = 101 << 20
+    now = int(time.time() * 1000)
+    head = b"\x00\x00\x00\x01" + _varint(size)  # attributes, ts delta, offset delta, no key
+    body_size = len(head) + size + 1
+    z = zstandard.ZstdCompressor().compressobj()
+    payload = z.compress(_varint(body_size) + head)
+    for _ in range(size >> 20):
+        payload += z.compress(bytes(1 << 20))
+    payload += z.compress(bytes(size & ((1 << 20) - 1)) + b"\x00") + z.flush()
+    bomb = bytearray(records(1, CompressionType.ZSTD)[:HEADER_SIZE]) + payload
+    struct.pack_into(">i", bomb, LENGTH_OFFSET, len(bomb) - 12)
+    struct.pack_into(">qq", bomb, 27, now, now)
+    bomb = recrc(bomb)
+    assert len(bomb) < 8192
+
+    async def go():
+        async with Pair(brokers) as pair:
+            await create(pair, topic)
+            answers = await pair.ask(ApiKey.PRODUCE, produce_body(topic, bomb))
+            fine = await pair.ask(ApiKey.PRODUCE, produce_body(topic, records(1)))
+            return answers, fine
+
+    answers, fine = run(go())
+    got = {n: partition_of(answers[n], "responses", "partition_responses") for n in NAMES}
+    assert {n: got[n]["error_code"] for n in NAMES} == {
+        "kafka": NONE,
+        "sparklog": RECORD_TOO_LARGE,
+    }
+    assert "sparklog.batch.decompressed.max.bytes" in got["sparklog"]["error_message"]
+    assert [
+        partition_of(fine[n], "responses", "partition_responses")["error_code"] for n in NAMES
+    ] == [0, 0]
+
+
+def _varint(value: int) -> bytes:
+    from sparklog.records.varint import encode_varint
+
+    return encode_varint(value)

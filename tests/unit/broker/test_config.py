@@ -99,3 +99,21 @@ def test_replication_settings_have_kafkas_names_and_defaults_in_the_conf_file():
         {"num.replica.fetchers": "4", "replica.fetch.wait.max.ms": "50"}
     )
     assert (c.num_replica_fetchers, c.replica_fetch_wait_max_ms, c.unknown) == (4, 50, ())
+
+
+def test_the_decompressed_batch_bound_is_a_broker_setting_in_the_conf_file():
+    """Issue 27: sparklog's own bound on what a client batch may unpack to (compression
+    bombs); its default is Kafka's socket.request.max.bytes."""
+    from pathlib import Path
+
+    name = "sparklog.batch.decompressed.max.bytes"
+    conf = Path(__file__).parents[3] / "conf" / "sparklog-defaults.conf"
+    entries = dict(line.split("=", 1) for line in conf.read_text().splitlines() if "=" in line[:80])
+    c = BrokerConfig.from_properties({})
+    assert c.sparklog_batch_decompressed_max_bytes == c.socket_request_max_bytes
+    assert entries[name] == c.broker_properties()[name] == "104857600"
+    c = BrokerConfig.from_properties({name: "2097152"})
+    assert (c.sparklog_batch_decompressed_max_bytes, c.unknown) == (2 << 20, ())
+    for bad in ("-1", "2147483648", "lots"):
+        with pytest.raises(ValueError, match=name):
+            BrokerConfig.from_properties({name: bad})

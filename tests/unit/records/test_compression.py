@@ -8,12 +8,17 @@ import os
 import struct
 import sys
 import threading
+import tracemalloc
+import zlib
 
 import cramjam
 import lz4.block
+import lz4.frame
 import pytest
 import zstandard
 
+from sparklog.errors import MessageTooLargeError
+from sparklog.records import native
 from sparklog.records.batch import RecordBatch
 from sparklog.records.builder import SimpleRecord, build_batch
 from sparklog.records.compression import (
@@ -22,7 +27,7 @@ from sparklog.records.compression import (
     compress,
     decompress,
 )
-from sparklog.records.errors import CorruptRecordError
+from sparklog.records.errors import CorruptRecordError, DecompressedTooLargeError
 
 ALL_CODECS = list(CompressionType)
 COMPRESSING = [c for c in CompressionType if c != CompressionType.NONE]
@@ -300,3 +305,107 @@ def test_snappy_xerial_header_cut_short_is_corrupt() -> None:
 def test_unknown_codec_is_refused_when_compressing() -> None:
     with pytest.raises(ValueError, match="unknown compression codec"):
         compress(7, b"x")  # type: ignore[arg-type]
+
+
+# --- compression bombs (issue 27) ----------------------------------------------------------
+
+
+def zeros_compressed(codec: CompressionType, size: int) -> bytes:
+    """`size` zero bytes in `codec`'s wire format, compressed in 1 MiB steps (never held whole),
+    at the codec's best ratio: what a compression bomb looks like."""
+    steps = [bytes(min(1 << 20, size - at)) for at in range(0, size, 1 << 20)]
+    if codec == CompressionType.GZIP:
+        c = zlib.compressobj(9, zlib.DEFLATED, 31)
+        return b"".join(c.compress(s) for s in steps) + c.flush()
+    if codec == CompressionType.ZSTD:
+        z = zstandard.ZstdCompressor().compressobj()
+        return b"".join(z.compress(s) for s in steps) + z.flush()
+    if codec == CompressionType.LZ4:
+        f = lz4.frame.LZ4FrameCompressor(
+            block_size=lz4.frame.BLOCKSIZE_MAX64KB, block_linked=False, content_checksum=False
+        )
+        return f.begin() + b"".join(f.compress(s) for s in steps) + f.flush()
+    return compress(codec, b"".join(steps))  # snappy: 21:1 at best, so a bomb is no worse
+
+
+@pytest.fixture(params=[True, False], ids=["native", "reference"])
+def native_or_not(request):
+    """LZ4 has a native decoder; every bound must hold with and without it."""
+    if request.param and native.core() is None:
+        pytest.skip("the native core is not built")
+    native.set_enabled(request.param)
+    yield
+    native.set_enabled(True)
+
+
+@pytest.mark.parametrize("codec", COMPRESSING, ids=lambda c: c.name)
+def test_a_section_exactly_at_the_bound_decompresses_one_byte_more_does_not(
+    codec: CompressionType, native_or_not
+) -> None:
+    data = SAMPLES["large mixed"]
+    packed = compress(codec, data)
+    assert decompress(codec, packed, 61, max_bytes=len(data)) == data
+    with pytest.raises(DecompressedTooLargeError) as info:
+        decompress(codec, packed, 61, max_bytes=len(data) - 1)
+    assert info.value.code == MessageTooLargeError.code == 10  # RECORD_TOO_LARGE
+    assert (info.value.position, info.value.max_bytes) == (61, len(data) - 1)
+    assert f"{codec.name.lower()} records section at byte 61" in str(info.value)
+
+
+@pytest.mark.parametrize("codec", COMPRESSING, ids=lambda c: c.name)
+def test_a_bomb_is_refused_holding_little_more_than_the_bound(
+    codec: CompressionType, native_or_not
+) -> None:
+    """64 MiB of zeros (a few KB on the wire) under a 1 MiB bound: refused, and the
+    decompression never held much more than the bound (Python-level allocations, which
+    include every codec's output buffers)."""
+    size = 20 << 20 if codec == CompressionType.SNAPPY else 64 << 20
+    bomb = zeros_compressed(codec, size)
+    assert len(bomb) < size // 20
+    tracemalloc.start()
+    try:
+        with pytest.raises(DecompressedTooLargeError):
+            decompress(codec, bomb, max_bytes=1 << 20)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < len(bomb) + (6 << 20), f"held {peak >> 20} MiB under a 1 MiB bound"
+
+
+def test_zstd_bombs_in_concatenated_frames_are_counted_together() -> None:
+    frame = zeros_compressed(CompressionType.ZSTD, 3 << 20)
+    assert len(decompress(CompressionType.ZSTD, frame + frame, max_bytes=6 << 20)) == 6 << 20
+    with pytest.raises(DecompressedTooLargeError):
+        decompress(CompressionType.ZSTD, frame + frame + frame, max_bytes=8 << 20)
+
+
+def test_gzip_bombs_in_concatenated_members_are_counted_together() -> None:
+    member = zeros_compressed(CompressionType.GZIP, 3 << 20)
+    assert len(decompress(CompressionType.GZIP, member * 2, max_bytes=6 << 20)) == 6 << 20
+    with pytest.raises(DecompressedTooLargeError):
+        decompress(CompressionType.GZIP, member * 3, max_bytes=8 << 20)
+
+
+def test_a_snappy_block_declaring_more_than_the_bound_is_refused_before_unpacking() -> None:
+    block = bytes(cramjam.snappy.compress_raw(bytes(4 << 20)))
+    xerial = b"\x82SNAPPY\x00" + struct.pack(">iii", 1, 1, len(block)) + block
+    for packed in (block, xerial):
+        with pytest.raises(DecompressedTooLargeError):
+            decompress(CompressionType.SNAPPY, packed, max_bytes=(4 << 20) - 1)
+
+
+def test_a_bomb_in_a_batch_is_refused_by_every_reader(native_or_not) -> None:
+    """Consumers (the per-record and the Arrow readers) bound what they unpack too, so a
+    malicious broker cannot make them hold more than the bound either; the Arrow readers hand
+    such a batch to the per-record reader, so it fails in batch order, as a corrupt one does."""
+    from sparklog.records.arrow_decode import native_sections
+    from sparklog.records.record_walk import _spans
+
+    batch = build_batch([SimpleRecord(bytes(3 << 20))], compression=CompressionType.ZSTD)
+    with pytest.raises(DecompressedTooLargeError):
+        RecordBatch(batch).records_bytes(max_bytes=1 << 20)
+    assert len(RecordBatch(batch).records()) == 1  # under the default bound (2 GiB - 1)
+    spans = _spans(memoryview(batch), [(0, RecordBatch(batch).header)])
+    assert [g[:3] for g in spans.groups(1 << 20)] == [(0, 1, None)]
+    assert native_sections(spans, 1 << 20) == [b"\xff"]
+    assert len(native_sections(spans, 4 << 20)[0]) > 3 << 20

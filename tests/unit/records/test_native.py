@@ -25,7 +25,7 @@ from sparklog.records.control import (
     EndTransactionMarker,
     build_end_txn_marker_batch,
 )
-from sparklog.records.errors import CorruptRecordError
+from sparklog.records.errors import CorruptRecordError, DecompressedTooLargeError
 from sparklog.records.murmur2 import murmur2, murmur2_array
 
 core = native.set_enabled(True)
@@ -54,6 +54,8 @@ def both(fn):
             out.append(fn())
         except CorruptRecordError as e:
             out.append(("CorruptRecordError", e.position, e.reason))
+        except DecompressedTooLargeError as e:
+            out.append(("DecompressedTooLargeError", e.position, e.max_bytes))
     native.set_enabled(True)
     return out
 
@@ -291,6 +293,8 @@ def test_a_leaders_record_walk_matches_the_reference(records, codec, data) -> No
         at = data.draw(st.integers(61, len(buf) - 1))
         buf[at] = data.draw(st.integers(0, 255))
     batches = [(b.position, b.header) for b in iter_batches(buf)]
+    sizes = [len(read_section(buf, pos, h)) for pos, h in batches]
+    max_bytes = data.draw(st.sampled_from([2**31 - 1, max(max(sizes) - 1, 0), max(sizes)]))
 
     def walk():
         try:
@@ -300,7 +304,7 @@ def test_a_leaders_record_walk_matches_the_reference(records, codec, data) -> No
                     [int(t) for t in f.timestamps],
                     [bool(k) for k in f.key_nulls],
                 )
-                for f in walk_records(bytes(buf), batches)
+                for f in walk_records(bytes(buf), batches, max_bytes)
             ]
         except InvalidRecordError as e:
             return ("InvalidRecordError", str(e))
@@ -332,20 +336,25 @@ def test_a_leaders_one_pass_check_gives_the_references_verdict(records, codec, d
             "message.timestamp.type": data.draw(st.sampled_from(["CreateTime", "LogAppendTime"])),
             "message.timestamp.before.max.ms": data.draw(st.integers(0, 2**46)),
             "message.timestamp.after.max.ms": data.draw(st.integers(0, 2**46)),
+            "max.message.bytes": data.draw(st.sampled_from([1048588, 0])),
         }
     )
     now = data.draw(st.integers(0, 2**45))
     batches = [(b.position, b.header) for b in iter_batches(buf)]
+    sizes = [len(read_section(buf, pos, h)) for pos, h in batches]
+    bound = data.draw(st.sampled_from([104857600, max(max(sizes) - 1, 0), max(sizes)]))
 
     def verdict():
         try:
-            validate_client_records(bytes(buf), batches, config, now, "t-0")
+            validate_client_records(bytes(buf), batches, config, now, "t-0", bound)
         except Exception as e:  # noqa: BLE001 - compared by type and message
             return (type(e).__name__, str(e))
         return "accepted"
 
     fast, reference = both(verdict)
     assert fast == reference
+    if codec != CompressionType.NONE and max(sizes) > max(bound, config.max_message_bytes):
+        assert reference[0] == "MessageTooLargeError"  # refused before any record is walked
     if reference == "accepted" and damage is None:
         low = max(now - config.message_timestamp_before_max_ms, -(2**63))
         high = min(now + config.message_timestamp_after_max_ms, 2**63 - 1)
@@ -438,3 +447,54 @@ def test_the_records_builder_refuses_bad_headers_and_empty_batches_alike() -> No
         for bad in ((("k", "not bytes"),), (("k",),), ((1, b"v"),), ("kv",)):
             with pytest.raises(ValueError, match="header"):
                 core.RecordsBuilder().append(1, None, b"v", bad)
+
+
+def read_section(buf, pos: int, h) -> bytes:
+    """Batch `pos`'s records section decompressed without a bound (b"" when it does not)."""
+    try:
+        return decompress(h.compression, bytes(buf[pos + 61 : pos + h.size_in_bytes]))
+    except CorruptRecordError:
+        return b""
+
+
+@needs_core
+@SETTINGS
+@given(st.binary(max_size=200_000), st.booleans(), st.booleans(), st.data())
+def test_lz4_frames_are_bounded_alike(data, checksums, store_size, draw) -> None:
+    """A frame unpacking to more than `max_bytes` is refused alike: the native decoder hands
+    it back (None), and the reference raises DecompressedTooLargeError; at or under the bound
+    both decode it. The leader's one-pass check and the Arrow decoder leave it to the
+    reference too."""
+    frame = lz4.frame.compress(
+        data,
+        block_size=lz4.frame.BLOCKSIZE_MAX64KB,
+        block_linked=False,
+        content_checksum=checksums,
+        block_checksum=checksums,
+        store_size=store_size,
+    )
+    max_bytes = draw.draw(st.integers(0, len(data) + 2))
+    native_out = core.lz4_frame_decompress(frame, max_bytes)
+    assert native_out == (data if len(data) <= max_bytes else None)
+    fast, reference = both(lambda: decompress(CompressionType.LZ4, frame, 61, max_bytes))
+    assert fast == reference
+    if len(data) > max_bytes:
+        assert reference == ("DecompressedTooLargeError", 61, max_bytes)
+    else:
+        assert reference == data
+
+
+@needs_core
+def test_the_native_checks_leave_an_lz4_bomb_to_the_reference() -> None:
+    from sparklog.records.arrow_decode import le64
+
+    batch = build_batch([SimpleRecord(bytes(3 << 20))], compression=CompressionType.LZ4)
+    h = next(iter_batches(batch)).header
+    args = (batch, 0, len(batch), None, 0, 2**62, False, True)
+    assert core.leader_check(*args)
+    assert not core.leader_check(*args, 1 << 20)
+    positions, sizes = le64(np.array([0])), le64(np.array([len(batch)]))
+    out = core.decode_sections(batch, positions, sizes, [None], False, False, 1 << 20)
+    assert out[-1] == [0] and h.records_count == 1  # handed back: the reference refuses it
+    with pytest.raises(DecompressedTooLargeError):
+        decompress(CompressionType.LZ4, batch[61:], 61, 1 << 20)

@@ -213,3 +213,56 @@ def test_the_lean_walk_agrees_with_the_reference_decoder():
         assert nulls == [r.key is None for r in records], trial
         agreed += 1
     assert agreed > 150 and gave_up < 30, (agreed, gave_up)
+
+
+# --- compression bombs (issue 27) -----------------------------------------------------------
+
+
+@pytest.fixture(params=[True, False], ids=["native", "reference"])
+def native_or_not(request):
+    from sparklog.records import native
+
+    if request.param and native.core() is None:
+        pytest.skip("the native core is not built")
+    native.set_enabled(request.param)
+    yield
+    native.set_enabled(True)
+
+
+@pytest.mark.parametrize("codec", CODECS, ids=lambda c: c.name.lower())
+def test_a_batch_unpacking_past_the_bound_is_refused_as_record_too_large(
+    tmp_path, codec, native_or_not
+):
+    """A few KB on the wire, 3 MiB unpacked, under a 2 MiB bound: RECORD_TOO_LARGE naming the
+    setting and the fix, the log untouched; the same batch passes under a 4 MiB bound."""
+    from sparklog.errors import MessageTooLargeError
+
+    log = open_log(tmp_path)
+    bomb = build_batch([SimpleRecord(bytes(3 << 20), b"k", NOW)], now_ms=NOW, compression=codec)
+    assert len(bomb) < 1 << 20 and log.config.max_message_bytes < 2 << 20
+    before = log.log_end_offset
+    with pytest.raises(MessageTooLargeError) as caught:
+        log.append_as_leader(bomb, 0, NOW, decompressed_max_bytes=2 << 20)
+    assert log.log_end_offset == before
+    assert caught.value.code == 10  # RECORD_TOO_LARGE, which Java producers answer by splitting
+    message = str(caught.value)
+    assert "t-0" in message and "sparklog.batch.decompressed.max.bytes" in message
+    assert f"more than {2 << 20} bytes" in message and "send smaller batches" in message
+    log.append_as_leader(bomb, 0, NOW, decompressed_max_bytes=4 << 20)
+    assert log.log_end_offset == before + 1
+
+
+def test_the_bound_is_never_below_max_message_bytes(tmp_path, native_or_not):
+    """A compressed batch may always unpack to what an uncompressed one may hold; the default
+    bound is socket.request.max.bytes (100 MiB)."""
+    from sparklog.errors import MessageTooLargeError
+    from sparklog.storage.log_validator import DEFAULT_DECOMPRESSED_MAX_BYTES
+
+    assert DEFAULT_DECOMPRESSED_MAX_BYTES == 104_857_600
+    log = open_log(tmp_path, **{"max.message.bytes": str(4 << 20)})
+    big = build_batch([SimpleRecord(bytes(3 << 20), b"k", NOW)], now_ms=NOW, compression=CODECS[0])
+    log.append_as_leader(big, 0, NOW, decompressed_max_bytes=0)
+    bomb = build_batch([SimpleRecord(bytes(5 << 20), b"k", NOW)], now_ms=NOW, compression=CODECS[0])
+    with pytest.raises(MessageTooLargeError):
+        log.append_as_leader(bomb, 0, NOW, decompressed_max_bytes=0)
+    assert log.log_end_offset == 1
