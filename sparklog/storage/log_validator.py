@@ -36,7 +36,14 @@ from sparklog.errors import (
     MessageTooLargeError,
 )
 from sparklog.records import native
-from sparklog.records.batch import COMPRESSION_MASK, HEADER_SIZE, BatchHeader, TimestampType
+from sparklog.records.batch import (
+    COMPRESSION_MASK,
+    HEADER_SIZE,
+    NO_TIMESTAMP,
+    TIMESTAMP_TYPE_MASK,
+    BatchHeader,
+    TimestampType,
+)
 from sparklog.records.compression import DECOMPRESSED_MAX_BYTES, CompressionType, decompress
 from sparklog.records.errors import CorruptRecordError, DecompressedTooLargeError
 from sparklog.records.record_walk import BatchFacts, walk_records
@@ -108,11 +115,16 @@ def validate_client_records(
         if len(facts.offset_deltas) != header.records_count:  # the walk refuses this first
             raise InvalidRecordError(f"a batch to {partition} holds a wrong number of records")
         keyless, late = _bad_records(facts, config, lowest, highest)
-        if keyless or late:
+        wrong_type = _wrong_timestamp_type(header, config)
+        if keyless or late or wrong_type:
             errors = {i: _key_error(partition) for i in keyless}
             for i in late:
                 errors[i] = _timestamp_error(int(facts.timestamps[i]), i, lowest, highest)
-            _refuse([RecordError(i, errors[i]) for i in sorted(errors)], bool(late), partition)
+            if wrong_type:  # every record whose key is fine, as Kafka checks keys first
+                for i in range(header.records_count):
+                    errors.setdefault(i, _TIMESTAMP_TYPE_ERROR)
+            late_or_type = bool(late) or wrong_type
+            _refuse([RecordError(i, errors[i]) for i in sorted(errors)], late_or_type, partition)
         _check_offset_deltas(facts, partition)
         if header.timestamp_type == TimestampType.CREATE_TIME:
             ts = facts.timestamps
@@ -163,6 +175,8 @@ def _pass_natively(
     for (pos, header), section in zip(batches, sections, strict=True):
         if section is None and header.attributes & COMPRESSION_MASK not in _UNPACKED_NATIVELY:
             return False  # does not decompress (or is empty): the reference says what
+        if _wrong_timestamp_type(header, config):
+            return False
         size = header.size_in_bytes
         args = (buf, pos, size, section, low, high, compact, check_time, bound)
         if not core.leader_check(*args):
@@ -193,6 +207,23 @@ def _bad_records(
         elif check_time and ts != -1 and not lowest <= ts <= highest:
             late.append(i)
     return keyless, late
+
+
+def _wrong_timestamp_type(header: BatchHeader, config: LogConfig) -> bool:
+    """Whether a client batch's LogAppendTime flag is refused (INVALID_TIMESTAMP), as Kafka's
+    `LogValidator.validateTimestamp` refuses it: always on a LogAppendTime topic (the broker
+    stamps the time), and on a CreateTime topic when its maxTimestamp is -1 (the time every
+    record then reads). On a CreateTime topic with a maxTimestamp that is checked as each
+    record's CreateTime, and the flag is cleared on append (`offset_assignment`)."""
+    return bool(header.attributes & TIMESTAMP_TYPE_MASK) and (
+        config.log_append_time or header.max_timestamp == NO_TIMESTAMP
+    )
+
+
+#: Kafka's record error for a producer's LogAppendTime flag.
+_TIMESTAMP_TYPE_ERROR = (
+    "Invalid timestamp type in message. Producer should not set timestamp type to LogAppendTime."
+)
 
 
 def _key_error(partition: str) -> str:

@@ -1,7 +1,11 @@
 """How a leader assigns offsets, its epoch and LogAppendTime to client batches before they
 are written (part of Kafka's `LogValidator`), without re-encoding: baseOffset, batchLength and
 partitionLeaderEpoch lie outside the CRC, so a batch's body is written from the request's own
-buffer behind a fresh 16-byte prefix. Only LogAppendTime topics rewrite CRC-covered bytes.
+buffer behind a fresh 16-byte prefix. The timestamp type is the topic's, as Kafka's validator
+sets it (`setMaxTimestamp(timestampType, ...)`): LogAppendTime topics stamp the append time,
+and on CreateTime topics a producer's LogAppendTime flag is cleared (maxTimestamp kept: it is
+the time every record of such a batch read when it was validated). Only these rewrite
+CRC-covered bytes.
 """
 
 from __future__ import annotations
@@ -28,14 +32,18 @@ def stamped_pieces(
 ) -> list[bytes | bytearray | memoryview]:
     """The bytes to write, without copying batch bodies: per batch a fresh 16-byte prefix
     (baseOffset, batchLength, partitionLeaderEpoch, which the CRC does not cover) and a view of
-    the rest. LogAppendTime changes CRC-covered bytes, so those batches are copied."""
+    the rest. A timestamp type to set changes CRC-covered bytes, so those batches are copied."""
     pieces: list[bytes | bytearray | memoryview] = []
     for pos, header in stamped:
         end = pos + header.size_in_bytes
-        if append_time >= 0:
+        flagged = buf[pos + ATTRIBUTES_OFFSET + 1] & TIMESTAMP_TYPE_MASK  # as the client sent it
+        if append_time >= 0 or flagged:
             chunk = bytearray(buf[pos:end])
             stamp(chunk, 0, header.base_offset, leader_epoch)
-            set_log_append_time(chunk, 0, append_time)
+            if append_time >= 0:
+                set_log_append_time(chunk, 0, append_time)
+            else:
+                set_create_time(chunk, 0)
             pieces.append(chunk)
         else:
             prefix = _STAMPED_PREFIX.pack(header.base_offset, header.batch_length, leader_epoch)
@@ -45,11 +53,23 @@ def stamped_pieces(
 
 
 def set_log_append_time(buf: bytearray, pos: int, append_time: int) -> None:
-    """Rewrite maxTimestamp and the timestamp-type bit; the CRC must then be recomputed."""
-    attributes = int.from_bytes(buf[pos + ATTRIBUTES_OFFSET : pos + ATTRIBUTES_OFFSET + 2], "big")
-    attributes |= TIMESTAMP_TYPE_MASK
-    buf[pos + ATTRIBUTES_OFFSET : pos + ATTRIBUTES_OFFSET + 2] = attributes.to_bytes(2, "big")
+    """Set the timestamp-type bit and maxTimestamp, and recompute the CRC."""
     buf[pos + 35 : pos + 43] = append_time.to_bytes(8, "big", signed=True)
+    _set_timestamp_type_bit(buf, pos, True)
+
+
+def set_create_time(buf: bytearray, pos: int) -> None:
+    """Clear the timestamp-type bit (maxTimestamp kept), and recompute the CRC."""
+    _set_timestamp_type_bit(buf, pos, False)
+
+
+def _set_timestamp_type_bit(buf: bytearray, pos: int, log_append_time: bool) -> None:
+    attributes = int.from_bytes(buf[pos + ATTRIBUTES_OFFSET : pos + ATTRIBUTES_OFFSET + 2], "big")
+    if log_append_time:
+        attributes |= TIMESTAMP_TYPE_MASK
+    else:
+        attributes &= ~TIMESTAMP_TYPE_MASK
+    buf[pos + ATTRIBUTES_OFFSET : pos + ATTRIBUTES_OFFSET + 2] = attributes.to_bytes(2, "big")
     size = 12 + int.from_bytes(buf[pos + 8 : pos + 12], "big")
     crc = crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : pos + size])
     buf[pos + CRC_OFFSET : pos + CRC_OFFSET + 4] = crc.to_bytes(4, "big")
@@ -65,4 +85,8 @@ def restamped(
             max_timestamp=append_time,
             attributes=header.attributes | TIMESTAMP_TYPE_MASK,
         )
-    return header._replace(base_offset=base_offset, partition_leader_epoch=leader_epoch)
+    return header._replace(
+        base_offset=base_offset,
+        partition_leader_epoch=leader_epoch,
+        attributes=header.attributes & ~TIMESTAMP_TYPE_MASK,
+    )

@@ -86,7 +86,72 @@ def test_lying_batches_are_refused_by_both(brokers):
     ] == [0, 0]
 
 
-RECORD_TOO_LARGE = 10
+INVALID_TIMESTAMP, RECORD_TOO_LARGE = 32, 10
+
+
+def flagged(max_timestamp: int, codec=CompressionType.NONE) -> bytes:
+    """Three records (CreateTimes now - 30 s .. now - 28 s) in a batch a client flagged
+    LogAppendTime, with `max_timestamp` in its header."""
+    now = int(time.time() * 1000)
+    rows = [SimpleRecord(b"v%d" % i, b"k", now - 30_000 + 1000 * i) for i in range(3)]
+    data = bytearray(build_batch(rows, now_ms=now, compression=codec))
+    data[ATTRIBUTES_OFFSET + 1] |= 0x08
+    struct.pack_into(">q", data, 35, max_timestamp)
+    return recrc(data)
+
+
+def test_a_producers_log_append_time_flag_is_treated_alike(brokers):
+    """Issue 27: Kafka's LogValidator sets a batch's timestamp type to the topic's. On a
+    CreateTime topic a flagged batch whose maxTimestamp is in range is stored as CreateTime
+    (maxTimestamp kept, records read their own CreateTimes); with maxTimestamp -1, or on a
+    LogAppendTime topic, it is refused with INVALID_TIMESTAMP."""
+    from sparklog.records import iter_batches
+
+    from .test_differential_log import fetch_body
+
+    create_time = f"oracle-flag-ct-{uuid.uuid4().hex[:8]}"
+    log_append_time = f"oracle-flag-lat-{uuid.uuid4().hex[:8]}"
+    now = int(time.time() * 1000)
+
+    async def go():
+        async with Pair(brokers) as pair:
+            await create(pair, create_time)
+            await create(pair, log_append_time, {"message.timestamp.type": "LogAppendTime"})
+            sends = [
+                (create_time, flagged(now)),
+                (create_time, flagged(now, CompressionType.ZSTD)),
+                (create_time, flagged(-1)),
+                (log_append_time, flagged(now)),
+                (log_append_time, flagged(now, CompressionType.LZ4)),
+            ]
+            codes = []
+            for topic, data in sends:
+                answers = await pair.ask(ApiKey.PRODUCE, produce_body(topic, data))
+                codes.append(
+                    {
+                        n: partition_of(answers[n], "responses", "partition_responses")[
+                            "error_code"
+                        ]
+                        for n in NAMES
+                    }
+                )
+            fetched = await pair.ask(ApiKey.FETCH, fetch_body(create_time, 0, 1 << 20, 1 << 20))
+            return codes, fetched
+
+    codes, fetched = run(go())
+    expected = [NONE, NONE, INVALID_TIMESTAMP, INVALID_TIMESTAMP, INVALID_TIMESTAMP]
+    assert codes == [{"kafka": c, "sparklog": c} for c in expected]
+    stored = {}
+    for name in NAMES:
+        raw = partition_of(fetched[name])["records"]
+        stored[name] = []
+        for batch in iter_batches(raw):
+            batch.ensure_valid()
+            h = batch.header
+            times = [r.timestamp for r in batch.records()]
+            stored[name].append((h.timestamp_type, h.max_timestamp, h.base_offset, times))
+    assert stored["sparklog"] == stored["kafka"]
+    assert [s[:2] for s in stored["kafka"]] == [(0, now), (0, now)]  # CreateTime, kept
 
 
 def test_a_compression_bomb_is_stored_by_kafka_and_refused_by_sparklog(brokers):

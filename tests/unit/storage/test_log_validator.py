@@ -266,3 +266,64 @@ def test_the_bound_is_never_below_max_message_bytes(tmp_path, native_or_not):
     with pytest.raises(MessageTooLargeError):
         log.append_as_leader(bomb, 0, NOW, decompressed_max_bytes=0)
     assert log.log_end_offset == 1
+
+
+# --- a producer's LogAppendTime flag (issue 27) -----------------------------------------------
+
+
+def flagged(codec=CompressionType.NONE, max_timestamp: int = NOW, keyed: bool = True) -> bytes:
+    """Three records stamped NOW - 10.. NOW - 8 in a batch flagged LogAppendTime by a client."""
+    rows = [SimpleRecord(b"v%d" % i, b"k" if keyed else None, NOW - 10 + i) for i in range(3)]
+    data = build_batch(rows, now_ms=NOW, compression=codec)
+    out = bytearray(data)
+    out[ATTRIBUTES_OFFSET + 1] |= 0x08
+    struct.pack_into(">q", out, 35, max_timestamp)
+    return recrc(out)
+
+
+@pytest.mark.parametrize("codec", [CompressionType.NONE, CompressionType.ZSTD], ids=str)
+def test_a_producers_log_append_time_flag_is_cleared_on_a_create_time_topic(
+    tmp_path, codec, native_or_not
+):
+    """As Kafka's LogValidator: each record's time is the batch's maxTimestamp while it is
+    validated (in range here), then the batch is stored as CreateTime with that maxTimestamp,
+    so readers see the records' own CreateTimes; the CRC is right."""
+    from sparklog.records.batch import TimestampType
+
+    log = open_log(tmp_path)
+    info = log.append_as_leader(flagged(codec), 0, NOW + 5)
+    assert info.log_append_time_ms == -1 and info.max_timestamp == NOW
+    (stored,) = list(iter_batches(log.read(0, 1 << 20).records))
+    stored.ensure_valid()
+    assert stored.header.timestamp_type == TimestampType.CREATE_TIME
+    assert stored.header.max_timestamp == NOW
+    assert [r.timestamp for r in stored.records()] == [NOW - 10, NOW - 9, NOW - 8]
+    log.append_as_leader(build_batch(records(2), now_ms=NOW), 0, NOW)  # unflagged: as sent
+    assert [b.header.timestamp_type for b in iter_batches(log.read(0, 1 << 20).records)] == [
+        TimestampType.CREATE_TIME,
+        TimestampType.CREATE_TIME,
+    ]
+
+
+def test_a_producers_log_append_time_flag_is_checked_as_kafka_checks_it(tmp_path, native_or_not):
+    """INVALID_TIMESTAMP, naming every record, where Kafka's validateTimestamp refuses the flag:
+    on a LogAppendTime topic, and with maxTimestamp -1 on a CreateTime one; a maxTimestamp out
+    of range is out of range for every record. Keyless records on a compacted topic get the key
+    error instead (Kafka checks keys first)."""
+    create_time = open_log(tmp_path / "c", **{"message.timestamp.after.max.ms": "1000"})
+    error = refused(create_time, flagged(max_timestamp=-1), InvalidTimestampsError)
+    assert [e.batch_index for e in error.record_errors] == [0, 1, 2]
+    assert "Producer should not set timestamp type to LogAppendTime" in str(error)
+    error = refused(create_time, flagged(max_timestamp=NOW + 5000), InvalidTimestampsError)
+    assert [e.batch_index for e in error.record_errors] == [0, 1, 2]
+    assert f"Timestamp {NOW + 5000} of message with offset 0 is out of range" in str(error)
+    log_append_time = open_log(tmp_path / "l", **{"message.timestamp.type": "LogAppendTime"})
+    for codec in (CompressionType.NONE, CompressionType.LZ4):
+        error = refused(log_append_time, flagged(codec), InvalidTimestampsError)
+        assert [e.batch_index for e in error.record_errors] == [0, 1, 2]
+    compacted = open_log(
+        tmp_path / "k", **{"message.timestamp.type": "LogAppendTime", "cleanup.policy": "compact"}
+    )
+    error = refused(compacted, flagged(keyed=False), InvalidTimestampsError)
+    assert "Compacted topic cannot accept message without key" in error.record_errors[0].message
+    assert create_time.log_end_offset == log_append_time.log_end_offset == 0
