@@ -33,8 +33,11 @@ from sparklog.records.arrow_codec import DecodedBatches, read_batches
 from sparklog.records.batch import RecordBatch
 from sparklog.records.batch_header import batch_size_at
 from sparklog.records.control import ControlRecordType, control_type_of
-from sparklog.records.errors import CorruptRecordError
+from sparklog.records.errors import CorruptRecordError, DecompressedTooLargeError
 
+#: A batch that cannot be read: damaged, or unpacking past the readers' bound (2 GiB - 1: a
+#: broker cannot make a consumer hold more for one batch, issue 27); both stop the partition.
+_UNREADABLE = (CorruptRecordError, DecompressedTooLargeError)
 #: `corrupt` of a non-empty response without one complete batch
 NO_COMPLETE_BATCH = (
     "the broker sent bytes but not one complete record batch (a damaged batch length field)"
@@ -76,7 +79,7 @@ class CompletedFetch:
                     bases.append(batch.header.base_offset)
                     epochs.append(batch.header.partition_leader_epoch)
                     self._continuation = batch.header.next_offset
-            except CorruptRecordError:
+            except _UNREADABLE:
                 self._continuation = -1  # decoding names the error; no prefetch past bad bytes
             self._epochs = (bases, epochs)
         return self._epochs
@@ -113,7 +116,7 @@ class CompletedFetch:
             position = max(position, self._batch_end)
             try:
                 batch = self._next_batch()
-            except CorruptRecordError as e:
+            except _UNREADABLE as e:
                 self._stop(e.reason)  # Kafka checks a whole batch before returning any record
                 break
             if batch is None:
@@ -198,7 +201,7 @@ class CompletedFetch:
                     check_crcs=self.check_crcs,
                     aborted=self.aborted,
                 )
-            except CorruptRecordError as e:
+            except _UNREADABLE as e:
                 self.corrupt = e.reason
                 end = _start_of_batch_at(self.records, e.position, end)
                 continue

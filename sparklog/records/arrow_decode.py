@@ -40,7 +40,7 @@ from sparklog.records.batch import (
     RecordBatch,
     read_header,
 )
-from sparklog.records.compression import DECOMPRESSED_MAX_BYTES, CompressionType, decompress
+from sparklog.records.compression import CompressionType, decompress, reader_max_bytes
 from sparklog.records.control import ControlRecordType, control_type_of
 from sparklog.records.crc import crc32c
 from sparklog.records.errors import CorruptRecordError, DecompressedTooLargeError
@@ -280,7 +280,7 @@ class BatchSpans:
 
     def groups(
         self,
-        max_bytes: int = DECOMPRESSED_MAX_BYTES,
+        max_bytes: int | None = None,
         given: list[bytes | None] | None = None,
     ) -> Iterator[tuple[int, int, np.ndarray, np.ndarray, np.ndarray]]:
         """Work groups: (lo, hi, data, starts, ends) for runs of whole batches holding about
@@ -349,7 +349,7 @@ def le64(a: np.ndarray) -> bytes:
 
 def native_sections(
     batches: BatchSpans,
-    max_bytes: int = DECOMPRESSED_MAX_BYTES,
+    max_bytes: int | None = None,
     given: list[bytes | None] | None = None,
 ) -> list[bytes | None]:
     """Per batch, what the native core reads: `given[b]` when the caller decompressed it
@@ -392,6 +392,8 @@ def _decode_native(
         le64(batches.sizes),
         native_sections(batches),
         include_headers,
+        True,
+        reader_max_bytes(),
     )
     if out is None:
         return None

@@ -38,7 +38,7 @@ from sparklog.records.batch_header import (
     read_header,
     stamp,
 )
-from sparklog.records.compression import DECOMPRESSED_MAX_BYTES, decompress
+from sparklog.records.compression import decompress
 from sparklog.records.crc import crc32c
 from sparklog.records.errors import CorruptRecordError
 from sparklog.records.record import Record, decode_records
@@ -113,9 +113,9 @@ class RecordBatch:
                 f"CRC-32C mismatch: stored {self.header.crc:#010x}, computed {actual:#010x}",
             )
 
-    def records_bytes(self, max_bytes: int = DECOMPRESSED_MAX_BYTES) -> bytes:
-        """The (decompressed) records section; more than `max_bytes` of it raises
-        DecompressedTooLargeError."""
+    def records_bytes(self, max_bytes: int | None = None) -> bytes:
+        """The (decompressed) records section; more than `max_bytes` of it (None: the readers'
+        bound, `compression.DECOMPRESSED_MAX_BYTES`) raises DecompressedTooLargeError."""
         raw = memoryview(self.data)[HEADER_SIZE:]
         if not raw:
             return b""  # an empty batch (Kafka's `writeEmptyHeader`) has no codec stream at all

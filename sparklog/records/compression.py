@@ -129,15 +129,15 @@ def decompress(
     codec: CompressionType,
     data: bytes | memoryview,
     position: int = 0,
-    max_bytes: int = DECOMPRESSED_MAX_BYTES,
+    max_bytes: int | None = None,
 ) -> bytes:
     """Decompress a records section; bad input raises CorruptRecordError at `position`, a
-    section unpacking to more than `max_bytes` raises DecompressedTooLargeError (having held
-    at most about `max_bytes`).
+    section unpacking to more than `max_bytes` (None: `DECOMPRESSED_MAX_BYTES`) raises
+    DecompressedTooLargeError (having held at most about `max_bytes`).
 
     A stream cut short or followed by stray bytes is an error, never a silently shorter result.
     """
-    max_bytes = max(max_bytes, 0)  # zlib reads a max_length of 0 as "no limit"
+    max_bytes = max(reader_max_bytes() if max_bytes is None else max_bytes, 0)  # zlib: 0 = no limit
     try:
         if codec == CompressionType.NONE:
             return bytes(data)
@@ -158,6 +158,11 @@ def decompress(
     except Exception as e:  # the codecs raise their own error types for bad input
         raise CorruptRecordError(position, f"cannot decompress {codec.name.lower()}: {e}") from e
     raise CorruptRecordError(position, f"unknown compression codec id {int(codec)}")
+
+
+def reader_max_bytes() -> int:
+    """The bound of readers that give none (read when called, so a test may lower it)."""
+    return DECOMPRESSED_MAX_BYTES
 
 
 class _TooLarge(Exception):

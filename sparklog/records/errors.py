@@ -32,6 +32,7 @@ class DecompressedTooLargeError(MessageTooLargeError):
         self.position = position
         self.codec = codec
         self.max_bytes = max_bytes
+        self.reason = f"the {codec} records section decompresses to more than {max_bytes} bytes"
         super().__init__(
             f"the {codec} records section at byte {position} decompresses to more than "
             f"{max_bytes} bytes"

@@ -198,3 +198,27 @@ def test_data_buffered_past_a_corrupt_batch_is_dropped():
     assert [r.offset for _, r in f.drain(100)] == [0, 1]
     assert_stopped_at(f, "records", 2)
     assert f.buffered_partitions() == set()
+
+
+@pytest.mark.parametrize("how", ["records", "arrow"])
+def test_a_batch_unpacking_past_the_readers_bound_stops_the_partition(codec, how, monkeypatch):
+    """Issue 27: a broker cannot make a consumer unpack more than the readers' bound for one
+    batch (2 GiB - 1, lowered to 1 MiB here): the records before such a batch come out, then
+    the partition stops at it as at a corrupt one."""
+    from sparklog.records import SimpleRecord, build_batch, compression
+
+    monkeypatch.setattr(compression, "DECOMPRESSED_MAX_BYTES", 1 << 20)
+    bomb = build_batch(
+        [SimpleRecord(bytes(3 << 20), None, 0)], base_offset=3, compression=CompressionType.ZSTD
+    )
+    data = records(0, 3) + bomb + records(4, 3)
+    f = fetcher()
+    f.subscriptions.assign([T0])
+    f.subscriptions.seek(T0, 0)
+    f.on_fetch_response({T0: 0}, response({T0: (0, data)}))
+    got: list[int] = []
+    while len(got) < 3:
+        got += drain_offsets(f, how, 100)
+    assert got == [0, 1, 2]
+    error = assert_stopped_at(f, how, 3)
+    assert f"decompresses to more than {1 << 20} bytes" in error.reason
