@@ -38,11 +38,12 @@ if TYPE_CHECKING:
         consumer_config,
         producer_config,
     )
-    from .consumer import KafkaConsumer, NoGroupError, NoOffsetForPartitionError
+    from .consumer import KafkaConsumer, NoGroupError
     from .fetcher import ConsumerRecord
     from .group_member import CommitFailedError
     from .metadata import BrokerNode, PartitionInfo, TopicPartition
     from .partitioner import BuiltInPartitioner, RoundRobinPartitioner
+    from .position_reset import NoOffsetForPartitionError
     from .producer import ClientClosedError, KafkaProducer, ProducerRecord
     from .transaction_batch import BatchDecision, end_transactions, fence_transactions
     from .transaction_manager import TransactionHandle, TransactionStateError
@@ -72,13 +73,13 @@ _MODULES = {
     "producer_config": "config",
     "KafkaConsumer": "consumer",
     "NoGroupError": "consumer",
-    "NoOffsetForPartitionError": "consumer",
     "ConsumerRecord": "fetcher",
     "CommitFailedError": "group_member",
     "BrokerNode": "metadata",
     "PartitionInfo": "metadata",
     "TopicPartition": "metadata",
     "BuiltInPartitioner": "partitioner",
+    "NoOffsetForPartitionError": "position_reset",
     "RoundRobinPartitioner": "partitioner",
     "ClientClosedError": "producer",
     "KafkaProducer": "producer",

@@ -37,7 +37,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from sparklog.errors import KafkaError, OffsetOutOfRangeError, RequestTimedOutError
+from sparklog.errors import KafkaError
 from sparklog.protocol.api_versions import ApiKey
 
 from .admin import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, OffsetAndTimestamp, list_offsets
@@ -52,6 +52,7 @@ from .fetcher import (
 from .group_member import GroupMember
 from .metadata import Metadata, TopicPartition
 from .network import NetworkClient, now_ms
+from .position_reset import reset_positions
 from .producer import ClientClosedError
 
 log = logging.getLogger(__name__)
@@ -60,11 +61,6 @@ _NEEDS_GROUP = (
     "{what} needs a consumer group: set group.id in the consumer's settings "
     "(or use assign([(topic, partition), ...]) with seek() and no group)"
 )
-
-
-class NoOffsetForPartitionError(OffsetOutOfRangeError):
-    """A partition has no position and `auto.offset.reset` is none (Kafka's
-    `NoOffsetForPartitionException`)."""
 
 
 class NoGroupError(ValueError):
@@ -498,40 +494,15 @@ class KafkaConsumer:
         only: list[TopicPartition] | None = None,
         best_effort: bool = False,
     ) -> None:
-        """Reset positions that have none with ListOffsets (`auto.offset.reset`)."""
-        needing = self._subscriptions.needing_reset()
-        if only is not None:
-            needing = {tp: s for tp, s in needing.items() if tp in only}
-        if not needing:
-            return
-        none = [tp for tp, s in needing.items() if s == "none"]
-        if none:
-            names = ", ".join(f"{tp.topic}-{tp.partition}" for tp in none)
-            raise NoOffsetForPartitionError(
-                f"no position for {names} and auto.offset.reset=none: seek() to an offset first"
-            )
-        specs = {
-            tp: EARLIEST_TIMESTAMP if s == "earliest" else LATEST_TIMESTAMP
-            for tp, s in needing.items()
-        }
-        try:
-            found = list_offsets(
-                self._network,
-                self._metadata,
-                specs,
-                isolation_level=self._isolation_level,
-                deadline_ms=deadline_ms,
-            )
-        except RequestTimedOutError:
-            if best_effort:  # poll() tries again next time
-                return
-            raise
-        for tp, result in found.items():
-            if (
-                self._subscriptions.is_assigned(tp)
-                and self._subscriptions.state(tp).position is None
-            ):
-                self._subscriptions.seek(tp, result.offset, result.leader_epoch)
+        reset_positions(
+            self._network,
+            self._metadata,
+            self._subscriptions,
+            isolation_level=self._isolation_level,
+            deadline_ms=deadline_ms,
+            only=only,
+            best_effort=best_effort,
+        )
 
     # -------------------------------------------------------------- lifecycle
 
