@@ -131,30 +131,54 @@ class CorruptBatchError(CorruptMessageError):
     """A consumer reached a corrupt record batch of `topic`-`partition` at `offset` (Kafka's
     consumer: `CompletedFetch.maybeEnsureValid` and `FetchCollector.handleInitializeErrors`).
 
-    Either the consumer's own CRC check (`check.crcs`) or the decoder failed on a batch in a
-    Fetch response, or the broker answered CORRUPT_MESSAGE for the partition (its copy of the
-    log is damaged there). Every record before the batch has been delivered; the partition's
-    position stays at `offset`, and every poll raises this again until the application seeks:
-    past the batch to skip it (its records are lost), or to `offset` to fetch it again (after
-    the replica was repaired or leadership moved to a good copy). Unlike the broker-side
-    CORRUPT_MESSAGE (retriable for a producer, whose next attempt resends good bytes), fetching
-    the same bytes again cannot help, so it is not retriable; it keeps Kafka's code 2.
+    Every record before the batch has been delivered and the partition's position stays at
+    `offset`; every poll raises this again until one of these happens:
+
+    - the consumer's own CRC check (`check.crcs`) or the decoder failed on the batch in a Fetch
+      response: fetching the same bytes again cannot help (Kafka's consumer keeps them and
+      raises), so the application must seek: past the batch to skip it (its records are lost),
+      or to `offset` to fetch it again after a repair;
+    - the broker answered CORRUPT_MESSAGE (its copy of the log is damaged there; `refetching`
+      is true): the consumer keeps fetching the partition, as Kafka's does, after
+      `retry.backoff.ms` doubling up to `retry.backoff.max.ms`, and goes on by itself once it is
+      served (leadership moved to a good copy, or the segment was repaired), or the application
+      seeks past it.
+
+    Not retriable in Kafka's sense (an application must see it; a producer's CORRUPT_MESSAGE is,
+    its next attempt resends good bytes); it keeps Kafka's code 2.
     """
 
     retriable = False
 
     def __init__(
-        self, topic: str, partition: int, offset: int, reason: str, advice: str | None = None
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        reason: str,
+        advice: str | None = None,
+        *,
+        refetching: bool = False,
     ) -> None:
         self.topic = topic
         self.partition = partition
         self.offset = offset
         self.reason = reason
-        advice = advice or (
-            f"Every record before it was delivered and the position stays at {offset}: seek() "
-            "past the batch to skip it (its records are lost), or repair the replica (or move "
-            f"leadership to a good copy) and seek() to {offset} to read it again"
-        )
+        self.refetching = refetching
+        if advice is None and refetching:
+            advice = (
+                f"Every record before it was delivered and the position stays at {offset}; the "
+                "consumer keeps fetching it (every retry.backoff.ms, doubling up to "
+                "retry.backoff.max.ms) and goes on by itself once a replica serves it "
+                "(leadership moved to a good copy, or the segment repaired): seek() past the "
+                "batch to skip it instead (its records are lost)"
+            )
+        elif advice is None:
+            advice = (
+                f"Every record before it was delivered and the position stays at {offset}: "
+                "seek() past the batch to skip it (its records are lost), or repair the replica "
+                f"(or move leadership to a good copy) and seek() to {offset} to read it again"
+            )
         super().__init__(
             f"the record batch of {topic}-{partition} at offset {offset} is corrupt ({reason}). "
             + advice

@@ -5,7 +5,8 @@ confluent-kafka (the oracle for which records precede the damage) and sparklog's
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from confluent_kafka import Consumer, Producer
@@ -21,10 +22,22 @@ WAIT_S = 30
 
 @dataclass(frozen=True)
 class Damage:
-    """The batch whose bytes were changed on disk: its first offset and the one after it."""
+    """The batch whose bytes were changed on disk: its first offset and the one after it, and
+    the flipped bit (file, byte, mask) to `repair` it."""
 
     base_offset: int
     next_offset: int
+    log_file: Path
+    at: int
+    mask: int = 0x20
+
+    def repair(self) -> None:
+        """Flip the bit back, as restoring the segment from a good copy would."""
+        with open(self.log_file, "r+b") as f:
+            f.seek(self.at)
+            byte = f.read(1)[0]
+            f.seek(self.at)
+            f.write(bytes([byte ^ self.mask]))
 
 
 def produce_batches(bootstrap: str, topic: str, batches: int, per_batch: int) -> list[bytes]:
@@ -50,10 +63,14 @@ def damage_batch_holding(partition_dir: Path, offset: int) -> Damage:
     for batch in iter_batches(data):
         size = len(batch.data)
         if batch.header.base_offset <= offset <= batch.header.last_offset:
-            with open(log_file, "r+b") as f:
-                f.seek(at + size - 2)  # inside the last record's value (no headers follow)
-                f.write(bytes([data[at + size - 2] ^ 0x20]))
-            return Damage(batch.header.base_offset, batch.header.next_offset)
+            damage = Damage(
+                batch.header.base_offset,
+                batch.header.next_offset,
+                log_file,
+                at + size - 2,  # inside the last record's value (no headers follow)
+            )
+            damage.repair()  # the same flip damages it
+            return damage
         at += size
     raise AssertionError(f"no batch holds offset {offset} in {log_file}")
 
@@ -87,10 +104,13 @@ def oracle_read(bootstrap: str, topic: str, *, check_crcs: bool) -> tuple[list[t
 
 @dataclass
 class SparklogRead:
-    records: list[tuple]
-    errors: list[KafkaError]  # CorruptBatchError expected; any other is kept to be seen
-    polls_after_first_error: int
-    after_seek: list[tuple]
+    records: list[tuple] = field(default_factory=list)
+    errors: list[KafkaError] = field(default_factory=list)  # any other than expected is kept
+    polls_after_first_error: int = 0
+    after_seek: list[tuple] = field(default_factory=list)
+    #: of `poll(0)` calls made while the damage was known, how many raised
+    zero_polls: int = 0
+    zero_polls_raised: int = 0
 
 
 def sparklog_read(
@@ -107,10 +127,10 @@ def sparklog_read(
         ) as consumer:
             consumer.assign([(topic, 0)])
             consumer.seek((topic, 0), 0)
-            result = SparklogRead([], [], 0, [])
+            result = SparklogRead()
             _read(consumer, how, result, lambda: len(result.errors) >= errors_wanted)
             consumer.seek((topic, 0), skip_to)
-            after = SparklogRead([], [], 0, [])
+            after = SparklogRead()
             _read(consumer, how, after, lambda: len(after.records) >= rest or after.errors)
             assert not after.errors, after.errors
             result.after_seek = after.records
@@ -119,18 +139,50 @@ def sparklog_read(
         native.set_enabled(True)
 
 
+def read_through_repair(
+    bootstrap: str, topic: str, how: str, *, repair: Callable[[], None], total: int
+) -> tuple[SparklogRead, SparklogRead]:
+    """sparklog's consumer on partition 0 from offset 0, with no seek after that: the records
+    until 3 polls raised, then 5 `poll(0)` calls (each should raise too); then `repair()` (the
+    damaged copy is fixed, or leadership moves to a good one) and the records until `total`
+    came. Returns both phases; errors while the refetch is not yet served count in the second."""
+    native.set_enabled(how != "poll_arrow-python")
+    try:
+        with KafkaConsumer(
+            {"bootstrap.servers": bootstrap, "max.poll.records": 100, "fetch.max.wait.ms": 100}
+        ) as consumer:
+            consumer.assign([(topic, 0)])
+            consumer.seek((topic, 0), 0)
+            before = SparklogRead()
+            _read(consumer, how, before, lambda: len(before.errors) >= 3)
+            for _ in range(5):
+                before.zero_polls += 1
+                try:
+                    before.records += _poll(consumer, how, 0)
+                except KafkaError as e:
+                    before.errors.append(e)
+                    before.zero_polls_raised += 1
+            repair()
+            after = SparklogRead()
+            _read(consumer, how, after, lambda: len(before.records) + len(after.records) >= total)
+            return before, after
+    finally:
+        native.set_enabled(True)
+
+
+def _poll(consumer: KafkaConsumer, how: str, timeout_ms: int) -> list[tuple]:
+    if how == "poll":
+        return [(r.offset, r.value) for r in consumer.poll(timeout_ms)]
+    batch = consumer.poll_arrow(timeout_ms)
+    return list(zip(batch["offset"].to_pylist(), batch["value"].to_pylist(), strict=True))
+
+
 def _read(consumer: KafkaConsumer, how: str, into: SparklogRead, done) -> None:
     deadline = time.monotonic() + WAIT_S
     while not done() and time.monotonic() < deadline:
         if into.errors:
             into.polls_after_first_error += 1
         try:
-            if how == "poll":
-                into.records += [(r.offset, r.value) for r in consumer.poll(200)]
-            else:
-                batch = consumer.poll_arrow(200)
-                into.records += list(
-                    zip(batch["offset"].to_pylist(), batch["value"].to_pylist(), strict=True)
-                )
+            into.records += _poll(consumer, how, 200)
         except KafkaError as e:
             into.errors.append(e)

@@ -18,10 +18,14 @@ metadata; an unreachable leader is skipped for its reconnect backoff; when metad
 newer leader epoch, positions are validated with OffsetForLeaderEpoch (KIP-320, see
 `fetcher`) before fetching from the new leader at the same position.
 
-A corrupt batch (the CRC check of `check.crcs` fails, or the broker answers CORRUPT_MESSAGE)
-ends a partition's records there, as in Kafka's consumer: every record before it is returned,
-then every `poll()` / `poll_arrow()` raises `CorruptBatchError` naming topic, partition and
-offset until the application seeks (past the batch to skip it).
+A corrupt batch stops a partition's records there, as in Kafka's consumer: every record before
+it is returned, then every `poll()` / `poll_arrow()` raises `CorruptBatchError` naming topic,
+partition and offset. When the consumer's own CRC check (`check.crcs`) found it in fetched data,
+only a seek ends that (past the batch to skip it). When the broker answered CORRUPT_MESSAGE (its
+copy is damaged), the partition is fetched again after a backoff (see `fetcher`) and the consumer
+goes on without a seek once it is served (leadership moved to a good copy, or the segment was
+repaired); `poll(timeout)` waits up to its timeout for that refetch before raising, `poll(0)`
+raises at once.
 
 Not thread-safe, like Kafka's consumer: use it from one thread.
 """
@@ -37,7 +41,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from sparklog.errors import KafkaError
+from sparklog.errors import CorruptBatchError, KafkaError
 from sparklog.protocol.api_versions import ApiKey
 
 from .admin import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, OffsetAndTimestamp, list_offsets
@@ -90,6 +94,8 @@ class KafkaConsumer:
             isolation_level=self._isolation_level,
             check_crcs=c["check.crcs"],
             client_rack=c["client.rack"],
+            retry_backoff_ms=c["retry.backoff.ms"],
+            retry_backoff_max_ms=c["retry.backoff.max.ms"],
         )
         self._in_flight: dict[int, tuple[Future, dict[TopicPartition, int]]] = {}
         self._validations: dict[int, tuple[Future, dict[TopicPartition, int]]] = {}
@@ -393,7 +399,12 @@ class KafkaConsumer:
             self._subscriptions.maybe_validate_positions(self._metadata.cluster)
             self._update_positions(deadline, best_effort=True)
             self._send_fetches()  # before decoding: the next response travels meanwhile
-            got = drain(self.config["max.poll.records"])
+            try:
+                got = drain(self.config["max.poll.records"])
+            except CorruptBatchError:
+                if not self._wait_for_refetch(deadline):
+                    raise
+                continue
             self._send_validations()
             self._send_fetches()
             remaining = deadline - now_ms()
@@ -403,6 +414,22 @@ class KafkaConsumer:
                 self._collect_fetches(remaining)
             else:  # nothing to fetch yet (no leader or position, leader unreachable): back off
                 time.sleep(min(remaining, self.config["retry.backoff.ms"]) / 1000)
+
+    def _wait_for_refetch(self, deadline_ms: int) -> bool:
+        """A partition is at a batch its broker refused: wait, up to the poll's deadline, for
+        its refetch (which may be served now) rather than raise at once. False: raise now (the
+        deadline passed, or a partition is stopped where only a seek helps)."""
+        due, now = self._subscriptions.corrupt_refetch_due_ms(), now_ms()
+        if due < 0 or now >= deadline_ms:
+            return False
+        self._send_validations()
+        self._send_fetches()
+        if self._in_flight or self._validations:
+            self._collect_fetches(deadline_ms - now)
+        else:  # backing off, or the leader is unknown or unreachable
+            wait_ms = min(deadline_ms - now, max(due - now, 1), self.config["retry.backoff.ms"])
+            time.sleep(wait_ms / 1000)
+        return True
 
     def _unreachable_nodes(self) -> set[int]:
         """Brokers to leave alone for now: their connect failed (reconnect backoff), or they
@@ -426,7 +453,9 @@ class KafkaConsumer:
 
     def _send_fetches(self) -> None:
         requests, no_leader = self._fetcher.fetch_requests(
-            self._metadata.cluster, set(self._in_flight) | self._unreachable_nodes()
+            self._metadata.cluster,
+            set(self._in_flight) | self._unreachable_nodes(),
+            now_ms=now_ms(),
         )
         if no_leader:
             self._metadata.add_topics(no_leader)
@@ -473,7 +502,8 @@ class KafkaConsumer:
                     self._fetcher.on_fetch_failure(node)
                     self._back_off(node)
                     continue
-                self._apply(node, self._fetcher.on_fetch_response(offsets, response, node))
+                result = self._fetcher.on_fetch_response(offsets, response, node, now_ms=now_ms())
+                self._apply(node, result)
 
     def _apply(self, node: int, result: FetchResult) -> None:
         if result.refresh_metadata:

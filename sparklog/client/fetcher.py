@@ -18,11 +18,17 @@ continues the buffered data (a `seek` in the meantime drops the buffer and makes
 at the position, at most `max.poll.records`, advancing positions; control batches and, with
 read_committed, aborted transactions are skipped. Paused partitions keep their buffered data.
 
-Corrupt batches (Kafka's `CompletedFetch` and `FetchCollector`). When a partition's data reaches
-a batch that fails its CRC check or does not decode (`completed_fetch`), or the broker answers
-CORRUPT_MESSAGE at the position, every record before the batch is handed out first; then the
-partition stops at the batch: its position stays there, it is not fetched, and every drain
-raises its `CorruptBatchError` (topic, partition, offset) until `seek` or a reset moves it.
+Corrupt batches (Kafka's `CompletedFetch` and `FetchCollector`). Every record before a corrupt
+batch is handed out first; then the partition's position stays at the batch and every drain
+raises its `CorruptBatchError` (topic, partition, offset). A batch in fetched data that fails
+its CRC check or does not decode (`completed_fetch`) stops the partition: it is not fetched
+(the same bytes would come back; Kafka's consumer keeps them and raises) until `seek` or a reset
+moves it. A broker that answers CORRUPT_MESSAGE at the position refuses its own damaged copy:
+as Kafka's consumer, the partition is fetched again, so it goes on by itself once it is served
+(leadership moved to a good copy, or the segment was repaired), and the error ends with the
+first answer without one. Kafka fetches once per poll that raised; here every drain raises
+meanwhile (`poll(0)` too), so the refetch waits `retry.backoff.ms`, doubling per answer up to
+`retry.backoff.max.ms` (KIP-580's exponential backoff), not to hammer the broken replica.
 
 Leader changes. A Fetch carries the partition's leader epoch from metadata
 (`current_leader_epoch`); NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH and
@@ -126,6 +132,8 @@ class Fetcher:
         isolation_level: int,
         check_crcs: bool = True,
         client_rack: str = "",
+        retry_backoff_ms: int = 100,
+        retry_backoff_max_ms: int = 1_000,
     ) -> None:
         self.subscriptions = subscriptions
         self.fetch_min_bytes = fetch_min_bytes
@@ -135,6 +143,8 @@ class Fetcher:
         self.isolation_level = isolation_level
         self.check_crcs = check_crcs
         self.client_rack = client_rack
+        self.retry_backoff_ms = retry_backoff_ms
+        self.retry_backoff_max_ms = max(retry_backoff_max_ms, retry_backoff_ms)
         self._buffer: deque[CompletedFetch] = deque()
         #: KIP-227 sessions per broker, and the request each one has in flight
         self._sessions: dict[int, FetchSessionHandler[TopicPartition, tuple[int, int]]] = {}
@@ -152,10 +162,11 @@ class Fetcher:
         self._buffer = deque(cf for cf in self._buffer if cf.tp not in drop)
 
     def fetch_requests(
-        self, cluster: Cluster, busy_nodes: set[int]
+        self, cluster: Cluster, busy_nodes: set[int], *, now_ms: int = 0
     ) -> tuple[dict[int, tuple[dict, dict[TopicPartition, int]]], set[str]]:
         """({leader: (Fetch fields, {partition: fetch offset})}, topics lacking a leader);
-        leaders in `busy_nodes` (a fetch in flight, unreachable) are left out."""
+        leaders in `busy_nodes` (a fetch in flight, unreachable) are left out. `now_ms` (the
+        clock of `on_fetch_response`) only times refetches after CORRUPT_MESSAGE."""
         buffered: dict[TopicPartition, list[CompletedFetch]] = {}
         for cf in self._buffer:
             buffered.setdefault(cf.tp, []).append(cf)
@@ -164,7 +175,10 @@ class Fetcher:
         for tp in self.subscriptions.assignment():
             if not self.subscriptions.is_fetchable(tp):
                 continue
-            position = self.subscriptions.state(tp).position
+            state = self.subscriptions.state(tp)
+            if state.corrupt is not None and now_ms < state.corrupt_refetch_ms:
+                continue  # the broker refused the batch: ask again after the backoff
+            position = state.position
             assert position is not None
             pending = buffered.get(tp)
             prefetch = None
@@ -244,10 +258,16 @@ class Fetcher:
         }
 
     def on_fetch_response(
-        self, offsets: dict[TopicPartition, int], response: Any, node: int | None = None
+        self,
+        offsets: dict[TopicPartition, int],
+        response: Any,
+        node: int | None = None,
+        *,
+        now_ms: int = 0,
     ) -> FetchResult:
         """Buffer the data of partitions whose position did not move since the request. In an
-        incremental session (KIP-227) a partition left out of the response has no news."""
+        incremental session (KIP-227) a partition left out of the response has no news.
+        `now_ms` only times the refetch of a partition answered CORRUPT_MESSAGE."""
         refresh = False
         out_of_range: dict[TopicPartition, int] = {}
         errors: list[BaseException] = []
@@ -274,20 +294,19 @@ class Fetcher:
                 state = self.subscriptions.state(tp)
                 if state.position != fetch_offset and not self._continues(tp, fetch_offset):
                     continue  # a seek happened while the fetch was in flight
-                if state.corrupt is not None:
-                    continue  # stopped at a corrupt batch until a seek
                 code = int(p.error_code)
+                if state.corrupt is not None:
+                    if state.corrupt_refetch_ms < 0:
+                        continue  # stopped at a corrupt batch in fetched data until a seek
+                    if code == 0:
+                        self._on_served_again(tp, state)
                 if code == 0:
                     self._on_partition_data(tp, fetch_offset, state, p)
                 elif code == CorruptMessageError.code:
-                    # Kafka's consumer treats it as fatal (`FetchCollector.handleInitializeErrors`):
-                    # fetching the same damaged copy again cannot help. A prefetch answered so
-                    # is dropped: the fetch at the position, once the data before it is drained,
-                    # gets the same answer.
+                    # A prefetch answered so is dropped: the fetch at the position, once the
+                    # data before it is drained, gets the same answer.
                     if fetch_offset == state.position:
-                        self._stop_at_corrupt_batch(
-                            tp, state, "the broker answered CORRUPT_MESSAGE: its copy is damaged"
-                        )
+                        self._on_corrupt_message(tp, state, now_ms)
                 elif code == OFFSET_OUT_OF_RANGE:
                     if self.subscriptions.default_reset == "none" and state.reset_strategy is None:
                         out_of_range[tp] = fetch_offset
@@ -518,14 +537,47 @@ class Fetcher:
         if cf.corrupt is not None:
             self._stop_at_corrupt_batch(cf.tp, state, cf.corrupt)
 
-    def _stop_at_corrupt_batch(self, tp: TopicPartition, state: PartitionState, why: str) -> None:
+    def _stop_at_corrupt_batch(
+        self, tp: TopicPartition, state: PartitionState, why: str, *, refetching: bool = False
+    ) -> None:
         """Every record before the corrupt batch at the position is out: stop the partition
-        there (no fetching, data buffered past it dropped) until the application seeks."""
+        there (data buffered past it dropped); every drain raises until a seek, or until a
+        refetch is served when `refetching`."""
         assert state.position is not None
-        error = CorruptBatchError(tp.topic, tp.partition, state.position, why)
-        log.warning("%s", error)  # once; every poll raises it until a seek
+        error = CorruptBatchError(
+            tp.topic, tp.partition, state.position, why, refetching=refetching
+        )
+        log.warning("%s", error)  # once; every poll raises it meanwhile
         state.corrupt = error
         self.clear_buffer([tp])
+
+    def _on_corrupt_message(self, tp: TopicPartition, state: PartitionState, now_ms: int) -> None:
+        """The broker refuses to serve the batch at the position: its copy is damaged. Kafka's
+        `FetchCollector.handleInitializeErrors` raises it with the next poll, and the partition,
+        no longer buffered, is fetched again by the poll after: leadership may have moved to a
+        good copy, or the segment been repaired. Here every drain raises until then, and the
+        refetch backs off (module docstring)."""
+        if state.corrupt is None:
+            why = "the broker answered CORRUPT_MESSAGE: its copy is damaged"
+            self._stop_at_corrupt_batch(tp, state, why, refetching=True)
+        else:
+            log.debug("%s-%d: CORRUPT_MESSAGE again", tp.topic, tp.partition)
+        state.corrupt_answers += 1
+        doublings = min(state.corrupt_answers - 1, 20)
+        backoff_ms = min(self.retry_backoff_max_ms, self.retry_backoff_ms << doublings)
+        state.corrupt_refetch_ms = now_ms + backoff_ms
+
+    def _on_served_again(self, tp: TopicPartition, state: PartitionState) -> None:
+        """A refetch of a batch the broker refused came back without error: no more raising."""
+        log.warning(
+            "%s-%d at offset %s is served again after %d CORRUPT_MESSAGE answers (leadership "
+            "moved to a good copy, or the segment was repaired): consuming on",
+            tp.topic,
+            tp.partition,
+            state.position,
+            state.corrupt_answers,
+        )
+        state.clear_corrupt()
 
     def _raise_corrupt(self) -> None:
         """Raise the error of the first unpaused partition stopped at a corrupt batch (Kafka's

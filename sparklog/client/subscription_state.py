@@ -4,7 +4,9 @@ Every assigned partition has a position: the offset of the next record to return
 `seek` sets it or `auto.offset.reset` finds it). A position remembers the leader epoch of the
 record before it; when metadata shows a newer leader epoch the position awaits validation
 (KIP-320), which the fetcher performs. A position at a corrupt batch holds the error the fetcher
-raises for it (`corrupt`); only a seek or reset clears it. Not thread-safe: the consumer's poll thread owns it.
+raises for it (`corrupt`): a batch found corrupt in fetched data stops the partition until a seek
+or reset; a broker's CORRUPT_MESSAGE answer keeps it fetched (after a backoff) and a good answer
+clears it too. Not thread-safe: the consumer's poll thread owns it.
 """
 
 from __future__ import annotations
@@ -28,8 +30,18 @@ class PartitionState:
     position_epoch: int = -1  # leader epoch of the record before `position` (KIP-320)
     leader_epoch: int = -1  # the newest leader epoch the position was checked against
     awaiting_validation: bool = False  # no fetching until OffsetForLeaderEpoch confirms it
-    # The batch at `position` is corrupt: raised by every drain, no fetching, until a seek.
+    # The batch at `position` is corrupt: raised by every drain until a seek or, when the broker
+    # reported it (CORRUPT_MESSAGE), until a fetch is answered without error.
     corrupt: BaseException | None = None
+    # Reported by the broker: fetched again from this time (ms); -1: found in fetched data, not
+    # fetched until a seek (the same bytes would come back).
+    corrupt_refetch_ms: int = -1
+    corrupt_answers: int = 0  # CORRUPT_MESSAGE answers in a row; the refetch backoff doubles
+
+    def clear_corrupt(self) -> None:
+        self.corrupt = None
+        self.corrupt_refetch_ms = -1
+        self.corrupt_answers = 0
 
 
 class SubscriptionState:
@@ -68,7 +80,7 @@ class SubscriptionState:
         state.position_epoch = epoch
         state.reset_strategy = None
         state.awaiting_validation = False
-        state.corrupt = None
+        state.clear_corrupt()
 
     def request_reset(self, tp: TopicPartition, strategy: str) -> None:
         state = self.state(tp)
@@ -76,7 +88,7 @@ class SubscriptionState:
         state.position_epoch = -1
         state.reset_strategy = strategy
         state.awaiting_validation = False
-        state.corrupt = None
+        state.clear_corrupt()
 
     def maybe_validate_positions(self, cluster: Cluster) -> None:
         """Positions whose leader epoch grew since they were last checked await validation
@@ -107,5 +119,20 @@ class SubscriptionState:
             and not state.paused
             and state.position is not None
             and not state.awaiting_validation
-            and state.corrupt is None
+            # A batch the broker refused is fetched again (its backoff is the fetcher's); one
+            # found corrupt in fetched data is not: the same bytes would come back.
+            and (state.corrupt is None or state.corrupt_refetch_ms >= 0)
         )
+
+    def corrupt_refetch_due_ms(self) -> int:
+        """When the next refetch of a partition whose batch the broker refused is due, or -1
+        when no refetch can end the raising: no such partition, or an unpaused one is stopped
+        at a corrupt batch in fetched data (only a seek ends that)."""
+        due = -1
+        for state in self._states.values():
+            if state.corrupt is None or state.paused:
+                continue
+            if state.corrupt_refetch_ms < 0:
+                return -1
+            due = state.corrupt_refetch_ms if due < 0 else min(due, state.corrupt_refetch_ms)
+        return due

@@ -139,7 +139,9 @@ class _RangeReader:
         try:
             yield from self._batches()
         except CorruptBatchError as e:
-            raise CorruptBatchError(e.topic, e.partition, e.offset, e.reason, CORRUPT_ADVICE) from e
+            raise CorruptBatchError(
+                e.topic, e.partition, e.offset, e.reason, CORRUPT_ADVICE, refetching=e.refetching
+            ) from e
 
     def _batches(self) -> Iterator[pa.RecordBatch]:
         from sparklog.errors import OffsetOutOfRangeError

@@ -42,5 +42,6 @@ def test_a_corrupt_batch_inside_a_response_stops_the_consumer_there(damaged, how
     assert (error.topic, error.partition, error.offset) == (topic, 0, damage.base_offset)
     assert f"{topic}-0 at offset {damage.base_offset}" in str(error)
     assert error.code == 2 and not error.retriable and "CRC-32C" in str(error)
+    assert not error.refetching, "Kafka's consumer does not fetch bytes it found corrupt again"
     following = range(damage.next_offset, damage.next_offset + 40)
     assert read.after_seek[:40] == [(o, values[o]) for o in following]
