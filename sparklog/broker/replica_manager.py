@@ -773,7 +773,7 @@ class ReplicaManager:
         hosted = self.following(tp, leader_epoch)
         before = hosted.log.log_end_offset
         with self._storage_errors(f"truncation of {tp[0]}-{tp[1]}"):
-            cut = hosted.log.truncate_to(offset)
+            cut = hosted.log.truncate_to(offset, self._clock_ms())
         if cut:
             log.info("%s-%d: truncated from %d to %d", *tp, before, hosted.log.log_end_offset)
         self._after_follower_change(tp, hosted)

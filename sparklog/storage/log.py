@@ -317,9 +317,15 @@ class Log:
                     self._assign_epoch(h.partition_leader_epoch, h.base_offset)
         for info in pending.values():
             self.producer_state.update(info)
-        for info in pending.values():
-            for completed in info.completed_txns:
-                self._on_txn_completed(completed)
+        # Kafka's UnifiedLog.append completes transactions in the order of their markers: one
+        # append may hold several producers' markers (a follower's fetched chunk), and the txn
+        # index only takes entries in offset order.
+        completed_txns = sorted(
+            (txn for info in pending.values() for txn in info.completed_txns),
+            key=lambda txn: txn.last_offset,
+        )
+        for completed in completed_txns:
+            self._on_txn_completed(completed)
         self.log_end_offset = last.next_offset
         self.producer_state.update_map_end_offset(self.log_end_offset)
         self._unflushed_messages += sum(h.records_count for h in batches)
@@ -342,28 +348,20 @@ class Log:
             self.epoch_cache.assign(epoch, start_offset)
 
     def _on_txn_completed(self, completed: CompletedTxn) -> None:
-        """Index an aborted transaction (read_committed consumers skip it), then close it."""
+        """Index an aborted transaction (read_committed consumers skip it), then close it
+        (Kafka's `LogSegment.updateTxnIndex` + `completeTxn`)."""
         if completed.is_aborted:
             lso = self.producer_state.last_stable_offset_for(completed)
-            self._index_aborted(completed, lso)
+            self._segment_of(completed).txn_index.append(_aborted_txn(completed, lso))
         self.producer_state.complete_txn(completed)
 
-    def _index_aborted(self, completed: CompletedTxn, last_stable_offset: int) -> None:
-        segment = self._local.segments[self._local.index_for(completed.last_offset)]
-        known = segment.txn_index.last_offset
-        if known is None or completed.last_offset > known:
-            segment.txn_index.append(
-                AbortedTxn(
-                    completed.producer_id,
-                    completed.first_offset,
-                    completed.last_offset,
-                    last_stable_offset,
-                )
-            )
+    def _segment_of(self, completed: CompletedTxn) -> LogSegment:
+        return self._local.segments[self._local.index_for(completed.last_offset)]
 
     def replay_producer_state(self, from_offset: int) -> None:
         """Rebuild producer state from batches at or after `from_offset` (load, truncation),
-        re-indexing aborted transactions whose index entry a crash may have lost."""
+        re-indexing aborted transactions whose index entry a crash (or, before issue 27, a
+        follower's multi-producer append) lost (`TransactionIndex.restore`)."""
         with self._lock:
             start = self._local.index_for(from_offset)
             for segment in self._local.segments[start:]:
@@ -377,7 +375,10 @@ class Log:
                         marker = _marker_of(raw, 0, header)
                     recovered = self.producer_state.replay_batch(header, marker)
                     if recovered is not None and recovered.txn.is_aborted:
-                        self._index_aborted(recovered.txn, recovered.last_stable_offset)
+                        txn = recovered.txn
+                        self._segment_of(txn).txn_index.restore(
+                            _aborted_txn(txn, recovered.last_stable_offset)
+                        )
             self.producer_state.update_map_end_offset(self.log_end_offset)
             self.producer_state.on_high_watermark_updated(self.high_watermark)
 
@@ -487,9 +488,11 @@ class Log:
             self.producer_state.on_high_watermark_updated(self.high_watermark)
             return self.high_watermark
 
-    def truncate_to(self, target_offset: int) -> bool:
+    def truncate_to(self, target_offset: int, now_ms: int) -> bool:
         """Follower truncation: drop every batch at or above `target_offset`; returns whether
-        any was dropped."""
+        any was dropped. Producer state is reloaded from the newest snapshot left and rebuilt
+        from the batches after it, as at load (Kafka's `UnifiedLog.truncateTo` ->
+        `rebuildProducerState`); `now_ms` expires idle producers found in that snapshot."""
         with self._lock:
             if target_offset >= self.log_end_offset:
                 # Kafka's UnifiedLog.truncateTo: an epoch this broker stamped as leader and never
@@ -502,11 +505,13 @@ class Log:
                 return True
             self.log_end_offset = self._local.truncate_to(target_offset)
             self.epoch_cache.truncate_from_end(self.log_end_offset)
-            self.producer_state.truncate_and_reload(
-                self.log_start_offset, self.log_end_offset, self
-            )
+            # log_start_offset <= high_watermark <= log_end_offset before anything else can fail
             self.recovery_point = min(self.recovery_point, self.log_end_offset)
             self.high_watermark = min(self.high_watermark, self.log_end_offset)
+            reloaded = self.producer_state.truncate_and_reload(
+                self.log_start_offset, self.log_end_offset, now_ms
+            )
+            self.replay_producer_state(reloaded.map_end_offset)
             return True
 
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
@@ -622,6 +627,12 @@ class Log:
             f"Log({self.directory.name}, start={self.log_start_offset}, hw={self.high_watermark}, "
             f"end={self.log_end_offset}, segments={len(self._local.segments)})"
         )
+
+
+def _aborted_txn(completed: CompletedTxn, last_stable_offset: int) -> AbortedTxn:
+    return AbortedTxn(
+        completed.producer_id, completed.first_offset, completed.last_offset, last_stable_offset
+    )
 
 
 def _marker_of(

@@ -364,8 +364,15 @@ class ProducerStateManager:
 
     def last_stable_offset_for(self, completed_txn: CompletedTxn) -> int:
         """The LSO once `completed_txn` ends, before `complete_txn` (the value stored in its
-        txn index entry; Kafka's `lastStableOffset(CompletedTxn)`)."""
+        txn index entry; Kafka's `lastStableOffset(CompletedTxn)`).
+
+        Only transactions begun before the marker count: one append may also start
+        transactions after it (a follower's fetched chunk), which Kafka counts, so a follower's
+        entry could differ from the leader's; this way every replica, and a replay, store the
+        LSO the leader saw when it wrote the marker."""
         for txn in self._ongoing_txns.values():
+            if txn.first_offset > completed_txn.last_offset:
+                break  # ordered by first offset: the rest began after the marker too
             if txn.producer_id != completed_txn.producer_id:
                 return txn.first_offset
         return completed_txn.last_offset + 1

@@ -6,6 +6,7 @@ overlapping the fetched range, so the consumer can drop their records.
 
 from __future__ import annotations
 
+import bisect
 import os
 import struct
 from dataclasses import dataclass
@@ -96,6 +97,23 @@ class TransactionIndex(IndexFile):
             )
         self._append_bytes(aborted.to_bytes())
         self._aborted.append(aborted)
+
+    def restore(self, aborted: AbortedTxn) -> None:
+        """Replay found `aborted` in the log: keep its entry, or put it back in its place.
+
+        Kafka rebuilds a recovered segment's index from scratch; the log's replay (load without
+        a newer snapshot, truncation) also mends an index that lost an entry below its last one
+        (a follower append before issue 27's fix): the entries from there on are dropped, and the
+        rest of the replay, which goes on in offset order, appends them again.
+        """
+        n = bisect.bisect_left(self._aborted, aborted.last_offset, key=lambda a: a.last_offset)
+        if n < len(self._aborted):
+            found = self._aborted[n]
+            same = (found.producer_id, found.first_offset, found.last_offset)
+            if same == (aborted.producer_id, aborted.first_offset, aborted.last_offset):
+                return
+            self._truncate_to_entries(n)
+        self.append(aborted)
 
     def all_aborted(self) -> list[AbortedTxn]:
         """Every entry, oldest first."""

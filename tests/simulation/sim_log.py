@@ -37,7 +37,7 @@ def real_log_truncation_clears_epoch_at_end() -> bool:
         try:
             log.append_as_leader(build_batch([SimpleRecord(b"v", None, 0)]), 0, 0)
             log.epoch_cache.assign(1, log.log_end_offset)  # BecameLeader, then nothing appended
-            log.truncate_to(log.log_end_offset)
+            log.truncate_to(log.log_end_offset, 0)
             return log.latest_epoch == 0
         finally:
             log.close()

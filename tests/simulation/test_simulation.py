@@ -57,7 +57,7 @@ def test_follower_truncation_finishes_on_the_real_log(tmp_path: Path) -> None:
                 log_end_offset=follower.log_end_offset,
                 high_watermark=follower.high_watermark,
             )
-            follower.truncate_to(cut.offset)
+            follower.truncate_to(cut.offset, 0)
             if cut.done:
                 break
         assert cut.done, f"still truncating, asking for epoch {follower.latest_epoch} again"

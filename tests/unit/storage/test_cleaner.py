@@ -793,7 +793,7 @@ def test_truncation_lowers_the_checkpoint(tmp_path):
     cleaner = make_cleaner()
     result = clean(log, cleaner=cleaner)
     cleaner.abort_and_pause_cleaning(TP)  # what the replica manager does around a truncation
-    log.truncate_to(result.end_offset - 1)
+    log.truncate_to(result.end_offset - 1, NOW)
     cleaner.manager.maybe_truncate_checkpoint(TP, result.end_offset - 1)
     cleaner.resume_cleaning(TP)
     assert cleaner.manager.checkpoint(TP) == result.end_offset - 1

@@ -132,7 +132,7 @@ def test_truncate_to_and_fully(tmp_path):
     log = Log.open(tmp_path / "t-0", small(), now_ms=NOW)
     for i in range(12):
         log.append_as_leader(batch([b"%d" % i]), i // 4, NOW)
-    assert log.truncate_to(5)
+    assert log.truncate_to(5, NOW)
     assert log.log_end_offset == 5
     assert offsets_of(log.read(0, 1 << 20).records) == [0, 1, 2, 3, 4]
     assert log.epoch_cache.latest_epoch == 1
