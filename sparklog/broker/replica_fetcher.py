@@ -139,6 +139,8 @@ class ReplicaFetcherManager:
         self.clock_ms = clock_ms
         self._fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
         self._assigned: dict[TopicPartition, tuple[int, int]] = {}
+        # Kafka's failedPartitions: not followed until the metadata assigns them again
+        self.failed_partitions: set[TopicPartition] = set()
         self.closed = False
 
     def statistics(self) -> dict[str, int]:
@@ -153,6 +155,7 @@ class ReplicaFetcherManager:
     ) -> None:
         """Follow `tp` from `leader_id` at `leader_epoch` (truncating first)."""
         self.remove_partition(tp)
+        self.failed_partitions.discard(tp)
         if self.closed or leader_id < 0 or leader_id == self.node_id:
             return  # an offline partition: nobody to fetch from
         key = (leader_id, fetcher_id_for(tp, self.config.num_replica_fetchers))
@@ -173,6 +176,31 @@ class ReplicaFetcherManager:
         if not fetcher.partitions:
             del self._fetchers[key]
             fetcher.stop()
+
+    def mark_partition_failed(self, tp: TopicPartition, error: Exception, what: str) -> None:
+        """Stop following `tp` after its truncation failed (Kafka's `AbstractFetcherThread`
+        `doTruncate` -> `markPartitionFailed`): a replica whose cut went wrong half way may hold
+        a log, producer state or high watermark that cannot be trusted, and must not fetch its
+        way back into the ISR; the next leader change for `tp` tries again. An offline log dir
+        was reported by its failure channel; anything else is a bug, logged with its traceback."""
+        if isinstance(error, KafkaStorageError):
+            log.debug("broker %d: %s of %s-%d failed: %s", self.node_id, what, *tp, error)
+        else:
+            log.error(
+                "broker %d: unexpected error in %s of %s-%d",
+                self.node_id,
+                what,
+                *tp,
+                exc_info=error,
+            )
+        self.remove_partition(tp)
+        self.failed_partitions.add(tp)
+        log.warning(
+            "broker %d: partition %s-%d marked as failed; it is not followed until its "
+            "leadership changes",
+            self.node_id,
+            *tp,
+        )
 
     async def shutdown(self) -> None:
         """Stop every fetcher and wait for them."""
@@ -334,8 +362,8 @@ class ReplicaFetcher:
                 continue
             latest = hosted.log.latest_epoch
             if latest is None:  # no epochs to compare: keep only what was committed
-                rm.truncate_follower(tp, state.leader_epoch, hosted.log.high_watermark)
-                self._start_fetching(tp, state)
+                if self._cut(tp, state, rm.truncate_follower, hosted.log.high_watermark):
+                    self._start_fetching(tp, state)
             else:
                 asks[tp] = (state, latest)
         if not asks:
@@ -380,9 +408,24 @@ class ReplicaFetcher:
             log_end_offset=log_.log_end_offset,
             high_watermark=log_.high_watermark,
         )
-        self.manager.replica_manager.truncate_follower(tp, state.leader_epoch, cut.offset)
-        if cut.done:
+        cut_ok = self._cut(tp, state, self.manager.replica_manager.truncate_follower, cut.offset)
+        if cut_ok and cut.done:
             self._start_fetching(tp, state)
+
+    def _cut(
+        self,
+        tp: TopicPartition,
+        state: PartitionFetchState,
+        truncate: Callable[[TopicPartition, int, int], int],
+        offset: int,
+    ) -> bool:
+        """Run one truncation of `tp`; on failure mark the partition failed (False)."""
+        try:
+            truncate(tp, state.leader_epoch, offset)
+        except Exception as e:  # noqa: BLE001 - Kafka's doTruncate catches every Throwable
+            self.manager.mark_partition_failed(tp, e, f"truncation to {offset}")
+            return False
+        return True
 
     def _start_fetching(self, tp: TopicPartition, state: PartitionFetchState) -> None:
         hosted = self._following(tp, state)
@@ -437,10 +480,13 @@ class ReplicaFetcher:
             return
         rm = self.manager.replica_manager
         reset = reset_for_out_of_range(hosted.log.log_end_offset, leader_start, leader_end)
-        if reset.truncate_to is not None:
-            rm.truncate_follower(tp, state.leader_epoch, reset.truncate_to)
-        if reset.start_at is not None:
-            rm.truncate_fully_follower(tp, state.leader_epoch, reset.start_at)
+        cuts = (
+            (rm.truncate_follower, reset.truncate_to),
+            (rm.truncate_fully_follower, reset.start_at),
+        )
+        for truncate, offset in cuts:
+            if offset is not None and not self._cut(tp, state, truncate, offset):
+                return
         log.info(
             "broker %d: %s-%d out of range at %d; leader log is [%d, %d): fetching from %d",
             self.manager.node_id,

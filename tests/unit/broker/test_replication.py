@@ -446,3 +446,67 @@ def test_alter_partition_batches_one_request_at_a_time_and_retries():
     assert [sorted(c.partition for c in r) for r in requests] == [[0, 1], [0, 1, 2]]
     assert answered[:2] == [(("t", 0), 13), (("t", 1), 13)]  # NETWORK_EXCEPTION: retried
     assert sorted(answered[2:]) == [(("t", 0), 0), (("t", 1), 0), (("t", 2), 0)]
+
+
+# -- truncation of a returning leader (issue 27) -----------------------------------------------------
+
+
+def test_a_returning_leader_with_producer_state_truncates_cleanly(brokers):
+    """The old leader cuts idempotent and transactional records nobody else got. Before the fix
+    `Log.truncate_to` raised TypeError (the log passed as the time) once a producer snapshot
+    existed, leaving producer state cleared and HW above the log end."""
+    from tests.log_checks import check_log_consistent
+
+    rms, _clock = brokers
+    old, new = rms[1], rms[2]
+    for rm in (old, new):
+        rm.apply_metadata(meta(leader=1, isr=(1, 2), replicas=(1, 2), **{"segment.bytes": 300}))
+    for i in range(6):
+        produce(old, batch(b"i%d" % i, producer_id=7, producer_epoch=0, base_sequence=i))
+    replicate(old, new)
+    replicate(old, new)  # the follower's fetch position moves the leader's HW up
+    old_log = old.hosted(*TP).log
+    assert old_log.producer_state.snapshot_offsets, "segments rolled, snapshots taken"
+    for i in range(6, 9):  # the suffix the new leader never gets
+        produce(old, batch(b"x%d" % i, producer_id=7, producer_epoch=0, base_sequence=i))
+    for rm in (old, new):
+        rm.apply_metadata(
+            meta(leader=2, isr=(2,), replicas=(1, 2), leader_epoch=1, partition_epoch=1)
+        )
+    assert truncate_against(old, new, 1) == 1
+    assert old_log.log_end_offset == 6 and old_log.high_watermark <= old_log.log_end_offset
+    check_log_consistent(old_log)
+    entry = old_log.producer_state.last_entry(7)
+    assert entry is not None and entry.last_seq == 5
+
+
+def test_a_failed_truncation_marks_the_partition_failed(brokers, caplog):
+    """Kafka's markPartitionFailed: an unexpected error while truncating stops following the
+    partition (it must not fetch its way back into the ISR with state that cannot be trusted)
+    until the metadata assigns it again. Before, the fetcher logged and carried on."""
+    rms, clock = brokers
+    follower = rms[2]
+    follower.apply_metadata(meta(leader=1, isr=(1, 2), replicas=(1, 2)))
+
+    def broken(*_args):
+        raise TypeError("a bug")
+
+    follower.truncate_follower = broken
+
+    async def go():
+        manager = ReplicaFetcherManager(2, follower, BrokerConfig.from_properties({}),
+                                        lambda _id: None, clock_ms=clock)  # fmt: skip
+        manager.add_partition(TP, TOPIC_ID, 1, 0)
+        fetcher = next(iter(manager._fetchers.values()))
+        fetcher._apply_truncation(TP, manager.fetch_state(TP), 0, 0)
+        assert manager.failed_partitions == {TP}
+        assert manager.fetch_state(TP) is None
+        manager.add_partition(TP, TOPIC_ID, 1, 1)  # a new leader epoch: followed again
+        assert manager.failed_partitions == set() and manager.fetch_state(TP) is not None
+        await manager.shutdown()
+
+    with caplog.at_level("WARNING", logger="sparklog.broker.replica_fetcher"):
+        asyncio.run(go())
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert errors and errors[0].exc_info and "truncation to 0" in errors[0].getMessage()
+    assert any("marked as failed" in r.getMessage() for r in caplog.records)
