@@ -509,7 +509,7 @@ class Log:
             self.recovery_point = min(self.recovery_point, self.log_end_offset)
             self.high_watermark = min(self.high_watermark, self.log_end_offset)
             reloaded = self.producer_state.truncate_and_reload(
-                self.log_start_offset, self.log_end_offset, now_ms
+                self.log_start_offset, self.log_end_offset, now_ms, self.high_watermark
             )
             self.replay_producer_state(reloaded.map_end_offset)
             return True

@@ -574,12 +574,22 @@ class ProducerStateManager:
         self._last_snapshot_offset = log_start_offset if latest is None else latest
 
     def truncate_and_reload(
-        self, log_start_offset: int, log_end_offset: int, now_ms: int
+        self,
+        log_start_offset: int,
+        log_end_offset: int,
+        now_ms: int,
+        high_watermark: int | None = None,
     ) -> ProducerStateReloaded:
-        """After the log was truncated to `log_end_offset` (which must be <= the high watermark):
-        delete the snapshots outside (log start, log end], and reload from the newest one left
-        unless the state already ends at the log end (Kafka's `truncateAndReload`)."""
-        return self._reload(log_start_offset, log_end_offset, now_ms, force=False)
+        """After the log was truncated to `log_end_offset`: delete the snapshots outside
+        (log start, min(log end, high watermark)], and reload from the newest one left unless
+        the state already ends at the log end (Kafka's `truncateAndReload`). Unlike Kafka, a
+        snapshot above the high watermark goes too: it cannot hold the transactions it saw
+        completed above the high watermark (still unstable), which only the replay from a
+        snapshot at or below it rebuilds."""
+        kept_end_offset = log_end_offset if high_watermark is None else high_watermark
+        return self._reload(
+            log_start_offset, log_end_offset, now_ms, force=False, kept_end_offset=kept_end_offset
+        )
 
     def load(
         self, log_start_offset: int, log_end_offset: int, now_ms: int
@@ -591,11 +601,18 @@ class ProducerStateManager:
         return self._reload(log_start_offset, log_end_offset, now_ms, force=True)
 
     def _reload(
-        self, log_start_offset: int, log_end_offset: int, now_ms: int, *, force: bool
+        self,
+        log_start_offset: int,
+        log_end_offset: int,
+        now_ms: int,
+        *,
+        force: bool,
+        kept_end_offset: int | None = None,
     ) -> ProducerStateReloaded:
-        removed = self._snapshots.delete_where(
-            lambda o: o > log_end_offset or o <= log_start_offset
+        kept_end = (
+            log_end_offset if kept_end_offset is None else min(kept_end_offset, log_end_offset)
         )
+        removed = self._snapshots.delete_where(lambda o: o > kept_end or o <= log_start_offset)
         if not force and log_end_offset == self._map_end_offset:
             self.on_log_start_offset_incremented(log_start_offset)
             return ProducerStateReloaded(self._map_end_offset, False, None, removed, ())

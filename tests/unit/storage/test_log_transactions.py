@@ -251,3 +251,24 @@ def test_truncation_then_catch_up_equals_the_new_leader(tmp_path):
     check_log_consistent(old_leader)
     old_leader.close()
     new_leader.close()
+
+
+def test_truncation_keeps_a_transaction_decided_above_the_high_watermark_unstable(tmp_path):
+    """A transaction whose marker is above the HW is still unstable (its records must not
+    reach read_committed consumers). A snapshot taken above the HW cannot hold it, so the
+    truncation reloads from one at or below the HW and replays the rest."""
+    config = LogConfig.from_properties({"segment.bytes": 200, "index.interval.bytes": 1})
+    log = Log.open(tmp_path / "t-0", config, now_ms=NOW)
+    log.append_as_leader(data(1, 1, 0), 0, NOW)  # 0
+    log.append_as_leader(marker(1, COMMIT), 0, NOW, origin=D)  # 1
+    for i in range(8):
+        log.append_as_leader(data(7, 1, i, txn=False), 0, NOW)
+    assert [o for o in log.producer_state.snapshot_offsets if o > 1], "snapshots above the HW"
+    assert log.high_watermark == 0 and log.last_stable_offset == 0
+    assert log.producer_state.first_unstable_offset() == 0
+    assert log.truncate_to(log.log_end_offset - 1, NOW)
+    assert log.producer_state.first_unstable_offset() == 0
+    check_log_consistent(log)
+    log.update_high_watermark(log.log_end_offset)
+    assert log.producer_state.first_unstable_offset() is None
+    log.close()
