@@ -1,17 +1,25 @@
 """A deterministic, seeded simulation of transactions: the real transaction and group
 coordinator cores and real partition logs (producer state, `.txnindex`, last stable offset),
-driven by transactional producers under a seeded fault schedule.
+three replicas per partition (`txn_replicas.py`), driven by transactional producers under a
+seeded fault schedule.
 
 Faults: the coordinator restarts (rebuilt from the persisted rows; writes not yet flushed are
 lost and their requests never answered), a Delta write fails, markers arrive late, one
 partition at a time, or twice, a producer restarts as a new incarnation (fencing the old one,
 which keeps sending as a zombie), and transactions outlive their timeout. Each producer's
-batches pass the broker's KIP-890 check before they are appended, as on a broker.
+batches pass the broker's KIP-890 check before they are appended, as on a broker. Replication
+(issue 27): followers catch up in chunks of random size that span several producers' data and
+markers, leadership moves to any replica (the others cut their divergent suffix: a marker or
+data nobody else got), and followers restart, cleanly or killed. A producer's EndTxn(commit)
+first flushes its sends (acks=all); a send that a leader change cut makes it start over, and a
+marker append the replicas have not all acknowledged is delivered again.
 
-After every step: no partition's LSO goes backwards. At the end (faults stop, every marker
-delivered): a read_committed read of every partition shows every record of each committed
-transaction and nothing of any other, and the group's committed offset is one that a committed
-transaction carried, the newest.
+After every step: no partition's LSO goes backwards, every replica keeps HW <= log end; after
+every truncation and restart the replica's producer state and txn index equal a replay of its
+log. At the end (faults stop, every marker delivered, followers caught up): every replica holds
+the same log, aborted transactions and producers; a read_committed read of every partition
+shows every record of each committed transaction and nothing of any other, and the group's
+committed offset is one that a committed transaction carried, the newest.
 
 Run with the replication simulation (`--sim-seeds=N`, `--sim-seed=K`).
 """
@@ -19,6 +27,7 @@ Run with the replication simulation (`--sim-seeds=N`, `--sim-seed=K`).
 from __future__ import annotations
 
 import dataclasses
+import os
 import random
 from pathlib import Path
 from typing import Any
@@ -39,10 +48,11 @@ from sparklog.records.control import (
 )
 from sparklog.storage.log import Log
 from sparklog.storage.producer_state import AppendOrigin
+from tests.simulation.txn_replicas import PartitionReplicas
 
 PARTITIONS = 3
 TOPICS = {"t": PARTITIONS, "src": 1}
-STEPS = 300
+STEPS = 400
 TIMEOUT_MS = 4_000
 
 
@@ -51,6 +61,7 @@ class Txn:
     uid: int
     partitions: set[int] = dataclasses.field(default_factory=set)
     appended: set[bytes] = dataclasses.field(default_factory=set)
+    sent: list[tuple[int, int, bytes]] = dataclasses.field(default_factory=list)  # p, offset, v
     offset: int | None = None
     outcome: str = "open"  # committed / aborted / unknown (the answer was lost)
 
@@ -73,7 +84,9 @@ class Simulation:
         self.now_ms = 1_700_000_000_000  # wall-clock ms, as the coordinator persists
         self.rows: list[dict[str, Any]] = []
         self.pids = iter(range(5000, 10**6))
-        self.logs = {p: Log.open(directory / f"t-{p}", now_ms=0) for p in range(PARTITIONS)}
+        self.partitions = {
+            p: PartitionReplicas(directory / f"t-{p}", self.rng) for p in range(PARTITIONS)
+        }
         self.lso = dict.fromkeys(range(PARTITIONS), 0)
         self.txns: list[Txn] = []
         self.commit_order: list[Txn] = []  # as the coordinator answered the commits
@@ -85,6 +98,11 @@ class Simulation:
         self.generation = 0  # of the coordinator, bumped by restarts
         self.faults = True
         self._build()
+
+    @property
+    def logs(self) -> dict[int, Log]:
+        """Each partition's leader log."""
+        return {p: replicas.leader for p, replicas in self.partitions.items()}
 
     # -- the coordinator and its "table" ------------------------------------------------
 
@@ -137,20 +155,21 @@ class Simulation:
             times = 2 if self.faults and self.rng.random() < 0.1 else 1
             for _ in range(times):  # a duplicate marker (a retried WriteTxnMarkers)
                 self._append(partition, batch, AppendOrigin.COORDINATOR)
+            if self.faults and self.rng.random() < 0.2:
+                continue  # acks=all not met yet: the coordinator will write it again
+            self.partitions[partition].catch_up(self.now_ms)
             left.discard(partition)
         if not left:
             del self.markers[index]
             self.txn.markers_done(self.now_ms, job)
             self.flush()
 
-    def _append(self, partition: int, batch: bytes, origin: AppendOrigin) -> bool:
-        log = self.logs[partition]
+    def _append(self, partition: int, batch: bytes, origin: AppendOrigin) -> int | None:
+        """Append to the partition's leader; its first offset, None when refused."""
         try:
-            log.append_as_leader(batch, 0, self.now_ms, origin=origin)
+            return self.partitions[partition].append(batch, origin, self.now_ms)
         except KafkaError:
-            return False
-        log.update_high_watermark(log.log_end_offset)
-        return True
+            return None
 
     # -- producers ------------------------------------------------------------------------
 
@@ -194,7 +213,7 @@ class Simulation:
             elif roll < 0.6 and producer.txn.offset is None:
                 self._commit_offsets(producer)
             else:
-                self._end(producer, self.rng.random() < 0.75)
+                self._end(producer, self.rng.random() < 0.6)
 
     def _produce(self, producer: Producer, partition: int) -> None:
         txn = producer.txn
@@ -238,10 +257,19 @@ class Simulation:
             base_sequence=sequence,
             is_transactional=True,
         )
-        if self._append(partition, batch, AppendOrigin.CLIENT):
+        offset = self._append(partition, batch, AppendOrigin.CLIENT)
+        if offset is not None:
             producer.sequences[partition] = sequence + 1
             if txn is not None:
                 txn.appended.add(value)
+                txn.sent.append((partition, offset, value))
+
+    def _flush(self, txn: Txn) -> bool:
+        """The producer's flush before committing: every send acknowledged by all replicas
+        (acks=all), or one was cut by a leader change (False)."""
+        for partition in sorted({p for p, _o, _v in txn.sent}):
+            self.partitions[partition].catch_up(self.now_ms)
+        return all(self.partitions[p].value_at(o) == v for p, o, v in txn.sent)
 
     def _opens_transaction(self, producer: Producer, partition: int) -> bool:
         entry = self.logs[partition].producer_state.last_entry(producer.pid)
@@ -296,6 +324,8 @@ class Simulation:
     def _end(self, producer: Producer, commit: bool) -> None:
         txn = producer.txn
         assert txn is not None
+        if commit and not self._flush(txn):
+            return self._failed(producer, -1)  # a send was lost: start over (abandons the txn)
         producer.state = "ending"
 
         def ended(code: int) -> None:
@@ -352,20 +382,30 @@ class Simulation:
             lso = log.last_stable_offset
             assert lso >= self.lso[p], f"LSO of partition {p} went back: {self.lso[p]} -> {lso}"
             self.lso[p] = lso
+            self.partitions[p].check_high_watermarks()
 
     def run(self) -> None:
         for _ in range(STEPS):
             roll = self.rng.random()
-            if roll < 0.55:
+            replicas = self.partitions[self.rng.randrange(PARTITIONS)]
+            if roll < 0.5:
                 self.step_producer(self.rng.choice(self.producers))
-            elif roll < 0.75:
+            elif roll < 0.65:
                 self.deliver_marker()
-            elif roll < 0.8 and self.zombies:
+            elif roll < 0.69 and self.zombies:
                 self.step_zombie()
-            elif roll < 0.83:
+            elif roll < 0.71:
                 self.restart_coordinator()
-            elif roll < 0.86:
+            elif roll < 0.73:
                 self.restart_producer(self.rng.randrange(len(self.producers)))
+            elif roll < 0.8:
+                replicas.fetch(self.rng.choice(replicas.followers()), self.now_ms)
+            elif roll < 0.82:
+                replicas.lag()
+            elif roll < 0.85:
+                replicas.change_leader(self.now_ms)
+            elif roll < 0.87:
+                replicas.restart_follower(self.now_ms)
             else:
                 self.now_ms += self.rng.choice((10, 100, 1000, TIMEOUT_MS))
                 self.txn.tick(self.now_ms)
@@ -385,8 +425,12 @@ class Simulation:
             while self.markers:
                 self.deliver_marker(everything=True)
                 self.check_lso()
-        for p, log in self.logs.items():
+        for p, replicas in self.partitions.items():
+            replicas.catch_up(self.now_ms, everyone=True)
+            log = replicas.leader
             assert log.last_stable_offset == log.high_watermark, f"partition {p} still unstable"
+            assert log.high_watermark == log.log_end_offset
+            replicas.check_replicas_agree(f"partition {p}")
 
     # -- what read_committed sees ---------------------------------------------------------
 
@@ -442,8 +486,14 @@ class Simulation:
             assert not [t for t in self.txns if t.outcome == "committed" and t.offset is not None]
 
     def close(self) -> None:
-        for log in self.logs.values():
-            log.close()
+        for replicas in self.partitions.values():
+            replicas.close()
+
+
+@pytest.fixture(autouse=True)
+def no_fsync(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The simulated disk never loses power: fsync (epoch checkpoints, rolls) is a no-op."""
+    monkeypatch.setattr(os, "fsync", lambda _fd: None)
 
 
 def test_transactions_seed(sim_seed: int, tmp_path: Path) -> None:
@@ -458,9 +508,10 @@ def test_transactions_seed(sim_seed: int, tmp_path: Path) -> None:
 
 
 def test_the_transaction_simulation_can_fail(tmp_path: Path) -> None:
-    """The checks are not vacuous: runs commit and abort transactions with records, and a
-    marker written for the wrong decision is caught."""
-    totals = {"committed": 0, "aborted": 0, "records": 0}
+    """The checks are not vacuous: runs commit and abort transactions with records, cut
+    replicas' suffixes and fetch chunks holding several producers' aborts, and a marker written
+    for the wrong decision is caught."""
+    totals = {"committed": 0, "aborted": 0, "records": 0, "truncations": 0, "multi_abort": 0}
     for seed in range(10):
         sim = Simulation(seed, tmp_path / str(seed))
         try:
@@ -470,9 +521,14 @@ def test_the_transaction_simulation_can_fail(tmp_path: Path) -> None:
                 if t.appended and t.outcome in ("committed", "aborted"):
                     totals[t.outcome] += 1
                 totals["records"] += len(t.appended)
+            for replicas in sim.partitions.values():
+                totals["truncations"] += replicas.truncations
+                totals["multi_abort"] += replicas.multi_abort_chunks
         finally:
             sim.close()
     assert totals["committed"] > 5 and totals["aborted"] > 1 and totals["records"] > 50, totals
+    # replication is exercised: cut suffixes, follower chunks with several producers' aborts
+    assert totals["truncations"] > 2 and totals["multi_abort"] > 5, totals
 
     for seed in range(10):
         sim = Simulation(seed, tmp_path / f"broken-{seed}")
