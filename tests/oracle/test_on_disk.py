@@ -132,3 +132,39 @@ def test_sparklog_serves_a_partition_directory_written_by_kafka(apache_kafka, sp
     sparklog_cluster.wait_for_leader(topic)
     got = consume(sparklog_cluster.bootstrap_servers, topic, produced)
     assert got == want
+
+
+def test_kafka_dump_log_segments_reads_the_txn_index_a_follower_chunk_wrote(tmp_path):
+    """Issue 27: a follower's one append of two producers' transactions and their ABORT markers
+    (out of producer order) indexes both; Kafka's DumpLogSegments reads the
+    same entries as sparklog's reader."""
+    from sparklog.records import SimpleRecord, build_batch
+    from sparklog.records.control import (
+        ControlRecordType,
+        EndTransactionMarker,
+        build_end_txn_marker_batch,
+    )
+    from sparklog.storage.log import Log
+
+    def data(pid: int, offset: int) -> bytes:
+        records = [SimpleRecord(b"v%d" % i, None, 1) for i in range(3)]
+        return build_batch(
+            records, base_offset=offset, producer_id=pid, producer_epoch=0, base_sequence=0,
+            is_transactional=True,
+        )  # fmt: skip
+
+    def abort(pid: int, offset: int) -> bytes:
+        marker = EndTransactionMarker(ControlRecordType.ABORT, 0)
+        return build_end_txn_marker_batch(
+            marker, producer_id=pid, producer_epoch=0, timestamp_ms=1, base_offset=offset
+        )
+
+    log = Log.open(tmp_path / "t-0", now_ms=1)
+    log.append_as_follower(data(1, 0) + data(2, 3) + abort(2, 6) + abort(1, 7), 1)
+    log.close()
+    index = tmp_path / "t-0" / "00000000000000000000.txnindex"
+    printed = dump("--files", str(index))  # a .txnindex file is dumped as the index it is
+    found = re.findall(
+        r"producerId: (\d+) firstOffset: (\d+) lastOffset: (\d+) lastStableOffset: (\d+)", printed
+    )
+    assert [tuple(int(x) for x in f) for f in found] == [(2, 3, 6, 0), (1, 0, 7, 8)], printed
