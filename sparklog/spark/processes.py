@@ -24,11 +24,16 @@ def _with_arg(flag: bytes, value: str) -> list[int]:
     return out
 
 
-def executor_pid(executor_id: str) -> int:
-    """The pid of the executor JVM with this id (its command line carries --executor-id)."""
+def executor_pid(executor_id: str, app_id: str | None = None) -> int:
+    """The pid of the executor JVM with this id (its command line carries --executor-id) of
+    application `app_id` (`--app-id`; give it wherever another Spark application may run on the
+    machine, whose executors have the same small ids)."""
     found = _with_arg(b"--executor-id", executor_id)
+    if app_id is not None:
+        found = [pid for pid in found if pid in _with_arg(b"--app-id", app_id)]
     if not found:
-        raise LookupError(f"no executor JVM with id {executor_id}")
+        of = "" if app_id is None else f" in application {app_id}"
+        raise LookupError(f"no executor JVM with id {executor_id}{of}")
     return found[0]
 
 

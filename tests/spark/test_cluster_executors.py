@@ -34,7 +34,8 @@ def test_brokers_on_executors_survive_executor_kill(spark, tmp_path):
         produce(bootstrap, "events", first)
 
         victim = brokers[0]
-        os.kill(executor_pid(victim["executor_id"]), signal.SIGKILL)
+        app_id = spark.sparkContext.applicationId  # never another application's executor
+        os.kill(executor_pid(victim["executor_id"], app_id), signal.SIGKILL)
         wait_for(
             lambda: any(
                 b["broker_id"] == victim["broker_id"] and b["fenced"]

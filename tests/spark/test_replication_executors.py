@@ -129,7 +129,8 @@ def kill_executor_of(cluster: SparkLogCluster, broker_id: int) -> dict[str, Any]
     """SIGKILL the executor JVM hosting `broker_id`; returns the broker as it was."""
     victim = broker(cluster, broker_id)
     assert victim["executor_id"] not in ("driver", "unknown"), victim
-    os.kill(executor_pid(victim["executor_id"]), signal.SIGKILL)
+    app_id = cluster.sc.applicationId  # never another application's executor
+    os.kill(executor_pid(victim["executor_id"], app_id), signal.SIGKILL)
     return victim
 
 
