@@ -5,7 +5,9 @@ and a checker that proves nothing acknowledged was lost, duplicated or rewritten
 
 Clients: a confluent-kafka producer (idempotent, acks=all) sends numbered records at a steady
 rate; two confluent-kafka consumers in one group read them the whole time; a sampler reads
-every partition's high watermark twice a second.
+every partition's high watermark twice a second. Transactions (`soak_txn.py`): two
+confluent-kafka producers with a `transactional.id` write to `soak-txn`, aborting every 5th
+transaction on purpose, while a read_committed consumer reads it from the start.
 
 Nemesis (one fault at a time, drawn from `--seed`; the next waits until all three brokers are
 back): `kill` SIGKILLs the executor JVM hosting a broker (Spark relaunches it, the broker
@@ -16,12 +18,17 @@ the executor is killed so the broker restarts on the repaired disk; `link` black
 (50-800 ms) the replication traffic to one broker for 2-10 s through a TCP proxy. Followers
 reach leaders only through that proxy: a `sitecustomize` hook put on the executors' Python path
 redirects the replica fetchers' connections to it; clients and the controller talk directly.
+After a fault heals, half the time a preferred-leader move (ElectLeaders PREFERRED) gives a
+restarted broker its leaderships back, as Kafka's auto leader rebalance would.
 
 Checks at the end, after healing and a full ISR: every acknowledged record is in the log at
 the partition and offset it was acknowledged with, exactly once; offsets are dense from 0; no
 offset was ever read with two different values (consumers during the run, the final read);
-no partition's high watermark was seen moving backwards. Exit status 1 and the seed on a
-violation.
+no partition's high watermark was seen moving backwards. For the transactions: no record of an
+aborted transaction visible to read_committed (during the run or at the end), every committed
+transaction whole, none lost or read twice; once the brokers stopped, every replica of a
+partition holds the same `.txnindex` entries and, at the same log end, the same producer
+snapshot. Exit status 1 and the seed on a violation.
 """
 
 from __future__ import annotations
@@ -46,6 +53,17 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+from soak_txn import (  # noqa: E402 - jobs/ is on the path when this file runs
+    TXN_PARTITIONS,
+    TXN_TOPIC,
+    ReadCommittedReader,
+    TransactionalProducer,
+    check_transactions,
+    compare_replicas,
+    create_txn_topic,
+    elect_preferred_leaders,
+    read_committed_final,
+)
 
 from sparklog.spark.processes import executor_pid, process_tree  # noqa: E402
 
@@ -321,7 +339,11 @@ class Soak:
         (hook_dir / "sitecustomize.py").write_text(HOOK)
         spark = (
             with_reference_jars(SparkSession.builder.master("local-cluster[3,1,1024]"))
-            .config("spark.executorEnv.PYTHONPATH", str(hook_dir))
+            # the hook first, then this process's path: the brokers run this tree's sparklog
+            .config(
+                "spark.executorEnv.PYTHONPATH",
+                os.pathsep.join(filter(None, [str(hook_dir), os.environ.get("PYTHONPATH")])),
+            )
             .config("spark.executorEnv.SPARKLOG_SOAK_PROXY_MAP", str(self.root / "proxy-map.json"))
             .appName("sparklog-soak")
             .config("spark.driver.host", "127.0.0.1")
@@ -332,16 +354,23 @@ class Soak:
             .getOrCreate()
         )
         spark.sparkContext.setLogLevel("ERROR")
+        self.app_id = spark.sparkContext.applicationId
         config = {**CLUSTER_CONFIG, "log.dirs": str(self.base)}
         self.cluster = cluster = sparklog.start(spark, brokers=3, config=config, data_dir=self.root)
+        report = None
         try:
             with AdminClient({"bootstrap.servers": cluster.bootstrap_servers}) as admin:
                 admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3, {"min.insync.replicas": "2"})])
             self.wait_healthy(60)
-            return self.load_and_check(cluster.bootstrap_servers)
+            report = self.load_and_check(cluster.bootstrap_servers)
+            return report
         finally:
             cluster.stop()
             spark.stop()
+            if report is not None:  # the brokers closed their logs: compare the replicas
+                replicas = compare_replicas(self.base, TXN_TOPIC, TXN_PARTITIONS)
+                report["replicas"] = replicas
+                report["ok"] = report["ok"] and replicas["ok"]
             if self.tmpfs is not None:
                 subprocess.run(["umount", "-l", str(self.tmpfs)], check=False)
 
@@ -372,7 +401,10 @@ class Soak:
         producer = NumberedProducer(bootstrap)
         readers = [GroupReader(bootstrap, f"reader-{i}", seen) for i in range(2)]
         sampler = WatermarkSampler(bootstrap)
-        for t in (producer, *readers, sampler):
+        create_txn_topic(bootstrap)
+        txn_producers = [TransactionalProducer(bootstrap, f"soak-tx-{i}") for i in range(2)]
+        txn_reader = ReadCommittedReader(bootstrap)
+        for t in (producer, *readers, sampler, *txn_producers, txn_reader):
             t.start()
         started = time.monotonic()
         deadline = started + self.args.minutes * 60
@@ -384,16 +416,23 @@ class Soak:
             time.sleep(4)  # past broker.session.timeout.ms: the controller has seen the fault
             if not self.wait_healthy(120):
                 log("cluster not healthy 120 s after a fault; going on")
+            elif self.rng.random() < 0.5:
+                self.move_leaders()
         log("nemesis off; healing")
         healed = self.wait_healthy(180)
         producer.finish()
+        for p in txn_producers:
+            p.finish()
         time.sleep(2)
-        for t in (*readers, sampler):
+        for t in (*readers, sampler, txn_reader):
             t.stopping.set()
             t.join(30)
         # the brokers of the start may all have moved to new ports by now
         final = self.final_read(self.cluster.bootstrap_servers, seen)
         report = self.verdict(producer, readers, sampler, seen, final, healed)
+        txn_seen = read_committed_final(self.cluster.bootstrap_servers)
+        report["transactions"] = check_transactions(txn_producers, txn_seen, txn_reader.seen)
+        report["ok"] = report["ok"] and report["transactions"]["ok"]
         report["seconds"] = round(time.monotonic() - started, 1)
         return report
 
@@ -407,7 +446,8 @@ class Soak:
             return
         victim = self.rng.choice(victims)
         try:
-            executor = executor_pid(victim["executor_id"])
+            # only this application's executors: other Spark applications may share the host
+            executor = executor_pid(victim["executor_id"], getattr(self, "app_id", None))
         except LookupError:  # the controller has not yet noticed an executor that died
             return
         self.faults[kind] += 1
@@ -427,6 +467,13 @@ class Soak:
             signal_all(pids, signal.SIGCONT)
         else:
             self.fill_disk(victim, executor)
+
+    def move_leaders(self) -> None:
+        """ElectLeaders PREFERRED: restarted brokers lead their partitions again."""
+        topics = {TOPIC: PARTITIONS, TXN_TOPIC: TXN_PARTITIONS}
+        moved = elect_preferred_leaders(self.cluster.bootstrap_servers, topics)
+        self.faults["preferred_leader_move"] += 1
+        log(f"move: preferred-leader election moved {moved} partitions")
 
     def link_fault(self, victim: dict[str, Any]) -> None:
         broker_id, seconds = victim["broker_id"], self.rng.uniform(2, 10)

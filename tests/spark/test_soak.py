@@ -1,6 +1,9 @@
 """The Jepsen-style soak (`jobs/soak.py`) for one minute: three brokers on local-cluster under
-executor kills, pauses and (as root) a full disk, with real clients; its checker must find
-nothing lost, duplicated or rewritten. A failure prints the seed to replay."""
+executor kills, pauses, replication link faults, preferred-leader moves and (as root) a full
+disk, with real clients, transactional ones included; its checker must find nothing lost,
+duplicated or rewritten, no aborted record visible to read_committed, and every replica of a
+transactional partition with the same `.txnindex` and producer snapshot. A failure prints the
+seed to replay."""
 
 from __future__ import annotations
 
@@ -37,3 +40,12 @@ def test_a_one_minute_soak_loses_nothing(tmp_path):
     assert report["records_acked"] > 10_000, report
     assert sum(report["faults"].values()) >= 3, f"the nemesis acted: {report['faults']}"
     assert report["records_in_log"] == report["records_acked"] == report["records_sent"]
+    txns = report["transactions"]
+    assert txns["ok"], txns
+    assert txns["aborted_records_visible"] == txns["committed_records_lost"] == 0, txns
+    assert txns["records_duplicated"] == 0, txns
+    assert txns["transactions_committed"] > 20 and txns["transactions_aborted"] > 5, txns
+    replicas = report["replicas"]
+    assert replicas["replicas_compared"] == 9 and replicas["txn_index_entries"] > 0, replicas
+    assert replicas["replicas_whose_txn_index_differs"] == 0, replicas
+    assert replicas["replicas_whose_producer_snapshot_differs"] == 0, replicas
