@@ -284,8 +284,10 @@ def compare_replicas(log_dirs: Path, topic: str, partitions: int) -> dict[str, A
         replicas += len(found)
         if not found:
             continue
+        # the reference: the longest log, and of those the fullest index (a lost entry is the
+        # failure this looks for, so the replica holding the most is the likeliest whole one)
         reference_dir, (ref_end, ref_index, ref_producers) = max(
-            found.items(), key=lambda item: item[1][0]
+            found.items(), key=lambda item: (item[1][0], len(item[1][1]))
         )
         entries += len(ref_index)
         for directory, (end, index, producers) in found.items():
