@@ -1,25 +1,21 @@
-"""The controller's metadata log: `__cluster_metadata-0` + a snapshot, on the driver's disk or on
-durable shared storage (DESIGN D7; `metadata.log.dir`).
+"""The controller's metadata log: `__cluster_metadata-0` + snapshots, durable in a directory or
+an object store (DESIGN D7; `metadata.log.dir`).
 
-Layout of a local (or shared-filesystem) directory::
+The log brokers fetch is a sparklog `Log` in the controller's data dir
+(`__cluster_metadata-0/`): one v2 batch per controller write, JSON record values, null keys.
+Its durable copy is a `MetadataStore` (`metadata_store.py`): one object per write, created at
+most once, in `metadata.log.dir` — the data dir itself by default, a shared filesystem's mount,
+or `s3://bucket/prefix` — plus a snapshot of the image every `metadata.log.snapshot.records`
+records. The working log is a cache rebuilt from the store at every start, so a driver
+restarted on another host recovers the cluster.
 
-    meta.properties                the cluster id
-    __cluster_metadata-0/          a sparklog `Log`: one v2 batch per controller write,
-                                   JSON record values, null keys
-    metadata.snapshot.json         {"offset": N, "image": MetadataImage.to_dict()}, written
-                                   atomically every `metadata.log.snapshot.records` records
+Opening = load the newest snapshot, rebuild the working log, replay it from the snapshot's
+offset, and return the image: the single-node equivalent of KRaft's snapshot + log replay.
+Every append is durable before it is applied or announced (the store fsyncs or the object store
+acknowledged it). The log is never truncated at the front: brokers follow it from offset 0.
 
-On an object store (`s3://bucket/prefix`) the same content is objects (see
-`metadata_store.py`) and `__cluster_metadata-0/` on the driver's disk is a cache rebuilt from
-them at every start, so a driver restarted on another host recovers the cluster.
-
-Opening = load the snapshot (if any), replay the log from its offset, and return the image:
-the single-node equivalent of KRaft's snapshot + log replay. Every append is durable before it
-returns (fsynced, or written to the object store), so what a response announces survives a
-crash; a torn local tail is dropped by the log's own recovery. The log is never truncated at
-the front: brokers follow it from offset 0.
-
-Not thread-safe: owned by the controller's event loop thread.
+Not thread-safe: owned by the controller's event loop thread; only the store's writes
+(`write_batch`, `write_snapshot`) may run on a writer thread, one at a time.
 """
 
 from __future__ import annotations
@@ -33,13 +29,14 @@ from typing import Any
 
 from sparklog.controller.image import MetadataImage, MetadataRecordError, encode_record
 from sparklog.controller.metadata_store import (
-    LocalMetadataStore,
+    LOG_DIR_NAME,
     MetadataLogFencedError,
     MetadataStore,
     open_metadata_store,
+    read_range,
 )
 from sparklog.errors import MessageTooLargeError
-from sparklog.records import SimpleRecord, build_batch
+from sparklog.records import SimpleRecord, build_batch, iter_batches
 from sparklog.storage.config import LogConfig
 from sparklog.storage.log import FetchDataInfo, Log
 
@@ -47,7 +44,7 @@ log = logging.getLogger(__name__)
 
 METADATA_TOPIC = "__cluster_metadata"
 METADATA_PARTITION = 0
-METADATA_LOG_DIR = f"{METADATA_TOPIC}-{METADATA_PARTITION}"
+METADATA_LOG_DIR = LOG_DIR_NAME  # f"{METADATA_TOPIC}-{METADATA_PARTITION}"
 #: One controller write is one batch; a 10,000-partition CreateTopics is ~2 MB of records.
 METADATA_LOG_CONFIG = LogConfig(max_message_bytes=16 * 1024 * 1024)
 _REPLAY_READ_BYTES = 4 * 1024 * 1024
@@ -86,19 +83,18 @@ class MetadataLog:
         storage_options: Mapping[str, str] | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
     ) -> tuple[MetadataLog, MetadataImage]:
-        """Open (or create) the metadata log at `location` (a directory, an object-store URI
-        whose working copy goes to `cache_dir`, or a store); returns it and the replayed image."""
+        """Open (or create) the metadata log durable at `location` (a directory, an
+        object-store URI or a store) with its working copy in `cache_dir` (default: the
+        directory); returns it and the replayed image."""
         if isinstance(location, str | os.PathLike):
             store = open_metadata_store(location, storage_options)
         else:
             store = location
-        if isinstance(store, LocalMetadataStore):
-            working_dir = store.directory
-        else:
-            if cache_dir is None:
-                raise ValueError(f"{location} is an object store: give a local cache_dir")
-            working_dir = Path(cache_dir)
-            working_dir.mkdir(parents=True, exist_ok=True)
+        if cache_dir is None and store.directory is None:
+            raise ValueError(f"{location} is an object store: give a local cache_dir")
+        working_dir = Path(cache_dir) if cache_dir is not None else store.directory
+        assert working_dir is not None
+        working_dir.mkdir(parents=True, exist_ok=True)
         image = store.load_snapshot() or MetadataImage()
         snapshot_offset = image.offset
         log_ = Log.open(working_dir / METADATA_LOG_DIR, METADATA_LOG_CONFIG, now_ms=now_ms)
@@ -137,13 +133,17 @@ class MetadataLog:
 
         Raises MetadataLogFencedError, now and on every later call, once another controller
         wrote the durable log past this one's view of it."""
+        batch = self.prepare(records, now_ms)
+        self.write_durably(batch)
+        return self.appended(batch, now_ms)
+
+    def prepare(self, records: Sequence[Mapping[str, Any]], now_ms: int) -> bytes:
+        """The next batch: `records` at the log end (written by `write_durably`)."""
         assert records, "a controller write has at least one record"
-        if self._fenced is not None:
-            raise self._fenced
-        first = self._log.log_end_offset
+        self.check_not_fenced()
         batch = build_batch(
             [SimpleRecord(value=encode_record(r)) for r in records],
-            base_offset=first,
+            base_offset=self._log.log_end_offset,
             now_ms=now_ms,
             partition_leader_epoch=_CONTROLLER_EPOCH,
         )
@@ -152,14 +152,35 @@ class MetadataLog:
                 f"a controller write of {len(batch)} bytes exceeds the metadata log's "
                 f"{METADATA_LOG_CONFIG.max_message_bytes}"
             )
+        return batch
+
+    def write_durably(self, batch: bytes) -> None:
+        """Make a prepared batch durable in the store (may run on a writer thread)."""
+        base = next(iter_batches(batch)).header.base_offset
         try:
-            self.store.append(self._log, batch, now_ms)
+            self.store.write_batch(base, batch)
         except MetadataLogFencedError as e:
-            log.error("%s", e)
+            if self._fenced is None:
+                log.error("%s", e)
             self._fenced = e
             raise
+
+    def appended(self, batch: bytes, now_ms: int) -> int:
+        """Append a durable batch to the working log (on the owner's thread); its first offset."""
+        first = self._log.log_end_offset
+        assert next(iter_batches(batch)).header.base_offset == first, "batches go at the end"
+        self._log.append_as_follower(batch, now_ms)
         self._log.update_high_watermark(self._log.log_end_offset)
         return first
+
+    @property
+    def fenced(self) -> bool:
+        """Whether another controller took the log over (this one must write nothing more)."""
+        return self._fenced is not None
+
+    def check_not_fenced(self) -> None:
+        if self._fenced is not None:
+            raise self._fenced
 
     def read(self, fetch_offset: int, max_bytes: int) -> FetchDataInfo:
         """Whole batches from the one holding `fetch_offset` (OffsetOutOfRangeError outside
@@ -178,10 +199,17 @@ class MetadataLog:
         return True
 
     def write_snapshot(self, image: MetadataImage) -> None:
-        assert image.offset == self.end_offset, "snapshot of an image that is not the log's"
-        data = json.dumps({"offset": image.offset, "image": image.to_dict()}, sort_keys=True)
-        self.store.write_snapshot(image.offset, data.encode(), self._log)
+        self.store.write_snapshot(*self.snapshot_of(image))
         self.snapshot_offset = image.offset
+
+    def snapshot_of(self, image: MetadataImage) -> tuple[int, bytes, bytes]:
+        """What `store.write_snapshot` takes: the offset, the image as JSON and the batches
+        since the store's last segment (read on the owner's thread)."""
+        assert image.offset == self.end_offset, "snapshot of an image that is not the log's"
+        self.check_not_fenced()
+        data = json.dumps({"offset": image.offset, "image": image.to_dict()}, sort_keys=True)
+        batches = read_range(self._log, self.store.segment_end, image.offset)
+        return image.offset, data.encode(), batches
 
     def close(self) -> None:
         self._log.close()

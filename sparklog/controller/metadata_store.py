@@ -1,26 +1,31 @@
-"""Where the controller's metadata log is durable: a local directory or an object store.
+"""Where the controller's metadata log is durable: a directory or an object store, one way.
 
 `MetadataLog` always serves brokers from a working `Log` on the driver's disk
-(`__cluster_metadata-0/`); a `MetadataStore` decides what makes a write durable and what
-`open` recovers from:
+(`__cluster_metadata-0/`); the `MetadataStore` is the durable copy it is rebuilt from at every
+start. The store keeps immutable objects, each created at most once (`storage.object_store.
+Objects`: a conditional put `If-None-Match: *` on an object store, an fsynced temp file
+`link`ed into place in a directory — the driver's disk or a shared filesystem's mount):
 
-- `LocalMetadataStore` (a path: the driver's disk, or a shared filesystem's mount): the
-  working log *is* the durable copy, as before: each append is fsynced before it returns,
-  snapshots are written atomically beside it, `meta.properties` holds the cluster id.
-- `ObjectMetadataStore` (`s3://bucket/prefix`): every controller write is one object
-  `__cluster_metadata-0/batches/<base offset>` written with conditional put
-  (`If-None-Match: *`); the working log on local disk is only a cache, rebuilt from the
-  objects at every start. A snapshot adds `snapshots/<offset>.json` and a segment object
-  `__cluster_metadata-0/segments/<base>-<end>` holding the batches since the previous
-  segment, so a start reads a few segments and the batches after the last one.
+    meta.properties                           the cluster id (the first formatter's)
+    __cluster_metadata-0/batches/<offset>     one per controller write: its v2 batch
+    __cluster_metadata-0/segments/<a>-<b>     at a snapshot: the batches [a, b), together
+    snapshots/<offset>.json                   {"offset": N, "image": ...}; the newest two kept
 
-Fencing: the batch objects are never deleted, so the key of every offset a controller could
-next write is taken once written. Two controllers that both believe the log ends at N (a
-zombie driver and its successor) race for `batches/N`; the loser gets
-`MetadataLogFencedError` and stops writing, and the log can never fork. A retried put whose
-first attempt landed finds its own bytes there and succeeds.
+A start reads the newest snapshot, the chain of segments from offset 0 and the batches after
+it (listed from there, so a long-lived log is not listed whole).
 
-Not thread-safe: owned by the controller's event loop thread, like `MetadataLog`.
+Fencing (one model for both backends): batch objects are never deleted, so the key of every
+offset a controller could next write is taken once written. Two controllers that both believe
+the log ends at N (a zombie driver and its successor) race for `batches/N`; the loser gets
+`MetadataLogFencedError` and stops writing, and the log can never fork. A retried
+create whose first attempt landed finds its own bytes there and succeeds.
+
+Directories written by sparklog before this layout (`__cluster_metadata-0/*.log` as the durable
+log, `metadata.snapshot.json`) are adopted at the first start: the old log becomes segment
+`0-<end>`, the old snapshot is read until a newer one exists.
+
+Thread-safety: `write_batch` and `write_snapshot` may run on a writer thread while the owner
+reads nothing else of the store; one caller at a time (the controller serializes its writes).
 """
 
 from __future__ import annotations
@@ -30,25 +35,28 @@ import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Protocol
+from typing import Any
 
 from sparklog.controller.image import MetadataImage, MetadataRecordError
 from sparklog.records import iter_batches
-from sparklog.storage.checkpoint import write_atomically
 from sparklog.storage.log import Log
 from sparklog.storage.object_store import (
+    DirectoryObjects,
+    Objects,
+    ObstoreObjects,
     StorageLocationError,
     is_object_store_uri,
     local_path,
-    open_object_store,
 )
 
 log = logging.getLogger(__name__)
 
 META_PROPERTIES = "meta.properties"
-SNAPSHOT_FILE = "metadata.snapshot.json"
-_BATCHES = "__cluster_metadata-0/batches/"
-_SEGMENTS = "__cluster_metadata-0/segments/"
+#: the snapshot file of directories written before the object layout (read, never written)
+LEGACY_SNAPSHOT_FILE = "metadata.snapshot.json"
+LOG_DIR_NAME = "__cluster_metadata-0"
+_BATCHES = f"{LOG_DIR_NAME}/batches/"
+_SEGMENTS = f"{LOG_DIR_NAME}/segments/"
 _SNAPSHOTS = "snapshots/"
 _SNAPSHOTS_KEPT = 2
 
@@ -57,35 +65,10 @@ class MetadataLogFencedError(Exception):
     """Another controller wrote the durable metadata log past this one's view of it."""
 
 
-class MetadataStore(Protocol):
-    """What makes the metadata log durable (see the module doc)."""
-
-    #: where it is, for messages
-    location: str
-
-    def read_meta_properties(self) -> str | None:
-        """The text of `meta.properties` (the cluster id), None when the store is new."""
-
-    def create_meta_properties(self, text: str) -> str:
-        """Write `meta.properties` unless present; returns the text that is there now."""
-
-    def load_snapshot(self) -> MetadataImage | None:
-        """The newest snapshot's image; MetadataRecordError if it is corrupt."""
-
-    def recover(self, working: Log, now_ms: int) -> None:
-        """Make the working log hold every durable batch (and nothing else)."""
-
-    def append(self, working: Log, batch: bytes, now_ms: int) -> None:
-        """Make `batch` (its offsets set) durable and append it to the working log."""
-
-    def write_snapshot(self, offset: int, data: bytes, working: Log) -> None:
-        """Persist a snapshot of the image at `offset` (JSON `data`)."""
-
-
 def open_metadata_store(
     location: str | os.PathLike[str], storage_options: Mapping[str, str] | None = None
 ) -> MetadataStore:
-    """The store for `metadata.log.dir`: an object store for a URI, else a local directory."""
+    """The store for `metadata.log.dir`: an object store for a URI, else a directory."""
     text = str(location)
     if is_object_store_uri(text):
         return ObjectMetadataStore(text, storage_options or {})
@@ -106,105 +89,55 @@ def parse_snapshot(data: bytes, name: str) -> MetadataImage:
     return image
 
 
-class LocalMetadataStore:
-    """A directory (local disk or shared filesystem) holding the log itself, fsynced."""
+class MetadataStore:
+    """Batch, segment and snapshot objects (see the module doc) over one `Objects` backend."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, objects: Objects, directory: Path | None = None) -> None:
+        self.objects = objects
+        self.location = objects.location
+        #: the local directory of a directory store (the working log's default home)
         self.directory = directory
-        self.location = str(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-
-    def read_meta_properties(self) -> str | None:
-        try:
-            return (self.directory / META_PROPERTIES).read_text()
-        except FileNotFoundError:
-            return None
-
-    def create_meta_properties(self, text: str) -> str:
-        write_atomically(self.directory / META_PROPERTIES, text.encode())
-        return text
-
-    def load_snapshot(self) -> MetadataImage | None:
-        path = self.directory / SNAPSHOT_FILE
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            return None
-        return parse_snapshot(data, str(path))
-
-    def recover(self, working: Log, now_ms: int) -> None:
-        """Nothing to do: the working log is the durable copy (the log's own recovery has
-        dropped a torn tail)."""
-
-    def append(self, working: Log, batch: bytes, now_ms: int) -> None:
-        working.append_as_follower(batch, now_ms)
-        working.flush()
-
-    def write_snapshot(self, offset: int, data: bytes, working: Log) -> None:
-        write_atomically(self.directory / SNAPSHOT_FILE, data)
-
-
-class ObjectMetadataStore:
-    """Batch, segment and snapshot objects under an object-store URI (see the module doc)."""
-
-    def __init__(self, uri: str, storage_options: Mapping[str, str], store: object = None) -> None:
-        self.location = uri.rstrip("/")
-        #: an `obstore` store rooted at `uri` (tests pass an in-memory one)
-        self._store = store if store is not None else open_object_store(uri, storage_options)
         self._segment_end = 0  # every batch below this offset is in a segment object
 
     # -- objects ----------------------------------------------------------------------------
 
     def _get(self, key: str) -> bytes | None:
-        import obstore
-
         try:
-            return bytes(obstore.get(self._store, key).bytes())
-        except FileNotFoundError as e:
-            if "NoSuchBucket" in str(e):
-                raise self._unreachable("read", key, e) from None
-            return None
-        except Exception as e:  # noqa: BLE001 - obstore's errors, named for the user
+            return self.objects.get(key)
+        except Exception as e:  # noqa: BLE001 - the backend's errors, named for the user
             raise self._unreachable("read", key, e) from None
 
     def _put_if_absent(self, key: str, data: bytes) -> bool:
         """Create `key`; False when it exists with other bytes (True when with these: a retried
-        put whose first attempt landed)."""
-        import obstore
-        from obstore.exceptions import AlreadyExistsError, PreconditionError
-
+        create whose first attempt landed)."""
         try:
-            obstore.put(self._store, key, data, mode="create")
-            return True
-        except (AlreadyExistsError, PreconditionError):
-            return self._get(key) == data
-        except Exception as e:  # noqa: BLE001 - obstore's errors, named for the user
+            if self.objects.create(key, data):
+                return True
+        except Exception as e:  # noqa: BLE001 - the backend's errors, named for the user
             raise self._unreachable("write", key, e) from None
+        return self._get(key) == data
 
-    def _keys(self, prefix: str) -> list[str]:
-        import obstore
-
+    def _keys(self, prefix: str, start_after: str | None = None) -> list[str]:
         try:
-            pages = list(obstore.list(self._store, prefix))
-        except Exception as e:  # noqa: BLE001 - obstore's errors, named for the user
+            return self.objects.list(prefix, start_after)
+        except Exception as e:  # noqa: BLE001 - the backend's errors, named for the user
             raise self._unreachable("list", prefix, e) from None
-        return sorted(str(meta["path"]) for page in pages for meta in page)
 
     def _unreachable(self, op: str, key: str, e: Exception) -> StorageLocationError:
         first = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
         return StorageLocationError(
-            f"metadata.log.dir {self.location}: cannot {op} {key}: {first}. Check that the "
-            "bucket exists and the storage.options.* settings (AWS_ENDPOINT_URL, credentials, "
-            "AWS_REGION, AWS_ALLOW_HTTP for http endpoints)"
+            f"metadata.log.dir {self.location}: cannot {op} {key}: {first}. {self.objects.hint}"
         )
 
-    # -- MetadataStore ----------------------------------------------------------------------
+    # -- cluster id and snapshots -----------------------------------------------------------
 
     def read_meta_properties(self) -> str | None:
+        """The text of `meta.properties` (the cluster id), None when the store is new."""
         data = self._get(META_PROPERTIES)
         return None if data is None else data.decode()
 
     def create_meta_properties(self, text: str) -> str:
+        """Write `meta.properties` unless present; returns the text that is there now."""
         if self._put_if_absent(META_PROPERTIES, text.encode()):
             return text
         found = self.read_meta_properties()  # another driver formatted it first: join it
@@ -212,22 +145,52 @@ class ObjectMetadataStore:
         return found
 
     def load_snapshot(self) -> MetadataImage | None:
+        """The newest snapshot's image; MetadataRecordError if it is corrupt."""
         keys = self._keys(_SNAPSHOTS)
         if not keys:
+            if self.directory is not None and (self.directory / LEGACY_SNAPSHOT_FILE).exists():
+                path = self.directory / LEGACY_SNAPSHOT_FILE
+                return parse_snapshot(path.read_bytes(), str(path))
             return None
         data = self._get(keys[-1])
         if data is None:
             raise MetadataRecordError(f"metadata snapshot {self.location}/{keys[-1]} vanished")
         return parse_snapshot(data, f"{self.location}/{keys[-1]}")
 
+    def write_snapshot(self, offset: int, data: bytes, batches: bytes) -> None:
+        """Persist a snapshot of the image at `offset` (JSON `data`), after a segment object of
+        `batches`: the log's batches from `segment_end` to `offset`."""
+        if offset > self._segment_end:
+            self._put_if_absent(f"{_SEGMENTS}{self._segment_end:020d}-{offset:020d}", batches)
+            self._segment_end = offset
+        self._put_if_absent(f"{_SNAPSHOTS}{offset:020d}.json", data)
+        for key in self._keys(_SNAPSHOTS)[:-_SNAPSHOTS_KEPT]:
+            try:
+                self.objects.delete(key)
+            except Exception:  # noqa: BLE001 - an old snapshot left behind costs only space
+                log.warning("could not delete old metadata snapshot %s/%s", self.location, key)
+
+    @property
+    def segment_end(self) -> int:
+        """Every batch below this offset is in a segment object."""
+        return self._segment_end
+
+    # -- the log ----------------------------------------------------------------------------
+
     def recover(self, working: Log, now_ms: int) -> None:
         """Rebuild the working log from the objects: segments, then the batches after them."""
-        working.truncate_fully_and_start_at(0)
         segments = {}
         for key in self._keys(_SEGMENTS):
             base, _, end = key.rsplit("/", 1)[1].partition("-")
             segments[int(base)] = (int(end), key)
-        batches = {int(key.rsplit("/", 1)[1]): key for key in self._keys(_BATCHES)}
+        chain_end = 0
+        while chain_end in segments and segments[chain_end][0] > chain_end:
+            chain_end = segments[chain_end][0]
+        after = _batch_key(chain_end - 1) if chain_end else None
+        batches = {int(key.rsplit("/", 1)[1]): key for key in self._keys(_BATCHES, after)}
+        if not segments and not batches and self._adopt_legacy_log(working, now_ms):
+            return self.recover(working, now_ms)
+        working.truncate_fully_and_start_at(0)
         offset = 0
         while True:
             if offset in segments and segments[offset][0] > offset:
@@ -249,6 +212,27 @@ class ObjectMetadataStore:
             )
         log.info("metadata log recovered from %s up to offset %d", self.location, offset)
 
+    def _adopt_legacy_log(self, working: Log, now_ms: int) -> bool:
+        """A directory whose durable log is a plain `Log` (written before this layout): store its
+        batches as segment 0-<end>. Whether there was one."""
+        if self.directory is None:
+            return False
+        legacy_dir = self.directory / LOG_DIR_NAME
+        if not any(legacy_dir.glob("*.log")):
+            return False
+        same = legacy_dir.resolve() == working.directory.resolve()
+        legacy = working if same else Log.open(legacy_dir, working.config, now_ms=now_ms)
+        try:
+            end = legacy.log_end_offset
+            if end == 0:
+                return False
+            self._put_if_absent(f"{_SEGMENTS}{0:020d}-{end:020d}", read_range(legacy, 0, end))
+        finally:
+            if not same:
+                legacy.close()
+        log.info("adopted the metadata log in %s (offsets 0-%d) as a segment", legacy_dir, end)
+        return True
+
     def _append_object(self, working: Log, key: str, now_ms: int) -> None:
         data = self._get(key)
         if data is None:
@@ -260,40 +244,44 @@ class ObjectMetadataStore:
                 f"metadata log object {self.location}/{key} is not a valid batch: {e}"
             ) from None
 
-    def append(self, working: Log, batch: bytes, now_ms: int) -> None:
-        base = next(iter_batches(batch)).header.base_offset
-        assert base == working.log_end_offset, "a batch goes at the working log's end"
-        if not self._put_if_absent(_batch_key(base), batch):
-            raise MetadataLogFencedError(
-                f"the metadata log at {self.location} already holds offset {base}, written by "
-                "another controller (or by an earlier write of this one whose outcome was "
-                "unknown); this controller stops writing. Restart the driver to reload it"
-            )
-        working.append_as_follower(batch, now_ms)
+    def write_batch(self, base_offset: int, batch: bytes) -> None:
+        """Make `batch` (the log's next, at `base_offset`) durable; MetadataLogFencedError when
+        another controller already wrote that offset."""
+        key = _batch_key(base_offset)
+        if self._put_if_absent(key, batch):
+            return
+        raise MetadataLogFencedError(
+            f"FENCED: the metadata log at {self.location} already holds offset {base_offset}, "
+            f"written by {self._writer_of(key)}; this controller stops serving and acknowledges "
+            "nothing more. The newer controller owns the cluster; stop this driver (or restart "
+            "it to take the log over again)"
+        )
 
-    def write_snapshot(self, offset: int, data: bytes, working: Log) -> None:
-        if offset > self._segment_end:
-            chunk = _read_range(working, self._segment_end, offset)
-            self._put_if_absent(f"{_SEGMENTS}{self._segment_end:020d}-{offset:020d}", chunk)
-            self._segment_end = offset
-        self._put_if_absent(f"{_SNAPSHOTS}{offset:020d}.json", data)
-        self._delete_old_snapshots()
+    def _writer_of(self, key: str) -> str:
+        """Who wrote the batch at `key`, for the fenced message."""
+        return "another controller (or an earlier write of this one whose outcome was unknown)"
 
-    def _delete_old_snapshots(self) -> None:
-        import obstore
 
-        for key in self._keys(_SNAPSHOTS)[:-_SNAPSHOTS_KEPT]:
-            try:
-                obstore.delete(self._store, key)
-            except Exception:  # noqa: BLE001 - an old snapshot left behind costs only space
-                log.warning("could not delete old metadata snapshot %s/%s", self.location, key)
+class LocalMetadataStore(MetadataStore):
+    """The store in a directory: the driver's disk, or a shared filesystem's mount."""
+
+    def __init__(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        super().__init__(DirectoryObjects(directory), directory)
+
+
+class ObjectMetadataStore(MetadataStore):
+    """The store under an object-store URI (`s3://bucket/prefix`)."""
+
+    def __init__(self, uri: str, storage_options: Mapping[str, str], store: Any = None) -> None:
+        super().__init__(ObstoreObjects(uri, storage_options, store))
 
 
 def _batch_key(base_offset: int) -> str:
     return f"{_BATCHES}{base_offset:020d}"
 
 
-def _read_range(working: Log, start: int, end: int) -> bytes:
+def read_range(working: Log, start: int, end: int) -> bytes:
     """The working log's batches covering offsets [start, end), whole."""
     out = bytearray()
     offset = start

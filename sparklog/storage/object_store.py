@@ -22,11 +22,18 @@ zombie driver's commit replace its successor's; it is refused.
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Mapping
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
+
+from sparklog.storage.checkpoint import fsync_dir
 
 __all__ = [
     "STORAGE_OPTIONS_PREFIX",
+    "DirectoryObjects",
+    "Objects",
+    "ObstoreObjects",
     "StorageLocationError",
     "is_object_store_uri",
     "join_location",
@@ -146,3 +153,154 @@ def open_object_store(uri: str, options: Mapping[str, str]) -> Any:
             f"cannot open {uri} with storage options {sorted(options)}: {e}; set "
             f"{STORAGE_OPTIONS_PREFIX}<option> settings (e.g. AWS_ENDPOINT_URL, AWS_REGION)"
         ) from None
+
+
+class Objects(Protocol):
+    """Immutable objects under one location, created at most once: what the metadata log's
+    fencing needs from an object store or a directory (`metadata_store.py`). Keys are relative
+    `/`-separated paths; their zero-padded numbers sort as strings."""
+
+    #: where the objects are, for messages
+    location: str
+    #: what to check when the location cannot be reached, for messages
+    hint: str
+
+    def get(self, key: str) -> bytes | None:
+        """The object's bytes; None when there is no such object."""
+
+    def create(self, key: str, data: bytes) -> bool:
+        """Create the object durably; False (writing nothing) when `key` already exists."""
+
+    def list(self, prefix: str, start_after: str | None = None) -> list[str]:
+        """Sorted keys under the directory-like `prefix` (ending in "/"), after `start_after`."""
+
+    def delete(self, key: str) -> None:
+        """Remove the object if it exists."""
+
+
+class ObstoreObjects:
+    """`Objects` on an object store through `obstore`: create is a conditional put
+    (`If-None-Match: *`), which S3 and S3-compatible stores evaluate atomically."""
+
+    def __init__(self, uri: str, options: Mapping[str, str], store: Any = None) -> None:
+        self.location = uri.rstrip("/")
+        self.hint = (
+            "Check that the bucket exists and the storage.options.* settings (AWS_ENDPOINT_URL, "
+            "credentials, AWS_REGION, AWS_ALLOW_HTTP for http endpoints)"
+        )
+        #: an `obstore` store rooted at `uri` (tests pass an in-memory one)
+        self.store = store if store is not None else open_object_store(uri, options)
+
+    def get(self, key: str) -> bytes | None:
+        import obstore
+
+        try:
+            return bytes(obstore.get(self.store, key).bytes())
+        except FileNotFoundError as e:
+            if "NoSuchBucket" in str(e):
+                raise
+            return None
+
+    def create(self, key: str, data: bytes) -> bool:
+        import obstore
+        from obstore.exceptions import AlreadyExistsError, PreconditionError
+
+        try:
+            obstore.put(self.store, key, data, mode="create")
+        except (AlreadyExistsError, PreconditionError):
+            return False
+        return True
+
+    def list(self, prefix: str, start_after: str | None = None) -> list[str]:
+        import obstore
+
+        pages = obstore.list(self.store, prefix, offset=start_after, chunk_size=1000)
+        return sorted(str(meta["path"]) for page in pages for meta in page)
+
+    def delete(self, key: str) -> None:
+        import obstore
+
+        obstore.delete(self.store, key)
+
+
+class DirectoryObjects:
+    """`Objects` as files under a directory: the driver's disk or a shared filesystem's mount.
+
+    Create writes a temporary file, fsyncs it, and `link`s it to the key's path, then fsyncs
+    the directory. Why link rather than `open(O_CREAT|O_EXCL)` of the final name: the name
+    then appears at once with its whole, fsynced content, so no reader ever sees a partial
+    object and a crash never leaves a torn file holding a key (which a successor could not tell
+    from a live writer's unfinished one); `link` fails with EEXIST atomically on every POSIX
+    filesystem and on NFS of any version (O_EXCL is atomic on NFS only from v3; open(2) gives
+    link as the portable lock), and an NFS retransmission that answers EEXIST for our own link
+    is recognised by the caller, who finds its own bytes there. obstore's `LocalStore` also
+    creates by linking a staged file, but never fsyncs, so an acknowledged write could vanish
+    with power; hence this class. Two fsyncs per create (file, directory)."""
+
+    _TMP = ".tmp"
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+        self.location = str(self.root)
+        self.hint = "Check that the directory exists, is mounted and is writable"
+        self._made: set[Path] = set()
+
+    def _path(self, key: str) -> Path:
+        parts = key.split("/")
+        assert key and all(p not in ("", ".", "..") for p in parts), f"bad object key {key!r}"
+        return self.root.joinpath(*parts)
+
+    def _ensure_dir(self, directory: Path) -> None:
+        """Create `directory` (and parents) durably: each new entry's parent is fsynced."""
+        if directory in self._made:
+            return
+        missing = []
+        for d in (directory, *directory.parents):
+            if d.is_dir():
+                break
+            missing.append(d)
+        for d in reversed(missing):
+            d.mkdir(exist_ok=True)
+            fsync_dir(d.parent)
+        self._made.add(directory)
+
+    def get(self, key: str) -> bytes | None:
+        try:
+            return self._path(key).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def create(self, key: str, data: bytes) -> bool:
+        path = self._path(key)
+        self._ensure_dir(path.parent)
+        tmp_dir = self.root / self._TMP
+        self._ensure_dir(tmp_dir)
+        tmp = tmp_dir / uuid.uuid4().hex
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        finally:
+            tmp.unlink(missing_ok=True)
+        fsync_dir(path.parent)
+        return True
+
+    def list(self, prefix: str, start_after: str | None = None) -> list[str]:
+        assert prefix.endswith("/"), "a directory-like prefix"
+        try:
+            names = os.listdir(self._path(prefix.rstrip("/")))
+        except FileNotFoundError:
+            return []
+        keys = sorted(prefix + name for name in names if not name.startswith("."))
+        return keys if start_after is None else [k for k in keys if k > start_after]
+
+    def delete(self, key: str) -> None:
+        self._path(key).unlink(missing_ok=True)

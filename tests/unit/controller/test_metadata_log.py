@@ -19,7 +19,6 @@ from sparklog.controller.configs import (
 )
 from sparklog.controller.image import NO_LEADER, MetadataImage, MetadataRecordError
 from sparklog.controller.metadata_log import MetadataLog
-from sparklog.controller.metadata_store import SNAPSHOT_FILE
 from sparklog.controller.quorum_controller import QuorumController
 from sparklog.controller.replication_control import NewPartitions, NewTopic
 from sparklog.errors import KafkaError
@@ -90,8 +89,8 @@ def test_restart_replays_snapshot_and_log_to_the_same_image(tmp_path, snapshot_r
     populate(d)
     live = MetadataImage.from_dict(d.image.to_dict())
     d.close()
-    snapshot = tmp_path / SNAPSHOT_FILE
-    assert snapshot.exists() == (snapshot_records < 1000)
+    snapshots = list((tmp_path / "snapshots").glob("*.json"))
+    assert bool(snapshots) == (snapshot_records < 1000)
     again = Durable(tmp_path)
     assert again.image == live
     assert again.image.topic_names() == ["a"]
@@ -144,8 +143,9 @@ def test_a_log_shorter_than_the_snapshot_restarts_at_the_snapshot(tmp_path):
     populate(d)
     live = MetadataImage.from_dict(d.image.to_dict())
     d.close()
-    for path in (tmp_path / "__cluster_metadata-0").iterdir():
-        path.unlink()
+    for path in (tmp_path / "__cluster_metadata-0").rglob("*"):
+        if path.is_file():  # the working log, the batches and the segments
+            path.unlink()
     again = Durable(tmp_path)
     assert again.image == live and again.log.end_offset == live.offset
     again.register(9)  # and writing continues at the image offset
@@ -153,8 +153,10 @@ def test_a_log_shorter_than_the_snapshot_restarts_at_the_snapshot(tmp_path):
 
 
 def test_a_corrupt_snapshot_is_refused_by_name(tmp_path):
-    (tmp_path / SNAPSHOT_FILE).write_text("{not json")
-    with pytest.raises(MetadataRecordError, match=SNAPSHOT_FILE):
+    name = f"snapshots/{5:020d}.json"
+    (tmp_path / "snapshots").mkdir()
+    (tmp_path / name).write_text("{not json")
+    with pytest.raises(MetadataRecordError, match=name):
         MetadataLog.open(tmp_path, now_ms=0)
 
 

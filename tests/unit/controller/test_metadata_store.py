@@ -1,9 +1,11 @@
-"""The metadata log on an object store (obstore's in-memory store here; S3Proxy in
-tests/integration/test_shared_state_s3.py): a driver on an empty local dir rebuilds the log and
-the image from the objects, two controllers can never both write one offset, and damage is
-refused by name."""
+"""The metadata log's durable store, on an object store (obstore's in-memory store here; S3Proxy
+in tests/integration/test_shared_state_s3.py) and in a shared directory: a driver on an empty
+local dir rebuilds the log and the image from the objects, two controllers can never both write
+one offset, and damage is refused by name."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 from obstore.store import MemoryStore
@@ -30,10 +32,14 @@ URI = "s3://bucket/cluster"
 
 
 class OnObjects(Durable):
-    """`Durable` whose metadata log is durable in `objects`, its working copy in `cache`."""
+    """`Durable` whose metadata log is durable in `objects` (an obstore store, or a Path: a
+    shared directory), its working copy in `cache`."""
 
     def __init__(self, objects, cache, *, snapshot_records=1000, now_ms=0):
-        self.store = ObjectMetadataStore(URI, {}, store=objects)
+        if isinstance(objects, Path):
+            self.store = LocalMetadataStore(objects)
+        else:
+            self.store = ObjectMetadataStore(URI, {}, store=objects)
         self.directory = cache
         self.now_ms = now_ms
         self.log, image = MetadataLog.open(
@@ -47,15 +53,35 @@ class OnObjects(Durable):
         self.controller = QuorumController(ControllerConfig(), CLUSTER_ID, image)
 
 
+@pytest.fixture(params=["object-store", "shared-dir"])
+def new_objects(request, tmp_path):
+    """Makes an empty durable store: obstore's in-memory one, or a directory (a shared
+    filesystem's mount: the controllers' caches are elsewhere)."""
+    if request.param == "object-store":
+        return MemoryStore
+    return lambda: tmp_path / "shared"
+
+
 def _keys(objects, prefix=""):
     import obstore
 
+    if isinstance(objects, Path):
+        return sorted(
+            str(p.relative_to(objects))
+            for p in objects.rglob("*")
+            if p.is_file()
+            and str(p.relative_to(objects)).startswith(prefix)
+            and not p.name.startswith(".")
+            and ".tmp" not in p.parts
+        )
     return sorted(m["path"] for page in obstore.list(objects, prefix) for m in page)
 
 
 @pytest.mark.parametrize("snapshot_records", [1000, 3, 1])
-def test_a_driver_on_another_host_rebuilds_the_log_and_image(tmp_path, snapshot_records):
-    objects = MemoryStore()
+def test_a_driver_on_another_host_rebuilds_the_log_and_image(
+    tmp_path, new_objects, snapshot_records
+):
+    objects = new_objects()
     first = OnObjects(objects, tmp_path / "host-a", snapshot_records=snapshot_records)
     populate(first)
     live = MetadataImage.from_dict(first.image.to_dict())
@@ -71,8 +97,8 @@ def test_a_driver_on_another_host_rebuilds_the_log_and_image(tmp_path, snapshot_
     assert ("__cluster_metadata-0/segments/" in "".join(keys)) == (snapshot_records < 1000)
 
 
-def test_a_stale_controller_is_fenced_and_the_log_never_forks(tmp_path):
-    objects = MemoryStore()
+def test_a_stale_controller_is_fenced_and_the_log_never_forks(tmp_path, new_objects):
+    objects = new_objects()
     zombie = OnObjects(objects, tmp_path / "a")
     zombie.register(0)
     successor = OnObjects(objects, tmp_path / "b")  # loads offset 1; the zombie runs on
@@ -88,32 +114,80 @@ def test_a_stale_controller_is_fenced_and_the_log_never_forks(tmp_path):
         d.close()
 
 
-def test_a_retried_put_that_landed_is_not_a_fence(tmp_path):
-    objects = MemoryStore()
+def test_a_retried_put_that_landed_is_not_a_fence(tmp_path, new_objects):
+    objects = new_objects()
     d = OnObjects(objects, tmp_path / "a")
     d.register(0)
-    d.store._put_if_absent = _landed_then_retried(d.store._put_if_absent)
+    d.store.objects.create = _landed_then_retried(d.store.objects.create)
     d.register(1)
     assert OnObjects(objects, tmp_path / "b").image.broker(1) is not None
 
 
-def _landed_then_retried(put):
+def _landed_then_retried(create):
     def twice(key, data):
-        assert put(key, data)  # the first attempt lands, its answer is lost
-        return put(key, data)  # the retry finds its own bytes
+        assert create(key, data)  # the first attempt lands, its answer is lost
+        return create(key, data)  # the retry (an NFS retransmission) answers "exists"
 
     return twice
 
 
-def test_a_missing_batch_object_is_refused_by_name(tmp_path):
-    import obstore
+@pytest.mark.parametrize("cache", ["same-dir", "elsewhere"])
+def test_a_directory_of_the_old_layout_is_adopted(tmp_path, cache):
+    """A data dir written before batch objects existed: its Log was the durable copy and
+    metadata.snapshot.json its snapshot. The first start keeps every record."""
+    import json
+    import shutil
 
-    objects = MemoryStore()
+    source = Durable(tmp_path / "source", snapshot_records=4)
+    populate(source)
+    live = MetadataImage.from_dict(source.image.to_dict())
+    snapshot = json.loads(sorted((tmp_path / "source" / "snapshots").iterdir())[-1].read_text())
+    source.close()
+    old = tmp_path / "old"
+    (old / "__cluster_metadata-0").mkdir(parents=True)
+    for path in (tmp_path / "source" / "__cluster_metadata-0").iterdir():
+        if path.is_file():  # the working log is in the old layout's format
+            shutil.copy(path, old / "__cluster_metadata-0" / path.name)
+    (old / "metadata.snapshot.json").write_text(json.dumps(snapshot))
+    cache_dir = old if cache == "same-dir" else tmp_path / "cache"
+    again = OnObjects(old, cache_dir)
+    assert again.image == live
+    assert [k.split("/")[-1] for k in _keys(old, "__cluster_metadata-0/segments")] == [
+        f"{0:020d}-{live.offset:020d}"
+    ]
+    again.register(7)
+    again.close()
+    assert OnObjects(old, tmp_path / "third").image.broker(7) is not None
+
+
+def test_a_directory_write_is_an_fsynced_file_linked_into_place(tmp_path, monkeypatch):
+    """What makes a shared-directory write durable and exclusive: the data is fsynced before
+    its name appears (link), the name's directory after; an existing name is never replaced."""
+    import os
+
+    from sparklog.storage.object_store import DirectoryObjects
+
+    calls = []
+    real_fsync, real_link = os.fsync, os.link
+    monkeypatch.setattr(os, "fsync", lambda fd: calls.append("fsync") or real_fsync(fd))
+    monkeypatch.setattr(os, "link", lambda a, b: calls.append("link") or real_link(a, b))
+    objects = DirectoryObjects(tmp_path)
+    assert objects.create("a/b", b"one")
+    calls.clear()
+    assert objects.create("a/c", b"two")
+    assert calls == ["fsync", "link", "fsync"]
+    assert not objects.create("a/c", b"three") and objects.get("a/c") == b"two"
+    assert objects.list("a/") == ["a/b", "a/c"] and objects.list("a/", "a/b") == ["a/c"]
+    assert not list((tmp_path / ".tmp").iterdir())  # no temporary file left behind
+
+
+def test_a_missing_batch_object_is_refused_by_name(tmp_path, new_objects):
+    objects = new_objects()
     d = OnObjects(objects, tmp_path / "a")
     populate(d)
     d.close()
     batches = _keys(objects, "__cluster_metadata-0/batches")
-    obstore.delete(objects, batches[1])
+    d.store.objects.delete(batches[1])
     with pytest.raises(MetadataRecordError, match="objects are missing"):
         OnObjects(objects, tmp_path / "b")
 
