@@ -48,6 +48,10 @@ CLEAR_ELR = "ClearElr"
 #: Leader Replicas on; Kafka 4.1+ finalizes it on new clusters, and so does sparklog.
 ELR_FEATURE = "eligible.leader.replicas.version"
 ELR_FEATURE_LEVEL = 1
+#: A controller's first write at start (KRaft's LeaderChangeMessage, written by a new leader
+#: before it serves): it claims the log, so an older controller still running loses its next
+#: write. Changes nothing in the image but the offset.
+LEADER_CHANGE = "LeaderChange"
 
 #: `Config` record resource types (Kafka's `ConfigResource.Type`, lower-cased).
 TOPIC_RESOURCE = "topic"
@@ -504,6 +508,7 @@ _HANDLERS = {
     PRODUCER_IDS: MetadataImage._producer_ids,
     FEATURE_LEVEL: MetadataImage._feature_level,
     CLEAR_ELR: MetadataImage._clear_elr,
+    LEADER_CHANGE: lambda image, record: None,
 }
 
 

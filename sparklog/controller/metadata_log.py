@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,7 @@ METADATA_LOG_DIR = LOG_DIR_NAME  # f"{METADATA_TOPIC}-{METADATA_PARTITION}"
 METADATA_LOG_CONFIG = LogConfig(max_message_bytes=16 * 1024 * 1024)
 _REPLAY_READ_BYTES = 4 * 1024 * 1024
 _CONTROLLER_EPOCH = 0  # single-node controller: one leader epoch for the metadata log
+_CLAIM_ATTEMPTS = 20
 
 
 class MetadataLog:
@@ -137,6 +138,34 @@ class MetadataLog:
         self.write_durably(batch)
         return self.appended(batch, now_ms)
 
+    def claim(
+        self,
+        records: Callable[[], Sequence[Mapping[str, Any]]],
+        now_ms: int,
+        image: MetadataImage,
+    ) -> Sequence[Mapping[str, Any]]:
+        """Append `records()` (a starting controller's claim) at the durable log's end, whoever
+        wrote last: when another controller (a zombie still running, or a driver starting at
+        the same time) wrote the next offset first, read what it wrote into the log and
+        `image`, and try again at the new end with `records()` computed anew. Returns the
+        records written; the caller applies them to `image`."""
+        for _attempt in range(_CLAIM_ATTEMPTS):
+            written = records()
+            batch = self.prepare(written, now_ms)
+            try:
+                self.store.write_batch(self._log.log_end_offset, batch)
+            except MetadataLogFencedError:
+                self.store.catch_up(self._log, now_ms)
+                _replay(self._log, image)
+                self._log.update_high_watermark(self._log.log_end_offset)
+                continue
+            self.appended(batch, now_ms)
+            return written
+        raise MetadataLogFencedError(
+            f"another controller wrote the metadata log at {self.store.location} "
+            f"{_CLAIM_ATTEMPTS} times while this one claimed it at start; stop the other driver"
+        )
+
     def prepare(self, records: Sequence[Mapping[str, Any]], now_ms: int) -> bytes:
         """The next batch: `records` at the log end (written by `write_durably`)."""
         assert records, "a controller write has at least one record"
@@ -157,13 +186,7 @@ class MetadataLog:
     def write_durably(self, batch: bytes) -> None:
         """Make a prepared batch durable in the store (may run on a writer thread)."""
         base = next(iter_batches(batch)).header.base_offset
-        try:
-            self.store.write_batch(base, batch)
-        except MetadataLogFencedError as e:
-            if self._fenced is None:
-                log.error("%s", e)
-            self._fenced = e
-            raise
+        self._on_store_call(self.store.write_batch, base, batch)
 
     def appended(self, batch: bytes, now_ms: int) -> int:
         """Append a durable batch to the working log (on the owner's thread); its first offset."""
@@ -172,6 +195,20 @@ class MetadataLog:
         self._log.append_as_follower(batch, now_ms)
         self._log.update_high_watermark(self._log.log_end_offset)
         return first
+
+    def check_next_offset_free(self) -> None:
+        """Probe the store for a write of another controller at this log's end (may run on a
+        writer thread); MetadataLogFencedError, now and at every later write, if there is one."""
+        self._on_store_call(self.store.check_next_offset_free, self._log.log_end_offset)
+
+    def _on_store_call(self, call: Any, *args: Any) -> None:
+        try:
+            call(*args)
+        except MetadataLogFencedError as e:
+            if self._fenced is None:
+                log.error("%s", e)
+            self._fenced = e
+            raise
 
     @property
     def fenced(self) -> bool:

@@ -17,7 +17,8 @@ it (listed from there, so a long-lived log is not listed whole).
 Fencing (one model for both backends): batch objects are never deleted, so the key of every
 offset a controller could next write is taken once written. Two controllers that both believe
 the log ends at N (a zombie driver and its successor) race for `batches/N`; the loser gets
-`MetadataLogFencedError` and stops writing, and the log can never fork. A retried
+`MetadataLogFencedError` and stops writing, and the log can never fork. A controller claims
+the log at start by writing first (`LeaderChange`), so it is the zombie that loses. A retried
 create whose first attempt landed finds its own bytes there and succeeds.
 
 Directories written by sparklog before this layout (`__cluster_metadata-0/*.log` as the durable
@@ -33,11 +34,17 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sparklog.controller.image import MetadataImage, MetadataRecordError
+from sparklog.controller.image import (
+    LEADER_CHANGE,
+    MetadataImage,
+    MetadataRecordError,
+    decode_record,
+)
 from sparklog.records import iter_batches
 from sparklog.storage.log import Log
 from sparklog.storage.object_store import (
@@ -212,6 +219,14 @@ class MetadataStore:
             )
         log.info("metadata log recovered from %s up to offset %d", self.location, offset)
 
+    def catch_up(self, working: Log, now_ms: int) -> None:
+        """Append the batches another controller wrote after the working log's end."""
+        end = working.log_end_offset
+        for key in self._keys(_BATCHES, _batch_key(end - 1) if end else None):
+            if int(key.rsplit("/", 1)[1]) != working.log_end_offset:
+                break
+            self._append_object(working, key, now_ms)
+
     def _adopt_legacy_log(self, working: Log, now_ms: int) -> bool:
         """A directory whose durable log is a plain `Log` (written before this layout): store its
         batches as segment 0-<end>. Whether there was one."""
@@ -247,19 +262,37 @@ class MetadataStore:
     def write_batch(self, base_offset: int, batch: bytes) -> None:
         """Make `batch` (the log's next, at `base_offset`) durable; MetadataLogFencedError when
         another controller already wrote that offset."""
-        key = _batch_key(base_offset)
-        if self._put_if_absent(key, batch):
-            return
-        raise MetadataLogFencedError(
-            f"FENCED: the metadata log at {self.location} already holds offset {base_offset}, "
-            f"written by {self._writer_of(key)}; this controller stops serving and acknowledges "
-            "nothing more. The newer controller owns the cluster; stop this driver (or restart "
-            "it to take the log over again)"
+        if not self._put_if_absent(_batch_key(base_offset), batch):
+            raise self._fenced_error(base_offset)
+
+    def check_next_offset_free(self, end_offset: int) -> None:
+        """MetadataLogFencedError when another controller wrote at `end_offset`, the offset this
+        one would write next (an idle controller's probe: one read)."""
+        if self._get(_batch_key(end_offset)) is not None:
+            raise self._fenced_error(end_offset)
+
+    def _fenced_error(self, offset: int) -> MetadataLogFencedError:
+        return MetadataLogFencedError(
+            f"FENCED: the metadata log at {self.location} already holds offset {offset}, "
+            f"written by {self._writer_of(_batch_key(offset))}; this controller stops serving "
+            "and acknowledges nothing more. The newer controller owns the cluster; stop this "
+            "driver (or restart it to take the log over again)"
         )
 
     def _writer_of(self, key: str) -> str:
         """Who wrote the batch at `key`, for the fenced message."""
-        return "another controller (or an earlier write of this one whose outcome was unknown)"
+        try:
+            data = self._get(key)
+            record = decode_record(next(iter(next(iter_batches(data or b"")).records())).value)
+        except Exception:  # noqa: BLE001 - only a message depends on it
+            return "another controller"
+        if record.get("type") != LEADER_CHANGE:
+            return "another controller (or an earlier write of this one whose outcome was unknown)"
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record.get("activated_ms", 0) / 1e3))
+        return (
+            f"the controller that started on host {record.get('host')} (pid {record.get('pid')}, "
+            f"incarnation {record.get('incarnation_id')}) at {when}"
+        )
 
 
 class LocalMetadataStore(MetadataStore):

@@ -56,6 +56,7 @@ from sparklog.controller.image import (
     ELR_FEATURE_LEVEL,
     FEATURE_LEVEL,
     FENCE_BROKER,
+    LEADER_CHANGE,
     PRODUCER_IDS,
     TOPIC_RESOURCE,
     UNFENCE_BROKER,
@@ -165,6 +166,24 @@ class QuorumController:
         if level < ELR_FEATURE_LEVEL:
             records.append({"type": CLEAR_ELR, "topic_name": ""})
         return ControllerResult(None, tuple(records))
+
+    def claim_leadership(
+        self, leader_id: int, incarnation_id: str, host: str, pid: int, wall_ms: int
+    ) -> ControllerResult[None]:
+        """The `LeaderChange` record a starting controller commits before it serves (KRaft's
+        new leader writes its LeaderChangeMessage first): the log's next offset becomes this
+        controller's, so a controller started earlier on the same log (a zombie driver) loses
+        its next write and stops, instead of fencing its successor. The process facts only
+        name the new owner in the zombie's message; `wall_ms` is wall-clock time."""
+        record = {
+            "type": LEADER_CHANGE,
+            "leader_id": leader_id,
+            "incarnation_id": incarnation_id,
+            "host": host,
+            "pid": pid,
+            "activated_ms": wall_ms,
+        }
+        return ControllerResult(None, (record,))
 
     def replay(self, records: Iterable[Mapping[str, Any]]) -> None:
         """Apply persisted records to the image (call after the metadata log append)."""

@@ -10,12 +10,20 @@ Embedding: `start_in_thread()` runs the loop in a daemon thread and returns once
 `unregister_broker()`, `metadata_image()`, `live_brokers()`, `describe_brokers()` and
 `describe_topics()` from any thread; they run on the loop.
 
-The metadata log's durable home is `metadata.log.dir` (default: the controller's data dir):
-`meta.properties` (`cluster.id`), `__cluster_metadata-0/` and `metadata.snapshot.json`, or the
-same as objects under an `s3://` URI (`storage.options.*` settings say how to reach it; the
-data dir then holds only a cache of the log). Restarting on the same location, from any host,
-restores everything. Registered brokers keep their state for one session timeout, in which
-they heartbeat again or are fenced.
+The metadata log's durable home is `metadata.log.dir` (default: the controller's data dir): a
+directory (local or a shared filesystem's mount) or an `s3://` URI (`storage.options.*`
+settings say how to reach it), holding `meta.properties` (`cluster.id`), one object per write
+and snapshots (`metadata_store.py`); the data dir holds the working copy brokers fetch.
+Restarting on the same location, from any host, restores everything. Registered brokers keep
+their state for one session timeout, in which they heartbeat again or are fenced.
+
+Zombies: a starting controller commits a `LeaderChange` record before it listens, claiming the
+log's next offset. A controller started earlier on the same location that is still running (a
+driver cut off by a network partition, then replaced) loses its next write's conditional
+create: it logs one line, answers nothing more (the request that found the fence and every
+later one get no response, so nothing is acknowledged that the log does not hold), stops its
+tick and its listener, and refuses the launcher's calls. Its image is never changed by the
+lost write (records are applied only after they are durable).
 """
 
 from __future__ import annotations
@@ -25,6 +33,8 @@ import base64
 import concurrent.futures
 import contextlib
 import logging
+import os
+import socket
 import threading
 import time
 import uuid
@@ -39,6 +49,7 @@ from sparklog.controller.metadata_log import MetadataLog
 from sparklog.controller.metadata_store import (
     META_PROPERTIES,
     LocalMetadataStore,
+    MetadataLogFencedError,
     MetadataStore,
     open_metadata_store,
 )
@@ -56,6 +67,10 @@ T = TypeVar("T")
 #: Kafka's setting for where the metadata log lives
 METADATA_LOG_DIR = "metadata.log.dir"
 _CALL_TIMEOUT_S = 30.0
+#: how often an idle controller checks that no newer controller wrote the log (Kafka's active
+#: controller writes a NoOpRecord every metadata.max.idle.interval.ms = 500 for liveness, KIP-835;
+#: a read does here what fencing needs, without growing the log)
+_PROBE_INTERVAL_MS = 500
 
 
 def new_cluster_id() -> str:
@@ -131,6 +146,10 @@ class ControllerServer:
         self._loop_thread_id: int | None = None
         self._runner: LoopThread | None = None
         self._stopping = False
+        #: this process's claim on the log (named in a fenced zombie's message)
+        self.incarnation_id = str(uuid.uuid4())
+        self._fenced_task: asyncio.Task | None = None
+        self._probed_ms = 0
 
     @property
     def bootstrap(self) -> str:
@@ -151,9 +170,11 @@ class ControllerServer:
         )
         self.controller = QuorumController(self.config, self.cluster_id, image)
         self._appended = asyncio.Event()
-        # A new cluster finalizes its features first (Kafka's bootstrap metadata): Eligible
-        # Leader Replicas (KIP-966) on, as Kafka 4.1+. A log from before them keeps them off.
-        self.commit(self.controller.bootstrap())
+        try:
+            self._claim_leadership()
+        except BaseException:
+            self.metadata_log.close()
+            raise
         if not self.controller.image.elr_enabled:
             log.info(
                 "eligible.leader.replicas.version is 0 on cluster %s (created before it): a "
@@ -164,7 +185,7 @@ class ControllerServer:
         self.controller.activate(self.now_ms())
         self.apis = ControllerApis(self)
         self._server = KafkaServer(
-            self.apis.handle,
+            self._handle,
             CONTROLLER_APIS,
             host=self.host,
             port=self.port,
@@ -184,6 +205,56 @@ class ControllerServer:
             image.offset,
         )
 
+    def _claim_leadership(self) -> None:
+        """Commit the LeaderChange record (see the module doc) before serving, after the
+        bootstrap records of a new cluster."""
+        assert self.controller is not None and self.metadata_log is not None
+        claim = self.controller.claim_leadership(
+            CONTROLLER_NODE_ID, self.incarnation_id, socket.gethostname(), os.getpid(), _wall_ms()
+        )
+        controller = self.controller
+
+        def records() -> tuple[dict[str, Any], ...]:
+            # A new cluster finalizes its features first (Kafka's bootstrap metadata): Eligible
+            # Leader Replicas (KIP-966) on, as Kafka 4.1+. A log from before them keeps them
+            # off. Recomputed when another driver wrote meanwhile (it may have bootstrapped).
+            return (*controller.bootstrap().records, *claim.records)
+
+        controller.replay(self.metadata_log.claim(records, _wall_ms(), controller.image))
+        log.info(
+            "controller %s claimed the metadata log at %s (offset %d)",
+            self.incarnation_id,
+            self.store.location,
+            self.metadata_log.end_offset - 1,
+        )
+
+    async def _handle(self, request: Request) -> Any:
+        """Serve a request, unless fenced: then answer nothing (see the module doc)."""
+        assert self.apis is not None
+        if self.fenced:
+            return None
+        try:
+            return await self.apis.handle(request)
+        except MetadataLogFencedError:
+            return None  # commit() logged it and stops the server
+
+    @property
+    def fenced(self) -> bool:
+        """Whether a newer controller took the metadata log over (this one serves nothing)."""
+        return self.metadata_log is not None and self.metadata_log.fenced
+
+    def _on_fenced(self) -> None:
+        """Stop ticking and serving once (the fenced error is logged by the metadata log)."""
+        if self._fenced_task is None and not self._stopping:
+            self._fenced_task = asyncio.get_running_loop().create_task(self._stop_serving())
+
+    async def _stop_serving(self) -> None:
+        if self._tick_task is not None and self._tick_task is not asyncio.current_task():
+            self._tick_task.cancel()
+        self._wake_fetchers()
+        if self._server is not None:
+            await self._server.stop()
+
     async def shutdown(self, snapshot: bool = True) -> None:
         """Stop ticking and serving, snapshot the image (unless told not to: a crash takes
         none) and close the metadata log."""
@@ -191,6 +262,9 @@ class ControllerServer:
             return
         self._stopping = True
         self._wake_fetchers()
+        if self._fenced_task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._fenced_task
         if self._tick_task is not None:
             self._tick_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -198,7 +272,11 @@ class ControllerServer:
         if self._server is not None:
             await self._server.stop()
         if self.metadata_log is not None and self.controller is not None:
-            if snapshot and self.controller.image.offset > self.metadata_log.snapshot_offset:
+            if (
+                snapshot
+                and not self.fenced
+                and self.controller.image.offset > self.metadata_log.snapshot_offset
+            ):
                 self.metadata_log.write_snapshot(self.controller.image)
             self.metadata_log.close()
         log.info("controller on %s stopped", self.bootstrap)
@@ -232,7 +310,11 @@ class ControllerServer:
         assert self._loop_thread_id == threading.get_ident(), "writes happen on the loop"
         if result.records:
             assert self.metadata_log.end_offset == self.controller.image.offset
-            self.metadata_log.append(result.records, _wall_ms())
+            try:
+                self.metadata_log.append(result.records, _wall_ms())
+            except MetadataLogFencedError:
+                self._on_fenced()
+                raise
             self.controller.replay(result.records)
             self.metadata_log.maybe_snapshot(self.controller.image)
             self._wake_fetchers()
@@ -260,8 +342,23 @@ class ControllerServer:
             await asyncio.sleep(self._next_tick_delay_ms(interval_ms) / 1000)
             try:
                 self.fence_expired_brokers()
+                self._maybe_probe_store()
+            except MetadataLogFencedError:
+                self._on_fenced()
+                return
             except Exception:
                 log.exception("controller tick failed; retrying")
+
+    def _maybe_probe_store(self) -> None:
+        """Look for a successor's write at the log's end once per `_PROBE_INTERVAL_MS`, so an
+        idle zombie (no write to lose) also stops within a tick or two of its successor's
+        start, instead of granting leases and serving stale metadata until its next write. One
+        read (a GET on an object store: ~2 per second)."""
+        assert self.metadata_log is not None
+        now_ms = self.now_ms()
+        if now_ms - self._probed_ms >= _PROBE_INTERVAL_MS:
+            self._probed_ms = now_ms
+            self.metadata_log.check_next_offset_free()
 
     def _next_tick_delay_ms(self, interval_ms: int) -> int:
         assert self.controller is not None
@@ -361,6 +458,7 @@ class ControllerServer:
         loop = self._loop
         if loop is None or self._stopping or self.apis is None:
             raise RuntimeError("the controller is not running")
+        self._check_not_fenced()
         future = asyncio.run_coroutine_threadsafe(self.apis.handle(request), loop)
         return await asyncio.wrap_future(future)
 
@@ -414,10 +512,15 @@ class ControllerServer:
             raise RuntimeError("the controller is not started")
         return self.controller
 
+    def _check_not_fenced(self) -> None:
+        if self.metadata_log is not None:
+            self.metadata_log.check_not_fenced()
+
     def _call(self, fn: Callable[[], T]) -> T:
         loop = self._loop
         if loop is None or self._stopping:
             raise RuntimeError("the controller is not running")
+        self._check_not_fenced()
         if threading.get_ident() == self._loop_thread_id:
             return fn()
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()

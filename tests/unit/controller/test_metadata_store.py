@@ -114,6 +114,42 @@ def test_a_stale_controller_is_fenced_and_the_log_never_forks(tmp_path, new_obje
         d.close()
 
 
+def test_a_starting_controller_claims_the_log_even_while_the_zombie_writes(tmp_path, new_objects):
+    """The successor's LeaderChange goes after whatever the zombie wrote since the successor
+    read the log (both are in its image); from then on the zombie's writes lose."""
+    from sparklog.controller.image import LEADER_CHANGE
+
+    objects = new_objects()
+    zombie = OnObjects(objects, tmp_path / "a")
+    zombie.register(0)
+    successor = OnObjects(objects, tmp_path / "b")  # read offsets [0, 1)
+    zombie.register(1)  # offset 1, after the successor read the log
+    zombie.register(2)
+    claim = successor.controller.claim_leadership(3000, "inc-b", "host-b", 42, 0)
+    assert successor.log.claim(lambda: claim.records, 0, successor.image) == claim.records
+    successor.controller.replay(claim.records)
+    assert sorted(successor.image.brokers) == [0, 1, 2] and successor.image.offset == 4
+    with pytest.raises(MetadataLogFencedError, match="host host-b .pid 42, incarnation inc-b"):
+        zombie.register(3)
+    successor.register(4)
+    final = OnObjects(objects, tmp_path / "c")
+    assert sorted(final.image.brokers) == [0, 1, 2, 4]
+    records = [r for _, r in _records(final.log)]
+    assert [r["type"] for r in records].count(LEADER_CHANGE) == 1
+    for d in (zombie, successor, final):
+        d.close()
+
+
+def _records(log_):
+    import json
+
+    from sparklog.records import iter_batches
+
+    for batch in iter_batches(log_.read(0, 1 << 24).records):
+        for record in batch.records():
+            yield record.offset, json.loads(record.value)
+
+
 def test_a_retried_put_that_landed_is_not_a_fence(tmp_path, new_objects):
     objects = new_objects()
     d = OnObjects(objects, tmp_path / "a")
