@@ -33,6 +33,7 @@ from typing import Any
 
 from sparklog.broker.kafka_apis import GROUP_COORDINATOR_ENDPOINT
 from sparklog.broker.server import BrokerServer
+from sparklog.storage.object_store import without_storage_options
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +85,7 @@ class EmbeddedCluster:
 
     def _new_broker(self, node_id: int) -> Any:
         config = {
-            **self.config,
+            **without_storage_options(self.config),
             "listeners": self.config.get("listeners", "PLAINTEXT://127.0.0.1:0"),
             GROUP_COORDINATOR_ENDPOINT: self.coordinator.bootstrap,
         }

@@ -54,6 +54,7 @@ from sparklog.storage.object_store import (
     StorageLocationError,
     is_object_store_uri,
     local_path,
+    redact,
 )
 
 log = logging.getLogger(__name__)
@@ -132,6 +133,7 @@ class MetadataStore:
 
     def _unreachable(self, op: str, key: str, e: Exception) -> StorageLocationError:
         first = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
+        first = redact(first, self.objects.options)
         return StorageLocationError(
             f"metadata.log.dir {self.location}: cannot {op} {key}: {first}. {self.objects.hint}"
         )

@@ -26,6 +26,7 @@ from typing import Any
 
 from sparklog.broker.kafka_apis import GROUP_COORDINATOR_ENDPOINT
 from sparklog.spark.broker_task import BrokerTaskSpec, broker_task
+from sparklog.storage.object_store import without_storage_options
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +139,10 @@ class SparkLogCluster:
             cluster_id=self.cluster_id,
             controller_bootstrap=self.controller.bootstrap,
             base_dir=base,
-            config={**self.settings, GROUP_COORDINATOR_ENDPOINT: self.coordinator.bootstrap},
+            config={
+                **without_storage_options(self.settings),
+                GROUP_COORDINATOR_ENDPOINT: self.coordinator.bootstrap,
+            },
             bind_host=os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),
             launch=slot.launches,
         )

@@ -38,7 +38,9 @@ __all__ = [
     "is_object_store_uri",
     "join_location",
     "open_object_store",
+    "redact",
     "storage_options",
+    "without_storage_options",
 ]
 
 #: Settings `storage.options.<key>=<value>` become storage option `<key>`.
@@ -109,6 +111,29 @@ def storage_options(settings: Mapping[str, object]) -> dict[str, str]:
     return options
 
 
+def without_storage_options(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """`settings` minus every `storage.options.*` entry: what a broker gets. Only the driver's
+    controller and coordinator reach the object store, so credentials never travel to
+    executors (in a Spark task's payload), into a broker's settings (which it may describe or
+    log) or into a broker process."""
+    return {k: v for k, v in settings.items() if not str(k).startswith(STORAGE_OPTIONS_PREFIX)}
+
+
+#: storage options whose values are not secrets (shown in messages; every other value is not)
+_PUBLIC_OPTIONS = frozenset(
+    {"endpoint", "region", "default_region", "allow_http", "virtual_hosted_style_request"}
+)
+
+
+def redact(text: str, options: Mapping[str, str]) -> str:
+    """`text` with the value of every secret storage option replaced by `[hidden]` (Kafka
+    describes PASSWORD-type configs as null; an error message from a store might echo one)."""
+    for key, value in options.items():
+        if _canonical(key) not in _PUBLIC_OPTIONS and len(value) >= 4 and value in text:
+            text = text.replace(value, "[hidden]")
+    return text
+
+
 def _object_store_config(options: Mapping[str, str]) -> dict[str, str]:
     """delta-rs style options as `object_store` configuration keys (case-insensitive there;
     `AWS_ENDPOINT_URL` and `AWS_ENDPOINT` are one key, so one is kept)."""
@@ -150,8 +175,8 @@ def open_object_store(uri: str, options: Mapping[str, str]) -> Any:
         raise
     except Exception as e:  # noqa: BLE001 - obstore's configuration errors, named for the user
         raise StorageLocationError(
-            f"cannot open {uri} with storage options {sorted(options)}: {e}; set "
-            f"{STORAGE_OPTIONS_PREFIX}<option> settings (e.g. AWS_ENDPOINT_URL, AWS_REGION)"
+            f"cannot open {uri} with storage options {sorted(options)}: {redact(str(e), config)}"
+            f"; set {STORAGE_OPTIONS_PREFIX}<option> settings (e.g. AWS_ENDPOINT_URL, AWS_REGION)"
         ) from None
 
 
@@ -164,6 +189,8 @@ class Objects(Protocol):
     location: str
     #: what to check when the location cannot be reached, for messages
     hint: str
+    #: the options it was opened with (their secret values are hidden from messages)
+    options: Mapping[str, str]
 
     def get(self, key: str) -> bytes | None:
         """The object's bytes; None when there is no such object."""
@@ -184,6 +211,8 @@ class ObstoreObjects:
 
     def __init__(self, uri: str, options: Mapping[str, str], store: Any = None) -> None:
         self.location = uri.rstrip("/")
+        #: for `redact` (messages never carry a credential)
+        self.options = _object_store_config(options)
         self.hint = (
             "Check that the bucket exists and the storage.options.* settings (AWS_ENDPOINT_URL, "
             "credentials, AWS_REGION, AWS_ALLOW_HTTP for http endpoints)"
@@ -243,6 +272,7 @@ class DirectoryObjects:
         self.root = Path(root)
         self.location = str(self.root)
         self.hint = "Check that the directory exists, is mounted and is writable"
+        self.options: dict[str, str] = {}
         self._made: set[Path] = set()
 
     def _path(self, key: str) -> Path:

@@ -4,6 +4,7 @@ the offsets table fences a zombie coordinator there as on a disk, and maintenanc
 
 from __future__ import annotations
 
+import logging
 import threading
 import uuid
 
@@ -14,6 +15,7 @@ from sparklog.controller.metadata_store import ObjectMetadataStore
 from sparklog.coordinator.offsets_store import OffsetsStore, OffsetsStoreFencedError
 from sparklog.coordinator.server import GroupCoordinatorServer
 from sparklog.storage.object_store import StorageLocationError
+from tests.s3proxy import SECRET_KEY
 
 from .test_offsets_store import rows
 
@@ -74,5 +76,29 @@ def test_a_missing_bucket_is_named_with_the_fix(s3proxy, tmp_path):
     from sparklog.controller.server import ControllerServer
 
     settings = {"metadata.log.dir": "s3://no-such-bucket/cluster", **s3proxy.settings()}
-    with pytest.raises(StorageLocationError, match="no-such-bucket.*bucket exists"):
+    with pytest.raises(StorageLocationError, match="no-such-bucket.*bucket exists") as refused:
         ControllerServer(tmp_path, config=settings)
+    assert SECRET_KEY not in str(refused.value)
+
+
+def test_storage_credentials_stay_on_the_driver(s3proxy, location, tmp_path, caplog):
+    """storage.options.* (object-store secrets) reach the controller and the coordinator only:
+    not the brokers' settings, not DescribeConfigs, not a log line."""
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    from sparklog.broker.embedded import EmbeddedCluster
+
+    caplog.set_level(logging.DEBUG, logger="sparklog")
+    config = {"metadata.log.dir": location, **s3proxy.settings()}
+    with EmbeddedCluster(brokers=1, data_dir=tmp_path, config=config) as cluster:
+        (broker,) = cluster.brokers
+        assert not [k for k in broker.config.originals if k.startswith("storage.options.")]
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+        resource = ConfigResource("broker", "0")
+        entries = admin.describe_configs([resource])[resource].result(30)
+        assert entries and not [
+            e.name
+            for e in entries.values()
+            if e.name.startswith("storage.options") or SECRET_KEY in (e.value or "")
+        ]
+    assert SECRET_KEY not in caplog.text

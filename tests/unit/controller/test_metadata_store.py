@@ -23,6 +23,7 @@ from sparklog.storage.object_store import (
     StorageLocationError,
     is_object_store_uri,
     join_location,
+    redact,
     storage_options,
 )
 
@@ -250,3 +251,7 @@ def test_locations_and_storage_options():
         storage_options({"storage.options.AWS_S3_ALLOW_UNSAFE_RENAME": "true"})
     with pytest.raises(StorageLocationError, match="storage.options"):
         open_metadata_store("s3://bucket/p", {"AWS_NOT_AN_OPTION": "1"})
+    secrets = {"AWS_SECRET_ACCESS_KEY": "abcd1234", "AWS_ENDPOINT_URL": "http://host:9000"}
+    assert redact("signed with abcd1234 for http://host:9000", secrets) == (
+        "signed with [hidden] for http://host:9000"
+    )

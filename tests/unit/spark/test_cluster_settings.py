@@ -23,3 +23,29 @@ def test_spark_conf_entries_become_settings_that_arguments_override():
     merged = {**from_conf, **_settings({"num.partitions": 6}, {"auto_create_topics_enable": False})}
     assert merged["num.partitions"] == "6" and merged["auto.create.topics.enable"] == "false"
     assert merged["metadata.log.dir"] == "s3://bucket/cluster"
+
+
+def test_broker_tasks_carry_no_storage_credentials():
+    """storage.options.* (object-store secrets) are for the driver's controller and
+    coordinator; a broker task's payload, shipped to an executor, never holds them."""
+    from types import SimpleNamespace
+
+    from sparklog.broker.kafka_apis import GROUP_COORDINATOR_ENDPOINT
+    from sparklog.spark.cluster import SparkLogCluster, _Slot
+
+    cluster = SparkLogCluster.__new__(SparkLogCluster)
+    cluster.settings = {
+        "storage.options.AWS_SECRET_ACCESS_KEY": "s3cr3t-value",
+        "metadata.log.dir": "s3://bucket/cluster",
+        "log.dirs": "/data",
+    }
+    cluster.cluster_id = "cluster"
+    cluster.controller = SimpleNamespace(bootstrap="driver:9093")
+    cluster.coordinator = SimpleNamespace(bootstrap="driver:9094")
+    spec = cluster._spec(_Slot(node_id=0))
+    assert spec.config == {
+        "metadata.log.dir": "s3://bucket/cluster",
+        "log.dirs": "/data",
+        GROUP_COORDINATOR_ENDPOINT: "driver:9094",
+    }
+    assert "s3cr3t" not in repr(spec)
