@@ -1,5 +1,5 @@
 """A real S3-compatible server for tests: S3Proxy (the pinned JAR, `make jars`) with its
-`filesystem` backend over a temp dir, on 127.0.0.1 (one per test session, see conftest).
+`filesystem` backend over a temp dir, on 127.0.0.1 (one per test session: the `s3proxy` fixture, which a conftest imports).
 
 A bucket is a directory under the base dir, so `create_bucket` makes one without a client.
 `settings(...)` are the sparklog settings (`storage.options.*`) that reach it.
@@ -13,7 +13,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from sparklog.oracle.jars import s3proxy_jar
+import pytest
+
+from sparklog.oracle.jars import JarsMissing, s3proxy_jar
 
 ACCESS_KEY = "sparklog-test"
 SECRET_KEY = "sparklog-test-secret"
@@ -117,3 +119,16 @@ class S3Proxy:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+
+@pytest.fixture(scope="session")
+def s3proxy(tmp_path_factory):
+    """A real S3-compatible server (S3Proxy, filesystem backend) on 127.0.0.1 for the session."""
+    if not java_available():
+        pytest.skip("java is not installed: S3Proxy needs a JDK >= 17")
+    try:
+        s3proxy_jar()
+    except JarsMissing as e:
+        pytest.fail(str(e))
+    with S3Proxy(tmp_path_factory.mktemp("s3proxy")) as server:
+        yield server

@@ -6,13 +6,24 @@ So sparklog's DataFrame helpers read their Delta tables the portable way: `delta
 files of the table's snapshot (the log replayed, removed files excluded), and Spark's own Parquet
 reader reads exactly those. That is a faithful read for the tables sparklog writes (D8: protocol
 (1,2), no deletion vectors, no column mapping); anything that needs more is refused by name.
+
+On an object store (`s3://...`, reached with delta-rs `storage_options`), Spark reads the files
+itself only when its Hadoop has the `s3a` filesystem (the hadoop-aws JAR and its AWS SDK,
+configured with `spark.hadoop.fs.s3a.*`): the paths are handed over as `s3a://`. Without it
+(sparklog ships no such JARs), the files are read on the driver by `deltalake` with the same
+storage options and become a DataFrame from Arrow: right for tables of driver size (the
+offsets table), said once in the log.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
 from typing import Any
 
 from deltalake import DeltaTable
+
+log = logging.getLogger(__name__)
 
 #: Table features this reader cannot honour by reading the listed Parquet files as they are.
 _UNSUPPORTED_READER_FEATURES = frozenset({"deletionVectors", "columnMapping", "v2Checkpoint"})
@@ -22,20 +33,53 @@ class DeltaReadError(ValueError):
     """A table this fallback cannot read faithfully; says why."""
 
 
-def read_delta(spark: Any, path: str, version: int | None = None) -> Any:
-    """The Delta table at `path` (its latest snapshot, or `version`) as a Spark DataFrame."""
+def read_delta(
+    spark: Any,
+    path: str,
+    version: int | None = None,
+    storage_options: Mapping[str, str] | None = None,
+) -> Any:
+    """The Delta table at `path` (its latest snapshot, or `version`) as a Spark DataFrame;
+    `storage_options` reach an object store (delta-rs option names, as `storage.options.*`)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    table = DeltaTable(path, version=version)
+    options = dict(storage_options) if storage_options else None
+    table = DeltaTable(path, version=version, storage_options=options)
     _check_readable(table, path)
     schema = from_arrow_schema(_arrow_schema(table))
     files = table.file_uris()
     if not files:
         return spark.createDataFrame([], schema)
+    base = table.table_uri
+    on_s3 = _scheme(base) in ("s3", "s3a")
+    if on_s3:  # Hadoop's S3 filesystem is s3a; delta-rs names the files s3://
+        files = [_as_s3a(f) for f in files]
+        base = _as_s3a(base)
     reader = spark.read.schema(schema)
     if table.metadata().partition_columns:
-        reader = reader.option("basePath", table.table_uri)  # Hive-style col=value/ folders
-    return reader.parquet(*files)
+        reader = reader.option("basePath", base)  # Hive-style col=value/ folders
+    if _scheme(base) in ("", "file"):
+        return reader.parquet(*files)
+    try:
+        return reader.parquet(*files)
+    except Exception as e:  # noqa: BLE001 - Spark has no filesystem (or no access) for the store
+        first = str(e).strip().splitlines()[0][:300] if str(e) else type(e).__name__
+        log.info(
+            "Spark cannot read %s itself (%s); reading its files on the driver with deltalake "
+            "instead (add hadoop-aws and spark.hadoop.fs.s3a.* settings to read them in tasks)",
+            path,
+            first,
+        )
+        return spark.createDataFrame(table.to_pyarrow_table(), schema)
+
+
+def _scheme(uri: str) -> str:
+    scheme, sep, _ = uri.partition("://")
+    return scheme.lower() if sep else ""
+
+
+def _as_s3a(uri: str) -> str:
+    return "s3a://" + uri.partition("://")[2] if _scheme(uri) == "s3" else uri
 
 
 def _check_readable(table: DeltaTable, path: str) -> None:

@@ -4,11 +4,15 @@ offset of every (group, topic, partition), and lag against the partitions' log e
 
 The table is read with `read_delta` (D8's fallback: delta-spark cannot read on PySpark 4.3); the
 "latest row per key" step runs in Spark, so the helpers stay cheap on a long history. Without
-`path` they read the table of the cluster `sparklog.start(spark)` launched here.
+`path` they read the table of the cluster `sparklog.start(spark)` launched here, with its
+`storage.options.*` (so a table on an object store is read with the cluster's credentials);
+with `path`, pass `storage_options` for an object store (else delta-rs reads the `AWS_*`
+environment variables).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from sparklog.spark.delta_read import read_delta
@@ -27,26 +31,45 @@ LAG_DDL = "group_id string, topic string, partition int, committed_offset long, 
 
 def offsets_table_path(path: str | None = None) -> str:
     """`path`, else the offsets table of the cluster running in this application."""
-    if path:
-        return path
+    return offsets_table(path)[0]
+
+
+def offsets_table(
+    path: str | None = None, storage_options: Mapping[str, str] | None = None
+) -> tuple[str, dict[str, str] | None]:
+    """(path, storage options) of the offsets table: `path` with `storage_options`, else the
+    table of the cluster running in this application with that cluster's `storage.options.*`
+    (also for `path` naming that table, when no `storage_options` are given)."""
     from sparklog.spark.cluster import active_cluster
+    from sparklog.storage.object_store import storage_options as options_of
 
     cluster = active_cluster()
     coordinator = getattr(cluster, "coordinator", None) if cluster is not None else None
+    if path and (coordinator is None or storage_options is not None):
+        return path, dict(storage_options) if storage_options else None
     if coordinator is None:
         raise ValueError(
             "no sparklog cluster here: start one with sparklog.start(spark), or pass "
             "path='<offsets.table.path of the cluster>'"
         )
-    return coordinator.table_path
+    table_path = path or coordinator.table_path
+    own = table_path.rstrip("/") == str(coordinator.table_path).rstrip("/")
+    return table_path, (options_of(cluster.settings) or None) if own else None
 
 
-def group_offsets_df(spark: Any, group: str | None = None, path: str | None = None) -> Any:
+def group_offsets_df(
+    spark: Any,
+    group: str | None = None,
+    path: str | None = None,
+    storage_options: Mapping[str, str] | None = None,
+) -> Any:
     """The latest committed offset per (group, topic, partition), deleted offsets excluded."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    rows = read_delta(spark, offsets_table_path(path)).where(F.col("record_type") == "offset")
+    table_path, options = offsets_table(path, storage_options)
+    rows = read_delta(spark, table_path, storage_options=options)
+    rows = rows.where(F.col("record_type") == "offset")
     if group is not None:
         rows = rows.where(F.col("group_id") == group)
     newest = Window.partitionBy("group_id", "topic", "partition").orderBy(F.col("sequence").desc())
@@ -63,12 +86,13 @@ def consumer_lag_df(
     group: str | None = None,
     path: str | None = None,
     bootstrap_servers: str | None = None,
+    storage_options: Mapping[str, str] | None = None,
 ) -> Any:
     """Per (group, topic, partition): committed offset, log end offset now, and their
     difference, like `kafka-consumer-groups --describe`."""
     from sparklog.spark.notebook import partition_offsets
 
-    committed = group_offsets_df(spark, group, path).select(
+    committed = group_offsets_df(spark, group, path, storage_options).select(
         "group_id", "topic", "partition", "committed_offset"
     )
     keys = committed.collect()

@@ -7,8 +7,7 @@ import os
 import pytest
 
 from sparklog.broker.embedded import EmbeddedCluster
-from sparklog.oracle.jars import JarsMissing, s3proxy_jar
-from tests.s3proxy import S3Proxy, java_available
+from tests.s3proxy import s3proxy  # noqa: F401 - the session's S3-compatible server fixture
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
@@ -51,16 +50,3 @@ def cluster3(tmp_path_factory):
         brokers=3, data_dir=tmp_path_factory.mktemp("cluster3"), config=TEST_CONFIG
     ) as running:
         yield running
-
-
-@pytest.fixture(scope="session")
-def s3proxy(tmp_path_factory):
-    """A real S3-compatible server (S3Proxy, filesystem backend) on 127.0.0.1 for the session."""
-    if not java_available():
-        pytest.skip("java is not installed: S3Proxy needs a JDK >= 17")
-    try:
-        s3proxy_jar()
-    except JarsMissing as e:
-        pytest.fail(str(e))
-    with S3Proxy(tmp_path_factory.mktemp("s3proxy")) as server:
-        yield server

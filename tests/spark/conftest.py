@@ -11,6 +11,8 @@ import sys
 
 import pytest
 
+from tests.s3proxy import s3proxy  # noqa: F401 - the session's S3-compatible server fixture
+
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)

@@ -139,3 +139,31 @@ def test_a_batch_read_can_start_from_a_group_s_committed_offsets(spark, cluster)
         spark.read.format("sparklog").option("subscribe", topic).option(
             "startingOffsets", "group"
         ).load().collect()
+
+
+def test_an_offsets_table_on_s3_reads_with_the_storage_options(spark, s3proxy, caplog):
+    """On an object store the helpers need the store's credentials: delta-rs lists the files
+    with them, and since this Spark has no s3a filesystem (no hadoop-aws JARs), the files are
+    read on the driver and the DataFrame is built from Arrow, said once in the log."""
+    import logging
+
+    from sparklog.coordinator.group.coordinator import CommittedOffset, offset_row
+
+    bucket = s3proxy.create_bucket(f"views-{uuid.uuid4().hex[:8]}")
+    path = f"s3://{bucket}/cluster/__consumer_offsets"
+    options = s3proxy.storage_options()
+    store = OffsetsStore(path, storage_options=options)
+    store.append(
+        [offset_row("g3", ("t", p), CommittedOffset(10 + p, 1, "", 0, None)) for p in range(2)]
+    )
+    store.append([offset_row("g3", ("t", 0), CommittedOffset(30, 1, "", 0, None))])
+
+    caplog.set_level(logging.INFO, logger="sparklog")
+    offsets = sparklog.group_offsets_df(spark, group="g3", path=path, storage_options=options)
+    assert [(r.topic, r.partition, r.committed_offset) for r in offsets.collect()] == [
+        ("t", 0, 30),
+        ("t", 1, 11),
+    ]
+    assert "reading its files on the driver" in caplog.text
+    rows = read_delta(spark, path, storage_options=options).orderBy("sequence").collect()
+    assert [r.committed_offset for r in rows] == [10, 11, 30]

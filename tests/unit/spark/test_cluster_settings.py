@@ -49,3 +49,28 @@ def test_broker_tasks_carry_no_storage_credentials():
         GROUP_COORDINATOR_ENDPOINT: "driver:9094",
     }
     assert "s3cr3t" not in repr(spec)
+
+
+def test_the_offsets_table_helpers_use_the_clusters_storage_options(monkeypatch):
+    """group_offsets_df / consumer_lag_df without `path` (or with the cluster's own table)
+    read with the running cluster's storage.options.*; another path with the given ones."""
+    from types import SimpleNamespace
+
+    import sparklog.spark.cluster as cluster_module
+    from sparklog.spark.group_views import offsets_table
+
+    table = "s3://bucket/cluster/__consumer_offsets"
+    running = SimpleNamespace(
+        coordinator=SimpleNamespace(table_path=table),
+        settings={"storage.options.AWS_REGION": "eu-west-1", "num.partitions": "3"},
+    )
+    monkeypatch.setattr(cluster_module, "active_cluster", lambda: running)
+    assert offsets_table() == (table, {"AWS_REGION": "eu-west-1"})
+    assert offsets_table(table + "/") == (table + "/", {"AWS_REGION": "eu-west-1"})
+    assert offsets_table("s3://other/t") == ("s3://other/t", None)
+    assert offsets_table("s3://other/t", {"AWS_REGION": "x"}) == (
+        "s3://other/t",
+        {"AWS_REGION": "x"},
+    )
+    monkeypatch.setattr(cluster_module, "active_cluster", lambda: None)
+    assert offsets_table("/local/t") == ("/local/t", None)
