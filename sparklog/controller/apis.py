@@ -124,7 +124,7 @@ class ControllerApis:
             return api_versions_response(CONTROLLER_APIS, 0, UnsupportedVersionError.code)
         return api_versions_response(CONTROLLER_APIS, request.api_version)
 
-    def handle_broker_registration(self, request: Request) -> Any:
+    async def handle_broker_registration(self, request: Request) -> Any:
         body, respond = request.body, Response(request)
         listeners = sorted(body.listeners, key=lambda listener: listener.name != "PLAINTEXT")
         try:
@@ -145,8 +145,8 @@ class ControllerApis:
                 if request.api_version >= 3
                 else -1,
             )
-            broker_epoch = self.server.commit(
-                self.controller.register_broker(self.server.now_ms(), core_request)
+            broker_epoch = await self.server.commit(
+                lambda: self.controller.register_broker(self.server.now_ms(), core_request)
             )
         except KafkaError as e:
             log.warning("refused registration of broker %d: %s", body.broker_id, e)
@@ -154,7 +154,7 @@ class ControllerApis:
         log.info("registered broker %d at epoch %d", body.broker_id, broker_epoch)
         return respond(error_code=0, broker_epoch=broker_epoch)
 
-    def handle_broker_heartbeat(self, request: Request) -> Any:
+    async def handle_broker_heartbeat(self, request: Request) -> Any:
         body = request.body
         heartbeat = BrokerHeartbeat(
             broker_id=body.broker_id,
@@ -163,7 +163,9 @@ class ControllerApis:
             want_fence=body.want_fence,
             want_shut_down=body.want_shut_down,
         )
-        reply = self.server.commit(self.controller.heartbeat(self.server.now_ms(), heartbeat))
+        reply = await self.server.commit(
+            lambda: self.controller.heartbeat(self.server.now_ms(), heartbeat)
+        )
         if reply.error_code:
             log.info("heartbeat of broker %d refused: %s", body.broker_id, reply.error_message)
         return Response(request)(
@@ -173,19 +175,21 @@ class ControllerApis:
             should_shut_down=reply.should_shut_down,
         )
 
-    def handle_unregister_broker(self, request: Request) -> Any:
+    async def handle_unregister_broker(self, request: Request) -> Any:
         respond = Response(request)
         try:
-            self.server.commit(self.controller.unregister_broker(request.body.broker_id))
+            await self.server.commit(
+                lambda: self.controller.unregister_broker(request.body.broker_id)
+            )
         except KafkaError as e:
             return respond(error_code=e.code, error_message=str(e))
         return respond(error_code=0, error_message=None)
 
-    def handle_allocate_producer_ids(self, request: Request) -> Any:
+    async def handle_allocate_producer_ids(self, request: Request) -> Any:
         body, respond = request.body, Response(request)
         try:
-            block = self.server.commit(
-                self.controller.allocate_producer_ids(body.broker_id, body.broker_epoch)
+            block = await self.server.commit(
+                lambda: self.controller.allocate_producer_ids(body.broker_id, body.broker_epoch)
             )
         except KafkaError as e:
             return respond(error_code=e.code, producer_id_start=-1, producer_id_len=0)
@@ -325,14 +329,14 @@ class ControllerApis:
 
     # -- Metadata ---------------------------------------------------------------------------
 
-    def handle_metadata(self, request: Request) -> Any:
+    async def handle_metadata(self, request: Request) -> Any:
         body, respond = request.body, Response(request)
         if body.topics is None:
             wanted = [self.image.topic(name) for name in self.image.topic_names()]
             entries = [topic for topic in wanted if topic is not None]
         else:
             allow_auto = getattr(body, "allow_auto_topic_creation", True)
-            entries = self._requested_topics(body.topics, allow_auto)
+            entries = await self._requested_topics(body.topics, allow_auto)
         brokers = tuple(
             respond.nested("MetadataResponseBroker", node_id=i, host=h, port=p, rack=r)
             for i, h, p, r in self._client_nodes()
@@ -351,13 +355,13 @@ class ControllerApis:
             cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
         )
 
-    def _requested_topics(self, requested: Any, allow_auto: bool) -> list[Any]:
+    async def _requested_topics(self, requested: Any, allow_auto: bool) -> list[Any]:
         """TopicImages, or callables building an error entry, in request order."""
         missing = [
             t.name for t in requested if t.name is not None and self.image.topic(t.name) is None
         ]
         if missing and allow_auto and self.server.config.auto_create_topics_enable:
-            self._auto_create(missing)
+            await self._auto_create(missing)
         entries: list[Any] = []
         for t in requested:
             topic_id = getattr(t, "topic_id", None)  # v10+; before it a name is all there is
@@ -371,7 +375,7 @@ class ControllerApis:
             entries.append(topic if topic is not None else missing_topic(t.name, topic_id))
         return entries
 
-    def _auto_create(self, names: list[str]) -> None:
+    async def _auto_create(self, names: list[str]) -> None:
         valid = []
         for name in dict.fromkeys(names):
             try:
@@ -380,7 +384,7 @@ class ControllerApis:
                 continue
             valid.append(NewTopic(name))
         if valid:
-            results = self.server.commit(self.controller.create_topics(valid))
+            results = await self.server.commit(lambda: self.controller.create_topics(valid))
             for result in results:
                 if not result.error.is_success:
                     log.info("auto-creating topic %s failed: %s", result.name, result.error.message)
@@ -411,7 +415,7 @@ class ControllerApis:
 
     # -- topic admin ------------------------------------------------------------------------
 
-    def handle_create_topics(self, request: Request) -> Any:
+    async def handle_create_topics(self, request: Request) -> Any:
         body, respond = request.body, Response(request)
         topics = [
             NewTopic(
@@ -423,8 +427,8 @@ class ControllerApis:
             )
             for t in body.topics
         ]
-        results = self.server.commit(
-            self.controller.create_topics(topics, validate_only=body.validate_only)
+        results = await self.server.commit(
+            lambda: self.controller.create_topics(topics, validate_only=body.validate_only)
         )
         requested = {t.name: t for t in topics}
         return respond(topics=tuple(self._created(respond, r, requested[r.name]) for r in results))
@@ -457,10 +461,10 @@ class ControllerApis:
             configs=configs,
         )
 
-    def handle_delete_topics(self, request: Request) -> Any:
+    async def handle_delete_topics(self, request: Request) -> Any:
         respond = Response(request)
         names = list(request.body.topic_names)
-        results = self.server.commit(self.controller.delete_topics(names))
+        results = await self.server.commit(lambda: self.controller.delete_topics(names))
         return respond(
             responses=tuple(
                 respond.nested(
@@ -473,7 +477,7 @@ class ControllerApis:
             )
         )
 
-    def handle_create_partitions(self, request: Request) -> Any:
+    async def handle_create_partitions(self, request: Request) -> Any:
         body, respond = request.body, Response(request)
         topics = [
             NewPartitions(
@@ -485,8 +489,8 @@ class ControllerApis:
             )
             for t in body.topics
         ]
-        results = self.server.commit(
-            self.controller.create_partitions(topics, validate_only=body.validate_only)
+        results = await self.server.commit(
+            lambda: self.controller.create_partitions(topics, validate_only=body.validate_only)
         )
         return respond(
             results=tuple(
@@ -525,16 +529,18 @@ class ControllerApis:
             )
         return respond(results=tuple(results))
 
-    def handle_alter_configs(self, request: Request) -> Any:
+    async def handle_alter_configs(self, request: Request) -> Any:
         body = request.body
         resources = [
             (ConfigResource(r.resource_type, r.resource_name), {c.name: c.value for c in r.configs})
             for r in body.resources
         ]
-        result = self.controller.alter_configs(resources, validate_only=body.validate_only)
-        return alter_configs_response(request, self.server.commit(result))
+        results = await self.server.commit(
+            lambda: self.controller.alter_configs(resources, validate_only=body.validate_only)
+        )
+        return alter_configs_response(request, results)
 
-    def handle_incremental_alter_configs(self, request: Request) -> Any:
+    async def handle_incremental_alter_configs(self, request: Request) -> Any:
         body = request.body
         resources = [
             (
@@ -543,10 +549,12 @@ class ControllerApis:
             )
             for r in body.resources
         ]
-        result = self.controller.incremental_alter_configs(
-            resources, validate_only=body.validate_only
+        results = await self.server.commit(
+            lambda: self.controller.incremental_alter_configs(
+                resources, validate_only=body.validate_only
+            )
         )
-        return alter_configs_response(request, self.server.commit(result))
+        return alter_configs_response(request, results)
 
 
 __all__ = ["CONTROLLER_NODE_ID", "ControllerApis"]

@@ -7,6 +7,7 @@ Kafka's `ControllerApis` takes its collaborators instead of the `ControllerServe
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol, TypeVar
 
 from sparklog.controller.configs import ControllerConfig
@@ -29,8 +30,9 @@ class ControllerContext(Protocol):
     #: (host, port) of the driver's group coordinator, None when there is none
     coordinator_endpoint: tuple[str, int] | None
 
-    def commit(self, result: ControllerResult[T]) -> T:
-        """Append `result`'s records to the metadata log, apply them, and return its response."""
+    async def commit(self, operation: Callable[[], ControllerResult[T]]) -> T:
+        """Run `operation` (a core call) when no other write is in progress, make its records
+        durable, apply them, and return its response."""
         ...
 
     def now_ms(self) -> int:

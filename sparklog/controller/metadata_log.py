@@ -228,9 +228,13 @@ class MetadataLog:
         """ListOffsets: (offset, timestamp) for -1 latest, -2 earliest, -3 max or a time."""
         return self._log.fetch_offset_by_timestamp(timestamp)
 
+    def snapshot_due(self, image: MetadataImage) -> bool:
+        """Whether `snapshot_records` records were applied since the last snapshot."""
+        return image.offset - self.snapshot_offset >= self.snapshot_records
+
     def maybe_snapshot(self, image: MetadataImage) -> bool:
         """Write a snapshot when `snapshot_records` records were applied since the last one."""
-        if image.offset - self.snapshot_offset < self.snapshot_records:
+        if not self.snapshot_due(image):
             return False
         self.write_snapshot(image)
         return True

@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
 
 
-def handle_alter_partition(server: ControllerContext, request: Request) -> Any:
+async def handle_alter_partition(server: ControllerContext, request: Request) -> Any:
     """AlterPartition v2 (`new_isr`) and v3 (`new_isr_with_epochs`, KIP-903)."""
     body, respond = request.body, Response(request)
     changes: list[IsrChange] = []
@@ -47,8 +47,8 @@ def handle_alter_partition(server: ControllerContext, request: Request) -> Any:
             )
     assert server.controller is not None
     try:
-        outcomes = server.commit(
-            server.controller.alter_partition(
+        outcomes = await server.commit(
+            lambda: server.controller.alter_partition(
                 server.now_ms(),
                 body.broker_id,
                 body.broker_epoch,
@@ -62,7 +62,7 @@ def handle_alter_partition(server: ControllerContext, request: Request) -> Any:
     return respond(error_code=0, topics=alter_partition_topics(respond, outcomes))
 
 
-def handle_elect_leaders(server: ControllerContext, request: Request) -> Any:
+async def handle_elect_leaders(server: ControllerContext, request: Request) -> Any:
     """ElectLeaders v0-v2 (v0 has no election type: preferred)."""
     body, respond = request.body, Response(request)
     election_type = int(getattr(body, "election_type", 0))
@@ -71,7 +71,9 @@ def handle_elect_leaders(server: ControllerContext, request: Request) -> Any:
         wanted = [(t.topic, int(p)) for t in body.topic_partitions for p in t.partitions]
     assert server.controller is not None
     try:
-        results = server.commit(server.controller.elect_leaders(election_type, wanted))
+        results = await server.commit(
+            lambda: server.controller.elect_leaders(election_type, wanted)
+        )
     except KafkaError as e:
         return respond(error_code=e.code, replica_election_results=())
     return respond(
@@ -95,7 +97,7 @@ def handle_elect_leaders(server: ControllerContext, request: Request) -> Any:
     )
 
 
-def handle_alter_partition_reassignments(server: ControllerContext, request: Request) -> Any:
+async def handle_alter_partition_reassignments(server: ControllerContext, request: Request) -> Any:
     """AlterPartitionReassignments v0-v1 (v1: allow_replication_factor_change, KIP-860)."""
     body, respond = request.body, Response(request)
     reassignments = [
@@ -105,8 +107,8 @@ def handle_alter_partition_reassignments(server: ControllerContext, request: Req
     ]
     allow = bool(getattr(body, "allow_replication_factor_change", True))
     assert server.controller is not None
-    results = server.commit(
-        server.controller.alter_partition_reassignments(
+    results = await server.commit(
+        lambda: server.controller.alter_partition_reassignments(
             reassignments, allow_replication_factor_change=allow
         )
     )

@@ -1,9 +1,14 @@
 """The controller as a server: the sans-IO `QuorumController` behind Kafka's protocol.
 
-Every write goes: core call -> `commit` (append ONE batch to `__cluster_metadata-0` and make
-it durable: fsync, or a conditional put to the object store; `replay` into the image, maybe snapshot, wake metadata fetchers) -> response. All of it runs
-on the controller's event loop without awaiting in between, so writes are serialized and the
-log end offset always equals the image offset. A tick task fences brokers whose lease expired.
+Every write goes: `await commit(operation)` -> under the write lock: the core call, then its
+records as ONE batch made durable by the store on the writer thread (an fsynced file, or a
+conditional put to the object store), then appended to the working log, `replay`ed into the
+image, maybe snapshotted (also on the writer thread), metadata fetchers woken -> response.
+Writes are serialized by the lock and the core always computes against the image of every
+write before it, with the log end offset equal to the image offset whenever the lock is free;
+meanwhile the loop keeps serving reads (Metadata, Fetch, DescribeCluster), connections and the
+coordinator's hops, instead of blocking on a PUT or an fsync. One writer thread, one write at a
+time: order is the lock's. A tick task fences brokers whose lease expired.
 
 Embedding: `start_in_thread()` runs the loop in a daemon thread and returns once listening;
 `stop()` shuts down and joins it. The launcher calls `next_node_id()`, `request_shutdown()`,
@@ -39,6 +44,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -150,6 +156,9 @@ class ControllerServer:
         self.incarnation_id = str(uuid.uuid4())
         self._fenced_task: asyncio.Task | None = None
         self._probed_ms = 0
+        self._write_lock: asyncio.Lock | None = None
+        #: the store's I/O (durable batch writes, snapshots, probes), off the event loop
+        self._writer: ThreadPoolExecutor | None = None
 
     @property
     def bootstrap(self) -> str:
@@ -170,6 +179,8 @@ class ControllerServer:
         )
         self.controller = QuorumController(self.config, self.cluster_id, image)
         self._appended = asyncio.Event()
+        self._write_lock = asyncio.Lock()
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="sparklog-controller-writer")
         try:
             self._claim_leadership()
         except BaseException:
@@ -271,14 +282,18 @@ class ControllerServer:
                 await self._tick_task
         if self._server is not None:
             await self._server.stop()
-        if self.metadata_log is not None and self.controller is not None:
-            if (
-                snapshot
-                and not self.fenced
-                and self.controller.image.offset > self.metadata_log.snapshot_offset
-            ):
-                self.metadata_log.write_snapshot(self.controller.image)
-            self.metadata_log.close()
+        async with self._write_lock or contextlib.nullcontext():
+            # a write in progress finishes first; later ones see _stopping and refuse
+            if self.metadata_log is not None and self.controller is not None:
+                if (
+                    snapshot
+                    and not self.fenced
+                    and self.controller.image.offset > self.metadata_log.snapshot_offset
+                ):
+                    self.metadata_log.write_snapshot(self.controller.image)
+                self.metadata_log.close()
+        if self._writer is not None:
+            self._writer.shutdown(wait=True)
         log.info("controller on %s stopped", self.bootstrap)
 
     def start_in_thread(self, timeout_s: float = 30.0) -> ControllerServer:
@@ -304,35 +319,66 @@ class ControllerServer:
 
     # -- writes (on the loop) ---------------------------------------------------------------
 
-    def commit(self, result: ControllerResult[T]) -> T:
-        """Persist `result.records` as one batch, apply them, then hand back the response."""
-        assert self.controller is not None and self.metadata_log is not None
+    async def commit(self, operation: Callable[[], ControllerResult[T]]) -> T:
+        """Run `operation` (a core call) under the write lock, persist its records as one batch,
+        apply them, then hand back the response (see the module doc). A cancelled caller (its
+        connection closed) does not cut a write short: the write completes for the log."""
         assert self._loop_thread_id == threading.get_ident(), "writes happen on the loop"
-        if result.records:
-            assert self.metadata_log.end_offset == self.controller.image.offset
-            try:
-                self.metadata_log.append(result.records, _wall_ms())
-            except MetadataLogFencedError:
-                self._on_fenced()
-                raise
-            self.controller.replay(result.records)
-            self.metadata_log.maybe_snapshot(self.controller.image)
-            self._wake_fetchers()
-        return result.response
+        task = asyncio.ensure_future(self._commit_locked(operation))
+        task.add_done_callback(_consume_exception)
+        return await asyncio.shield(task)
 
-    def fence_expired_brokers(self) -> list[int]:
+    async def _commit_locked(self, operation: Callable[[], ControllerResult[T]]) -> T:
+        assert self._write_lock is not None
+        async with self._write_lock:
+            if self._stopping:
+                raise RuntimeError("the controller is stopping")
+            self._check_not_fenced()
+            result = operation()
+            if result.records:
+                await self._persist(result.records)
+            return result.response
+
+    async def _persist(self, records: tuple[dict[str, Any], ...]) -> None:
+        assert self.controller is not None and self.metadata_log is not None
+        metadata_log, image = self.metadata_log, self.controller.image
+        assert metadata_log.end_offset == image.offset
+        now_ms = _wall_ms()
+        batch = metadata_log.prepare(records, now_ms)
+        try:
+            await self._on_writer(metadata_log.write_durably, batch)
+        except MetadataLogFencedError:
+            self._on_fenced()
+            raise
+        metadata_log.appended(batch, now_ms)
+        self.controller.replay(records)
+        self._wake_fetchers()
+        if metadata_log.snapshot_due(image):
+            try:
+                offset, data, batches = metadata_log.snapshot_of(image)
+                await self._on_writer(metadata_log.store.write_snapshot, offset, data, batches)
+                metadata_log.snapshot_offset = offset
+            except Exception:  # noqa: BLE001 - the write is durable; the next one retries
+                log.exception("metadata snapshot at offset %d failed; retrying later", image.offset)
+
+    async def _on_writer(self, fn: Callable[..., T], *args: Any) -> T:
+        """`fn(*args)` on the writer thread (the store's blocking I/O)."""
+        assert self._writer is not None
+        return await asyncio.get_running_loop().run_in_executor(self._writer, fn, *args)
+
+    async def fence_expired_brokers(self) -> list[int]:
         """The controller's tick: fence every unfenced broker whose lease expired (one write
         each), then persist the periodic work (reassignment completion, leader balancing);
         returns the fenced ids."""
         assert self.controller is not None
+        controller = self.controller
         fenced = []
         while True:
-            result = self.controller.tick(self.now_ms())
-            self.commit(result)
-            if result.response is None:
+            broker_id = await self.commit(lambda: controller.tick(self.now_ms()))
+            if broker_id is None:
                 return fenced
-            fenced.append(result.response)
-            log.info("fenced broker %d: no heartbeat within the session timeout", result.response)
+            fenced.append(broker_id)
+            log.info("fenced broker %d: no heartbeat within the session timeout", broker_id)
 
     async def _tick_loop(self) -> None:
         """Tick at the earliest lease expiry (so fencing is not late by a polling interval),
@@ -341,15 +387,15 @@ class ControllerServer:
         while True:
             await asyncio.sleep(self._next_tick_delay_ms(interval_ms) / 1000)
             try:
-                self.fence_expired_brokers()
-                self._maybe_probe_store()
+                await self.fence_expired_brokers()
+                await self._maybe_probe_store()
             except MetadataLogFencedError:
                 self._on_fenced()
                 return
             except Exception:
                 log.exception("controller tick failed; retrying")
 
-    def _maybe_probe_store(self) -> None:
+    async def _maybe_probe_store(self) -> None:
         """Look for a successor's write at the log's end once per `_PROBE_INTERVAL_MS`, so an
         idle zombie (no write to lose) also stops within a tick or two of its successor's
         start, instead of granting leases and serving stale metadata until its next write. One
@@ -358,7 +404,9 @@ class ControllerServer:
         now_ms = self.now_ms()
         if now_ms - self._probed_ms >= _PROBE_INTERVAL_MS:
             self._probed_ms = now_ms
-            self.metadata_log.check_next_offset_free()
+            assert self._write_lock is not None
+            async with self._write_lock:  # the log's end does not move meanwhile
+                await self._on_writer(self.metadata_log.check_next_offset_free)
 
     def _next_tick_delay_ms(self, interval_ms: int) -> int:
         assert self.controller is not None
@@ -403,7 +451,8 @@ class ControllerServer:
 
     def unregister_broker(self, broker_id: int) -> None:
         """Forget a broker (e.g. before relaunching its identity in a new Spark job)."""
-        self._call(lambda: self.commit(self._require_controller().unregister_broker(broker_id)))
+        controller = self._require_controller()
+        self._call_write(lambda: controller.unregister_broker(broker_id))
 
     def metadata_image(self) -> MetadataImage:
         """A copy of the current image (brokers, topics, partitions, configs)."""
@@ -465,11 +514,9 @@ class ControllerServer:
     def allocate_producer_ids(self, owner_id: int) -> tuple[int, int]:
         """(first id, count) of a fresh producer-id block for the driver's coordinator."""
 
-        def allocate() -> tuple[int, int]:
-            block = self.commit(self._require_controller().producer_ids_block(owner_id))
-            return block.producer_id_start, block.producer_id_len
-
-        return self._call(allocate)
+        controller = self._require_controller()
+        block = self._call_write(lambda: controller.producer_ids_block(owner_id))
+        return block.producer_id_start, block.producer_id_len
 
     def partition_count(self, topic: str) -> int:
         """How many partitions `topic` has (0: no such topic), read from the image without
@@ -516,6 +563,16 @@ class ControllerServer:
         if self.metadata_log is not None:
             self.metadata_log.check_not_fenced()
 
+    def _call_write(self, operation: Callable[[], ControllerResult[T]]) -> T:
+        """`commit(operation)` from another thread: wait for its response."""
+        loop = self._loop
+        if loop is None or self._stopping:
+            raise RuntimeError("the controller is not running")
+        self._check_not_fenced()
+        assert threading.get_ident() != self._loop_thread_id, "on the loop: await commit()"
+        future = asyncio.run_coroutine_threadsafe(self.commit(operation), loop)
+        return future.result(_CALL_TIMEOUT_S)
+
     def _call(self, fn: Callable[[], T]) -> T:
         loop = self._loop
         if loop is None or self._stopping:
@@ -533,6 +590,13 @@ class ControllerServer:
 
         loop.call_soon_threadsafe(run)
         return future.result(_CALL_TIMEOUT_S)
+
+
+def _consume_exception(task: asyncio.Future[Any]) -> None:
+    """A shielded write whose caller went away still fails quietly for the loop (the caller,
+    if still there, gets the exception)."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _wall_ms() -> int:

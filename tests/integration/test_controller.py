@@ -385,3 +385,38 @@ def test_stop_leaves_no_threads_and_a_second_stop_is_harmless(tmp_path):
     server.stop()
     server.stop()
     assert set(threading.enumerate()) == before
+
+
+def test_a_slow_store_write_leaves_the_controller_serving(controller):
+    """A controller write waits for its store (an fsync, a PUT to an object store) on the
+    writer thread: meanwhile the loop answers reads, and the write still completes, in order."""
+    gate, entered = threading.Event(), threading.Event()
+    write_batch = controller.store.write_batch
+
+    def slow_write(base_offset: int, batch: bytes) -> None:
+        entered.set()
+        assert gate.wait(30)
+        write_batch(base_offset, batch)
+
+    controller.store.write_batch = slow_write
+    blocks: list[tuple[int, int]] = []
+    writer = threading.Thread(target=lambda: blocks.append(controller.allocate_producer_ids(7)))
+    writer.start()
+    try:
+        assert entered.wait(10)
+
+        async def read_while_writing() -> None:
+            async with FakeBroker(controller, 0) as b0:  # connecting negotiates ApiVersions
+                async with asyncio.timeout(10):  # a blocked loop would never answer
+                    metadata = await b0.call(
+                        ApiKey.METADATA, topics=None, include_topic_authorized_operations=False
+                    )
+                assert metadata.cluster_id == controller.cluster_id
+
+        run(read_while_writing())
+        assert not blocks  # the write is still waiting for its store
+    finally:
+        gate.set()
+        writer.join(30)
+    assert blocks == [(0, 1000)]
+    assert controller.allocate_producer_ids(7) == (1000, 1000)  # and the next one follows it
