@@ -57,7 +57,7 @@ from sparklog.storage.object_store import (
     redact,
 )
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 META_PROPERTIES = "meta.properties"
 #: the snapshot file of directories written before the object layout (read, never written)
@@ -177,7 +177,7 @@ class MetadataStore:
             try:
                 self.objects.delete(key)
             except Exception:  # noqa: BLE001 - an old snapshot left behind costs only space
-                log.warning("could not delete old metadata snapshot %s/%s", self.location, key)
+                logger.warning("could not delete old metadata snapshot %s/%s", self.location, key)
 
     @property
     def segment_end(self) -> int:
@@ -219,7 +219,7 @@ class MetadataStore:
                 f"metadata log at {self.location} has no batch at offset {offset} but has "
                 f"{beyond[0]}: objects are missing; restore them or start from a new location"
             )
-        log.info("metadata log recovered from %s up to offset %d", self.location, offset)
+        logger.info("metadata log recovered from %s up to offset %d", self.location, offset)
 
     def catch_up(self, working: Log, now_ms: int) -> None:
         """Append the batches another controller wrote after the working log's end."""
@@ -247,7 +247,7 @@ class MetadataStore:
         finally:
             if not same:
                 legacy.close()
-        log.info("adopted the metadata log in %s (offsets 0-%d) as a segment", legacy_dir, end)
+        logger.info("adopted the metadata log in %s (offsets 0-%d) as a segment", legacy_dir, end)
         return True
 
     def _append_object(self, working: Log, key: str, now_ms: int) -> None:

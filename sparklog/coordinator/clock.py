@@ -29,7 +29,7 @@ import logging
 import time
 from collections.abc import Callable
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 #: Persisted times below this (2001-09-09) were never wall-clock readings: coordinators before
 #: issue 27 wrote machine uptime. Such a time counts from when it is loaded.
@@ -78,7 +78,7 @@ class CoordinatorClock:
         now = self()
         if ms is None or ms <= now:
             return
-        log.warning(
+        logger.warning(
             "the wall clock (%s) is %.1f s behind the newest time in the coordinator's table "
             "(%s): it was set back since then; the coordinator counts from %s so that no "
             "persisted time lies in its future",

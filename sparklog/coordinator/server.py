@@ -180,15 +180,7 @@ class GroupCoordinatorServer:
             self._markers_done,
             request_timeout_ms=self.txn_config.transaction_marker_request_timeout_ms,
         )
-        self._server = KafkaServer(
-            self.handle,
-            GROUP_COORDINATOR_SERVED_APIS,
-            host=self.host,
-            port=self.port,
-            name="group-coordinator",
-        )
-        await self._server.start()
-        self.port = self._server.port
+        await self._listen()
         self._tasks = [
             asyncio.create_task(self._tick_loop(), name="group-coordinator-tick"),
             asyncio.create_task(self._flush_loop(), name="group-coordinator-flush"),
@@ -201,6 +193,17 @@ class GroupCoordinatorServer:
             self.table_path,
             len(rows),
         )
+
+    async def _listen(self) -> None:
+        self._server = KafkaServer(
+            self.handle,
+            GROUP_COORDINATOR_SERVED_APIS,
+            host=self.host,
+            port=self.port,
+            name="group-coordinator",
+        )
+        await self._server.start()
+        self.port = self._server.port
 
     def _open_store(self) -> list[dict[str, Any]]:
         """Open the table and read every row (on the store's thread)."""
@@ -222,15 +225,7 @@ class GroupCoordinatorServer:
                 "offsets.table.path elsewhere, then restart."
             )
             log.error("%s", self.unavailable, exc_info=error)
-        self._server = KafkaServer(
-            self.handle,
-            GROUP_COORDINATOR_SERVED_APIS,
-            host=self.host,
-            port=self.port,
-            name="group-coordinator",
-        )
-        await self._server.start()
-        self.port = self._server.port
+        await self._listen()
         log.error(
             "group coordinator on %s answers COORDINATOR_NOT_AVAILABLE until restarted on a "
             "repaired table",

@@ -23,7 +23,7 @@ from typing import Any
 
 from deltalake import DeltaTable
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 #: Table features this reader cannot honour by reading the listed Parquet files as they are.
 _UNSUPPORTED_READER_FEATURES = frozenset({"deletionVectors", "columnMapping", "v2Checkpoint"})
@@ -64,7 +64,7 @@ def read_delta(
         return reader.parquet(*files)
     except Exception as e:  # noqa: BLE001 - Spark has no filesystem (or no access) for the store
         first = str(e).strip().splitlines()[0][:300] if str(e) else type(e).__name__
-        log.info(
+        logger.info(
             "Spark cannot read %s itself (%s); reading its files on the driver with deltalake "
             "instead (add hadoop-aws and spark.hadoop.fs.s3a.* settings to read them in tasks)",
             path,
