@@ -29,7 +29,8 @@ class BrokerTaskSpec:
     controller_bootstrap: str
     base_dir: str
     config: dict[str, str] = field(default_factory=dict)
-    bind_host: str = "127.0.0.1"
+    #: the address to listen on and register; None: this executor's own (`executor_host`)
+    bind_host: str | None = "127.0.0.1"
     launch: int = 1  # the launcher's job count for this broker; attempts stay monotonic across jobs
 
 
@@ -40,8 +41,20 @@ def executor_id() -> str:
     return "unknown" if found is None else found[1]
 
 
-def _jvm_above() -> tuple[int, str] | None:
-    """(pid, executor id or "driver") of the JVM this Python worker runs under."""
+def executor_host() -> str:
+    """The address this executor is known by: the `--hostname` Spark gave its JVM (the worker's
+    address on a standalone cluster, the container's on YARN or Kubernetes), else SPARK_LOCAL_IP,
+    else loopback. A broker listens on it and registers it, so brokers on other hosts, clients
+    and the driver reach it as they reach the executor's block manager."""
+    found = _jvm_above()
+    if found is not None and found[2]:
+        return found[2]
+    return os.environ.get("SPARK_LOCAL_IP") or "127.0.0.1"
+
+
+def _jvm_above() -> tuple[int, str, str | None] | None:
+    """(pid, executor id or "driver", its --hostname if any) of the JVM this Python worker
+    runs under."""
     pid = os.getppid()
     for _ in range(6):
         try:
@@ -49,9 +62,10 @@ def _jvm_above() -> tuple[int, str] | None:
         except OSError:
             break
         if b"--executor-id" in args:
-            return pid, args[args.index(b"--executor-id") + 1].decode()
+            host = args[args.index(b"--hostname") + 1].decode() if b"--hostname" in args else None
+            return pid, args[args.index(b"--executor-id") + 1].decode(), host
         if any(a.endswith(b"java") for a in args[:1]):
-            return pid, "driver"
+            return pid, "driver", None
         try:
             stat = Path(f"/proc/{pid}/stat").read_text()
             pid = int(stat.rsplit(")", 1)[1].split()[1])
@@ -68,7 +82,7 @@ def _stop_when_jvm_dies(stop: threading.Event) -> None:
     found = _jvm_above()
     if found is None:
         return
-    pid, _ = found
+    pid = found[0]
     cmdline = Path(f"/proc/{pid}/cmdline")
     expected = cmdline.read_bytes()
 
@@ -98,7 +112,7 @@ def broker_task(specs: Iterator[BrokerTaskSpec]) -> Iterator[dict]:
         # Spark restarts attempt numbers in every new job, so the launch count leads.
         attempt = spec.launch * 1000 + task_attempt
         config = dict(spec.config)
-        config.setdefault("listeners.host", spec.bind_host)
+        config.setdefault("listeners.host", spec.bind_host or executor_host())
         stop = threading.Event()
         _stop_when_jvm_dies(stop)
         result = run_broker(

@@ -9,6 +9,11 @@ down through its heartbeat, waits for the jobs to finish, and cancels job groups
 Placement: in `local[N]` every broker shares the driver's executor (dev mode) and the launcher
 refuses to take every task slot; on `local-cluster`/standalone it needs one executor per
 broker (it waits for them, then refuses with a message naming the fix).
+
+Addresses: the controller and the group coordinator listen on the driver's address
+(`driver_host`); on a cluster master each broker listens on, and registers, its own executor's
+address, which the executor decides (`broker_task.executor_host`), as Spark's block managers
+do. The local masters keep everything on SPARK_LOCAL_IP (loopback by default).
 """
 
 from __future__ import annotations
@@ -81,6 +86,23 @@ def task_slots(master: str, default_parallelism: int) -> tuple[str, int, int]:
     return "cluster", 0, 0
 
 
+def _local_ip() -> str:
+    return os.environ.get("SPARK_LOCAL_IP") or "127.0.0.1"
+
+
+def driver_host(sc: Any) -> str:
+    """The address the controller and the group coordinator listen on, which brokers and
+    clients dial: SPARK_LOCAL_IP when set (the address Spark itself binds), loopback on the
+    local masters, else the address Spark's driver gives its executors (`spark.driver.host`).
+    Loopback on a cluster master would leave every broker on another host unable to register."""
+    if os.environ.get("SPARK_LOCAL_IP"):
+        return os.environ["SPARK_LOCAL_IP"]
+    mode, _, _ = task_slots(sc.master, 0)
+    if mode != "cluster":
+        return "127.0.0.1"
+    return sc.getConf().get("spark.driver.host") or "127.0.0.1"
+
+
 class SparkLogCluster:
     """A running sparklog cluster inside this Spark application."""
 
@@ -92,7 +114,12 @@ class SparkLogCluster:
         self.settings = settings
         self.data_dir = data_dir
         self.broker_count = brokers
-        self.controller = ControllerServer(data_dir / "controller", config=settings)
+        mode, _, _ = task_slots(self.sc.master, 0)
+        #: where the brokers listen: decided here in the local modes, on each executor otherwise
+        self.broker_host = _local_ip() if mode != "cluster" else None
+        self.controller = ControllerServer(
+            data_dir / "controller", host=driver_host(self.sc), config=settings
+        )
         self.cluster_id = self.controller.cluster_id
         self.coordinator: Any = None
         self._slots: list[_Slot] = []
@@ -143,7 +170,7 @@ class SparkLogCluster:
                 **without_storage_options(self.settings),
                 GROUP_COORDINATOR_ENDPOINT: self.coordinator.bootstrap,
             },
-            bind_host=os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),
+            bind_host=self.broker_host,
             launch=slot.launches,
         )
 
@@ -176,9 +203,10 @@ class SparkLogCluster:
         errors = "; ".join(
             f"broker {s.node_id}: {s.last_error}" for s in self._slots if s.last_error
         )
+        registered = len(self._brokers_of_this_run())  # before stop(): it stops the controller
         self.stop(timeout_s=10)
         raise ClusterStartError(
-            f"only {len(self.controller.live_brokers())} of {count} brokers registered within "
+            f"only {registered} of {count} brokers registered within "
             f"{timeout_s:.0f}s{' (' + errors + ')' if errors else ''}; check the executor logs, "
             "or raise sparklog.start.timeout.ms"
         )
