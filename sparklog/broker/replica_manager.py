@@ -50,6 +50,7 @@ from sparklog.errors import (
     KafkaError,
     KafkaStorageError,
     NotLeaderOrFollowerError,
+    OffsetNotAvailableError,
     OffsetOutOfRangeError,
     RequestTimedOutError,
     UnknownServerError,
@@ -654,14 +655,31 @@ class ReplicaManager:
             last_fetchable = log_.last_stable_offset
         else:
             last_fetchable = log_.high_watermark
+        # KIP-207 (Kafka's Partition.fetchOffsetForTimestamp): a new leader's HW can lag the
+        # one its predecessor served until the followers fetch again; answering with it would
+        # show a client the high watermark going back, so a client is told to retry instead.
+        epoch_start = hosted.partition.leader_epoch_start_offset
+        lagging = replica_id < 0 and epoch_start > log_.high_watermark
         if timestamp == LATEST_TIMESTAMP:
+            if lagging:
+                raise OffsetNotAvailableError(
+                    f"{topic}-{partition}: the high watermark ({log_.high_watermark}) is behind "
+                    f"the start offset of leader epoch {hosted.partition.leader_epoch} "
+                    f"({epoch_start}); retry"
+                )
             return last_fetchable, -1, hosted.partition.leader_epoch
         found = log_.fetch_offset_by_timestamp(timestamp)
+        if timestamp != EARLIEST_TIMESTAMP and (found is None or found[0] >= last_fetchable):
+            if lagging:
+                raise OffsetNotAvailableError(
+                    f"{topic}-{partition}: no offset for timestamp {timestamp} below the high "
+                    f"watermark ({log_.high_watermark}), which is behind the start offset of "
+                    f"leader epoch {hosted.partition.leader_epoch} ({epoch_start}); retry"
+                )
+            return -1, -1, -1  # Kafka answers only with offsets a consumer could fetch
         if found is None:
             return -1, -1, -1
         offset, found_timestamp = found
-        if timestamp != EARLIEST_TIMESTAMP and offset >= last_fetchable:
-            return -1, -1, -1  # Kafka answers only with offsets a consumer could fetch
         epoch = log_.epoch_cache.epoch_for_offset(offset)
         return offset, found_timestamp, -1 if epoch is None else epoch
 

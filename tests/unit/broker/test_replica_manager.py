@@ -16,6 +16,7 @@ from sparklog.broker.replica_manager import (
     ReplicaManager,
     TopicMetadata,
 )
+from sparklog.errors import OffsetNotAvailableError
 from sparklog.records import SimpleRecord, build_batch, iter_batches
 from sparklog.records.control import (
     ControlRecordType,
@@ -404,3 +405,26 @@ def test_a_new_leader_epoch_starts_in_the_epoch_cache(manager):
     assert manager.end_offset_for_epoch("t", 0, 3) == (3, 2)
     produce(manager, batch(b"c"))
     assert [b.header.partition_leader_epoch for b in iter_batches(fetch(manager).records)] == [0, 3]
+
+
+def test_a_new_leader_behind_its_epoch_start_answers_offset_not_available(manager):
+    """KIP-207: re-elected with a HW (0) behind its log end (3), a leader answering ListOffsets
+    (latest) with its HW would show a client the HW going back (the multi-host soak saw
+    `HW 14500 after 14502` after leaders moved); it says OFFSET_NOT_AVAILABLE until the
+    followers caught up. Followers still get the log end."""
+    regs = {0: PartitionRegistration((NODE, 2), (NODE, 2), NODE, 0, 0)}
+    manager.apply_metadata({"t": topic_meta(partitions=regs)})
+    produce(manager, batch(b"a", b"b", b"c"))  # acks=1: the follower has not fetched it
+    topic_id = manager.hosted("t", 0).topic_id
+    again = {0: PartitionRegistration((NODE, 2), (NODE, 2), NODE, 1, 1)}
+    manager.apply_metadata({"t": topic_meta(topic_id=topic_id, partitions=again)})
+    assert manager.hosted("t", 0).log.high_watermark == 0
+    with pytest.raises(OffsetNotAvailableError, match="behind the start offset"):
+        manager.list_offset("t", 0, -1)
+    with pytest.raises(OffsetNotAvailableError):
+        manager.list_offset("t", 0, NOW + 1)
+    assert manager.list_offset("t", 0, -2)[0] == 0  # earliest is always known
+    assert manager.list_offset("t", 0, -1, replica_id=2)[0] == 3
+    fetch(manager, 3, replica_id=2)  # the follower reached the log end: HW 3
+    assert manager.list_offset("t", 0, -1) == (3, -1, 1)
+    assert manager.list_offset("t", 0, NOW + 1) == (-1, -1, -1)
