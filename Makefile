@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(PY))
 
-.PHONY: venv jars demo storage-demo test test-unit test-fast fuzz lint bench kcat clean
+.PHONY: venv jars demo storage-demo test test-unit test-fast fuzz lint bench kcat netns-tools soak-net clean
 
 venv: $(STAMP) $(NATIVE)
 
@@ -52,6 +52,22 @@ kcat:
 	  echo "installing Debian's kcat"; \
 	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null; }
 
+# The multi-host soak builds Linux network namespaces (root only) with Debian's iproute2 (`ip`,
+# `tc`, `ss`) and nftables (`nft`); install them when missing. Without root there are no
+# namespaces to build (the test says so and skips), so nothing is installed.
+netns-tools:
+	@[ "$$(id -u)" != 0 ] || { command -v ip >/dev/null 2>&1 && command -v nft >/dev/null 2>&1 \
+	  && command -v tc >/dev/null 2>&1 && command -v ss >/dev/null 2>&1; } || { \
+	  echo "installing Debian's iproute2 and nftables"; \
+	  apt-get update -qq && env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    iproute2 nftables >/dev/null; }
+
+# The soak on a Spark standalone cluster spread over network namespaces, under real partitions,
+# loss, delay and a slow link (README "The network-partition soak"); as root.
+SOAK_NET_MINUTES ?= 10
+soak-net: $(STAMP) $(NATIVE) netns-tools
+	$(PY) jobs/soak_net.py --minutes $(SOAK_NET_MINUTES) $(SOAK_NET_ARGS)
+
 # The quickstart runs through spark-submit from the venv (SPARK_CONF_DIR=conf: quiet logs).
 demo: $(STAMP) $(NATIVE) $(JARS_STAMPS)
 	PATH="$(abspath $(VENV))/bin:$$PATH" SPARK_CONF_DIR="$(abspath conf)" \
@@ -60,7 +76,7 @@ demo: $(STAMP) $(NATIVE) $(JARS_STAMPS)
 storage-demo: $(STAMP) $(NATIVE) $(JARS_STAMPS)
 	$(PY) jobs/storage_demo.py
 
-test: $(STAMP) $(NATIVE) $(JARS_STAMPS) kcat
+test: $(STAMP) $(NATIVE) $(JARS_STAMPS) kcat netns-tools
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 fuzz: $(STAMP) $(NATIVE)
@@ -69,7 +85,7 @@ fuzz: $(STAMP) $(NATIVE)
 test-unit: $(STAMP) $(NATIVE)
 	$(PY) -m pytest tests/unit -q
 
-test-fast: $(STAMP) $(NATIVE) $(JARS_STAMPS) kcat
+test-fast: $(STAMP) $(NATIVE) $(JARS_STAMPS) kcat netns-tools
 	$(PY) -m pytest -m "not slow" -q
 
 lint: $(STAMP)
