@@ -40,6 +40,7 @@ def test_broker_tasks_carry_no_storage_credentials():
         "log.dirs": "/data",
     }
     cluster.cluster_id = "cluster"
+    cluster.broker_host = "127.0.0.1"
     cluster.controller = SimpleNamespace(bootstrap="driver:9093")
     cluster.coordinator = SimpleNamespace(bootstrap="driver:9094")
     spec = cluster._spec(_Slot(node_id=0))
