@@ -37,6 +37,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import random
 import signal
@@ -53,6 +54,7 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+from soak_duplicates import classify_duplicates  # noqa: E402
 from soak_txn import (  # noqa: E402 - jobs/ is on the path when this file runs
     TXN_PARTITIONS,
     TXN_TOPIC,
@@ -71,6 +73,7 @@ TOPIC = "soak"
 PARTITIONS = 6
 RATE = 400  # records/s
 FILLED_BROKER_DIR = "broker-2"
+MAX_DUPLICATES_READ = 50  # duplicates whose batches the verdict reads (the rest count as bugs)
 CLUSTER_CONFIG = {
     "broker.heartbeat.interval.ms": "200",
     "broker.session.timeout.ms": "3000",
@@ -92,6 +95,7 @@ class NumberedProducer(threading.Thread):
 
     def __init__(self, bootstrap: str) -> None:
         super().__init__(name="soak-producer", daemon=True)
+        self.epoch_bumps = EpochBumps()
         self.producer = Producer(
             {
                 "bootstrap.servers": bootstrap,
@@ -99,6 +103,10 @@ class NumberedProducer(threading.Thread):
                 "acks": "all",
                 "linger.ms": 5,
                 "message.timeout.ms": 300_000,
+                # librdkafka's idempotence log (a few lines per leader change): the epoch bumps
+                # that explain a duplicate across producer epochs (soak_duplicates.py)
+                "debug": "eos",
+                "logger": self.epoch_bumps.logger,
             }
         )
         self.acked: dict[int, tuple[int, int]] = {}
@@ -132,6 +140,27 @@ class NumberedProducer(threading.Thread):
         self.stopping.set()
         self.join(30)
         self.producer.flush(300)
+
+
+class EpochBumps(logging.Handler):
+    """Counts librdkafka's epoch bumps of the idempotent producer, with their reasons."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.reasons: list[str] = []
+        self.count = 0
+        self.logger = logging.getLogger(f"soak.librdkafka.{id(self)}")
+        self.logger.propagate = False
+        self.logger.setLevel(logging.DEBUG)
+        self.logger.addHandler(self)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if "bumped epoch to" in message:
+            self.count += 1
+        elif "epoch bump" in message and len(self.reasons) < 20:
+            # "Beginning partition drain ... epoch bump for N partition(s) ...: <reason>"
+            self.reasons.append(f"{time.strftime('%H:%M:%S')} {message.rsplit(': ', 1)[-1]}")
 
 
 class Observations:
@@ -313,6 +342,7 @@ class Soak:
         self.faults: Counter[str] = Counter()
         self.root = Path(tempfile.mkdtemp(prefix="sparklog-soak-"))
         self.base = self.root / "brokers"
+        self.log_dirs = self.base  # every broker's log dirs (the duplicate check reads them)
         self.tmpfs: Path | None = None
         self.proxy = LinkProxy(self.root / "proxy-map.json", range(3))
 
@@ -546,9 +576,14 @@ class Soak:
                 gaps.append(p)
             for offset, value in records:
                 where.setdefault(int(value), []).append((p, offset))
-        # librdkafka acknowledges without an offset (None) a batch it infers the broker had
-        # persisted (a retry answered DUPLICATE_SEQUENCE_NUMBER or OUT_OF_ORDER_SEQUENCE_NUMBER
-        # behind an acknowledged later batch): such a record must be in its partition, once
+        # librdkafka acknowledges without an offset (None) messages it infers the broker had
+        # persisted (`rd_kafka_dr_implicit_ack`): a batch failed with an error that left it
+        # possibly written (REQUEST_TIMED_OUT once the acks=all wait ran out, a local timeout, a
+        # lost connection) and, before its retry, a later batch of the partition was accepted
+        # in sequence, so the broker had it. (A DUPLICATE_SEQUENCE_NUMBER answer would do the
+        # same; neither sparklog nor Kafka's UnifiedLog sends it: a retry of one of the last 5
+        # batches gets NONE with the original offsets.) Such a record must be in its partition,
+        # once.
         unplaced = {s for s, (p, offset) in producer.acked.items() if offset is None}
         lost = [
             s
@@ -557,6 +592,12 @@ class Soak:
             and not (s in unplaced and [p for p, _ in where.get(s, [])] == [at[0]])
         ]
         duplicated = [s for s, at in where.items() if len(at) > 1]
+        # which producer epoch wrote each copy: across an epoch bump librdkafka chose to send
+        # it again (as it does with Apache Kafka); within one epoch the broker failed to dedupe
+        classified = classify_duplicates(
+            self.log_dirs, TOPIC, {s: where[s] for s in duplicated[:MAX_DUPLICATES_READ]}
+        )
+        unexplained = len(duplicated) - classified["across_producer_epochs"]
         report = {
             "seed": self.args.seed,
             "minutes": self.args.minutes,
@@ -567,6 +608,12 @@ class Soak:
             "faults": dict(self.faults),
             "lost": len(lost),
             "duplicated": len(duplicated),
+            "records_written_again": sum(len(where[s]) - 1 for s in duplicated),
+            "duplicated_within_producer_epoch": classified["within_one_producer_epoch"],
+            "duplicated_across_producer_epochs": classified["across_producer_epochs"],
+            "duplicates_unread": unexplained - classified["within_one_producer_epoch"],
+            "producer_epoch_bumps": producer.epoch_bumps.count,
+            "producer_epoch_bump_reasons": producer.epoch_bumps.reasons,
             "offsets_with_two_values": len(seen.conflicts),
             "hw_regressions": len(sampler.regressions),
             "partitions_with_gaps": gaps,
@@ -579,12 +626,13 @@ class Soak:
             "examples": {
                 "lost": lost[:5],
                 "duplicated": duplicated[:5],
+                "duplicate_copies": classified["copies"],
                 "conflicts": seen.conflicts[:5],
                 "hw_regressions": sampler.regressions[:5],
             },
         }
         report["ok"] = healed and not (
-            lost or duplicated or seen.conflicts or sampler.regressions or gaps
+            lost or unexplained or seen.conflicts or sampler.regressions or gaps
         )
         return report
 

@@ -338,6 +338,7 @@ def _soak_class() -> type:
             self.rng = random.Random(f"sparklog-soak-net-{args.seed}")
             self.faults: Counter[str] = Counter()
             self.root = Path(args.root)
+            self.log_dirs = self.root / "disks"  # the workers' disks, read by the dup check
             self.tmpfs = None
             self.proxy = _NoProxy()
             self.cluster = StateFileCluster(self.root / "state.json")

@@ -148,6 +148,23 @@ class ApacheKafka:
         self._wait_ready(timeout_s)
         return self
 
+    def kill(self, node_id: int) -> None:
+        """SIGKILL one node (a crash: no controlled shutdown)."""
+        proc = self._procs[node_id - 1]
+        proc.kill()
+        proc.wait()
+
+    def restart(self, node_id: int) -> None:
+        """Start a killed or stopped node again on its data dir and port."""
+        node_dir = self.node_dir(node_id)
+        out = open(node_dir / "stdout.log", "ab")  # noqa: SIM115 (owned by the process)
+        self._procs[node_id - 1] = subprocess.Popen(
+            self._java("kafka.Kafka", str(node_dir / "server.properties"), node_dir=node_dir),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
     def _wait_ready(self, timeout_s: float) -> None:
         """Ready when every broker answers Metadata listing all brokers (kafka-clients' view)."""
         from confluent_kafka.admin import AdminClient
