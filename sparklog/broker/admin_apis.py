@@ -37,7 +37,7 @@ from sparklog.protocol import codec, cooperative
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.protocol.connection import Request
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 #: How long a Metadata request waits for an auto-created topic to reach this broker's image.
 AUTO_CREATE_WAIT_S = 5.0
@@ -66,7 +66,7 @@ class AdminApis:
         try:
             response = await self.controller.forward(body, timeout_s=timeout_s + 5)
         except _NETWORK_ERRORS as e:
-            log.warning(
+            logger.warning(
                 "forwarding %s to the controller failed: %s", ApiKey(request.api_key).name, e
             )
             return forward_error_response(
@@ -86,11 +86,11 @@ class AdminApis:
         try:
             end_offset = await self.controller.metadata_end_offset()
         except _NETWORK_ERRORS as e:
-            log.warning("cannot read the controller's metadata end offset: %s", e)
+            logger.warning("cannot read the controller's metadata end offset: %s", e)
             return False
         caught_up = await self.metadata.wait_for_offset(end_offset, timeout_s)
         if not caught_up:
-            log.warning(
+            logger.warning(
                 "metadata at offset %d, the controller at %d after %.1f s",
                 self.metadata.published_offset,
                 end_offset,
@@ -122,7 +122,7 @@ class AdminApis:
         try:
             response = await self.controller.forward(request, timeout_s=AUTO_CREATE_WAIT_S + 5)
         except _NETWORK_ERRORS as e:
-            log.warning("auto-creating %s failed: %s", brief(names), e)
+            logger.warning("auto-creating %s failed: %s", brief(names), e)
             return {n: LeaderNotAvailableError.code for n in names}
         errors, created = {}, []
         for topic in response.topics:
@@ -132,10 +132,10 @@ class AdminApis:
             else:
                 created.append(topic.name)
         if created:
-            log.info("auto-created topics %s", brief(created))
+            logger.info("auto-created topics %s", brief(created))
         if errors:
             first = next(t for t in response.topics if t.name in errors)
-            log.warning(
+            logger.warning(
                 "auto-creating %s refused: %s", brief(list(errors)), first.error_message or ""
             )
         await self.wait_for_controller_metadata(AUTO_CREATE_WAIT_S)

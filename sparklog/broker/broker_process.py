@@ -22,7 +22,7 @@ from pathlib import Path
 
 from sparklog.broker.server import BrokerState
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 _STOP = "stop"
 
@@ -109,7 +109,7 @@ class BrokerProcess:
                 self._conn.send(_STOP)
         self._process.join(timeout_s)
         if self._process.is_alive():
-            log.warning("%r did not stop within %.0f s; killing it", self, timeout_s)
+            logger.warning("%r did not stop within %.0f s; killing it", self, timeout_s)
             self.kill_in_thread()
         self._close()
 

@@ -21,7 +21,7 @@ from sparklog.storage.cleaner import CleanerConfig
 from sparklog.storage.config import LONG_MAX, LogConfig
 from sparklog.storage.log_validator import DEFAULT_DECOMPRESSED_MAX_BYTES
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 #: Settings read by the controller or other parts of sparklog (accepted without a warning).
 _OTHER_NAMES = frozenset(
@@ -129,7 +129,7 @@ class BrokerConfig:
                 "0..2147483647 bytes (a topic's max.message.bytes is always allowed)"
             )
         if unknown:
-            log.info("broker settings not known to sparklog (ignored): %s", ", ".join(unknown))
+            logger.info("broker settings not known to sparklog (ignored): %s", ", ".join(unknown))
         return cls(
             **values,
             cluster=ControllerConfig.from_properties(props),

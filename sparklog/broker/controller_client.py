@@ -24,7 +24,7 @@ from sparklog.protocol import codec
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.protocol.async_client import AsyncKafkaConnection
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 METADATA_TOPIC = "__cluster_metadata"
 METADATA_PARTITION = 0

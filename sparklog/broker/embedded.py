@@ -35,7 +35,7 @@ from sparklog.broker.kafka_apis import GROUP_COORDINATOR_ENDPOINT
 from sparklog.broker.server import BrokerServer
 from sparklog.storage.object_store import without_storage_options
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 
 class EmbeddedCluster:
@@ -121,7 +121,7 @@ class EmbeddedCluster:
             try:
                 broker.stop()
             except Exception:  # noqa: BLE001 - keep stopping the others
-                log.exception("stopping %r failed", broker)
+                logger.exception("stopping %r failed", broker)
         if self.coordinator is not None:
             self.coordinator.stop()
             self.coordinator = None

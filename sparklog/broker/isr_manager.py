@@ -29,7 +29,7 @@ from sparklog.broker.partition import IsrChangeProposed
 from sparklog.controller.alter_partition import IsrChange, IsrChangeOutcome
 from sparklog.errors import KafkaError, NetworkExceptionError
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 #: Kafka retries a failed AlterPartition at once through its channel manager, whose reconnect
 #: backoff is the client default `retry.backoff.ms` (100 ms); we back off the same, doubling to
@@ -123,7 +123,7 @@ class AlterPartitionManager:
         except (KafkaError, ConnectionError, OSError, TimeoutError) as e:
             self.failures += 1
             if self.failures in (1, 10) or self.failures % 100 == 0:
-                log.warning("AlterPartition failed (%d times): %r", self.failures, e)
+                logger.warning("AlterPartition failed (%d times): %r", self.failures, e)
             code = NetworkExceptionError.code  # retriable for the partition, whatever it was
             outcomes = [IsrChangeOutcome(p.topic_id, p.tp[1], code, repr(e)) for p in batch]
         else:
@@ -137,7 +137,7 @@ class AlterPartitionManager:
                     pending.topic_id, pending.tp[1], NetworkExceptionError.code, "no answer"
                 )
             if outcome.error_code:
-                log.info(
+                logger.info(
                     "ISR change of %s-%d to %s: controller error %d (%s)",
                     *pending.tp,
                     list(pending.proposal.isr),

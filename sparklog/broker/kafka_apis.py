@@ -58,7 +58,7 @@ from sparklog.protocol.connection import ProtocolError, Request
 from sparklog.protocol.file_response import FileResponse, placeholder
 from sparklog.storage.file_records import FileRecords
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 _LEADER_HINT_ERRORS = frozenset({NotLeaderOrFollowerError.code, 74, 75})  # + FENCED/UNKNOWN epoch
 
@@ -466,7 +466,7 @@ class KafkaApis:
                 error_code=0, producer_id=await self.producer_ids.next_id(), producer_epoch=0
             )
         except (KafkaError, ConnectionError, OSError, TimeoutError) as e:
-            log.warning("no producer id for InitProducerId: %s", e)
+            logger.warning("no producer id for InitProducerId: %s", e)
             answer["error_code"] = 14  # COORDINATOR_LOAD_IN_PROGRESS: retriable, as Kafka answers
         return kio_build.response(request, answer)
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from sparklog.errors import KafkaStorageError
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 
 class LogDirFailureChannel:
@@ -47,7 +47,7 @@ class LogDirFailureChannel:
             if self.reason is not None:
                 return
             self.reason = f"{what}: {error}"
-        log.error(
+        logger.error(
             "log dir %s is offline after an I/O error (%s); its partitions answer "
             "KAFKA_STORAGE_ERROR and the broker asks the controller to move its leaderships "
             "away; free space or replace the disk, then restart the broker",

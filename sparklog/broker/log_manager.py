@@ -44,7 +44,7 @@ from sparklog.storage.cleaner import LogCleaner
 from sparklog.storage.config import LogConfig
 from sparklog.storage.log import Log
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 #: Kafka's `CleanShutdownFileHandler`: written last by a clean shutdown, holding the broker epoch
@@ -132,7 +132,7 @@ class LogManager:
         except FileNotFoundError:
             return -1
         except (OSError, ValueError, KeyError, TypeError) as e:
-            log.warning("%s is unreadable (%s): this start counts as after a crash", path, e)
+            logger.warning("%s is unreadable (%s): this start counts as after a crash", path, e)
             epoch = -1
         path.unlink(missing_ok=True)
         fsync_dir(self.data_dir)
@@ -143,7 +143,7 @@ class LogManager:
         try:
             write_atomically(self.data_dir / CLEAN_SHUTDOWN_FILE, json.dumps(content).encode())
         except OSError as e:  # the next start counts as after a crash: safe, only slower
-            log.error("writing the clean shutdown marker failed: %s", e)
+            logger.error("writing the clean shutdown marker failed: %s", e)
 
     # -- loading ----------------------------------------------------------------------------
 
@@ -176,14 +176,14 @@ class LogManager:
             if stored_id is None:
                 write_partition_metadata(directory, topic_id)
             self._add(tp, opened)
-            log.info("loaded %r", opened)
+            logger.info("loaded %r", opened)
         return self.logs()
 
     def _read_checkpoint(self, checkpoint: OffsetCheckpointFile) -> dict[TopicPartition, int]:
         try:
             return checkpoint.read()
         except CorruptCheckpointError as e:
-            log.warning("ignoring %s (logs recover from their start): %s", checkpoint.path, e)
+            logger.warning("ignoring %s (logs recover from their start): %s", checkpoint.path, e)
             return {}
 
     def _remove_leftover_deletions(self) -> None:
@@ -192,7 +192,7 @@ class LogManager:
 
     def _mark_stray(self, directory: Path, why: str) -> None:
         target = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}-stray")
-        log.warning("moving %s aside to %s: %s", directory, target.name, why)
+        logger.warning("moving %s aside to %s: %s", directory, target.name, why)
         directory.rename(target)
 
     def _add(self, tp: TopicPartition, log_: Log) -> None:
@@ -231,7 +231,7 @@ class LogManager:
         )
         write_partition_metadata(directory, topic_id)
         self._add(tp, created)
-        log.info("created log %s with topic id %s", directory.name, topic_id)
+        logger.info("created log %s with topic id %s", directory.name, topic_id)
         return created
 
     def update_config(self, topic: str, partition: int, config: LogConfig) -> None:
@@ -253,7 +253,7 @@ class LogManager:
         target = removed.directory.with_name(f"{removed.directory.name}.{uuid.uuid4().hex}-delete")
         removed.directory.rename(target)
         shutil.rmtree(target, ignore_errors=True)
-        log.info("deleted log %s", removed.directory.name)
+        logger.info("deleted log %s", removed.directory.name)
 
     # -- background work --------------------------------------------------------------------
 
@@ -301,7 +301,7 @@ class LogManager:
         except OSError as e:  # a full or failing disk takes the dir offline
             self.dir_failures.mark_offline(e, f"background task {task}")
         except Exception:  # noqa: BLE001 - one failed pass must not end background work
-            log.exception("background task %s failed in %s", task, self.data_dir)
+            logger.exception("background task %s failed in %s", task, self.data_dir)
 
     def cleanup_logs(self, now_ms: int) -> int:
         """Retention of delete-policy logs (compacted ones are the cleaner's); returns the
@@ -314,11 +314,11 @@ class LogManager:
                 deleted += log_.delete_old_segments(now_ms)
             except Exception:  # noqa: BLE001
                 if not log_.closed:  # deleted concurrently: nothing to do
-                    log.exception("retention of %s-%d failed", *tp)
+                    logger.exception("retention of %s-%d failed", *tp)
         self.retention_runs += 1
         self.segments_deleted += deleted
         if deleted:
-            log.info("retention deleted %d segment(s) in %s", deleted, self.data_dir)
+            logger.info("retention deleted %d segment(s) in %s", deleted, self.data_dir)
         return deleted
 
     def flush_dirty_logs(self, now_ms: int) -> None:
@@ -356,7 +356,7 @@ class LogManager:
                 try:
                     log_.close()
                 except OSError as e:  # a full or failed disk: close as a crash would
-                    log.error("closing %s-%d failed (%s); recovery will check it", *tp, e)
+                    logger.error("closing %s-%d failed (%s); recovery will check it", *tp, e)
                     _close_without_flush(log_)
                     all_flushed = False
         if clean:
@@ -369,7 +369,7 @@ class LogManager:
                 try:
                     checkpoint.write(values)
                 except OSError as e:  # the previous checkpoint stays; recovery re-scans more
-                    log.error("writing a checkpoint on shutdown failed: %s", e)
+                    logger.error("writing a checkpoint on shutdown failed: %s", e)
             if all_flushed and broker_epoch >= 0:
                 self._write_clean_shutdown_marker(broker_epoch)
         else:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from sparklog.storage.checkpoint import write_atomically
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 META_PROPERTIES_FILE = "meta.properties"
 LOCK_FILE = ".lock"
@@ -156,7 +156,7 @@ def resolve_data_dir(
             continue
         lock = DataDirLock(candidate)
         if lock.try_acquire():
-            log.info("adopting identity node.id=%d in %s", meta.node_id, candidate)
+            logger.info("adopting identity node.id=%d in %s", meta.node_id, candidate)
             return candidate, meta, lock
     data_dir = base_dir / f"broker-{node_id}"
     meta, lock = claim_data_dir(data_dir, cluster_id, node_id)
@@ -167,5 +167,5 @@ def _readable_meta(candidate: Path) -> MetaProperties | None:
     try:
         return read_meta_properties(candidate)
     except DataDirError as e:
-        log.warning("skipping %s: %s", candidate, e)
+        logger.warning("skipping %s: %s", candidate, e)
         return None

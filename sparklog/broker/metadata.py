@@ -23,7 +23,7 @@ from sparklog.controller.image import MetadataImage, MetadataRecordError
 from sparklog.errors import KafkaError, OffsetOutOfRangeError
 from sparklog.storage.config import LogConfig
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 METADATA_FETCH_MAX_WAIT_MS = 500
 _RETRY_BACKOFF_S = 0.1
@@ -52,7 +52,7 @@ def _config(image: MetadataImage, name: str, config: BrokerConfig) -> LogConfig:
     try:
         return config.log_config_for(overrides)
     except ValueError as e:  # the controller validated it; a newer controller may know more
-        log.warning("topic %s: ignoring configs this broker cannot apply (%s)", name, e)
+        logger.warning("topic %s: ignoring configs this broker cannot apply (%s)", name, e)
         return config.default_log_config
 
 
@@ -150,12 +150,12 @@ class MetadataFollower:
             except asyncio.CancelledError:
                 raise
             except MetadataRecordError:
-                log.exception("cannot apply the metadata log; the broker stops following it")
+                logger.exception("cannot apply the metadata log; the broker stops following it")
                 raise
             except (ConnectionError, OSError, TimeoutError, KafkaError) as e:
                 self.failures += 1
                 if self.failures in (1, 10) or self.failures % 100 == 0:
-                    log.warning(
+                    logger.warning(
                         "metadata fetch from the controller failed (%d times): %s", self.failures, e
                     )
                 await asyncio.sleep(min(2.0, _RETRY_BACKOFF_S * self.failures))

@@ -56,7 +56,7 @@ from sparklog.protocol.fetch_session_handler import (
 from sparklog.records.errors import CorruptRecordError
 from sparklog.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 _VERSIONS = {
     ApiKey.FETCH: (4, 12),
@@ -184,9 +184,9 @@ class ReplicaFetcherManager:
         way back into the ISR; the next leader change for `tp` tries again. An offline log dir
         was reported by its failure channel; anything else is a bug, logged with its traceback."""
         if isinstance(error, KafkaStorageError):
-            log.debug("broker %d: %s of %s-%d failed: %s", self.node_id, what, *tp, error)
+            logger.debug("broker %d: %s of %s-%d failed: %s", self.node_id, what, *tp, error)
         else:
-            log.error(
+            logger.error(
                 "broker %d: unexpected error in %s of %s-%d",
                 self.node_id,
                 what,
@@ -195,7 +195,7 @@ class ReplicaFetcherManager:
             )
         self.remove_partition(tp)
         self.failed_partitions.add(tp)
-        log.warning(
+        logger.warning(
             "broker %d: partition %s-%d marked as failed; it is not followed until its "
             "leadership changes",
             self.node_id,
@@ -271,7 +271,7 @@ class ReplicaFetcher:
                     await self._on_connection_failure(e)
                     continue
                 except Exception:  # noqa: BLE001 - a bad answer must not end replication
-                    log.exception("broker %d: %r failed; retrying", self.manager.node_id, self)
+                    logger.exception("broker %d: %r failed; retrying", self.manager.node_id, self)
                     await self._on_connection_failure(RuntimeError("unexpected error"))
                     continue
                 if not worked:
@@ -296,7 +296,7 @@ class ReplicaFetcher:
     async def _on_connection_failure(self, e: BaseException) -> None:
         self.failures += 1
         if self.failures in (1, 10) or self.failures % 100 == 0:
-            log.warning(
+            logger.warning(
                 "broker %d: fetching from broker %d failed (%d times): %s",
                 self.manager.node_id,
                 self.source_id,
@@ -487,7 +487,7 @@ class ReplicaFetcher:
         for truncate, offset in cuts:
             if offset is not None and not self._cut(tp, state, truncate, offset):
                 return
-        log.info(
+        logger.info(
             "broker %d: %s-%d out of range at %d; leader log is [%d, %d): fetching from %d",
             self.manager.node_id,
             *tp,
@@ -552,7 +552,7 @@ class ReplicaFetcher:
             if error_code in SESSION_ERRORS:
                 return  # the next round is a full fetch that starts a new session
             if not error_code:
-                log.warning(
+                logger.warning(
                     "broker %d: %r answered partitions this fetch did not ask for; retrying",
                     self.manager.node_id,
                     self,
@@ -583,7 +583,7 @@ class ReplicaFetcher:
             )
         except (KafkaError, CorruptRecordError) as e:
             # an offline log dir was reported once by its failure channel
-            report = log.debug if isinstance(e, KafkaStorageError) else log.error
+            report = logger.debug if isinstance(e, KafkaStorageError) else logger.error
             report(
                 "broker %d: appending what %r fetched for %s-%d failed: %s",
                 self.manager.node_id,
@@ -601,7 +601,7 @@ class ReplicaFetcher:
             return
         # Stale or newer epochs, leadership moved, unknown partition, leader busy: the metadata
         # will move the partition (or make us leader); until then retry after a backoff.
-        log.debug("broker %d: %s-%d from %r: error %d", self.manager.node_id, *tp, self, code)
+        logger.debug("broker %d: %s-%d from %r: error %d", self.manager.node_id, *tp, self, code)
         self._delay(state, now_ms)
 
     def _following(self, tp: TopicPartition, state: PartitionFetchState) -> Any:

@@ -66,7 +66,7 @@ from sparklog.storage.log_validator import RecordError, RecordValidationError
 from sparklog.storage.producer_state import AppendOrigin
 from sparklog.storage.txn_index import AbortedTxn
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 READ_COMMITTED = 1
 DELETE_TO_HIGH_WATERMARK = -1  # DeleteRecords offset -1 = up to the high watermark
@@ -147,9 +147,9 @@ def error_code_of(e: Exception, what: str) -> tuple[int, str]:
     if isinstance(e, CorruptRecordError):
         return CorruptMessageError.code, str(e)
     if isinstance(e, OSError):  # a full or failing disk: Kafka's KAFKA_STORAGE_ERROR, no traceback
-        log.error("storage error serving %s: %s", what, e)
+        logger.error("storage error serving %s: %s", what, e)
         return KafkaStorageError.code, f"the broker's log dir failed: {e}"
-    log.exception("unexpected error serving %s", what)
+    logger.exception("unexpected error serving %s", what)
     return UnknownServerError.code, f"{type(e).__name__}: {e}"
 
 
@@ -279,7 +279,7 @@ class ReplicaManager:
                         tp, hosted.topic_id, event.leader, event.leader_epoch
                     )
             elif isinstance(event, IsrChangeProposed):
-                log.info("%s-%d: proposing ISR %s", *tp, list(event.isr))
+                logger.info("%s-%d: proposing ISR %s", *tp, list(event.isr))
                 if self.alter_partition is not None:
                     self.alter_partition.submit(tp, hosted.topic_id, event)
         if events:
@@ -736,7 +736,7 @@ class ReplicaManager:
             leader_log_end_offset=hosted.log.log_end_offset,
         )
         if events:
-            log.info("%s-%d: ISR is now %s", *tp, list(hosted.partition.isr))
+            logger.info("%s-%d: ISR is now %s", *tp, list(hosted.partition.isr))
         self._apply_events(tp, hosted, events)
         return retry
 
@@ -793,7 +793,7 @@ class ReplicaManager:
         with self._storage_errors(f"truncation of {tp[0]}-{tp[1]}"):
             cut = hosted.log.truncate_to(offset, self._clock_ms())
         if cut:
-            log.info("%s-%d: truncated from %d to %d", *tp, before, hosted.log.log_end_offset)
+            logger.info("%s-%d: truncated from %d to %d", *tp, before, hosted.log.log_end_offset)
         self._after_follower_change(tp, hosted)
         return hosted.log.log_end_offset
 
@@ -803,7 +803,7 @@ class ReplicaManager:
         hosted = self.following(tp, leader_epoch)
         with self._storage_errors(f"truncation of {tp[0]}-{tp[1]}"):
             hosted.log.truncate_fully_and_start_at(offset)
-        log.info("%s-%d: log restarted empty at %d", *tp, offset)
+        logger.info("%s-%d: log restarted empty at %d", *tp, offset)
         self._after_follower_change(tp, hosted)
         return offset
 

@@ -61,7 +61,7 @@ from sparklog.errors import StaleBrokerEpochError
 from sparklog.protocol.api_versions import BROKER_APIS
 from sparklog.protocol.server import KafkaServer
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 DUPLICATE_BROKER_REGISTRATION = 101
 BROKER_ID_NOT_REGISTERED = 102
@@ -265,7 +265,7 @@ class BrokerServer:
         )
         self.state = BrokerState.RUNNING
         self._spawn(self._watch_shutdown(), "shutdown-watch")
-        log.info(
+        logger.info(
             "broker %d running at %s (epoch %d)", self.node_id, self.bootstrap, self.broker_epoch
         )
 
@@ -290,7 +290,7 @@ class BrokerServer:
     def _on_task_done(self, task: asyncio.Task) -> None:
         if task.cancelled() or task.exception() is None:
             return
-        log.error(
+        logger.error(
             "broker %d: %s failed: %r; stopping", self.node_id, task.get_name(), task.exception()
         )
         self.stop_reason = f"{task.get_name()} failed: {task.exception()!r}"
@@ -304,7 +304,7 @@ class BrokerServer:
             try:
                 return await call()
             except (ConnectionError, OSError) as e:
-                log.debug("controller %s not reachable yet: %s", self.controller_bootstrap, e)
+                logger.debug("controller %s not reachable yet: %s", self.controller_bootstrap, e)
                 await asyncio.sleep(delay)
                 delay = min(1.0, delay * 2)
 
@@ -372,7 +372,7 @@ class BrokerServer:
             if code == 0:
                 self.broker_epoch = epoch
                 self.producer_ids.broker_epoch = epoch
-                log.info("broker %d registered with epoch %d", self.node_id, epoch)
+                logger.info("broker %d registered with epoch %d", self.node_id, epoch)
                 return
             if code != DUPLICATE_BROKER_REGISTRATION:
                 raise RuntimeError(f"broker {self.node_id}: registration refused with error {code}")
@@ -382,7 +382,7 @@ class BrokerServer:
                     "Spark task attempt, or a second broker started with the same id); this "
                     "one stops"
                 )
-            log.info("broker %d: another incarnation still holds the id; retrying", self.node_id)
+            logger.info("broker %d: another incarnation still holds the id; retrying", self.node_id)
             await asyncio.sleep(self.config.broker_heartbeat_interval_ms / 1000)
 
     async def _heartbeat_loop(self) -> None:
@@ -401,7 +401,7 @@ class BrokerServer:
             except (ConnectionError, OSError, TimeoutError) as e:
                 failures += 1
                 if failures == 1 or failures % 50 == 0:
-                    log.warning(
+                    logger.warning(
                         "broker %d: heartbeat failed (%d times): %s", self.node_id, failures, e
                     )
                 if want_shut_down and failures >= _SHUTDOWN_HEARTBEAT_ATTEMPTS:
@@ -415,7 +415,7 @@ class BrokerServer:
             failures = 0
             lost = response.error_code in (StaleBrokerEpochError.code, BROKER_ID_NOT_REGISTERED)
             if lost and not response.should_shut_down:
-                log.warning("broker %d: registration lost; registering again", self.node_id)
+                logger.warning("broker %d: registration lost; registering again", self.node_id)
                 await self._register()
                 continue
             pause_s = self._on_heartbeat(response, want_shut_down)
@@ -442,7 +442,7 @@ class BrokerServer:
             self._want_shut_down = True  # go on: hand our leaderships over first
             return 0.0
         if response.error_code:
-            log.warning(
+            logger.warning(
                 "broker %d: heartbeat refused (error %d)", self.node_id, response.error_code
             )
         elif not response.is_fenced:
@@ -495,7 +495,7 @@ class BrokerServer:
             async with asyncio.timeout(timeout_s):
                 await self._shut_down_granted.wait()
         except TimeoutError:
-            log.warning(
+            logger.warning(
                 "broker %d: the controller did not finish the controlled shutdown in %.1f s; "
                 "stopping anyway",
                 self.node_id,
@@ -558,7 +558,7 @@ class BrokerServer:
         self.state = BrokerState.NOT_RUNNING
         if self._shutdown_requested is not None:
             self._shutdown_requested.set()
-        log.info("broker %d stopped (%s)", self.node_id, "clean" if clean else "killed")
+        logger.info("broker %d stopped (%s)", self.node_id, "clean" if clean else "killed")
 
     # -- hosting on a thread ----------------------------------------------------------------
 

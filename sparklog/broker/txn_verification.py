@@ -38,7 +38,7 @@ from sparklog.protocol.async_client import AsyncKafkaConnection
 from sparklog.records.batch import HEADER_SIZE, read_header
 from sparklog.records.batch_header import ATTRIBUTES_OFFSET, TRANSACTIONAL_MASK
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 
@@ -126,7 +126,7 @@ class TransactionVerifier:
         try:
             response = await (await self._connection()).request(request, timeout_s=10.0)
         except (ConnectionError, OSError, TimeoutError) as e:
-            log.info("transaction verification for %s failed (%s)", transactional_id, e)
+            logger.info("transaction verification for %s failed (%s)", transactional_id, e)
             await self._drop_connection()
             return dict.fromkeys(needed, NotEnoughReplicasError.code)
         self.verified += 1

@@ -59,7 +59,7 @@ from .network import NetworkClient, now_ms
 from .position_reset import reset_positions
 from .producer import ClientClosedError
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 _NEEDS_GROUP = (
     "{what} needs a consumer group: set group.id in the consumer's settings "
@@ -237,7 +237,7 @@ class KafkaConsumer:
             try:
                 self._group.commit(mine)
             except KafkaError as e:
-                log.info("commit before revoking %s failed: %s", partitions, e)
+                logger.info("commit before revoking %s failed: %s", partitions, e)
         listener = self._listeners.get("lost" if lost else "revoke") or (
             self._listeners.get("revoke") if lost else None
         )
@@ -545,7 +545,7 @@ class KafkaConsumer:
         try:
             self._group.commit(self._positions())
         except KafkaError as e:
-            log.info("auto commit failed: %s", e)
+            logger.info("auto commit failed: %s", e)
 
     def close(self) -> None:
         """Commit (with enable.auto.commit), leave the group, and close the connections."""
@@ -556,7 +556,7 @@ class KafkaConsumer:
                 try:
                     self._group.commit(self._positions())
                 except KafkaError as e:
-                    log.info("the final auto commit failed: %s", e)
+                    logger.info("the final auto commit failed: %s", e)
             self._group.close()
         self._closed = True
         self._close_fetch_sessions()

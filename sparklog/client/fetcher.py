@@ -76,7 +76,7 @@ from .completed_fetch import CompletedFetch
 from .metadata import REFRESH_ERROR_CODES, Cluster, TopicPartition
 from .subscription_state import PartitionState, SubscriptionState
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 OFFSET_OUT_OF_RANGE = 1
 READ_COMMITTED = 1
@@ -424,7 +424,7 @@ class Fetcher:
                 elif end_offset >= asked[tp]:
                     state.awaiting_validation = False
                 elif self.subscriptions.default_reset != "none":
-                    log.warning(
+                    logger.warning(
                         "truncation detected for %s at offset %d: the new leader's log ends "
                         "at %d in epoch %d; resuming there",
                         f"{tp.topic}-{tp.partition}",
@@ -547,7 +547,7 @@ class Fetcher:
         error = CorruptBatchError(
             tp.topic, tp.partition, state.position, why, refetching=refetching
         )
-        log.warning("%s", error)  # once; every poll raises it meanwhile
+        logger.warning("%s", error)  # once; every poll raises it meanwhile
         state.corrupt = error
         self.clear_buffer([tp])
 
@@ -561,7 +561,7 @@ class Fetcher:
             why = "the broker answered CORRUPT_MESSAGE: its copy is damaged"
             self._stop_at_corrupt_batch(tp, state, why, refetching=True)
         else:
-            log.debug("%s-%d: CORRUPT_MESSAGE again", tp.topic, tp.partition)
+            logger.debug("%s-%d: CORRUPT_MESSAGE again", tp.topic, tp.partition)
         state.corrupt_answers += 1
         doublings = min(state.corrupt_answers - 1, 20)
         backoff_ms = min(self.retry_backoff_max_ms, self.retry_backoff_ms << doublings)
@@ -569,7 +569,7 @@ class Fetcher:
 
     def _on_served_again(self, tp: TopicPartition, state: PartitionState) -> None:
         """A refetch of a batch the broker refused came back without error: no more raising."""
-        log.warning(
+        logger.warning(
             "%s-%d at offset %s is served again after %d CORRUPT_MESSAGE answers (leadership "
             "moved to a good copy, or the segment was repaired): consuming on",
             tp.topic,

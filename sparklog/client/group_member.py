@@ -39,7 +39,7 @@ from .assignors import ASSIGNORS
 from .metadata import Metadata, TopicPartition
 from .network import NetworkClient, now_ms
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 _REJOIN = {22, 25, 27}  # ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS
 _COORDINATOR_GONE = {14, 15, 16}  # loading, not available, not the coordinator
@@ -130,7 +130,7 @@ class GroupMember:
             except KafkaError as e:
                 if not getattr(e, "retriable", False) and e.code not in _COORDINATOR_GONE | _REJOIN:
                     raise
-                log.info("group %s: %s; retrying", self.group_id, e)
+                logger.info("group %s: %s; retrying", self.group_id, e)
                 time.sleep(self.config["retry.backoff.ms"] / 1000)
 
     def _request(self, api: ApiKey, fields: dict[str, Any], timeout_ms: int | None = None) -> Any:
@@ -189,7 +189,7 @@ class GroupMember:
             raise CoordinatorNotAvailableError(f"group {self.group_id} has no coordinator yet")
         timeout = self.config["max.poll.interval.ms"] + self.config["request.timeout.ms"]
         future = self.network.send(self.coordinator, api, fields, timeout_ms=timeout)
-        log.debug("group %s: sent %s as %s", self.group_id, api.name, self.member_id)
+        logger.debug("group %s: sent %s as %s", self.group_id, api.name, self.member_id)
         self._pending = (step, future, context)
 
     def _join_fields(self) -> dict[str, Any]:
@@ -247,7 +247,9 @@ class GroupMember:
             with self._lock:
                 self._rejoin = True
         self.owned = partitions
-        log.info("group %s generation %d: assigned %s", self.group_id, self.generation, partitions)
+        logger.info(
+            "group %s generation %d: assigned %s", self.group_id, self.generation, partitions
+        )
         self.on_assigned(partitions)
 
     def _assign(self, protocol: str, members: Iterable[Any]) -> list[dict[str, Any]]:
@@ -343,7 +345,7 @@ class GroupMember:
         interval_s = self.config["heartbeat.interval.ms"] / 1000
         while not self._closed.wait(interval_s):
             if now_ms() - self._last_poll_ms > self.config["max.poll.interval.ms"]:
-                log.warning(
+                logger.warning(
                     "group %s: poll() not called for max.poll.interval.ms (%d ms); leaving the "
                     "group so its partitions move",
                     self.group_id,
@@ -487,7 +489,7 @@ class GroupMember:
                     },  # fmt: skip
                 ).result()
         except KafkaError as e:
-            log.info("leaving group %s failed: %s", self.group_id, e)
+            logger.info("leaving group %s failed: %s", self.group_id, e)
         self.generation = -1 if not self.kip848 else 0
 
     def close(self) -> None:

@@ -46,7 +46,7 @@ from sparklog.protocol import codec
 from sparklog.protocol.api_versions import ApiKey, UnsupportedApiError, VersionRange, pick_version
 from sparklog.protocol.connection import NEED_DATA, ClientConnection, ProtocolError
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 #: The versions of each API this client speaks (negotiated down to what a broker serves).
 CLIENT_APIS: Mapping[ApiKey, VersionRange] = types.MappingProxyType(

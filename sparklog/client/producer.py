@@ -49,7 +49,7 @@ from .record_future import RecordFuture, Waiters, future_class
 from .sender import Sender
 from .transaction_manager import TransactionHandle, TransactionManager, TransactionStateError
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 DeliveryCallback = Callable[[Any, BaseException | None], None]
 Headers = Mapping[str, bytes | str | None] | Iterable[tuple[str, bytes | str | None]] | None
@@ -593,7 +593,7 @@ def _call_interceptor(interceptor: Any, method: str, *args: Any) -> Any:
     try:
         return fn(*args)
     except Exception:
-        log.exception("interceptor %r.%s raised", interceptor, method)
+        logger.exception("interceptor %r.%s raised", interceptor, method)
         return None
 
 

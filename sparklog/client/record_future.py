@@ -21,7 +21,7 @@ from typing import Any
 
 from sparklog.records import native
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 
 class Waiters:
@@ -85,7 +85,7 @@ class RecordFuture:
             try:
                 self._on_delivery(self._metadata, self._error)
             except Exception:
-                log.exception("on_delivery callback raised")
+                logger.exception("on_delivery callback raised")
 
     def done(self) -> bool:
         return self._done
@@ -129,7 +129,7 @@ class RecordFuture:
         try:
             fn(self)
         except Exception:
-            log.exception("a done callback of a record future raised")
+            logger.exception("a done callback of a record future raised")
 
     def __repr__(self) -> str:
         state = "pending" if not self._done else ("failed" if self._error else "done")

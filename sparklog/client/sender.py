@@ -42,7 +42,7 @@ from .accumulator import ProducerBatch, RecordAccumulator
 from .metadata import REFRESH_ERROR_CODES, BrokerNode, Metadata, TopicPartition
 from .network import NetworkClient, now_ms, timestamp_ms
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 DUPLICATE_SEQUENCE_NUMBER = 46
@@ -263,7 +263,7 @@ class Sender:
                         break
                 self._run_once()
         except Exception:  # our bug: fail everything rather than hang the producer
-            log.exception("producer sender thread failed")
+            logger.exception("producer sender thread failed")
             self.fatal_error = self.fatal_error or KafkaError("the producer's sender thread failed")
         finally:
             self._abort_all(
@@ -456,7 +456,7 @@ class Sender:
                 ):
                     self.transaction.on_batch_failed(outcome.error)
                 if outcome.decision is Decision.RETRY:
-                    log.debug("retrying %r after %s", batch, outcome.error)
+                    logger.debug("retrying %r after %s", batch, outcome.error)
                     self.accumulator.reenqueue(batch, now)
                     continue
                 acked = outcome.decision is Decision.COMPLETE
@@ -512,7 +512,7 @@ class Sender:
         try:
             response = self.network.send(node, ApiKey.INIT_PRODUCER_ID, fields).result()
         except KafkaError as e:
-            log.info("InitProducerId to node %s failed: %s", node, e)
+            logger.info("InitProducerId to node %s failed: %s", node, e)
             self.metadata.request_update()
             if not e.retriable:
                 self.fatal_error = e

@@ -43,7 +43,7 @@ from sparklog.protocol.api_versions import ApiKey
 
 from .metadata import TopicPartition
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 RETRIABLE_COORDINATOR_ERRORS = frozenset(
     {
@@ -133,7 +133,7 @@ class TransactionManager:
                         self.network.set_address(int(found.node_id), found.host, int(found.port))
                         return int(found.node_id)
                 except KafkaError as e:
-                    log.debug("FindCoordinator failed: %s", e)
+                    logger.debug("FindCoordinator failed: %s", e)
             self._sleep(deadline, "finding the transaction coordinator")
 
     def _sleep(self, deadline: float, doing: str) -> None:
@@ -151,7 +151,7 @@ class TransactionManager:
             try:
                 response = self.network.send(self._coordinator, api, fields).result()
             except (NetworkExceptionError, RequestTimedOutError, ConnectionError) as e:
-                log.debug("%s to the transaction coordinator failed: %s", api.name, e)
+                logger.debug("%s to the transaction coordinator failed: %s", api.name, e)
                 self._coordinator = None
                 self._sleep(deadline, api.name)
                 continue
@@ -264,7 +264,9 @@ class TransactionManager:
                 codes,
             )
         except KafkaError as e:
-            log.warning("adding partitions to transaction %s failed: %s", self.transactional_id, e)
+            logger.warning(
+                "adding partitions to transaction %s failed: %s", self.transactional_id, e
+            )
             if self.state is TxnState.IN_TRANSACTION:
                 self.state, self.error = TxnState.ABORTABLE_ERROR, e
             return False

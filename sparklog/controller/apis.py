@@ -55,7 +55,7 @@ from sparklog.protocol.api_versions import CONTROLLER_APIS, ApiKey
 from sparklog.protocol.async_client import api_versions_response
 from sparklog.protocol.connection import Request
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 #: The controller's node id in DescribeCluster(endpoint_type=2) answers (KIP-919).
 CONTROLLER_NODE_ID = 3000
@@ -149,9 +149,9 @@ class ControllerApis:
                 lambda: self.controller.register_broker(self.server.now_ms(), core_request)
             )
         except KafkaError as e:
-            log.warning("refused registration of broker %d: %s", body.broker_id, e)
+            logger.warning("refused registration of broker %d: %s", body.broker_id, e)
             return respond(error_code=e.code, broker_epoch=-1)
-        log.info("registered broker %d at epoch %d", body.broker_id, broker_epoch)
+        logger.info("registered broker %d at epoch %d", body.broker_id, broker_epoch)
         return respond(error_code=0, broker_epoch=broker_epoch)
 
     async def handle_broker_heartbeat(self, request: Request) -> Any:
@@ -167,7 +167,7 @@ class ControllerApis:
             lambda: self.controller.heartbeat(self.server.now_ms(), heartbeat)
         )
         if reply.error_code:
-            log.info("heartbeat of broker %d refused: %s", body.broker_id, reply.error_message)
+            logger.info("heartbeat of broker %d refused: %s", body.broker_id, reply.error_message)
         return Response(request)(
             error_code=reply.error_code,
             is_caught_up=reply.is_caught_up,
@@ -387,7 +387,9 @@ class ControllerApis:
             results = await self.server.commit(lambda: self.controller.create_topics(valid))
             for result in results:
                 if not result.error.is_success:
-                    log.info("auto-creating topic %s failed: %s", result.name, result.error.message)
+                    logger.info(
+                        "auto-creating topic %s failed: %s", result.name, result.error.message
+                    )
 
     def _metadata_topic(self, respond: Response, topic: TopicImage) -> Any:
         partitions = tuple(

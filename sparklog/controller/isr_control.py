@@ -43,7 +43,7 @@ from sparklog.errors import (
     UnknownTopicOrPartitionError,
 )
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 Record = dict[str, Any]
 
@@ -87,7 +87,7 @@ def alter_partition(
         record = _isr_change(partition, new_isr, is_active, min_isr_of(partition))
         records.append(record)
         after = registration_after(partition, record)
-        log.info(
+        logger.info(
             "AlterPartition from broker %d for %s-%d: ISR %s -> %s (partition epoch %d)",
             broker_id,
             partition.topic_id,

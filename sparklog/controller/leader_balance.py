@@ -38,7 +38,7 @@ from sparklog.errors import (
     UnknownTopicOrPartitionError,
 )
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 Record = dict[str, Any]
 TopicPartition = tuple[str, int]
@@ -80,7 +80,7 @@ def rebalance_leaders(
     for p in image.partitions():
         if p.replicas[0] in brokers and not p.is_reassigning and _can_prefer(p, is_active):
             records.append(change_record(p, isr=p.isr, leader=p.replicas[0], min_isr=min_isr_of(p)))
-            log.info(
+            logger.info(
                 "auto leader rebalance: %s-%d leader %d -> preferred %d",
                 p.topic_id,
                 p.partition,
@@ -157,7 +157,7 @@ def _elect(
         leader = elect_leader(p.replicas, (), is_active, unclean=True)
         isr = (leader,)
         if leader != NO_LEADER:
-            log.warning(
+            logger.warning(
                 "unclean leader election (ElectLeaders) for %s-%d: leader %d was not in the "
                 "ISR %s; records above the old high watermark may be lost",
                 tp[0],

@@ -40,7 +40,7 @@ from sparklog.records import SimpleRecord, build_batch, iter_batches
 from sparklog.storage.config import LogConfig
 from sparklog.storage.log import FetchDataInfo, Log
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 METADATA_TOPIC = "__cluster_metadata"
 METADATA_PARTITION = 0
@@ -102,7 +102,7 @@ class MetadataLog:
         try:
             store.recover(log_, now_ms)
             if log_.log_end_offset < image.offset:
-                log.warning(
+                logger.warning(
                     "metadata log ends at %d, before the snapshot at %d: restarting it there",
                     log_.log_end_offset,
                     image.offset,
@@ -206,7 +206,7 @@ class MetadataLog:
             call(*args)
         except MetadataLogFencedError as e:
             if self._fenced is None:
-                log.error("%s", e)
+                logger.error("%s", e)
             self._fenced = e
             raise
 

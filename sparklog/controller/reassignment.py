@@ -31,7 +31,7 @@ from sparklog.errors import (
     UnknownTopicOrPartitionError,
 )
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 Record = dict[str, Any]
 
@@ -99,7 +99,7 @@ def alter_partition_reassignments(
         results.append((tp, NONE))
         if record is not None:
             records.append(record)
-            log.info(
+            logger.info(
                 "reassignment of %s-%d: replicas %s -> %s (adding %s, removing %s)",
                 tp[0],
                 tp[1],
@@ -253,7 +253,7 @@ def _cancel(
             )
         leader = elect_leader(original, (), is_active, unclean=True)
         isr = (leader,) if leader != NO_LEADER else (original[0],)
-        log.warning(
+        logger.warning(
             "cancelling the reassignment of %s-%d with an unclean election: leader %d, "
             "records the ISR %s had may be lost",
             tp[0],

@@ -20,7 +20,7 @@ from sparklog.errors import KafkaError
 if TYPE_CHECKING:
     from sparklog.protocol.connection import Request
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 
@@ -57,7 +57,7 @@ async def handle_alter_partition(server: ControllerContext, request: Request) ->
             )
         )
     except KafkaError as e:
-        log.info("AlterPartition from broker %d refused: %s", body.broker_id, e)
+        logger.info("AlterPartition from broker %d refused: %s", body.broker_id, e)
         return respond(error_code=e.code, topics=())
     return respond(error_code=0, topics=alter_partition_topics(respond, outcomes))
 

@@ -46,7 +46,7 @@ from sparklog.errors import (
     UnknownTopicOrPartitionError,
 )
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 METADATA_TOPIC = "__cluster_metadata"
 MAX_TOPIC_NAME_LENGTH = 249
@@ -158,7 +158,7 @@ class ReplicationControl:
         budget = self.config.controller_max_records_per_batch
         if partitions + topics <= budget:
             return None
-        log.warning(
+        logger.warning(
             "refused a request creating %d partitions in %d %s: over "
             "controller.max.records.per.batch=%d",
             partitions,
@@ -471,16 +471,16 @@ def _log_election(topic: str, partition: PartitionRegistration, leader: int) -> 
     where = f"{topic}-{partition.partition}: broker {leader} leads"
     state = f"ISR {list(partition.isr)}, ELR {list(partition.elr)}"
     if leader in partition.elr:
-        log.info("%s, elected from the eligible leader replicas (%s)", where, state)
+        logger.info("%s, elected from the eligible leader replicas (%s)", where, state)
     elif partition.last_known_elr == (leader,):
-        log.warning(
+        logger.warning(
             "%s, the last known leader, elected with no in-sync or eligible replica left (%s): "
             "records it lost in an unclean shutdown are gone",
             where,
             state,
         )
     else:
-        log.warning(
+        logger.warning(
             "unclean leader election for %s (%s); records above the old high watermark may be lost",
             where,
             state,

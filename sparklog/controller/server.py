@@ -67,7 +67,7 @@ from sparklog.protocol.loop_thread import LoopThread
 from sparklog.protocol.server import KafkaServer
 from sparklog.storage.object_store import storage_options
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 #: Kafka's setting for where the metadata log lives
@@ -187,7 +187,7 @@ class ControllerServer:
             self.metadata_log.close()
             raise
         if not self.controller.image.elr_enabled:
-            log.info(
+            logger.info(
                 "eligible.leader.replicas.version is 0 on cluster %s (created before it): a "
                 "power loss of the last in-sync replica may lose acknowledged records",
                 self.cluster_id,
@@ -209,7 +209,7 @@ class ControllerServer:
             raise
         self.port = self._server.port
         self._tick_task = asyncio.create_task(self._tick_loop(), name="controller-tick")
-        log.info(
+        logger.info(
             "controller of cluster %s listening on %s (metadata offset %d)",
             self.cluster_id,
             self.bootstrap,
@@ -232,7 +232,7 @@ class ControllerServer:
             return (*controller.bootstrap().records, *claim.records)
 
         controller.replay(self.metadata_log.claim(records, _wall_ms(), controller.image))
-        log.info(
+        logger.info(
             "controller %s claimed the metadata log at %s (offset %d)",
             self.incarnation_id,
             self.store.location,
@@ -294,7 +294,7 @@ class ControllerServer:
                 self.metadata_log.close()
         if self._writer is not None:
             self._writer.shutdown(wait=True)
-        log.info("controller on %s stopped", self.bootstrap)
+        logger.info("controller on %s stopped", self.bootstrap)
 
     def start_in_thread(self, timeout_s: float = 30.0) -> ControllerServer:
         """Run the controller's loop in a daemon thread; returns once it is listening."""
@@ -359,7 +359,9 @@ class ControllerServer:
                 await self._on_writer(metadata_log.store.write_snapshot, offset, data, batches)
                 metadata_log.snapshot_offset = offset
             except Exception:  # noqa: BLE001 - the write is durable; the next one retries
-                log.exception("metadata snapshot at offset %d failed; retrying later", image.offset)
+                logger.exception(
+                    "metadata snapshot at offset %d failed; retrying later", image.offset
+                )
 
     async def _on_writer(self, fn: Callable[..., T], *args: Any) -> T:
         """`fn(*args)` on the writer thread (the store's blocking I/O)."""
@@ -378,7 +380,7 @@ class ControllerServer:
             if broker_id is None:
                 return fenced
             fenced.append(broker_id)
-            log.info("fenced broker %d: no heartbeat within the session timeout", broker_id)
+            logger.info("fenced broker %d: no heartbeat within the session timeout", broker_id)
 
     async def _tick_loop(self) -> None:
         """Tick at the earliest lease expiry (so fencing is not late by a polling interval),
@@ -393,7 +395,7 @@ class ControllerServer:
                 self._on_fenced()
                 return
             except Exception:
-                log.exception("controller tick failed; retrying")
+                logger.exception("controller tick failed; retrying")
 
     async def _maybe_probe_store(self) -> None:
         """Look for a successor's write at the log's end once per `_PROBE_INTERVAL_MS`, so an

@@ -45,7 +45,7 @@ from sparklog.coordinator.delta_log import (
     sync_commits,
 )
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 _TS = pa.timestamp("us", tz="UTC")
 
@@ -146,7 +146,7 @@ class OffsetsStore:
         if missing and set(missing) <= set(_ADDED_COLUMNS):
             from deltalake import Field
 
-            log.info("adding columns %s to %s", ", ".join(missing), self.path)
+            logger.info("adding columns %s to %s", ", ".join(missing), self.path)
             self._table.alter.add_columns(
                 [Field.from_arrow(SCHEMA.field(name)) for name in missing]
             )
@@ -282,9 +282,9 @@ class OffsetsStore:
             table.vacuum(retention_hours=1, dry_run=False, enforce_retention_duration=False)
             table.cleanup_metadata()
         except Exception:  # noqa: BLE001 - maintenance is best effort; commits carry on
-            log.exception("offsets table maintenance failed on %s; will retry", self.path)
+            logger.exception("offsets table maintenance failed on %s; will retry", self.path)
             return
-        log.debug("offsets table maintenance took %.0f ms", (time.monotonic() - started) * 1e3)
+        logger.debug("offsets table maintenance took %.0f ms", (time.monotonic() - started) * 1e3)
 
     def version(self) -> int:
         return self._table.version()

@@ -66,7 +66,7 @@ from sparklog.protocol.loop_thread import LoopThread
 from sparklog.protocol.server import KafkaServer
 from sparklog.storage.object_store import join_location, storage_options
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 _TICK_MS = 50
 _MAX_ROWS_PER_COMMIT = 50_000
@@ -187,7 +187,7 @@ class GroupCoordinatorServer:
             asyncio.create_task(self.markers.run(), name="transaction-markers"),
         ]
         self._collect_writes()  # markers of transactions prepared before a restart
-        log.info(
+        logger.info(
             "group coordinator listening on %s (offsets table %s, %d rows loaded)",
             self.bootstrap,
             self.table_path,
@@ -215,7 +215,7 @@ class GroupCoordinatorServer:
     async def _start_unavailable(self, error: Exception) -> None:
         if isinstance(error, OffsetsTableDamagedError):
             self.unavailable = str(error)
-            log.error("%s", error)
+            logger.error("%s", error)
         else:
             self.unavailable = (
                 f"The group coordinator's offsets table {self.table_path} cannot be loaded "
@@ -224,9 +224,9 @@ class GroupCoordinatorServer:
                 "requests are answered COORDINATOR_NOT_AVAILABLE); fix the table or point "
                 "offsets.table.path elsewhere, then restart."
             )
-            log.error("%s", self.unavailable, exc_info=error)
+            logger.error("%s", self.unavailable, exc_info=error)
         await self._listen()
-        log.error(
+        logger.error(
             "group coordinator on %s answers COORDINATOR_NOT_AVAILABLE until restarted on a "
             "repaired table",
             self.bootstrap,
@@ -260,7 +260,7 @@ class GroupCoordinatorServer:
         if self.markers is not None:
             await self.markers.close()
         self._store_thread.shutdown(wait=True)
-        log.info("group coordinator on %s stopped", self.bootstrap)
+        logger.info("group coordinator on %s stopped", self.bootstrap)
 
     def start_in_thread(self, timeout_s: float = 60.0) -> GroupCoordinatorServer:
         """Run the coordinator's loop in a daemon thread; returns once it is listening."""
@@ -373,18 +373,18 @@ class GroupCoordinatorServer:
                 try:
                     await self._loop.run_in_executor(self._store_thread, self.store.append, rows)
                 except OffsetsStoreFencedError as e:
-                    log.error("%s", e)
+                    logger.error("%s", e)
                     self._fenced = True
                     code = NotCoordinatorError.code
                 except Exception:  # noqa: BLE001 - answer the clients, keep serving
-                    log.exception("writing %d rows to %s failed", len(rows), self.table_path)
+                    logger.exception("writing %d rows to %s failed", len(rows), self.table_path)
                     code = CoordinatorNotAvailableError.code
             now_ms = self.now_ms()
             for write in batch:
                 try:
                     write.done(now_ms, code)
                 except Exception:  # noqa: BLE001
-                    log.exception("completing a group coordinator write failed")
+                    logger.exception("completing a group coordinator write failed")
             self._collect_writes()
 
     async def _tick_loop(self) -> None:
@@ -398,7 +398,7 @@ class GroupCoordinatorServer:
                 self.txn.tick(now_ms)
                 self._collect_writes()
             except Exception:  # noqa: BLE001
-                log.exception("group coordinator tick failed; retrying")
+                logger.exception("group coordinator tick failed; retrying")
 
     # -- views (any thread) -----------------------------------------------------------------
 

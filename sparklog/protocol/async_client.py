@@ -20,7 +20,7 @@ from sparklog.protocol import codec
 from sparklog.protocol.api_versions import VersionRange
 from sparklog.protocol.connection import NEED_DATA, ClientConnection, ProtocolError
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 
 class AsyncKafkaConnection:

@@ -31,7 +31,6 @@ class _NeedData:
 NEED_DATA: Final = _NeedData()
 
 DEFAULT_MAX_REQUEST_BYTES = 104_857_600  # socket.request.max.bytes
-DEFAULT_MAX_RESPONSE_BYTES = 1 << 31 - 1
 
 
 class ProtocolError(Exception):

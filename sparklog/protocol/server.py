@@ -32,7 +32,7 @@ from sparklog.protocol.request_queue import (
     RequestSlots,
 )
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 #: A handler returns the response body, or None when no response is due (Produce acks=0).
 Handler = Callable[[Request], Awaitable[Any | None]]
@@ -99,7 +99,7 @@ class KafkaServer:
             lambda: _RequestProtocol(self, loop), self.host, self.port, reuse_address=True
         )
         self.port = self._server.sockets[0].getsockname()[1]
-        log.info("%s listening on %s:%d", self.name, self.host, self.port)
+        logger.info("%s listening on %s:%d", self.name, self.host, self.port)
 
     async def stop(self) -> None:
         """Stop accepting, close every connection and wait for their tasks."""
@@ -141,7 +141,7 @@ class KafkaServer:
         now = asyncio.get_running_loop().time()
         if now - self._last_refusal_log > 10:  # one line per 10 s, however many are refused
             self._last_refusal_log = now
-            log.warning(
+            logger.warning(
                 "%s: refusing connections over %s (%d refused so far)",
                 self.name,
                 why,
@@ -212,13 +212,13 @@ class KafkaServer:
                     self.memory_pool.release(reserved)
                     reserved = 0
         except ProtocolError as e:
-            log.warning("%s: closing connection from %s: %s", self.name, peer, e)
+            logger.warning("%s: closing connection from %s: %s", self.name, peer, e)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         except asyncio.CancelledError:
             pass  # server stopping
         except Exception:
-            log.exception("%s: handler failed; closing connection from %s", self.name, peer)
+            logger.exception("%s: handler failed; closing connection from %s", self.name, peer)
         finally:
             conn.close()  # a partly received request's buffer goes now, not at a collection
             self.memory_pool.release(reserved)

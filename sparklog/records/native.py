@@ -12,7 +12,7 @@ import logging
 import os
 from types import ModuleType
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 _OFF = ("0", "false", "no", "off")
 _module: ModuleType | None = None
@@ -34,7 +34,7 @@ def _load() -> ModuleType | None:
     try:
         import sparklog_native
     except ImportError:
-        log.warning(
+        logger.warning(
             "sparklog's native record core is not installed, so records are encoded and "
             "decoded by the pure-Python codec (slower). Build it with `make venv` (needs a "
             "Rust toolchain); set SPARKLOG_NATIVE=0 to silence this"

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 _JVM_WATCH_INTERVAL_S = 0.5
 
@@ -93,7 +93,9 @@ def _stop_when_jvm_dies(stop: threading.Event) -> None:
             except OSError:
                 alive = False
             if not alive:
-                log.error("the JVM of this broker task (pid %d) is gone; stopping the broker", pid)
+                logger.error(
+                    "the JVM of this broker task (pid %d) is gone; stopping the broker", pid
+                )
                 stop.set()
 
     threading.Thread(target=watch, name="sparklog-jvm-watch", daemon=True).start()

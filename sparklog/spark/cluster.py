@@ -33,7 +33,7 @@ from sparklog.broker.kafka_apis import GROUP_COORDINATOR_ENDPOINT
 from sparklog.spark.broker_task import BrokerTaskSpec, broker_task
 from sparklog.storage.object_store import without_storage_options
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 _LOCAL = re.compile(r"^local(?:\[(\*|\d+)(?:,\d+)?\])?$")
 _LOCAL_CLUSTER = re.compile(r"^local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\]$")
@@ -184,11 +184,11 @@ class SparkLogCluster:
             try:
                 rdd = self.sc.parallelize([self._spec(slot)], 1)
                 result = rdd.mapPartitions(broker_task).collect()
-                log.info("broker %d job ended: %s", slot.node_id, result)
+                logger.info("broker %d job ended: %s", slot.node_id, result)
             except Exception as e:  # task failed past spark.task.maxFailures, or cancelled
                 slot.last_error = str(e).strip().splitlines()[0][:500] if str(e) else repr(e)
                 if not self._stopping.is_set():
-                    log.warning(
+                    logger.warning(
                         "broker %d job failed, relaunching: %s", slot.node_id, slot.last_error
                     )
             if self._stopping.wait(_RELAUNCH_BACKOFF_S):
@@ -224,7 +224,7 @@ class SparkLogCluster:
                 slot.thread.join(max(0.0, deadline - time.monotonic()))
         for slot in self._slots:
             if slot.thread is not None and slot.thread.is_alive():
-                log.warning(
+                logger.warning(
                     "broker %d did not stop in time; cancelling its job group", slot.node_id
                 )
                 self.sc.cancelJobGroup(_JOB_GROUP.format(node_id=slot.node_id))

@@ -31,7 +31,7 @@ from sparklog.spark.options import (
     Subscribe,
 )
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -77,7 +77,7 @@ class OffsetReader:
             except (KafkaError, OSError) as e:
                 if attempt == attempts:
                     raise
-                log.warning("%s failed (attempt %d of %d): %s", what, attempt, attempts, e)
+                logger.warning("%s failed (attempt %d of %d): %s", what, attempt, attempts, e)
                 time.sleep(self.options.fetch_offset_retry_interval_ms / 1000)
         raise AssertionError("unreachable")
 

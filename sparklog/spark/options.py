@@ -31,7 +31,7 @@ from sparklog.spark.option_values import (
     partition_map,
 )
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 EARLIEST = -2  # Kafka's ListOffsets timestamp for the log start; also Spark's JSON marker
 LATEST = -1  # Kafka's ListOffsets timestamp for the end; also Spark's JSON marker
@@ -297,7 +297,7 @@ def parse_source_options(
         _check_batch_bounds(starting, ending)
         for key in ("maxoffsetspertrigger", "minoffsetspertrigger", "maxtriggerdelay"):
             if key in opts:
-                log.warning("%s option ignored in batch queries", display(key))
+                logger.warning("%s option ignored in batch queries", display(key))
     if isinstance(starting, GroupOffsets) and not kafka.get("group.id"):
         raise SparkLogOptionError(
             "startingOffsets 'group' starts from a consumer group's committed offsets: set "
@@ -383,7 +383,7 @@ def _kafka_settings(
             raise SparkLogOptionError(f"Kafka option 'kafka.{name}' is not supported: {why}")
     if what == "sink":
         for name in _SPARK_ONLY & kafka.keys():
-            log.info("kafka.%s is not used by the sink", name)
+            logger.info("kafka.%s is not used by the sink", name)
     return kafka
 
 
@@ -402,7 +402,7 @@ def _check_client_settings(kafka: Mapping[str, str], kind: str) -> None:
 def _warn_unknown(opts: Mapping[str, str], known: frozenset[str], what: str) -> None:
     for key in opts:
         if key not in known and not key.startswith("kafka."):
-            log.warning("option %r is not a sparklog %s option and is ignored", key, what)
+            logger.warning("option %r is not a sparklog %s option and is ignored", key, what)
 
 
 def _bootstrap(kafka: Mapping[str, str], default: str | None) -> str:

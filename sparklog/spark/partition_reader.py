@@ -33,7 +33,7 @@ from sparklog.spark.client_pool import CONSUMERS
 from sparklog.spark.offsets import OffsetRange
 from sparklog.spark.options import SourceOptions
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 HEADERS_ARROW_TYPE = pa.list_(
     pa.field(
@@ -87,7 +87,7 @@ def report_data_loss(fail_on_data_loss: bool, what: str) -> None:
     """Raise (failOnDataLoss=true) or log a warning (false)."""
     if fail_on_data_loss:
         raise DataLossError(data_loss_message(what))
-    log.warning(
+    logger.warning(
         "%s. Some data may have been lost; continuing because failOnDataLoss is false", what
     )
 

@@ -19,7 +19,7 @@ import functools
 import logging
 from typing import Any
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 
 def data_source_class(bootstrap_servers: str | None = None) -> type:
@@ -59,7 +59,7 @@ def register(spark: Any = None, *, bootstrap_servers: str | None = None) -> type
     cls = data_source_class(bootstrap_servers)
     spark.dataSource.register(cls)
     append_by_default()
-    log.info("registered format('sparklog') (default bootstrap: %s)", bootstrap_servers)
+    logger.info("registered format('sparklog') (default bootstrap: %s)", bootstrap_servers)
     return cls
 
 
@@ -77,7 +77,7 @@ def maybe_register_active_session() -> None:
         if spark is not None:
             register(spark)
     except Exception as e:  # noqa: BLE001 - an import must not fail over a convenience
-        log.debug("could not register format('sparklog') at import: %s", e)
+        logger.debug("could not register format('sparklog') at import: %s", e)
 
 
 _ERROR_MODES = frozenset({"error", "errorifexists", "default"})

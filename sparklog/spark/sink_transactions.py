@@ -29,7 +29,7 @@ from typing import Any
 
 from sparklog.spark.options import SinkOptions, SparkLogOptionError
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 
 def cluster_serves_transactions(options: SinkOptions) -> bool:
@@ -51,7 +51,7 @@ def cluster_serves_transactions(options: SinkOptions) -> bool:
         ).result()
         return int(response.coordinators[0].error_code) == 0
     except Exception as e:  # noqa: BLE001 - no coordinator reachable: no transactions
-        log.info("no transaction coordinator found (%s)", e)
+        logger.info("no transaction coordinator found (%s)", e)
         return False
     finally:
         network.close()
@@ -73,7 +73,7 @@ def streaming_prefix(options: SinkOptions) -> str | None:
                 "micro-batches: set the 'checkpointLocation' option (or "
                 "'kafka.transactional.id'), or exactlyOnce=false"
             )
-        log.warning(
+        logger.warning(
             "sparklog sink: at-least-once, because neither option 'checkpointLocation' nor "
             "'kafka.transactional.id' is set (the session-wide checkpoint location is not "
             "visible to data sources); set one for exactly-once"
@@ -85,7 +85,7 @@ def streaming_prefix(options: SinkOptions) -> str | None:
                 "exactlyOnce=true but the cluster has no transaction coordinator; start the "
                 "cluster with its driver-side coordinator, or set exactlyOnce=false"
             )
-        log.warning("sparklog sink: at-least-once (the cluster serves no transactions)")
+        logger.warning("sparklog sink: at-least-once (the cluster serves no transactions)")
         return None
     return stable
 
@@ -121,7 +121,7 @@ def _fence_quietly(options: SinkOptions, ids: list[str], failed: str) -> bool:
     try:
         fence_transactions(options.bootstrap_servers, ids)
     except Exception as e:  # noqa: BLE001 - see the docstring
-        log.warning("%s (%s)", failed, e)
+        logger.warning("%s (%s)", failed, e)
         return False
     return True
 
@@ -156,7 +156,7 @@ def fence_leftovers(options: SinkOptions, prefix: str, messages: list[Any]) -> N
         "could not fence the transactions of tasks without a commit message under "
         f"{prefix}; the coordinator aborts them after transaction.timeout.ms",
     ):
-        log.info("fenced the transactions of %d tasks without a commit message", len(missing))
+        logger.info("fenced the transactions of %d tasks without a commit message", len(missing))
 
 
 def end_all(options: SinkOptions, key: str, committed: bool, messages: list[Any]) -> Any:
@@ -170,7 +170,7 @@ def end_all(options: SinkOptions, key: str, committed: bool, messages: list[Any]
     ]
     decision = end_transactions(options.bootstrap_servers, key, committed, handles)
     if decision.replayed:
-        log.info(
+        logger.info(
             "%s was decided before (%s): a replay; its %d new transactions were aborted",
             key,
             decision.outcome,

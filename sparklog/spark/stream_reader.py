@@ -53,7 +53,7 @@ from sparklog.spark.offsets import (
 from sparklog.spark.options import SourceOptions
 from sparklog.spark.partition_reader import report_data_loss
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 
 class SparkLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -85,7 +85,7 @@ class SparkLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict:
         tps = self.offsets.partitions()
         start = self.offsets.resolve(self.options.starting, tps, starting=True)
-        log.info("initial offsets %s", start)
+        logger.info("initial offsets %s", start)
         return to_json_dict(start)
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -99,7 +99,7 @@ class SparkLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Trigger.AvailableNow: what exists now is all this query run will read."""
         tps = self.offsets.partitions()
         self._available_now = self.offsets.latest(tps)
-        log.info("Trigger.AvailableNow reads up to %s", self._available_now)
+        logger.info("Trigger.AvailableNow reads up to %s", self._available_now)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         # `start` ends the batch Spark finished last (micro-batches run one after the other):
@@ -133,7 +133,7 @@ class SparkLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             )
         new = [tp for tp in tps if tp not in start]
         if new:
-            log.info("new partitions %s start at their log start offset", new)
+            logger.info("new partitions %s start at their log start offset", new)
         fresh = self.offsets.earliest(new)
         return {tp: start[tp] if tp in start else fresh[tp] for tp in tps}
 
@@ -216,7 +216,7 @@ class SparkLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 admin.alter_group_offsets(group, offsets)
             self._group_committed = offsets
         except (KafkaError, OSError) as e:
-            log.warning("committing the batch's offsets to group %r failed: %s", group, e)
+            logger.warning("committing the batch's offsets to group %r failed: %s", group, e)
 
     def stop(self) -> None:
         if self._offsets is not None:

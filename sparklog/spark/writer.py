@@ -59,7 +59,7 @@ from sparklog.spark.sink_transactions import (
     write_was_aborted,
 )
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
 INVALID_TOPIC_EXCEPTION = 17
@@ -113,7 +113,7 @@ def check_sink_schema(schema: StructType, options: SinkOptions) -> tuple[str, ..
         )
     timestamp = isinstance(types.get("timestamp"), TimestampType | TimestampNTZType)
     if "timestamp" in types and not timestamp:
-        log.info("column 'timestamp' (%s) is not a timestamp: ignored", types["timestamp"])
+        logger.info("column 'timestamp' (%s) is not a timestamp: ignored", types["timestamp"])
     return tuple(
         name
         for name in ("key", "value", "headers", "partition", "timestamp")
@@ -348,7 +348,7 @@ def _abort_quietly(producer: Any) -> None:
     try:
         producer.abort_transaction(timeout_ms=10_000)
     except Exception as e:  # noqa: BLE001 - the task's own error is the one to report
-        log.warning("aborting the failed task's transaction failed: %s", e)
+        logger.warning("aborting the failed task's transaction failed: %s", e)
 
 
 def _total(messages: list[WriterCommitMessage | None]) -> int:
@@ -370,16 +370,16 @@ class SparkLogBatchWriter(DataSourceArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         if self.prefix is not None:
             end_all(self.options, self.prefix, True, messages)
-        log.info("sparklog write committed: %d records", _total(messages))
+        logger.info("sparklog write committed: %d records", _total(messages))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         if self.prefix is not None:
             end_all(self.options, self.prefix, False, messages)
             mark_write_aborted(self.options, self.prefix)
             fence_leftovers(self.options, self.prefix, messages)
-            log.warning("sparklog write aborted: none of its records is visible")
+            logger.warning("sparklog write aborted: none of its records is visible")
             return
-        log.warning(
+        logger.warning(
             "sparklog write aborted; %d records of successful tasks stay in the log "
             "(at-least-once; option transactional=true writes all or nothing)",
             _total(messages),
@@ -401,15 +401,15 @@ class SparkLogStreamWriter(DataSourceStreamArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         if self.prefix is not None:
             end_all(self.options, f"{self.prefix}:{batchId}", True, messages)
-        log.info("sparklog batch %d committed: %d records", batchId, _total(messages))
+        logger.info("sparklog batch %d committed: %d records", batchId, _total(messages))
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         if self.prefix is not None:
             end_all(self.options, f"{self.prefix}:{batchId}", False, messages)
             fence_leftovers(self.options, self.prefix, messages)
-            log.warning("sparklog batch %d aborted: none of its records is visible", batchId)
+            logger.warning("sparklog batch %d aborted: none of its records is visible", batchId)
             return
-        log.warning(
+        logger.warning(
             "sparklog batch %d aborted; %d records of successful tasks stay in the log "
             "(at-least-once: a retry may write them again)",
             batchId,

@@ -74,7 +74,7 @@ from sparklog.storage.segment import LogSegment, file_name
 if TYPE_CHECKING:
     from sparklog.storage.log import Log
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "CleanResult",
@@ -255,7 +255,7 @@ class Cleaner:
         for i, segment in enumerate(dirty):
             next_start = dirty[i + 1].base_offset if i + 1 < len(dirty) else end_offset
             if self._map_segment(tp, log_, segment, start_offset, next_start, txn, stats):
-                log.debug("offset map full in segment %d of %s", segment.base_offset, tp)
+                logger.debug("offset map full in segment %d of %s", segment.base_offset, tp)
                 return
 
     def _map_segment(
@@ -500,7 +500,7 @@ class LogCleaner:
             except _CleanerShutdown:
                 return
             except Exception as e:  # noqa: BLE001 - the thread must survive any one failure
-                log.exception("log cleaner round failed")
+                logger.exception("log cleaner round failed")
                 self._errors.append(repr(e))
                 result = None
             if result is None:
@@ -518,7 +518,7 @@ class LogCleaner:
                 try:
                     log_.delete_old_segments(now_ms)
                 except Exception as e:  # noqa: BLE001 - one log's failure must not stop others
-                    log.exception("retention of %s failed", tp)
+                    logger.exception("retention of %s failed", tp)
                     self._errors.append(repr(e))
         finally:
             self.manager.done_deleting(tp for tp, _ in deletable)
@@ -534,12 +534,12 @@ class LogCleaner:
             self.last_result = result
             self._rounds += 1
         except LogCleaningAbortedError as e:
-            log.info("cleaning of %s given up: %s", tp, e)
+            logger.info("cleaning of %s given up: %s", tp, e)
             self._aborted_rounds += 1
         except _CleanerShutdown:
             raise
         except Exception as e:  # noqa: BLE001 - Kafka marks the partition uncleanable
-            log.exception("cleaning of %s failed; marking it uncleanable", tp)
+            logger.exception("cleaning of %s failed; marking it uncleanable", tp)
             self._errors.append(repr(e))
             self.manager.mark_partition_uncleanable(tp)
         finally:

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from sparklog.storage.log import Log
     from sparklog.storage.segment import LogSegment
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "CLEANER_CHECKPOINT_FILE",
@@ -149,7 +149,7 @@ def cleanable_offsets(
     if checkpoint < log_start_offset or checkpoint > log_.log_end_offset:
         # Retention moved the start past it, or the log was truncated below it.
         if not (log_.config.compact and log_.config.delete):
-            log.info(
+            logger.info(
                 "resetting first dirty offset of %s from %d to log start offset %d",
                 log_.directory.name,
                 checkpoint,
@@ -336,7 +336,7 @@ class CleanerManager:
             return OffsetCheckpointFile(path).read()
         except CorruptCheckpointError as e:
             # Cleaning from the log start is always safe, only slower.
-            log.warning("ignoring %s: %s", path, e)
+            logger.warning("ignoring %s: %s", path, e)
             return {}
 
     def _write_checkpoint_file(self, directory: Path) -> None:

@@ -22,7 +22,7 @@ from sparklog.storage.offset_index import CorruptIndexError
 from sparklog.storage.producer_state import ProducerStateManager
 from sparklog.storage.segment import LogSegment, file_name
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 _SEGMENT_FILE = re.compile(
     r"^(\d{20})\.(log|index|timeindex|txnindex)(\.swap|\.cleaned|\.deleted)?$"
@@ -67,7 +67,7 @@ def load_log(
     )
     reloaded = producer_state.load(log_start_offset, log_end_offset, now_ms)
     for corrupt in reloaded.corrupt_snapshots:
-        log.warning(
+        logger.warning(
             "deleted corrupt producer snapshot %d in %s: %s",
             corrupt.offset,
             directory,
@@ -102,7 +102,7 @@ def _finish_interrupted_swaps(directory: Path) -> None:
             swapped = directory / file_name(base, f".{kind}.swap")
             if swapped.exists():
                 swapped.rename(directory / file_name(base, f".{kind}"))
-        log.info("completed interrupted segment swap at %d in %s", base, directory)
+        logger.info("completed interrupted segment swap at %d in %s", base, directory)
         assert not swap_log.exists()
 
 
@@ -134,18 +134,20 @@ def _recover_segments(segments: list[LogSegment], recovery_point: int) -> list[L
             try:
                 segment.sanity_check()
             except CorruptIndexError as e:
-                log.warning("rebuilding indexes of %s: %s", segment.log_path, e)
+                logger.warning("rebuilding indexes of %s: %s", segment.log_path, e)
                 needs = True
         if not needs:
             continue
         truncated = segment.recover()
         if truncated:
-            log.warning("truncated %d invalid bytes at the end of %s", truncated, segment.log_path)
+            logger.warning(
+                "truncated %d invalid bytes at the end of %s", truncated, segment.log_path
+            )
         end = segment.read_next_offset()
         later = segments[i + 1 :]
         if truncated and later or (later and later[0].base_offset < end):
             for dropped in later:
-                log.warning("deleting %s after a corrupt or torn segment", dropped.log_path)
+                logger.warning("deleting %s after a corrupt or torn segment", dropped.log_path)
                 dropped.delete()
             return segments[: i + 1]
     # drop an empty leading segment set only when nothing else remains handled by caller
@@ -157,7 +159,7 @@ def _load_epoch_cache(directory: Path, segments: list[LogSegment]) -> LeaderEpoc
     try:
         return LeaderEpochFileCache(path)
     except CorruptCheckpointError as e:
-        log.warning("rebuilding %s from the batches: %s", path, e)
+        logger.warning("rebuilding %s from the batches: %s", path, e)
         path.unlink(missing_ok=True)
     cache = LeaderEpochFileCache(path)
     for segment in segments:

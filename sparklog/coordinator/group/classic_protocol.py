@@ -35,7 +35,7 @@ from sparklog.errors import (
     UnknownMemberIdError,
 )
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 _S = GroupState
 #: Store hook: persist the group's record, then call `done(now_ms, error_code)`.
@@ -293,7 +293,7 @@ class ClassicGroups:
         group.sync_deadline_ms = None
         was_empty = group.is_in(_S.EMPTY)
         group.transition_to(_S.PREPARING_REBALANCE, now_ms)
-        log.info(
+        logger.info(
             "group %s: preparing rebalance for generation %d (%s)",
             group.group_id,
             group.generation_id + 1,
@@ -321,7 +321,9 @@ class ClassicGroups:
         assert group.is_in(_S.PREPARING_REBALANCE)
         for m in [m for m in group.members.values() if m.awaiting_join is None]:
             group.remove(m.member_id)
-            log.info("group %s: removed %s (did not rejoin in time)", group.group_id, m.member_id)
+            logger.info(
+                "group %s: removed %s (did not rejoin in time)", group.group_id, m.member_id
+            )
         group.pending_members.clear()
         group.join_deadline_ms = group.join_hard_deadline_ms = None
         group.generation_id += 1
@@ -334,7 +336,7 @@ class ClassicGroups:
         group.transition_to(_S.COMPLETING_REBALANCE, now_ms)
         group.members_to_sync = set(group.members)
         group.sync_deadline_ms = now_ms + group.max_rebalance_timeout_ms()
-        log.info(
+        logger.info(
             "group %s: generation %d with %d members (protocol %s, leader %s)",
             group.group_id,
             group.generation_id,
@@ -521,7 +523,7 @@ class ClassicGroups:
             and m.heartbeat_deadline_ms <= now_ms
         ]
         for member_id in expired:
-            log.info("group %s: member %s's session expired", group.group_id, member_id)
+            logger.info("group %s: member %s's session expired", group.group_id, member_id)
             self._remove_member(group, member_id, UnknownMemberIdError.code)
         if expired:
             self._maybe_prepare_rebalance(now_ms, group, "session expired")

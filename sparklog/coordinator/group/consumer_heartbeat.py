@@ -34,7 +34,7 @@ from sparklog.errors import (
     UnsupportedAssignorError,
 )
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 LEAVE_EPOCH, STATIC_LEAVE_EPOCH = -1, -2
 
@@ -226,7 +226,7 @@ class ConsumerGroups:
         group.target.pop(member_id, None)
         group.group_epoch += 1
         group.state_timestamp_ms = now_ms
-        log.info("consumer group %s: member %s %s", group.group_id, member_id, why)
+        logger.info("consumer group %s: member %s %s", group.group_id, member_id, why)
         self._maybe_assign(now_ms, group)
 
     # -- subscription, assignment, reconciliation -------------------------------------------

@@ -41,7 +41,7 @@ from sparklog.errors import (
     UnknownTopicOrPartitionError,
 )
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 _S = GroupState
 
@@ -181,7 +181,7 @@ class GroupCoordinator:
                     member.heartbeat_deadline_ms = now_ms + self.consumer.config.session_timeout_ms
             else:
                 self.groups[group_id] = ClassicGroup.from_record(group_id, record, now_ms)
-        log.info(
+        logger.info(
             "group coordinator loaded %d groups, %d with committed offsets",
             len(self.groups),
             len(self.offsets.groups()),
@@ -532,7 +532,7 @@ class GroupCoordinator:
             drop_group = len(expired) == len(self.offsets.of_group(group_id))
             if drop_group:
                 rows.append(group_row(group_id, None, now_ms))
-            log.info("group %s: %d offsets expired", group_id, len(expired))
+            logger.info("group %s: %d offsets expired", group_id, len(expired))
             self._writes.append(Write(rows, self._expired_done(group_id, changes, drop_group)))
 
     def _expired_done(

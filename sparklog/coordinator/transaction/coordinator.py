@@ -41,7 +41,7 @@ from sparklog.errors import (
     ProducerFencedError,
 )
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 _S = TxnState
 #: How long a request may wait for its transactional id to settle before it is answered
@@ -429,7 +429,7 @@ class TransactionCoordinator:
 
     def _fence_and_abort(self, meta: TransactionMetadata, now_ms: int) -> None:
         """Bump the epoch of an Ongoing transaction (fencing its producer) and abort it."""
-        log.info(
+        logger.info(
             "transactional id %s: aborting the ongoing transaction of producer %d epoch %d",
             meta.transactional_id,
             meta.producer_id,
@@ -535,7 +535,7 @@ class TransactionCoordinator:
                 and not meta.pending
                 and meta.txn_start_ms + meta.timeout_ms <= now_ms
             ):
-                log.info("transactional id %s timed out after %d ms", tid, meta.timeout_ms)
+                logger.info("transactional id %s timed out after %d ms", tid, meta.timeout_ms)
                 self._fence_and_abort(meta, now_ms)
                 aborted.append(tid)
         return aborted
@@ -581,7 +581,7 @@ class TransactionCoordinator:
         prepared = [m for m in self.transactions.values() if m.state.is_prepared]
         for meta in prepared:
             self._send_markers(meta)
-        log.info(
+        logger.info(
             "transaction coordinator loaded %d transactional ids, %d prepared",
             len(self.transactions),
             len(prepared),

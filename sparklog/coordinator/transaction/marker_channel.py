@@ -29,7 +29,7 @@ from sparklog.coordinator.transaction.persisted import MarkerJob
 from sparklog.errors import TransactionCoordinatorFencedError
 from sparklog.protocol.async_client import AsyncKafkaConnection
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 #: (broker id, host, port) of a partition's leader, None while it has none
 LeaderLookup = Callable[[str, int], tuple[int, str, int] | None]
@@ -124,7 +124,7 @@ class TransactionMarkerChannel:
                     _request(batch.values()), timeout_s=self.request_timeout_ms / 1000
                 )
             except (ConnectionError, OSError, TimeoutError) as e:
-                log.info("WriteTxnMarkers to broker %d failed (%s); retrying", broker_id, e)
+                logger.info("WriteTxnMarkers to broker %d failed (%s); retrying", broker_id, e)
                 old = self._connections.pop(broker_id, None)
                 if old is not None:
                     with contextlib.suppress(Exception):
@@ -153,7 +153,7 @@ class TransactionMarkerChannel:
                         remaining.discard(tp)
                         self.markers_written += 1
                     elif code == TransactionCoordinatorFencedError.code:
-                        log.error(
+                        logger.error(
                             "broker %d fenced this coordinator's markers for %s; a newer "
                             "coordinator owns the transaction",
                             broker_id,
@@ -162,7 +162,7 @@ class TransactionMarkerChannel:
                         del self._remaining[job]
                         return
                     else:
-                        log.debug("marker for %s on %s: error %d, retrying", job, tp, code)
+                        logger.debug("marker for %s on %s: error %d, retrying", job, tp, code)
             self._maybe_done(job)
 
     async def _connection(self, broker_id: int, host: str, port: int) -> AsyncKafkaConnection:
