@@ -384,3 +384,26 @@ def test_a_stable_group_carries_on_through_a_coordinator_restart(cluster):
     finally:
         for c in members:
             c.close()
+
+
+def test_a_group_created_by_a_standalone_commit_stays_until_deleted(cluster):
+    """Issue 29 item 2: OffsetCommit with generation -1 and no member (a consumer committing
+    without subscribing, or `kafka-consumer-groups --reset-offsets`) creates an Empty group
+    that lives as long as its offsets. The coordinator's 50 ms tick once forgot the group while
+    its offsets were still being written (7 tries in 20): describe then said Dead and
+    DeleteGroups answered GROUP_ID_NOT_FOUND. Twenty groups in a row make that near certain."""
+    topic = new_topic(cluster, records=0)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    for attempt in range(20):
+        group = f"standalone-{attempt}-{uuid.uuid4().hex[:6]}"
+        committer = confluent_consumer(cluster, group)
+        try:
+            offsets = [TopicPartition(topic, 0, 5), TopicPartition(topic, 1, 7)]
+            committer.commit(offsets=offsets, asynchronous=False)
+        finally:
+            committer.close()
+        described = admin.describe_consumer_groups([group])[group].result(30)
+        assert described.state.name == "EMPTY", (attempt, described.state)
+        admin.delete_consumer_groups([group])[group].result(30)  # raises on GROUP_ID_NOT_FOUND
+        described = admin.describe_consumer_groups([group])[group].result(30)
+        assert described.state.name == "DEAD", (attempt, described.state)

@@ -172,10 +172,15 @@ class GroupCoordinator:
                 tp = (row["topic"], int(row["partition"]))
                 value = None if row["committed_offset"] is None else _offset_of(row, now_ms)
                 self.offsets.apply(group_id, {tp: value})
+                if value is not None and records.get(group_id) is None:
+                    records[group_id] = {}  # a standalone committer's group (Empty)
         for group_id, record in records.items():
             if record is None:
                 continue
-            if record.get("type") == "consumer":
+            if not record:
+                if self.offsets.has_offsets(group_id):
+                    self.groups[group_id] = ClassicGroup(group_id, now_ms)
+            elif record.get("type") == "consumer":
                 self.groups[group_id] = ConsumerGroup.from_record(group_id, record, now_ms)
                 for member in self.groups[group_id].members.values():
                     member.heartbeat_deadline_ms = now_ms + self.consumer.config.session_timeout_ms
@@ -231,17 +236,25 @@ class GroupCoordinator:
         changes: dict[TopicPartition, CommittedOffset | None] = dict(valid)
         if not changes:
             return respond(codes)
-        if group_id not in self.groups:
-            # a standalone committer: the group exists (Empty, no protocol) from now on
-            self.groups[group_id] = ClassicGroup(group_id, now_ms)
 
         def done(_now_ms: int, error: int) -> None:
             if error == 0:
-                self.offsets.apply(group_id, changes)
+                self._apply_offsets(group_id, changes, now_ms)
             respond({tp: (error if tp in changes else c) for tp, c in codes.items()})
 
         rows = [offset_row(group_id, tp, v) for tp, v in changes.items()]
         self._writes.append(Write(rows, done))
+
+    def _apply_offsets(
+        self, group_id: str, changes: dict[TopicPartition, CommittedOffset | None], now_ms: int
+    ) -> None:
+        """Durable offsets land in memory. A standalone committer's group (Empty, no protocol)
+        exists from here on, as Kafka's `OffsetMetadataManager.replay` creates it: created
+        earlier, at the request, a tick could forget it (no offsets yet) while its offsets
+        were being written, leaving offsets in a group that reads as Dead (issue 29)."""
+        if group_id not in self.groups and any(v is not None for v in changes.values()):
+            self.groups[group_id] = ClassicGroup(group_id, now_ms)
+        self.offsets.apply(group_id, changes)
 
     def _validate_offsets(
         self, partitions: list[OffsetCommitPartition], now_ms: int, expire_ms: int | None

@@ -68,6 +68,42 @@ def test_a_commit_is_visible_only_once_durable():
     assert answers == [{("t", 0): NONE}] and h.committed() == {("t", 0): 9}
 
 
+def test_a_standalone_group_outlives_a_tick_that_fires_while_its_commit_is_written():
+    """Issue 29 item 2: the tick once forgot a group created by a standalone commit whose
+    offsets were not yet durable; the offsets then landed in a group that read as Dead and
+    could not be deleted (GROUP_ID_NOT_FOUND)."""
+    from sparklog.coordinator.group.coordinator import OffsetCommitPartition
+
+    h = Harness()
+    answers = []
+    h.core.commit_offsets(
+        h.now_ms,
+        group_id="g",
+        generation_id=-1,
+        member_id="",
+        group_instance_id=None,
+        retention_time_ms=-1,
+        partitions=[OffsetCommitPartition("t", p, 5 + p, -1, None) for p in (0, 1)],
+        respond=answers.append,
+    )
+    h.core.tick(h.now_ms + 50)  # the 50 ms tick, while the Delta write is in flight
+    h.flush()
+    assert answers == [{("t", 0): NONE, ("t", 1): NONE}]
+    h.advance(50)
+    assert h.state() == "Empty" and h.committed() == {("t", 0): 5, ("t", 1): 6}
+    assert [g["group_id"] for g in h.core.list_groups()] == ["g"]
+    codes = []
+    h.core.delete_offsets("g", [("t", 0)], h.now_ms, lambda top, per: codes.append((top, per)))
+    h.flush()
+    assert codes == [(NONE, {("t", 0): NONE})]
+    h.restart()  # a restart finds the group the live path had
+    assert h.state() == "Empty" and h.committed() == {("t", 1): 6}
+    deleted = []
+    h.core.delete_groups(["g"], h.now_ms, deleted.append)
+    h.flush()
+    assert deleted == [{"g": NONE}] and h.state() == "Dead" and h.committed() == {}
+
+
 def test_a_failed_write_answers_the_error_and_changes_nothing():
     h = Harness()
     h.commit({("t", 0): 1})
