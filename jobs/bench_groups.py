@@ -49,6 +49,9 @@ class MemoryStore:
     def append(self, rows: list[dict[str, Any]]) -> None:
         self.commits += 1
 
+    def version(self) -> int:
+        return 0
+
 
 def commit_fields(group: str, partitions: int, offset: int) -> dict[str, Any]:
     return {

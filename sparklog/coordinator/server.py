@@ -3,11 +3,10 @@
 membership and transaction decisions in one Delta table (`OffsetsStore`), so a transaction's
 decision and its consumer offsets land in one Delta commit (DESIGN D9).
 
-Flow of a write: a handler calls the core; the core's `Write`s join `_pending`; the flush task
-takes everything pending (group commit: one Delta commit for many requests, after a short
-linger), appends it on the store's own thread, then calls each write's `done` on the loop,
-which applies the change and answers the client. A write that is not durable within
-`offsets.commit.timeout.ms` is answered with REQUEST_TIMED_OUT by its handler.
+Flow of a write: a handler calls the core, whose `Write`s go to the `CoordinatorRuntime`
+(`runtime.py`: pending writes, linger, group commit, replay, fencing, tick). A write that is not
+durable within `offsets.commit.timeout.ms` is answered with REQUEST_TIMED_OUT by its handler.
+What the coordinators need from the controller is the `CoordinatorContext` (`context.py`).
 
 Decided transactions go to the `TransactionMarkerChannel`, which writes their markers to the
 partition leaders and reports back so the coordinator can complete them.
@@ -28,32 +27,31 @@ Embedding: `start_in_thread()` runs the loop in a daemon thread; `stop()` joins 
 from __future__ import annotations
 
 import asyncio
-import collections
 import concurrent.futures
 import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sparklog.broker import kio_build
 from sparklog.broker.group_apis import refusal
 from sparklog.broker.kafka_apis import GROUP_COORDINATOR_NODE_ID, find_coordinator_response
 from sparklog.coordinator.clock import WALL_CLOCK_FLOOR_MS, CoordinatorClock
+from sparklog.coordinator.context import CoordinatorContext
 from sparklog.coordinator.group.apis import GroupCoordinatorApis
 from sparklog.coordinator.group.config import GroupConfig
-from sparklog.coordinator.group.coordinator import GroupCoordinator, Write
-from sparklog.coordinator.offsets_store import (
-    OffsetsStore,
-    OffsetsStoreFencedError,
-    OffsetsTableDamagedError,
-)
+from sparklog.coordinator.group.coordinator import GroupCoordinator
+from sparklog.coordinator.offsets_store import OffsetsStore, OffsetsTableDamagedError
+from sparklog.coordinator.runtime import CoordinatorRuntime
+from sparklog.coordinator.shard import Row
+from sparklog.coordinator.store import CoordinatorStore
 from sparklog.coordinator.transaction.apis import TransactionApis
 from sparklog.coordinator.transaction.config import TransactionConfig
 from sparklog.coordinator.transaction.coordinator import TransactionCoordinator
 from sparklog.coordinator.transaction.marker_channel import TransactionMarkerChannel
 from sparklog.coordinator.transaction.persisted import MarkerJob
-from sparklog.errors import CoordinatorNotAvailableError, NotCoordinatorError
+from sparklog.errors import CoordinatorNotAvailableError
 from sparklog.protocol.api_versions import (
     COORDINATOR_DELEGATED_APIS,
     GROUP_COORDINATOR_APIS,
@@ -68,8 +66,7 @@ from sparklog.storage.object_store import join_location, storage_options
 
 logger = logging.getLogger(__name__)
 
-_TICK_MS = 50
-_MAX_ROWS_PER_COMMIT = 50_000
+T = TypeVar("T")
 
 
 class GroupCoordinatorServer:
@@ -80,11 +77,11 @@ class GroupCoordinatorServer:
     def __init__(
         self,
         data_dir: str | Path,
-        controller: Any,
+        controller: CoordinatorContext,
         host: str = "127.0.0.1",
         port: int = 0,
         config: Mapping[str, object] | None = None,
-        store_factory: Callable[[str, int], Any] | None = None,
+        store_factory: Callable[[str, int], CoordinatorStore] | None = None,
         clock: CoordinatorClock | None = None,
     ) -> None:
         self.config = GroupConfig.from_properties(config or {})
@@ -92,7 +89,7 @@ class GroupCoordinatorServer:
         #: object-store credentials and endpoint (`storage.options.*` settings)
         options = storage_options(config or {}) or None
         #: (path, maintenance commits) -> store; benchmarks swap in an in-memory one
-        self.store_factory = store_factory or (
+        self.store_factory: Callable[[str, int], CoordinatorStore] = store_factory or (
             lambda path, every: OffsetsStore(
                 path, maintenance_commits=every, storage_options=options
             )
@@ -112,14 +109,15 @@ class GroupCoordinatorServer:
         self.txn: TransactionCoordinator | None = None
         self._txn_apis: TransactionApis | None = None
         self.markers: TransactionMarkerChannel | None = None
-        self.store: OffsetsStore | None = None
         self._server: KafkaServer | None = None
         self._apis: GroupCoordinatorApis | None = None
-        self._tasks: list[asyncio.Task] = []
-        self._pending: collections.deque[Write] = collections.deque()
-        self._flush_wanted: asyncio.Event | None = None
-        self._store_thread = concurrent.futures.ThreadPoolExecutor(1, "sparklog-offsets-store")
-        self._fenced = False
+        self._tasks: list[asyncio.Task[None]] = []
+        self.runtime = CoordinatorRuntime(
+            self.now_ms,
+            linger_ms=self.config.offsets_commit_linger_ms,
+            table=self.table_path,
+            on_collect=self._hand_over_markers,
+        )
         self._producer_ids = [0, 0]  # the current block: [next, end)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: LoopThread | None = None
@@ -131,6 +129,11 @@ class GroupCoordinatorServer:
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
 
+    @property
+    def store(self) -> CoordinatorStore | None:
+        """The open table (None before `start` opened it)."""
+        return self.runtime.store
+
     def now_ms(self) -> int:
         """Wall-clock time: what the coordinator persists and compares with persisted times."""
         return self.clock()
@@ -140,9 +143,9 @@ class GroupCoordinatorServer:
     async def start(self) -> None:
         """Open the table, load every group and offset, then listen (when the table cannot be
         loaded: listen, and refuse groups and transactions)."""
-        loop = self._loop = asyncio.get_running_loop()
+        self._loop = asyncio.get_running_loop()
         try:
-            rows = await loop.run_in_executor(self._store_thread, self._open_store)
+            rows = await self.runtime.open(self._open_store)
         except Exception as e:  # noqa: BLE001 - the brokers keep serving; the reason is logged
             await self._start_unavailable(e)
             return
@@ -153,7 +156,8 @@ class GroupCoordinatorServer:
             topic_names=self.controller.topic_names,
         )
         self.core.load(rows, self.now_ms())
-        version = getattr(self.store, "version", lambda: 0)()
+        assert self.store is not None
+        version = self.store.version()
         self.txn = TransactionCoordinator(
             self.txn_config,
             coordinator_epoch=max(0, min(version, 2**31 - 1)),
@@ -162,7 +166,6 @@ class GroupCoordinatorServer:
         )
         self.txn.load(rows, self.now_ms())
         self.core.txn_check = self.txn.check_offset_commit
-        self._flush_wanted = asyncio.Event()
         self._apis = GroupCoordinatorApis(
             self.core, self.now_ms, self._collect_writes, self.controller
         )
@@ -181,11 +184,8 @@ class GroupCoordinatorServer:
             request_timeout_ms=self.txn_config.transaction_marker_request_timeout_ms,
         )
         await self._listen()
-        self._tasks = [
-            asyncio.create_task(self._tick_loop(), name="group-coordinator-tick"),
-            asyncio.create_task(self._flush_loop(), name="group-coordinator-flush"),
-            asyncio.create_task(self.markers.run(), name="transaction-markers"),
-        ]
+        self.runtime.start([self.core, self.txn])
+        self._tasks = [asyncio.create_task(self.markers.run(), name="transaction-markers")]
         self._collect_writes()  # markers of transactions prepared before a restart
         logger.info(
             "group coordinator listening on %s (offsets table %s, %d rows loaded)",
@@ -205,12 +205,9 @@ class GroupCoordinatorServer:
         await self._server.start()
         self.port = self._server.port
 
-    def _open_store(self) -> list[dict[str, Any]]:
-        """Open the table and read every row (on the store's thread)."""
-        self.store = self.store_factory(
-            self.table_path, self.config.offsets_table_maintenance_commits
-        )
-        return list(self.store.read_rows())
+    def _open_store(self) -> CoordinatorStore:
+        """Open the table (on the store's thread)."""
+        return self.store_factory(self.table_path, self.config.offsets_table_maintenance_commits)
 
     async def _start_unavailable(self, error: Exception) -> None:
         if isinstance(error, OffsetsTableDamagedError):
@@ -251,15 +248,13 @@ class GroupCoordinatorServer:
         self._stopping = True
         if self._server is not None:
             await self._server.stop()
+        await self.runtime.close()
         for task in self._tasks:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        if self._pending:
-            await self._flush()
         if self.markers is not None:
             await self.markers.close()
-        self._store_thread.shutdown(wait=True)
         logger.info("group coordinator on %s stopped", self.bootstrap)
 
     def start_in_thread(self, timeout_s: float = 60.0) -> GroupCoordinatorServer:
@@ -334,80 +329,27 @@ class GroupCoordinatorServer:
     # -- writes -----------------------------------------------------------------------------
 
     def _collect_writes(self) -> None:
-        assert self.core is not None and self._flush_wanted is not None
-        assert self.txn is not None and self.markers is not None
-        writes = self.core.take_writes() + self.txn.take_writes()
-        if writes:
-            self._pending.extend(writes)
-            self._flush_wanted.set()
-        for job in self.txn.take_markers():
-            self.markers.add(job)
+        self.runtime.collect()
+
+    def _hand_over_markers(self) -> None:
+        """Decided transactions go to the marker channel (after every collect)."""
+        if self.txn is not None and self.markers is not None:
+            for job in self.txn.take_markers():
+                self.markers.add(job)
 
     def _markers_done(self, job: MarkerJob) -> None:
         assert self.txn is not None
         self.txn.markers_done(self.now_ms(), job)
         self._collect_writes()
 
-    async def _flush_loop(self) -> None:
-        assert self._flush_wanted is not None
-        while True:
-            await self._flush_wanted.wait()
-            self._flush_wanted.clear()
-            if self.config.offsets_commit_linger_ms > 0:
-                await asyncio.sleep(self.config.offsets_commit_linger_ms / 1000)
-            await self._flush()
-
-    async def _flush(self) -> None:
-        """Persist pending writes in one Delta commit, then complete them on the loop."""
-        assert self.store is not None and self._loop is not None
-        while self._pending:
-            batch, rows = [], []
-            while self._pending and len(rows) < _MAX_ROWS_PER_COMMIT:
-                write = self._pending.popleft()
-                batch.append(write)
-                rows.extend(write.rows)
-            code = 0
-            if self._fenced:
-                code = NotCoordinatorError.code
-            else:
-                try:
-                    await self._loop.run_in_executor(self._store_thread, self.store.append, rows)
-                except OffsetsStoreFencedError as e:
-                    logger.error("%s", e)
-                    self._fenced = True
-                    code = NotCoordinatorError.code
-                except Exception:  # noqa: BLE001 - answer the clients, keep serving
-                    logger.exception("writing %d rows to %s failed", len(rows), self.table_path)
-                    code = CoordinatorNotAvailableError.code
-            now_ms = self.now_ms()
-            for write in batch:
-                try:
-                    write.done(now_ms, code)
-                except Exception:  # noqa: BLE001
-                    logger.exception("completing a group coordinator write failed")
-            self._collect_writes()
-
-    async def _tick_loop(self) -> None:
-        assert self.core is not None
-        while True:
-            await asyncio.sleep(_TICK_MS / 1000)
-            try:
-                now_ms = self.now_ms()
-                self.core.tick(now_ms)
-                assert self.txn is not None
-                self.txn.tick(now_ms)
-                self._collect_writes()
-            except Exception:  # noqa: BLE001
-                logger.exception("group coordinator tick failed; retrying")
-
     # -- views (any thread) -----------------------------------------------------------------
 
-    def call(self, fn: Any, timeout_s: float = 30.0) -> Any:
+    def call(self, fn: Callable[[GroupCoordinator | None], T], timeout_s: float = 30.0) -> T:
         """Run `fn(core)` on the coordinator's loop and return its result."""
         loop = self._loop
         if loop is None or self._stopping:
             raise RuntimeError("the group coordinator is not running")
-        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
 
         def run() -> None:
             try:
@@ -419,7 +361,7 @@ class GroupCoordinatorServer:
         return future.result(timeout_s)
 
 
-def newest_time_ms(rows: list[dict[str, Any]]) -> int | None:
+def newest_time_ms(rows: list[Row]) -> int | None:
     """The newest wall-clock time the table holds (rows written as uptime do not count)."""
     times = [r.get("commit_timestamp_ms") for r in rows]
     return max((t for t in times if t is not None and t >= WALL_CLOCK_FLOOR_MS), default=None)

@@ -36,6 +36,7 @@ import pytest
 
 from sparklog.coordinator.group.config import GroupConfig
 from sparklog.coordinator.group.coordinator import GroupCoordinator, OffsetCommitPartition
+from sparklog.coordinator.shard import complete_write
 from sparklog.coordinator.transaction.config import TransactionConfig
 from sparklog.coordinator.transaction.coordinator import MarkerJob, TransactionCoordinator
 from sparklog.errors import KafkaError
@@ -132,7 +133,8 @@ class Simulation:
             for w in writes:
                 if not fail:
                     self.rows.extend(w.rows)
-                w.done(self.now_ms, 15 if fail else 0)  # COORDINATOR_NOT_AVAILABLE
+                code = 15 if fail else 0  # COORDINATOR_NOT_AVAILABLE
+                complete_write(w, [self.groups, self.txn], self.now_ms, code)
         for job in self.txn.take_markers():
             self.markers.append((job, {p for _t, p in job.partitions}))
 

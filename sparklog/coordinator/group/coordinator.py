@@ -4,10 +4,12 @@ without I/O): every group of the cluster, their committed offsets, and the recor
 Theory of operation. Requests come in as calls with `now_ms`; answers go out through return
 values or, for JoinGroup/SyncGroup/OffsetCommit, through a responder called once the answer is
 known. Anything that must be durable first (an offset commit, a group's new generation or
-assignment, a deletion) becomes a `Write` in `take_writes()`: the edge persists its rows (many
-writes in one Delta commit) and then calls `write.done(now_ms, error_code)`, which applies the
-change to memory and answers the client. Validate, persist, apply: what OffsetFetch reads is
-always durable. `load(rows)` rebuilds everything from the persisted rows after a restart.
+assignment, a deletion) becomes a `Write` in `take_writes()`: the runtime persists its rows
+(many writes in one Delta commit), replays them (`replay(row)`, the one path by which a row
+changes offsets and groups, live and at start alike) and calls `write.done(now_ms,
+error_code)`, which answers the client. Validate, persist, replay: what OffsetFetch reads is
+always durable, and `load(rows)` (a replay of every persisted row) cannot rebuild a state the
+live path never had. Membership records are the exception Kafka makes too (`shard.Write`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from sparklog.coordinator.group.config import GroupConfig
 from sparklog.coordinator.group.consumer_group import ConsumerGroup
 from sparklog.coordinator.group.consumer_heartbeat import ConsumerConfig, ConsumerGroups
 from sparklog.coordinator.group.offsets import CommittedOffset, OffsetCache, TopicPartition
+from sparklog.coordinator.shard import Row, Write, no_answer, replay_rows
 from sparklog.errors import (
     CoordinatorNotAvailableError,
     FencedInstanceIdError,
@@ -44,14 +47,6 @@ from sparklog.errors import (
 logger = logging.getLogger(__name__)
 
 _S = GroupState
-
-
-@dataclasses.dataclass(slots=True)
-class Write:
-    """Rows to persist, and what to do once they are durable (`done(now_ms, error_code)`)."""
-
-    rows: list[dict[str, Any]]
-    done: Callable[[int, int], None]
 
 
 def offset_row(group_id: str, tp: TopicPartition, value: CommittedOffset | None) -> dict[str, Any]:
@@ -139,53 +134,64 @@ class GroupCoordinator:
 
     def _store_group(self, group: ClassicGroup, done: Callable[[int, int], None]) -> None:
         now_ms = group.state_timestamp_ms
-        self._writes.append(Write([group_row(group.group_id, group.to_record(), now_ms)], done))
+        row = group_row(group.group_id, group.to_record(), now_ms)
+        self._writes.append(Write([row], done, replay=False))
 
     def _store_consumer_group(self, group: ConsumerGroup) -> None:
         row = group_row(group.group_id, group.to_record(), group.state_timestamp_ms)
-        self._writes.append(Write([row], lambda _now_ms, _code: None))
+        self._writes.append(Write([row], no_answer, replay=False))
 
-    def load(self, rows: Iterable[dict[str, Any]], now_ms: int) -> None:
-        """Rebuild groups and offsets from persisted rows, in their persisted order. Persisted
-        times are wall-clock; one written as uptime by an old coordinator counts from `now_ms`
+    def replay(self, row: Row, now_ms: int) -> None:
+        """Apply one durable row: offsets, pending transactional offsets, a transaction's
+        decision (which settles them), a group's record or tombstone. Persisted times are
+        wall-clock; one written as uptime by an old coordinator counts from `now_ms`
         (`clock.loaded_ms`)."""
-        assert not self.groups and not self.offsets.groups(), "load into an empty coordinator"
-        records: dict[str, dict[str, Any] | None] = {}
-        for row in rows:
-            group_id = row["group_id"]
-            if row["record_type"] == "transaction":
-                # a decision (or a new epoch): the producer's pending offsets are settled; a
-                # commit's offsets follow as plain offset rows in the same Delta commit. An
-                # Ongoing row (partitions or groups added) settles nothing.
-                if row["txn_state"] != "Ongoing":
-                    self.txn_offsets.pop(int(row["producer_id"]), None)
-            elif row["record_type"] == "txn_offset":
-                tp = (row["topic"], int(row["partition"]))
-                pending = self.txn_offsets.setdefault(int(row["producer_id"]), {})
-                pending.setdefault(group_id, {})[tp] = _offset_of(row, now_ms)
-            elif row["record_type"] == "group":
-                meta = row["group_metadata"]
-                records[group_id] = None if meta is None else json.loads(meta)
-                if meta is None:
-                    self.offsets.delete_group(group_id)
-            elif row["record_type"] == "offset":
-                tp = (row["topic"], int(row["partition"]))
-                value = None if row["committed_offset"] is None else _offset_of(row, now_ms)
-                self.offsets.apply(group_id, {tp: value})
-                if value is not None and records.get(group_id) is None:
-                    records[group_id] = {}  # a standalone committer's group (Empty)
-        for group_id, record in records.items():
-            if record is None:
-                continue
-            if not record:
-                if self.offsets.has_offsets(group_id):
-                    self.groups[group_id] = ClassicGroup(group_id, now_ms)
-            elif record.get("type") == "consumer":
-                self.groups[group_id] = ConsumerGroup.from_record(group_id, record, now_ms)
-                for member in self.groups[group_id].members.values():
-                    member.heartbeat_deadline_ms = now_ms + self.consumer.config.session_timeout_ms
+        kind, group_id = row["record_type"], row["group_id"]
+        if kind == "offset":
+            tp = (row["topic"], int(row["partition"]))
+            value = None if row["committed_offset"] is None else _offset_of(row, now_ms)
+            self._apply_offsets(group_id, {tp: value})
+        elif kind == "txn_offset":
+            tp = (row["topic"], int(row["partition"]))
+            pending = self.txn_offsets.setdefault(int(row["producer_id"]), {})
+            pending.setdefault(group_id, {})[tp] = _offset_of(row, now_ms)
+        elif kind == "transaction":
+            # a decision (or a new epoch): the producer's pending offsets are settled; a
+            # commit's offsets follow as plain offset rows in the same Delta commit. An
+            # Ongoing row (partitions or groups added) settles nothing.
+            if row["txn_state"] != "Ongoing":
+                self.txn_offsets.pop(int(row["producer_id"]), None)
+        elif kind == "group":
+            meta = row["group_metadata"]
+            if meta is None:
+                self._replay_tombstone(group_id, now_ms)
             else:
-                self.groups[group_id] = ClassicGroup.from_record(group_id, record, now_ms)
+                self._replay_group(group_id, json.loads(meta), now_ms)
+
+    def _replay_group(self, group_id: str, record: dict[str, Any], now_ms: int) -> None:
+        if record.get("type") == "consumer":
+            group: ClassicGroup | ConsumerGroup = ConsumerGroup.from_record(
+                group_id, record, now_ms
+            )
+            for member in group.members.values():
+                member.heartbeat_deadline_ms = now_ms + self.consumer.config.session_timeout_ms
+        else:
+            group = ClassicGroup.from_record(group_id, record, now_ms)
+        self.groups[group_id] = group
+
+    def _replay_tombstone(self, group_id: str, now_ms: int) -> None:
+        """A deleted group (DeleteGroups, or expiry of its last offset): its offsets go
+        with it; the group too unless it gained members while the tombstone was written."""
+        group = self.groups.get(group_id)
+        if group is None or (group.is_in(_S.EMPTY) and not group.members):
+            self._forget_group(group_id, now_ms)
+        else:
+            self.offsets.delete_group(group_id)
+
+    def load(self, rows: Iterable[Row], now_ms: int) -> None:
+        """Rebuild groups and offsets after a restart: replay every persisted row in order."""
+        assert not self.groups and not self.offsets.groups(), "load into an empty coordinator"
+        replay_rows([self], rows, now_ms)
         logger.info(
             "group coordinator loaded %d groups, %d with committed offsets",
             len(self.groups),
@@ -238,22 +244,21 @@ class GroupCoordinator:
             return respond(codes)
 
         def done(_now_ms: int, error: int) -> None:
-            if error == 0:
-                self._apply_offsets(group_id, changes, now_ms)
             respond({tp: (error if tp in changes else c) for tp, c in codes.items()})
 
         rows = [offset_row(group_id, tp, v) for tp, v in changes.items()]
         self._writes.append(Write(rows, done))
 
     def _apply_offsets(
-        self, group_id: str, changes: dict[TopicPartition, CommittedOffset | None], now_ms: int
+        self, group_id: str, changes: dict[TopicPartition, CommittedOffset | None]
     ) -> None:
         """Durable offsets land in memory. A standalone committer's group (Empty, no protocol)
         exists from here on, as Kafka's `OffsetMetadataManager.replay` creates it: created
         earlier, at the request, a tick could forget it (no offsets yet) while its offsets
         were being written, leaving offsets in a group that reads as Dead (issue 29)."""
-        if group_id not in self.groups and any(v is not None for v in changes.values()):
-            self.groups[group_id] = ClassicGroup(group_id, now_ms)
+        committed = [v for v in changes.values() if v is not None]
+        if group_id not in self.groups and committed:
+            self.groups[group_id] = ClassicGroup(group_id, committed[0].commit_timestamp_ms)
         self.offsets.apply(group_id, changes)
 
     def _validate_offsets(
@@ -291,7 +296,7 @@ class GroupCoordinator:
         respond: Callable[[dict[TopicPartition, int]], None],
     ) -> None:
         """TxnOffsetCommit: the offsets are persisted as pending and become committed only
-        with the transaction's commit decision (`txn_offset_rows`, `complete_txn_offsets`)."""
+        with the transaction's commit decision (`txn_offset_rows`; `replay` settles them)."""
         code = 0
         if self.txn_check is not None:
             code = self.txn_check(transactional_id, producer_id, producer_epoch, group_id)
@@ -304,9 +309,6 @@ class GroupCoordinator:
             return respond(codes)
 
         def done(_now_ms: int, error: int) -> None:
-            if error == 0:
-                pending = self.txn_offsets.setdefault(producer_id, {})
-                pending.setdefault(group_id, {}).update(changes)
             respond({tp: (error if tp in changes else c) for tp, c in codes.items()})
 
         rows = []
@@ -329,18 +331,6 @@ class GroupCoordinator:
             for group_id in sorted(groups)
             for tp, value in pending.get(group_id, {}).items()
         ]
-
-    def complete_txn_offsets(self, producer_id: int, committed: bool) -> None:
-        """The transaction's decision is durable: its offsets become committed or vanish."""
-        pending = self.txn_offsets.pop(producer_id, {})
-        if not committed:
-            return
-        for group_id, changes in pending.items():
-            if group_id not in self.groups:
-                self.groups[group_id] = ClassicGroup(
-                    group_id, next(iter(changes.values())).commit_timestamp_ms
-                )
-            self.offsets.apply(group_id, dict(changes))
 
     def has_pending_txn_offset(self, group_id: str, tp: TopicPartition) -> bool:
         """Whether an open transaction holds an offset for `tp` (OffsetFetch requireStable)."""
@@ -410,8 +400,6 @@ class GroupCoordinator:
         changes = {tp: None for tp, c in codes.items() if c == 0 and self.offsets.get(group_id, tp)}
 
         def done(_now_ms: int, error: int) -> None:
-            if error == 0:
-                self.offsets.apply(group_id, changes)
             respond(error, codes if error == 0 else dict.fromkeys(codes, error))
 
         if not changes:
@@ -495,12 +483,10 @@ class GroupCoordinator:
         if not rows:
             return respond(codes)
 
-        def done(done_ms: int, error: int) -> None:
+        def done(_done_ms: int, error: int) -> None:
             for group_id in deleted:
                 if error:
                     codes[group_id] = error
-                else:
-                    self._forget_group(group_id, done_ms)
             respond(codes)
 
         self._writes.append(Write(rows, done))
@@ -540,26 +526,12 @@ class GroupCoordinator:
             )
             if not expired:
                 continue
-            changes: dict[TopicPartition, CommittedOffset | None] = dict.fromkeys(expired)
             rows = [offset_row(group_id, tp, None) for tp in expired]
             drop_group = len(expired) == len(self.offsets.of_group(group_id))
             if drop_group:
                 rows.append(group_row(group_id, None, now_ms))
             logger.info("group %s: %d offsets expired", group_id, len(expired))
-            self._writes.append(Write(rows, self._expired_done(group_id, changes, drop_group)))
-
-    def _expired_done(
-        self, group_id: str, changes: dict[TopicPartition, CommittedOffset | None], drop: bool
-    ) -> Callable[[int, int], None]:
-        def done(now_ms: int, error: int) -> None:
-            if error:
-                return
-            self.offsets.apply(group_id, changes)
-            group = self.groups.get(group_id)
-            if drop and group is not None and group.is_in(_S.EMPTY) and not group.members:
-                self._forget_group(group_id, now_ms)
-
-        return done
+            self._writes.append(Write(rows, no_answer))
 
 
 def _offset_of(row: dict[str, Any], now_ms: int) -> CommittedOffset:

@@ -2,15 +2,16 @@
 `TransactionStateManager`, without I/O).
 
 Theory of operation. Every request is a call with `now_ms` and a responder. A state change is
-validated against the id's `TransactionMetadata`, becomes a `Write` (one row per change, in the
-same Delta table as the group coordinator's offsets) and is applied to memory only once the
-edge reports it durable (`write.done`). The decision of a transaction - the row that moves it
+validated against the id's `TransactionMetadata` and the `TxnState` transition table, becomes
+a `Write` (one row per change, in the same Delta table as the group coordinator's offsets) and
+reaches memory only by `replay(row)` once the runtime reports it durable — the same replay that
+rebuilds every id from the table at start. The decision of a transaction - the row that moves it
 to PrepareCommit or PrepareAbort - is written together with the consumer offsets the
 transaction carries (`TxnOffsets.txn_offset_rows`), so one Delta commit makes both visible
 (DESIGN D9). Then a `MarkerJob` asks the edge to write COMMIT/ABORT markers to every partition
 of the transaction; when all are acknowledged (`markers_done`) the CompleteCommit /
-CompleteAbort row is written. `load(rows)` rebuilds every id after a restart and re-queues the
-markers of every prepared transaction.
+CompleteAbort row is written (applied at once through `replay`, see `_complete`). `load(rows)`
+replays every row after a restart and re-queues the markers of every prepared transaction.
 """
 
 from __future__ import annotations
@@ -18,10 +19,9 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from sparklog.coordinator.clock import loaded_ms
-from sparklog.coordinator.group.coordinator import Write
+from sparklog.coordinator.shard import Row, Write, replay_rows
 from sparklog.coordinator.transaction.config import TransactionConfig
 from sparklog.coordinator.transaction.metadata import (
     MAX_PRODUCER_EPOCH,
@@ -30,6 +30,7 @@ from sparklog.coordinator.transaction.metadata import (
     TopicPartition,
     TransactionMetadata,
     TxnState,
+    check_transition,
 )
 from sparklog.coordinator.transaction.persisted import MarkerJob, TxnOffsets, transaction_row
 from sparklog.errors import (
@@ -48,6 +49,10 @@ _S = TxnState
 #: CONCURRENT_TRANSACTIONS (the client then retries as it would have at once).
 _PARK_MS = 5_000
 Respond = Callable[[int], None]
+
+
+def _nothing(_value: int) -> None:
+    """A completion nobody waits for."""
 
 
 class TransactionCoordinator:
@@ -95,9 +100,10 @@ class TransactionCoordinator:
         now_ms: int,
         on_durable: Callable[[int], None],
         on_error: Respond,
-        extra_rows: Iterable[dict[str, Any]] = (),
+        extra_rows: Iterable[Row] = (),
     ) -> None:
         """Write `new` (with `extra_rows` in the same commit); apply it once durable."""
+        check_transition(meta, new)
         meta.pending = True
         tid = meta.transactional_id
 
@@ -105,12 +111,7 @@ class TransactionCoordinator:
             meta.pending = False
             if error:
                 return on_error(error)
-            if self.transactions.get(tid) is meta:
-                if new.state is _S.DEAD:
-                    del self.transactions[tid]
-                else:
-                    self.transactions[tid] = new
-            on_durable(done_ms)
+            on_durable(done_ms)  # `replay` applied the row
             self._unpark(tid, done_ms)
 
         rows = [transaction_row(new, now_ms), *extra_rows]
@@ -122,11 +123,12 @@ class TransactionCoordinator:
         now_ms: int,
         on_durable: Callable[[int], None],
         on_error: Respond,
-        extra_rows: Iterable[dict[str, Any]] = (),
+        extra_rows: Iterable[Row] = (),
     ) -> None:
         """Write every (old, new) change in ONE write (one Delta commit); apply all once
         durable, none if the write fails."""
-        for meta, _new in changes:
+        for meta, new in changes:
+            check_transition(meta, new)
             meta.pending = True
 
         def done(done_ms: int, error: int) -> None:
@@ -134,10 +136,7 @@ class TransactionCoordinator:
                 meta.pending = False
             if error:
                 return on_error(error)
-            for meta, new in changes:
-                if self.transactions.get(meta.transactional_id) is meta:
-                    self.transactions[meta.transactional_id] = new
-            on_durable(done_ms)
+            on_durable(done_ms)  # `replay` applied the rows
             for meta, _new in changes:
                 self._unpark(meta.transactional_id, done_ms)
 
@@ -409,20 +408,18 @@ class TransactionCoordinator:
                     meta.producer_id,
                     meta.producer_epoch,
                 )
-            meta.state = _S.PREPARE_EPOCH_FENCE
-        offset_rows: list[dict[str, Any]] = []
+            meta.transition_to(_S.PREPARE_EPOCH_FENCE)
+        offset_rows: list[Row] = []
         if committed and self.offsets is not None and meta.groups:
             offset_rows = self.offsets.txn_offset_rows(meta.producer_id, meta.groups)
 
         def durable(_ms: int) -> None:
-            if self.offsets is not None:
-                self.offsets.complete_txn_offsets(meta.producer_id, committed)
             respond(0)
             self._send_markers(new)
 
         def failed(code: int) -> None:
             if fence:
-                meta.state = _S.ONGOING  # the tick retries the abort
+                meta.transition_to(_S.ONGOING)  # the tick retries the abort
             respond(code)
 
         self._persist(meta, new, now_ms, durable, failed, offset_rows)
@@ -485,18 +482,20 @@ class TransactionCoordinator:
             txn_start_ms=-1,
             last_update_ms=now_ms,
         )
-        self.transactions[tid] = new
-        self._write_complete(new, now_ms)
+        check_transition(meta, new)
+        row = transaction_row(new, now_ms)
+        self.replay(row, now_ms)  # applied now, not once durable: see above
+        self._write_complete(self.transactions[tid], row)
         self._unpark(tid, now_ms)
 
-    def _write_complete(self, new: TransactionMetadata, now_ms: int) -> None:
+    def _write_complete(self, new: TransactionMetadata, row: Row) -> None:
         tid = new.transactional_id
 
         def done(_ms: int, error: int) -> None:
             if error and self.transactions.get(tid) is new:
                 self._unwritten_complete[tid] = new  # the tick writes it again
 
-        self._writes.append(Write([transaction_row(new, now_ms)], done))
+        self._writes.append(Write([row], done, replay=False))
 
     # -- timers -----------------------------------------------------------------------------
 
@@ -507,7 +506,7 @@ class TransactionCoordinator:
         for tid, new in list(self._unwritten_complete.items()):
             del self._unwritten_complete[tid]
             if self.transactions.get(tid) is new and not new.pending:
-                self._write_complete(new, now_ms)
+                self._write_complete(new, transaction_row(new, now_ms))
         for tid, job in list(self._acked_markers.items()):
             meta = self.transactions.get(tid)
             if meta is None or not self._is_job_of(meta, job):
@@ -549,35 +548,36 @@ class TransactionCoordinator:
                 and not meta.pending
                 and meta.last_update_ms + self.config.transactional_id_expiration_ms <= now_ms
             ):
-                self._persist(
-                    meta, meta.copy(state=_S.DEAD), now_ms, lambda _ms: None, lambda _c: None
-                )
+                self._persist(meta, meta.copy(state=_S.DEAD), now_ms, _nothing, _nothing)
                 expired.append(tid)
         return expired
 
     # -- restart ----------------------------------------------------------------------------
 
-    def load(self, rows: Iterable[dict[str, Any]], now_ms: int) -> None:
-        """Rebuild every id from persisted rows (in order) and re-send the markers of every
-        prepared transaction. A time written as uptime by an old coordinator counts from
-        `now_ms` (`clock.loaded_ms`), so an open transaction gets its whole timeout again."""
-        assert not self.transactions, "load into an empty coordinator"
-        for row in rows:
-            if row["record_type"] == "sink_batch":
-                record = json.loads(row["transaction_metadata"])
-                self.decided_batches[record["batch_key"]] = record["outcome"]
-                continue
-            if row["record_type"] != "transaction":
-                continue
+    def replay(self, row: Row, now_ms: int) -> None:
+        """Apply one durable row: a transactional id's new state, or a decided sink batch. A
+        time written as uptime by an old coordinator counts from `now_ms` (`clock.loaded_ms`),
+        so an open transaction gets its whole timeout again."""
+        kind = row["record_type"]
+        if kind == "sink_batch":
+            record = json.loads(row["transaction_metadata"])
+            self.decided_batches[record["batch_key"]] = record["outcome"]
+        elif kind == "transaction":
             tid = row["transactional_id"]
             record = json.loads(row["transaction_metadata"])
             if record["state"] == _S.DEAD.value:
                 self.transactions.pop(tid, None)
-            else:
-                meta = TransactionMetadata.from_record(tid, record)
-                meta.txn_start_ms = loaded_ms(meta.txn_start_ms, now_ms)
-                meta.last_update_ms = loaded_ms(meta.last_update_ms, now_ms)
-                self.transactions[tid] = meta
+                return
+            meta = TransactionMetadata.from_record(tid, record)
+            meta.txn_start_ms = loaded_ms(meta.txn_start_ms, now_ms)
+            meta.last_update_ms = loaded_ms(meta.last_update_ms, now_ms)
+            self.transactions[tid] = meta
+
+    def load(self, rows: Iterable[Row], now_ms: int) -> None:
+        """Rebuild every id after a restart (a replay of every row, in order) and re-send the
+        markers of every prepared transaction."""
+        assert not self.transactions, "load into an empty coordinator"
+        replay_rows([self], rows, now_ms)
         prepared = [m for m in self.transactions.values() if m.state.is_prepared]
         for meta in prepared:
             self._send_markers(meta)

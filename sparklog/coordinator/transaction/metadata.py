@@ -12,6 +12,8 @@ import dataclasses
 import enum
 from typing import Any
 
+from sparklog.coordinator.group.classic_group import IllegalStateTransition
+
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 #: Kafka bumps to a fresh producer id once the epoch reaches Short.MAX_VALUE - 1.
@@ -40,6 +42,25 @@ class TxnState(enum.StrEnum):
 
 
 TRANSACTION_STATE_NAMES = frozenset(s.value for s in TxnState)
+
+_T = TxnState
+#: state -> the states it may be entered from (Kafka's `TransactionState.validPreviousStates`).
+#: One addition: PrepareEpochFence -> Ongoing, the fence of a timed-out or superseded
+#: transaction taken back when its abort could not be written (the tick tries again).
+VALID_PREVIOUS_STATES: dict[TxnState, frozenset[TxnState]] = {
+    _T.EMPTY: frozenset({_T.EMPTY, _T.COMPLETE_COMMIT, _T.COMPLETE_ABORT}),
+    _T.ONGOING: frozenset(
+        {_T.ONGOING, _T.EMPTY, _T.COMPLETE_COMMIT, _T.COMPLETE_ABORT, _T.PREPARE_EPOCH_FENCE}
+    ),
+    _T.PREPARE_COMMIT: frozenset({_T.ONGOING}),
+    _T.PREPARE_ABORT: frozenset(
+        {_T.ONGOING, _T.PREPARE_EPOCH_FENCE, _T.EMPTY, _T.COMPLETE_COMMIT, _T.COMPLETE_ABORT}
+    ),
+    _T.COMPLETE_COMMIT: frozenset({_T.PREPARE_COMMIT}),
+    _T.COMPLETE_ABORT: frozenset({_T.PREPARE_ABORT}),
+    _T.DEAD: frozenset({_T.EMPTY, _T.COMPLETE_COMMIT, _T.COMPLETE_ABORT}),
+    _T.PREPARE_EPOCH_FENCE: frozenset({_T.ONGOING}),
+}
 
 
 @dataclasses.dataclass(slots=True)
@@ -94,6 +115,14 @@ class TransactionMetadata:
             last_update_ms=int(record["last_update_ms"]),
         )
 
+    def transition_to(self, state: TxnState) -> None:
+        """Move this (in-memory) metadata to `state`, checked against the table."""
+        if self.state not in VALID_PREVIOUS_STATES[state]:
+            raise IllegalStateTransition(
+                f"transactional id {self.transactional_id}: {self.state.value} -> {state.value}"
+            )
+        self.state = state
+
     def copy(self, **changes: Any) -> TransactionMetadata:
         """A copy with `changes`; sets are copied so the original stays as it was."""
         new = dataclasses.replace(
@@ -102,3 +131,11 @@ class TransactionMetadata:
         for name, value in changes.items():
             setattr(new, name, value)
         return new
+
+
+def check_transition(old: TransactionMetadata, new: TransactionMetadata) -> None:
+    """Refuse a move outside `VALID_PREVIOUS_STATES`: a bug in the coordinator."""
+    if old.state not in VALID_PREVIOUS_STATES[new.state]:
+        raise IllegalStateTransition(
+            f"transactional id {old.transactional_id}: {old.state.value} -> {new.state.value}"
+        )

@@ -15,10 +15,9 @@ class TxnOffsets(Protocol):
     """The group coordinator's side of transactional offset commits."""
 
     def txn_offset_rows(self, producer_id: int, groups: set[str]) -> list[dict[str, Any]]:
-        """Offset rows that make the pending offsets of `producer_id` committed."""
-
-    def complete_txn_offsets(self, producer_id: int, committed: bool) -> None:
-        """The decision is durable: apply (commit) or drop (abort) the pending offsets."""
+        """Offset rows that make the pending offsets of `producer_id` committed (the
+        group coordinator's `replay` of the decision row and of these rows settles them)."""
+        ...
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -73,8 +73,7 @@ def end_txn_batch(
     extra = [batch_row] if decide_commit else []
 
     def durable(_ms: int) -> None:
-        if decide_commit:
-            core.decided_batches[batch_key] = "committed"
+        # `replay` applied the decisions and, with the batch row, `decided_batches`
         for _meta, new in changes:
             core._send_markers(core.transactions[new.transactional_id])
         respond(0, outcome, codes)

@@ -12,6 +12,7 @@ from typing import Any
 
 from sparklog.coordinator.group.config import GroupConfig
 from sparklog.coordinator.group.coordinator import GroupCoordinator, OffsetCommitPartition
+from sparklog.coordinator.shard import complete_write
 from sparklog.protocol.consumer_protocol import encode_subscription
 
 SESSION_MS = 10_000
@@ -65,7 +66,7 @@ class Harness:
                 code = self.fail_next_flush
                 if not code:
                     self.rows.extend(w.rows)
-                w.done(self.now_ms, code)
+                complete_write(w, [self.core], self.now_ms, code)
                 count += 1
             self.fail_next_flush = 0
         return count

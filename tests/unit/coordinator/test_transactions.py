@@ -12,6 +12,7 @@ import pytest
 
 from sparklog.coordinator.group.config import GroupConfig
 from sparklog.coordinator.group.coordinator import GroupCoordinator, OffsetCommitPartition
+from sparklog.coordinator.shard import complete_write
 from sparklog.coordinator.transaction.config import TransactionConfig
 from sparklog.coordinator.transaction.coordinator import MarkerJob, TransactionCoordinator
 from sparklog.coordinator.transaction.metadata import MAX_PRODUCER_EPOCH, TxnState
@@ -59,7 +60,7 @@ class Harness:
                 if not code:
                     self.rows.extend(w.rows)
                     self.commits.append(list(w.rows))
-                w.done(self.now_ms, code)
+                complete_write(w, [self.groups, self.txn], self.now_ms, code)
             self.fail_next_flush = 0
         self.markers.extend(self.txn.take_markers())
 

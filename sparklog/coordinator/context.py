@@ -1,0 +1,36 @@
+"""What the coordinators need from the process hosting them (the controller, in-process on
+the driver): `CoordinatorContext`. Only what they use — metadata lookups, producer-id blocks
+and the admin requests clients send to the coordinator as to any node."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Protocol
+
+from sparklog.protocol.connection import Request
+
+
+class CoordinatorContext(Protocol):
+    def partition_count(self, topic: str) -> int:
+        """Partitions of `topic` (0: no such topic)."""
+        ...
+
+    def topic_names(self) -> list[str]:
+        """Every topic (KIP-848 regex subscriptions)."""
+        ...
+
+    def topic_id(self, topic: str) -> uuid.UUID | None: ...
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None: ...
+
+    def partition_leader(self, topic: str, partition: int) -> tuple[int, str, int] | None:
+        """(broker id, host, port) of the partition's leader; None while it has none."""
+        ...
+
+    def allocate_producer_ids(self, owner_id: int) -> tuple[int, int]:
+        """A block of producer ids: (first id, count). Blocking; called off the loop."""
+        ...
+
+    async def handle_from_other_loop(self, request: Request) -> Any:
+        """Answer a request the coordinator delegates (Metadata, admin APIs)."""
+        ...
