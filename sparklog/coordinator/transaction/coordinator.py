@@ -32,6 +32,7 @@ from sparklog.coordinator.transaction.metadata import (
     TxnState,
     check_transition,
 )
+from sparklog.coordinator.transaction.parking import ParkedRequests
 from sparklog.coordinator.transaction.persisted import MarkerJob, TxnOffsets, transaction_row
 from sparklog.errors import (
     ConcurrentTransactionsError,
@@ -45,9 +46,6 @@ from sparklog.errors import (
 logger = logging.getLogger(__name__)
 
 _S = TxnState
-#: How long a request may wait for its transactional id to settle before it is answered
-#: CONCURRENT_TRANSACTIONS (the client then retries as it would have at once).
-_PARK_MS = 5_000
 Respond = Callable[[int], None]
 
 
@@ -81,7 +79,7 @@ class TransactionCoordinator:
         self._next_abort_check_ms = 0
         self._next_expiry_check_ms = 0
         #: requests waiting for an id to settle: tid -> [(deadline, retry(now), give up())]
-        self._parked: dict[str, list[tuple[int, Callable[[int], None], Callable[[], None]]]] = {}
+        self._parked = ParkedRequests()
 
     # -- outputs ----------------------------------------------------------------------------
 
@@ -112,7 +110,7 @@ class TransactionCoordinator:
             if error:
                 return on_error(error)
             on_durable(done_ms)  # `replay` applied the row
-            self._unpark(tid, done_ms)
+            self._parked.release(tid, done_ms)
 
         rows = [transaction_row(new, now_ms), *extra_rows]
         self._writes.append(Write(rows, done))
@@ -138,7 +136,7 @@ class TransactionCoordinator:
                 return on_error(error)
             on_durable(done_ms)  # `replay` applied the rows
             for meta, _new in changes:
-                self._unpark(meta.transactional_id, done_ms)
+                self._parked.release(meta.transactional_id, done_ms)
 
         rows = [*extra_rows, *(transaction_row(new, now_ms) for _m, new in changes)]
         self._writes.append(Write(rows, done))
@@ -147,29 +145,11 @@ class TransactionCoordinator:
         self, tid: str, now_ms: int, retry: Callable[[int], None], give_up: Callable[[], None]
     ) -> bool:
         """Hold a request for an id that is settling (a write in flight, markers being
-        written) and run it again once it settled, instead of answering
-        CONCURRENT_TRANSACTIONS and making the client back off. False: not parked."""
+        written) until it settled (`parking`). False: not parked."""
         meta = self.transactions.get(tid)
-        parked = self._parked.setdefault(tid, [])
-        if meta is None or not (meta.pending or meta.state.is_prepared) or len(parked) >= 16:
+        if meta is None or not (meta.pending or meta.state.is_prepared):
             return False
-        parked.append((now_ms + _PARK_MS, retry, give_up))
-        return True
-
-    def _unpark(self, tid: str, now_ms: int) -> None:
-        for _deadline, retry, _give_up in self._parked.pop(tid, []):
-            retry(now_ms)
-
-    def _expire_parked(self, now_ms: int) -> None:
-        for tid, parked in list(self._parked.items()):
-            keep = [p for p in parked if p[0] > now_ms]
-            for deadline, _retry, give_up in parked:
-                if deadline <= now_ms:
-                    give_up()
-            if keep:
-                self._parked[tid] = keep
-            else:
-                del self._parked[tid]
+        return self._parked.park(tid, now_ms, retry, give_up)
 
     # -- InitProducerId ---------------------------------------------------------------------
 
@@ -486,7 +466,7 @@ class TransactionCoordinator:
         row = transaction_row(new, now_ms)
         self.replay(row, now_ms)  # applied now, not once durable: see above
         self._write_complete(self.transactions[tid], row)
-        self._unpark(tid, now_ms)
+        self._parked.release(tid, now_ms)
 
     def _write_complete(self, new: TransactionMetadata, row: Row) -> None:
         tid = new.transactional_id
@@ -502,7 +482,7 @@ class TransactionCoordinator:
     def tick(self, now_ms: int) -> None:
         """Abort transactions open longer than their timeout; expire idle ids; retry
         completions whose write failed; answer requests parked too long."""
-        self._expire_parked(now_ms)
+        self._parked.expire(now_ms)
         for tid, new in list(self._unwritten_complete.items()):
             del self._unwritten_complete[tid]
             if self.transactions.get(tid) is new and not new.pending:
