@@ -10,7 +10,15 @@ from typing import Any, Protocol
 from sparklog.protocol.connection import Request
 
 
-class CoordinatorContext(Protocol):
+class TopicIds(Protocol):
+    """Topic name <-> id lookups (the KIP-848 APIs name topics by id)."""
+
+    def topic_id(self, topic: str) -> uuid.UUID | None: ...
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None: ...
+
+
+class CoordinatorContext(TopicIds, Protocol):
     def partition_count(self, topic: str) -> int:
         """Partitions of `topic` (0: no such topic)."""
         ...
@@ -18,10 +26,6 @@ class CoordinatorContext(Protocol):
     def topic_names(self) -> list[str]:
         """Every topic (KIP-848 regex subscriptions)."""
         ...
-
-    def topic_id(self, topic: str) -> uuid.UUID | None: ...
-
-    def topic_name(self, topic_id: uuid.UUID) -> str | None: ...
 
     def partition_leader(self, topic: str, partition: int) -> tuple[int, str, int] | None:
         """(broker id, host, port) of the partition's leader; None while it has none."""

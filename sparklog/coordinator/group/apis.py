@@ -15,6 +15,7 @@ from typing import Any
 
 from sparklog.broker import kio_build
 from sparklog.broker.kafka_apis import group_by_topic
+from sparklog.coordinator.context import TopicIds
 from sparklog.coordinator.group.coordinator import GroupCoordinator, OffsetCommitPartition
 from sparklog.errors import (
     GroupIdNotFoundError,
@@ -53,7 +54,7 @@ class GroupCoordinatorApis:
         coordinator: GroupCoordinator,
         clock: Callable[[], int],
         after_call: Callable[[], None],
-        topics: Any = None,
+        topics: TopicIds | None = None,
     ) -> None:
         self.coordinator = coordinator
         self.clock = clock
