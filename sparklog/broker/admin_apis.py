@@ -21,8 +21,6 @@ from sparklog.broker.metadata import BrokerMetadata
 from sparklog.controller.configs import (
     ConfigEntry,
     ConfigResourceType,
-    ConfigSource,
-    ConfigType,
     describe_broker_configs,
     describe_topic_configs,
 )
@@ -190,35 +188,12 @@ class AdminApis:
         raise InvalidRequestError(f"DescribeConfigs of resource type {kind} is not supported")
 
     def _broker_entries(self, keys: list[str] | None, include_synonyms: bool) -> list[ConfigEntry]:
-        entries = describe_broker_configs(
-            self.config.cluster, keys, include_synonyms=include_synonyms
+        return describe_broker_configs(
+            self.config.cluster,
+            keys,
+            include_synonyms=include_synonyms,
+            broker=self.config.described_settings(),
         )
-        known = {e.name for e in entries}
-        for name, value in sorted(self.config.broker_properties().items()):
-            if name in known or (keys is not None and name not in keys):
-                continue
-            source = (
-                ConfigSource.STATIC_BROKER_CONFIG
-                if name in self.config.originals
-                else ConfigSource.DEFAULT_CONFIG
-            )
-            entries.append(ConfigEntry(name, value, source, _guess_type(value), read_only=True))
-        return sorted(entries, key=lambda e: e.name)
-
-
-def _guess_type(value: str) -> ConfigType:
-    if value in ("true", "false"):
-        return ConfigType.BOOLEAN
-    try:
-        int(value)
-        return ConfigType.LONG
-    except ValueError:
-        pass
-    try:
-        float(value)
-        return ConfigType.DOUBLE
-    except ValueError:
-        return ConfigType.STRING
 
 
 def _entry_data(entry: ConfigEntry) -> dict[str, Any]:

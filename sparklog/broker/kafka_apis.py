@@ -208,7 +208,7 @@ class KafkaApis:
         self.admin = admin
         self.producer_ids = producer_ids
         #: large fetched ranges go from the segment files to the socket with sendfile
-        self.zero_copy_fetch = str(config.originals.get(ZERO_COPY_FETCH, "true")).lower() != "false"
+        self.zero_copy_fetch = config.sparklog_fetch_zero_copy
         self.zero_copy_fetch_bytes = 0  # handed to sendfile, for tests and benchmarks
         self.incremental_fetches = 0  # served on a KIP-227 session, for tests and benchmarks
         self.fetch_manager = FetchManager(
@@ -219,9 +219,8 @@ class KafkaApis:
         )
         #: KIP-890 produce-time verification, when there is a coordinator to ask
         self.txn_verifier: TransactionVerifier | None = None
-        endpoint = config.originals.get(GROUP_COORDINATOR_ENDPOINT)
-        enabled = str(config.originals.get(TXN_VERIFICATION, "true")).lower() != "false"
-        if endpoint and enabled:
+        endpoint = config.sparklog_group_coordinator_endpoint
+        if endpoint and config.transaction_partition_verification_enable:
             self.txn_verifier = TransactionVerifier(str(endpoint), replica_manager)
         self._handlers = {
             ApiKey.API_VERSIONS: self.handle_api_versions,
@@ -420,7 +419,7 @@ class KafkaApis:
         `GROUP_COORDINATOR_NODE_ID`). Without one (a broker run alone), COORDINATOR_NOT_AVAILABLE
         (retriable), as a Kafka cluster answers while its coordinators load. Served even without
         a coordinator because librdkafka turns on lz4 only for brokers that list it."""
-        endpoint = self.config.originals.get(GROUP_COORDINATOR_ENDPOINT)
+        endpoint = self.config.sparklog_group_coordinator_endpoint
         if endpoint:
             host, _sep, port = endpoint.rpartition(":")
             return find_coordinator_response(request, host, int(port))
@@ -482,7 +481,7 @@ class KafkaApis:
         """Live brokers, then the group coordinator: librdkafka (>= 2.10) drops a coordinator
         that Metadata answers do not list, so it is listed, leading no partition."""
         nodes = self._alive_brokers()
-        endpoint = self.config.originals.get(GROUP_COORDINATOR_ENDPOINT)
+        endpoint = self.config.sparklog_group_coordinator_endpoint
         if endpoint:
             host, _sep, port = endpoint.rpartition(":")
             nodes.append(

@@ -21,52 +21,25 @@ from pathlib import Path
 
 from sparklog.controller.image import MetadataImage
 from sparklog.errors import InvalidConfigError, InvalidRequestError, UnknownTopicOrPartitionError
-from sparklog.storage.config import LogConfig
-
-#: Kafka's broker-level name of each topic config (`LogConfig`'s `ServerTopicConfigSynonyms`).
-TOPIC_CONFIG_SYNONYMS: Mapping[str, str] = {
-    "segment.bytes": "log.segment.bytes",
-    "segment.ms": "log.roll.ms",
-    "segment.jitter.ms": "log.roll.jitter.ms",
-    "segment.index.bytes": "log.index.size.max.bytes",
-    "index.interval.bytes": "log.index.interval.bytes",
-    "retention.ms": "log.retention.ms",
-    "retention.bytes": "log.retention.bytes",
-    "cleanup.policy": "log.cleanup.policy",
-    "delete.retention.ms": "log.cleaner.delete.retention.ms",
-    "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
-    "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
-    "max.compaction.lag.ms": "log.cleaner.max.compaction.lag.ms",
-    "file.delete.delay.ms": "log.segment.delete.delay.ms",
-    "flush.messages": "log.flush.interval.messages",
-    "flush.ms": "log.flush.interval.ms",
-    "max.message.bytes": "message.max.bytes",
-    "message.timestamp.type": "log.message.timestamp.type",
-    "message.timestamp.before.max.ms": "log.message.timestamp.before.max.ms",
-    "message.timestamp.after.max.ms": "log.message.timestamp.after.max.ms",
-    "compression.type": "compression.type",
-    "min.insync.replicas": "min.insync.replicas",
-    "unclean.leader.election.enable": "unclean.leader.election.enable",
-    "preallocate": "log.preallocate",
-}
-_BROKER_TO_TOPIC = {v: k for k, v in TOPIC_CONFIG_SYNONYMS.items()}
-# Coarser Kafka spellings, used only when the finer one is absent (Kafka's precedence).
-_COARSE_SYNONYMS = {
-    "retention.ms": (("log.retention.minutes", 60_000), ("log.retention.hours", 3_600_000)),
-    "segment.ms": (("log.roll.hours", 3_600_000),),
-    "segment.jitter.ms": (("log.roll.jitter.hours", 3_600_000),),
-}
-#: Topic configs Kafka types as INT (the other integers are LONG).
-_INT_CONFIGS = frozenset(
-    {
-        "segment.bytes",
-        "segment.index.bytes",
-        "index.interval.bytes",
-        "max.message.bytes",
-        "min.insync.replicas",
-    }
+from sparklog.settings import (
+    REGISTRY,
+    ConfigEntry,
+    ConfigError,
+    ConfigSource,
+    ConfigSynonym,
+    ConfigType,
+    Range,
+    Scope,
+    Setting,
+    define,
+    entry,
 )
-_LIST_CONFIGS = frozenset({"cleanup.policy"})
+from sparklog.storage.config import COARSE_SYNONYMS, TOPIC_SETTINGS, LogConfig
+
+#: Kafka's broker-level name of each topic config (`LogConfig`'s `ServerTopicConfigSynonyms`),
+#: from the declarations in `storage/config.py`.
+TOPIC_CONFIG_SYNONYMS: Mapping[str, str] = {s.name: s.synonyms[0] for s in TOPIC_SETTINGS.values()}
+_BROKER_TO_TOPIC = {v: k for k, v in TOPIC_CONFIG_SYNONYMS.items()}
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 
 
@@ -76,30 +49,6 @@ class ConfigResourceType(enum.IntEnum):
     UNKNOWN = 0
     TOPIC = 2
     BROKER = 4
-
-
-class ConfigSource(enum.IntEnum):
-    """Kafka's `DescribeConfigsResponse.ConfigSource` codes."""
-
-    UNKNOWN = 0
-    DYNAMIC_TOPIC_CONFIG = 1
-    DYNAMIC_BROKER_CONFIG = 2
-    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
-    STATIC_BROKER_CONFIG = 4
-    DEFAULT_CONFIG = 5
-
-
-class ConfigType(enum.IntEnum):
-    """Kafka's `DescribeConfigsResponse.ConfigType` codes."""
-
-    UNKNOWN = 0
-    BOOLEAN = 1
-    STRING = 2
-    INT = 3
-    SHORT = 4
-    LONG = 5
-    DOUBLE = 6
-    LIST = 7
 
 
 class OpType(enum.IntEnum):
@@ -128,127 +77,135 @@ class AlterConfigOp:
     value: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class ConfigSynonym:
-    name: str
-    value: str | None
-    source: ConfigSource
+def _cluster(
+    name: str, kind: ConfigType, default: object, doc: str, rule: Range | None = None
+) -> Setting:
+    return Setting(name, kind, default, rule, doc=doc, scope=Scope.CONTROLLER)
 
 
-@dataclass(frozen=True, slots=True)
-class ConfigEntry:
-    """One DescribeConfigs result entry."""
-
-    name: str
-    value: str | None
-    source: ConfigSource
-    config_type: ConfigType
-    read_only: bool = False
-    is_sensitive: bool = False
-    synonyms: tuple[ConfigSynonym, ...] = ()
-
-
-_CLUSTER_SETTINGS = {
-    # Kafka name -> (attribute, type)
-    "num.partitions": ("num_partitions", int),
-    "default.replication.factor": ("default_replication_factor", int),
-    "auto.create.topics.enable": ("auto_create_topics_enable", bool),
-    "broker.session.timeout.ms": ("broker_session_timeout_ms", int),
-    "broker.heartbeat.interval.ms": ("broker_heartbeat_interval_ms", int),
-    "metadata.log.snapshot.records": ("metadata_log_snapshot_records", int),
-    "auto.leader.rebalance.enable": ("auto_leader_rebalance_enable", bool),
-    "leader.imbalance.check.interval.seconds": ("leader_imbalance_check_interval_seconds", int),
-    "leader.imbalance.per.broker.percentage": ("leader_imbalance_per_broker_percentage", int),
-    "controller.max.records.per.batch": ("controller_max_records_per_batch", int),
-}
+#: The cluster-wide settings the controller reads (Kafka's `KafkaConfig`/`QuorumConfig`).
+CLUSTER_SETTINGS = define(
+    _cluster("num.partitions", ConfigType.INT, 1, "partitions of an auto-created topic", Range(1)),
+    _cluster(
+        "default.replication.factor",
+        ConfigType.SHORT,
+        1,
+        "replicas of an auto-created topic",
+        Range(1),
+    ),
+    _cluster(
+        "auto.create.topics.enable", ConfigType.BOOLEAN, True, "Metadata/Produce create topics"
+    ),
+    _cluster(
+        "broker.session.timeout.ms",
+        ConfigType.INT,
+        9000,
+        "a broker silent this long is fenced (must exceed broker.heartbeat.interval.ms)",
+    ),
+    _cluster(
+        "broker.heartbeat.interval.ms",
+        ConfigType.INT,
+        2000,
+        "how often a broker heartbeats to the controller",
+        Range(1),
+    ),
+    _cluster(
+        "metadata.log.snapshot.records",
+        ConfigType.LONG,
+        1000,
+        "records between metadata log snapshots",
+        Range(1),
+    ),
+    _cluster(
+        "auto.leader.rebalance.enable",
+        ConfigType.BOOLEAN,
+        True,
+        "move leadership back to preferred replicas",
+    ),
+    _cluster(
+        "leader.imbalance.check.interval.seconds",
+        ConfigType.LONG,
+        300,
+        "how often the leader balance runs",
+        Range(1),
+    ),
+    _cluster(
+        "leader.imbalance.per.broker.percentage",
+        ConfigType.INT,
+        10,
+        "non-preferred leaders a broker may have before a rebalance",
+        Range(0, 100, text="between 0 and 100"),
+    ),
+    _cluster(
+        "controller.max.records.per.batch",
+        ConfigType.LONG,
+        10_000,
+        "records one user operation may write (Kafka's KAFKA-14996/KAFKA-20976 bound)",
+        Range(1),
+    ),
+)
+_D = CLUSTER_SETTINGS.default
 
 
 @dataclass(frozen=True, slots=True)
 class ControllerConfig:
     """Cluster settings (Kafka names, dots as underscores) plus the topic defaults."""
 
-    num_partitions: int = 1
-    default_replication_factor: int = 1
-    auto_create_topics_enable: bool = True
-    broker_session_timeout_ms: int = 9000
-    broker_heartbeat_interval_ms: int = 2000
-    metadata_log_snapshot_records: int = 1000
-    auto_leader_rebalance_enable: bool = True
-    leader_imbalance_check_interval_seconds: int = 300
-    leader_imbalance_per_broker_percentage: int = 10
-    #: records one user operation may write (Kafka's KAFKA-14996/KAFKA-20976 bound)
-    controller_max_records_per_batch: int = 10_000
+    num_partitions: int = _D("num.partitions")
+    default_replication_factor: int = _D("default.replication.factor")
+    auto_create_topics_enable: bool = _D("auto.create.topics.enable")
+    broker_session_timeout_ms: int = _D("broker.session.timeout.ms")
+    broker_heartbeat_interval_ms: int = _D("broker.heartbeat.interval.ms")
+    metadata_log_snapshot_records: int = _D("metadata.log.snapshot.records")
+    auto_leader_rebalance_enable: bool = _D("auto.leader.rebalance.enable")
+    leader_imbalance_check_interval_seconds: int = _D("leader.imbalance.check.interval.seconds")
+    leader_imbalance_per_broker_percentage: int = _D("leader.imbalance.per.broker.percentage")
+    controller_max_records_per_batch: int = _D("controller.max.records.per.batch")
     topic_defaults: LogConfig = field(default_factory=LogConfig)
     #: Kafka names given explicitly (DescribeConfigs reports them as STATIC_BROKER_CONFIG).
     explicit_names: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
-        _check(self.num_partitions >= 1, "num.partitions", "must be at least 1")
-        _check(
-            self.default_replication_factor >= 1, "default.replication.factor", "must be at least 1"
-        )
-        _check(
-            self.broker_heartbeat_interval_ms >= 1,
-            "broker.heartbeat.interval.ms",
-            "must be at least 1",
-        )
-        _check(
-            self.broker_session_timeout_ms > self.broker_heartbeat_interval_ms,
-            "broker.session.timeout.ms",
-            "must be larger than broker.heartbeat.interval.ms",
-        )
-        _check(
-            self.metadata_log_snapshot_records >= 1,
-            "metadata.log.snapshot.records",
-            "must be at least 1",
-        )
-        _check(
-            self.leader_imbalance_check_interval_seconds >= 1,
-            "leader.imbalance.check.interval.seconds",
-            "must be at least 1",
-        )
-        _check(
-            self.controller_max_records_per_batch >= 1,
-            "controller.max.records.per.batch",
-            "must be at least 1",
-        )
-        _check(
-            0 <= self.leader_imbalance_per_broker_percentage <= 100,
-            "leader.imbalance.per.broker.percentage",
-            "must be between 0 and 100",
-        )
+        CLUSTER_SETTINGS.check_values(self)
+        if self.broker_session_timeout_ms <= self.broker_heartbeat_interval_ms:
+            raise ConfigError(
+                CLUSTER_SETTINGS["broker.session.timeout.ms"].refusal(
+                    self.broker_session_timeout_ms,
+                    f"larger than broker.heartbeat.interval.ms ({self.broker_heartbeat_interval_ms})",
+                )
+            )
 
     @classmethod
     def from_properties(cls, props: Mapping[str, object]) -> ControllerConfig:
         """Read Kafka-named settings; names that are not the controller's are ignored (the
-        same properties configure brokers and clients). Bad values raise ValueError."""
-        values: dict[str, object] = {}
-        explicit: set[str] = set()
-        for name, (attr, kind) in _CLUSTER_SETTINGS.items():
-            if name in props:
-                values[attr] = _parse_setting(name, kind, props[name])
-                explicit.add(name)
+        same properties configure brokers and clients). Bad values raise ConfigError."""
+        values = CLUSTER_SETTINGS.parse(props, unknown="ignore")
+        explicit = {name for name in CLUSTER_SETTINGS if name in props}
         topic_props: dict[str, object] = {}
-        for topic_name in LogConfig.kafka_names():
-            broker_name = TOPIC_CONFIG_SYNONYMS[topic_name]
-            for name in (topic_name, broker_name):
+        for setting in TOPIC_SETTINGS.values():
+            broker_name = setting.synonyms[0]
+            for name in (setting.name, broker_name):  # the broker's name wins, as in Kafka
                 if name in props:
-                    topic_props[topic_name] = props[name]
-                    explicit.update((topic_name, broker_name))
-            if topic_name not in topic_props:
-                for coarse, factor in _COARSE_SYNONYMS.get(topic_name, ()):
-                    if coarse in props:
-                        topic_props[topic_name] = int(str(props[coarse]).strip()) * factor
-                        explicit.update((topic_name, broker_name))
-                        break
+                    topic_props[setting.name] = props[name]
+                    explicit.update((setting.name, broker_name))
+            if setting.name in topic_props:
+                continue
+            for coarse in (n for n in setting.synonyms[1:] if n in props):
+                try:
+                    count = int(str(props[coarse]).strip())
+                except ValueError:
+                    raise ConfigError(
+                        f"{coarse} must be an integer, got {props[coarse]!r}"
+                    ) from None
+                topic_props[setting.name] = count * COARSE_SYNONYMS[coarse]
+                explicit.update((setting.name, broker_name))
+                break
         values["topic_defaults"] = LogConfig.from_properties(topic_props)
-        return cls(**values, explicit_names=frozenset(explicit))  # type: ignore[arg-type]
+        return cls(**values, explicit_names=frozenset(explicit))
 
     def cluster_properties(self) -> dict[str, str]:
         """The cluster settings by Kafka name, as strings."""
-        return {
-            name: _format(getattr(self, attr)) for name, (attr, _kind) in _CLUSTER_SETTINGS.items()
-        }
+        return CLUSTER_SETTINGS.formatted(self)
 
 
 def read_properties(path: str | Path) -> dict[str, str]:
@@ -284,7 +241,7 @@ def validate_topic_configs(configs: Mapping[str, str | None], defaults: LogConfi
     if nulls:
         raise InvalidConfigError(f"Null value not supported for topic configs: {','.join(nulls)}")
     for name, value in configs.items():
-        if name in _INT_CONFIGS:
+        if name in TOPIC_SETTINGS and TOPIC_SETTINGS[name].type == ConfigType.INT:
             _check_int32(name, value)
     try:
         LogConfig.from_properties(configs, base=defaults)  # type: ignore[arg-type]
@@ -319,7 +276,7 @@ def incremental_changes(
         if op.op == OpType.SET:
             changes[op.name] = op.value
             continue
-        if op.name not in _LIST_CONFIGS:
+        if TOPIC_SETTINGS[op.name].type != ConfigType.LIST:
             verb = OpType(op.op).name
             raise InvalidConfigError(f"Can't {verb} to key {op.name} because its type is not LIST.")
         old = _split_list(current.get(op.name, effective[op.name]))
@@ -354,15 +311,18 @@ def describe_topic_configs(
     *,
     include_synonyms: bool = False,
 ) -> list[ConfigEntry]:
-    """DescribeConfigs entries of a topic: every topic config (or just `keys`), sorted."""
+    """DescribeConfigs entries of a topic: every topic config (or just `keys`), sorted.
+
+    Sources in Kafka's order: the topic's override (DYNAMIC_TOPIC_CONFIG), the broker-level
+    synonym from the properties (STATIC_BROKER_CONFIG), the built-in default."""
     defaults = config.topic_defaults.to_properties()
-    built_in = LogConfig().to_properties()
     wanted = set(keys) if keys is not None else None
     entries = []
     for name in sorted(defaults):
         if wanted is not None and name not in wanted:
             continue
-        broker_name = TOPIC_CONFIG_SYNONYMS[name]
+        setting = TOPIC_SETTINGS[name]
+        broker_name = setting.synonyms[0]
         synonyms = []
         if name in overrides:
             synonyms.append(ConfigSynonym(name, overrides[name], ConfigSource.DYNAMIC_TOPIC_CONFIG))
@@ -370,53 +330,59 @@ def describe_topic_configs(
             synonyms.append(
                 ConfigSynonym(broker_name, defaults[name], ConfigSource.STATIC_BROKER_CONFIG)
             )
-        synonyms.append(ConfigSynonym(broker_name, built_in[name], ConfigSource.DEFAULT_CONFIG))
+        synonyms.append(
+            ConfigSynonym(broker_name, setting.default_text, ConfigSource.DEFAULT_CONFIG)
+        )
         entries.append(
-            ConfigEntry(
-                name=name,
-                value=synonyms[0].value,
-                source=synonyms[0].source,
-                config_type=_config_type(name, built_in[name]),
-                synonyms=tuple(synonyms) if include_synonyms else (),
+            entry(
+                setting,
+                name,
+                synonyms[0].value,
+                synonyms[0].source,
+                synonyms if include_synonyms else (),
             )
         )
     return entries
 
 
 def describe_broker_configs(
-    config: ControllerConfig, keys: Sequence[str] | None = None, *, include_synonyms: bool = False
+    config: ControllerConfig,
+    keys: Sequence[str] | None = None,
+    *,
+    include_synonyms: bool = False,
+    broker: Mapping[str, tuple[str, bool]] | None = None,
 ) -> list[ConfigEntry]:
-    """DescribeConfigs entries of a broker resource: the static cluster settings, read-only."""
-    values = config.cluster_properties()
-    defaults = ControllerConfig().cluster_properties()
+    """DescribeConfigs entries of a broker resource: the static cluster settings and topic
+    defaults by their broker names, plus a broker's own settings (`broker`: name -> (value,
+    given explicitly)), every one read-only, typed and flagged as the registry declares."""
+    values = {
+        name: (value, name in config.explicit_names)
+        for name, value in config.cluster_properties().items()
+    }
     topic_defaults = config.topic_defaults.to_properties()
-    built_in = LogConfig().to_properties()
     for topic_name, broker_name in TOPIC_CONFIG_SYNONYMS.items():
-        values[broker_name] = topic_defaults[topic_name]
-        defaults[broker_name] = built_in[topic_name]
+        values[broker_name] = (topic_defaults[topic_name], broker_name in config.explicit_names)
+    for name, given in (broker or {}).items():
+        values.setdefault(name, given)
     wanted = set(keys) if keys is not None else None
     entries = []
     for name in sorted(values):
         if wanted is not None and name not in wanted:
             continue
-        source = (
-            ConfigSource.STATIC_BROKER_CONFIG
-            if name in config.explicit_names
-            else ConfigSource.DEFAULT_CONFIG
-        )
-        synonyms = (ConfigSynonym(name, values[name], source),) if include_synonyms else ()
-        topic_name = _BROKER_TO_TOPIC.get(name, name)
-        entries.append(
-            ConfigEntry(
-                name=name,
-                value=values[name],
-                source=source,
-                config_type=_config_type(topic_name, defaults[name]),
-                read_only=True,
-                synonyms=synonyms,
-            )
-        )
+        value, explicit = values[name]
+        source = ConfigSource.STATIC_BROKER_CONFIG if explicit else ConfigSource.DEFAULT_CONFIG
+        synonyms = (ConfigSynonym(name, value, source),) if include_synonyms else ()
+        setting = _broker_setting(name)
+        entries.append(entry(setting, name, value, source, synonyms, read_only=True))
     return entries
+
+
+def _broker_setting(name: str) -> Setting | None:
+    """The declaration of a broker-level name: a cluster or broker setting, or the topic
+    config it is the synonym of (typed as that topic config, as Kafka does)."""
+    if name in _BROKER_TO_TOPIC:
+        return TOPIC_SETTINGS[_BROKER_TO_TOPIC[name]]
+    return REGISTRY.find(name, (Scope.CONTROLLER, Scope.BROKER))
 
 
 def describe_configs(
@@ -450,32 +416,6 @@ def describe_configs(
 # -- helpers ---------------------------------------------------------------------------------
 
 
-def _config_type(name: str, default: str) -> ConfigType:
-    if name in _LIST_CONFIGS:
-        return ConfigType.LIST
-    if name in _INT_CONFIGS or name in (
-        "num.partitions",
-        "broker.session.timeout.ms",
-        "broker.heartbeat.interval.ms",
-        "leader.imbalance.per.broker.percentage",
-    ):
-        return ConfigType.INT
-    if name == "default.replication.factor":
-        return ConfigType.SHORT
-    if default in ("true", "false"):
-        return ConfigType.BOOLEAN
-    try:
-        int(default)
-        return ConfigType.LONG
-    except ValueError:
-        pass
-    try:
-        float(default)
-        return ConfigType.DOUBLE
-    except ValueError:
-        return ConfigType.STRING
-
-
 def _split_list(value: str) -> list[str]:
     return [part.strip() for part in value.split(",") if part.strip()]
 
@@ -489,27 +429,6 @@ def _check_int32(name: str, value: object) -> None:
         raise InvalidConfigError(
             f"Invalid value {value} for configuration {name}: Not a number of type INT"
         )
-
-
-def _parse_setting(name: str, kind: type, raw: object) -> object:
-    text = str(raw).strip()
-    if kind is bool:
-        if text.lower() not in ("true", "false"):
-            raise ValueError(f"invalid value {raw!r} for {name}: expected true or false")
-        return text.lower() == "true"
-    try:
-        return int(text)
-    except ValueError:
-        raise ValueError(f"invalid value {raw!r} for {name}: expected an integer") from None
-
-
-def _format(value: object) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
-def _check(ok: bool, name: str, rule: str) -> None:
-    if not ok:
-        raise ValueError(f"invalid setting {name}: {rule}")
 
 
 __all__ = [

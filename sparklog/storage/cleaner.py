@@ -39,7 +39,6 @@ daemon thread; `clean_once(now_ms)` runs one round on the caller's thread (tests
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 import time
@@ -54,6 +53,7 @@ from sparklog.records.batch import (
     read_header,
 )
 from sparklog.records.errors import CorruptRecordError
+from sparklog.settings import Check, ConfigType, Range, Scope, Setting, Validator, define
 from sparklog.storage.cleaner_manager import (
     CleanerManager,
     LogCleaningAbortedError,
@@ -92,38 +92,57 @@ CLEANED_SUFFIX = ".cleaned"
 INT32_MAX = 2**31 - 1
 
 
+def _cleaner(name: str, kind: ConfigType, default: object, doc: str, rule: Validator) -> Setting:
+    return Setting(
+        f"log.cleaner.{name}",
+        kind,
+        default,
+        rule,
+        doc=doc,
+        scope=Scope.BROKER,
+        group="cleaner",
+        attribute=name.replace(".", "_"),
+    )
+
+
+#: Kafka's `CleanerConfig` settings (the broker's `log.cleaner.*`).
+CLEANER_SETTINGS = define(
+    _cleaner(
+        "dedupe.buffer.size",
+        ConfigType.LONG,
+        128 * 1024 * 1024,
+        "memory for the key -> offset map of one cleaning round",
+        Range(1),
+    ),
+    _cleaner("io.buffer.size", ConfigType.INT, 512 * 1024, "read/write buffer", Range(1)),
+    _cleaner(
+        "io.buffer.load.factor",
+        ConfigType.DOUBLE,
+        0.9,
+        "how full the offset map may get",
+        Check(lambda v: 0 < v <= 1, "in (0, 1]"),
+    ),
+    _cleaner("backoff.ms", ConfigType.LONG, 15_000, "sleep when nothing is cleanable", Range(0)),
+)
+_C = CLEANER_SETTINGS.default
+
+
 @dataclass(frozen=True, slots=True)
 class CleanerConfig:
     """Broker-level cleaner settings, Kafka's `log.cleaner.*` names and defaults."""
 
-    dedupe_buffer_size: int = 128 * 1024 * 1024  # log.cleaner.dedupe.buffer.size
-    io_buffer_size: int = 512 * 1024  # log.cleaner.io.buffer.size
-    io_buffer_load_factor: float = 0.9  # log.cleaner.io.buffer.load.factor
-    backoff_ms: int = 15_000  # log.cleaner.backoff.ms
+    dedupe_buffer_size: int = _C("log.cleaner.dedupe.buffer.size")
+    io_buffer_size: int = _C("log.cleaner.io.buffer.size")
+    io_buffer_load_factor: float = _C("log.cleaner.io.buffer.load.factor")
+    backoff_ms: int = _C("log.cleaner.backoff.ms")
 
     def __post_init__(self) -> None:
-        if self.dedupe_buffer_size <= 0 or self.io_buffer_size <= 0 or self.backoff_ms < 0:
-            raise ValueError(
-                "log.cleaner.dedupe.buffer.size and log.cleaner.io.buffer.size must be positive, "
-                "log.cleaner.backoff.ms >= 0"
-            )
-        if not 0 < self.io_buffer_load_factor <= 1:
-            raise ValueError("log.cleaner.io.buffer.load.factor must be in (0, 1]")
+        CLEANER_SETTINGS.check_values(self)
 
     @classmethod
     def from_properties(cls, props: Mapping[str, object]) -> CleanerConfig:
         """From broker properties named like Kafka's (`log.cleaner.backoff.ms`, ...)."""
-        fields = {f"log.cleaner.{f.name.replace('_', '.')}": f for f in dataclasses.fields(cls)}
-        values: dict[str, object] = {}
-        for name, raw in props.items():
-            f = fields.get(name)
-            if f is None:
-                raise ValueError(f"unknown cleaner setting {name!r}; known: {', '.join(fields)}")
-            try:
-                values[f.name] = float(raw) if f.type in (float, "float") else int(str(raw))
-            except ValueError:
-                raise ValueError(f"invalid value {raw!r} for {name}: expected {f.type}") from None
-        return cls(**values)
+        return cls(**CLEANER_SETTINGS.parse(props, what="cleaner setting"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,11 @@
 """Topic-level log settings with Kafka's names and defaults (Kafka's `LogConfig`).
 
-`LogConfig.from_properties({"segment.bytes": "1048576", ...})` accepts Kafka's dotted names;
-unknown names or bad values raise ValueError naming the setting and what it accepts.
-The defaults here are the ones in `conf/sparklog-defaults.conf` (a unit test keeps them equal).
+The settings are declared here, into the registry (`sparklog.settings`), with their
+broker-level synonyms (`log.retention.ms` for `retention.ms`, Kafka's
+`ServerTopicConfigSynonyms`). `LogConfig.from_properties({"segment.bytes": "1048576", ...})`
+parses Kafka's dotted names with them; unknown names or bad values raise `ConfigError` (a
+ValueError) naming the setting, the value and what it accepts. A unit test keeps
+`conf/sparklog-defaults.conf` equal to the declared defaults.
 """
 
 from __future__ import annotations
@@ -11,40 +14,239 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-LONG_MAX = 2**63 - 1
+from sparklog.settings import LONG_MAX, Check, ConfigType, OneOf, Range, Scope, Setting, define
 
 CLEANUP_POLICIES = ("delete", "compact", "compact,delete")
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 COMPRESSION_TYPES = ("producer", "uncompressed", "none", "gzip", "snappy", "lz4", "zstd")
+_DAY_MS = 24 * 3600 * 1000
+
+
+def _policy(raw: object) -> str:
+    """`cleanup.policy` in one spelling: "delete,compact" and "compact, delete" alike."""
+    return ",".join(sorted(p.strip() for p in str(raw).strip().split(",")))
+
+
+def _topic(
+    name: str,
+    kind: ConfigType,
+    default: object,
+    synonyms: str | tuple[str, ...],
+    doc: str,
+    validator: object = None,
+    **extra: object,
+) -> Setting:
+    return Setting(
+        name,
+        kind,
+        default,
+        validator,  # type: ignore[arg-type]
+        doc=doc,
+        scope=Scope.TOPIC,
+        synonyms=(synonyms,) if isinstance(synonyms, str) else synonyms,
+        read_only=False,
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+_I, _L = ConfigType.INT, ConfigType.LONG
+#: Kafka's topic configs sparklog implements, finest broker synonym first.
+TOPIC_SETTINGS = define(
+    _topic("segment.bytes", _I, 1024**3, "log.segment.bytes", "segment file size", Range(14)),
+    _topic(
+        "segment.ms",
+        _L,
+        7 * _DAY_MS,
+        ("log.roll.ms", "log.roll.hours"),
+        "roll a segment this old",
+        Range(1),
+    ),
+    _topic(
+        "segment.jitter.ms",
+        _L,
+        0,
+        ("log.roll.jitter.ms", "log.roll.jitter.hours"),
+        "random jitter subtracted from segment.ms",
+    ),
+    _topic(
+        "segment.index.bytes",
+        _I,
+        10 * 1024 * 1024,
+        "log.index.size.max.bytes",
+        "offset/time index size",
+        Range(8),
+    ),
+    _topic(
+        "index.interval.bytes",
+        _I,
+        4096,
+        "log.index.interval.bytes",
+        "bytes between index entries",
+        Range(0),
+    ),
+    _topic(
+        "retention.ms",
+        _L,
+        7 * _DAY_MS,
+        ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+        "delete segments older than this",
+        Range(-1, text="at least -1 (-1 = forever)"),
+    ),
+    _topic(
+        "retention.bytes",
+        _L,
+        -1,
+        "log.retention.bytes",
+        "delete segments beyond this size",
+        Range(-1, text="at least -1 (-1 = no limit)"),
+    ),
+    _topic(
+        "cleanup.policy",
+        ConfigType.LIST,
+        "delete",
+        "log.cleanup.policy",
+        "delete, compact or both",
+        OneOf(CLEANUP_POLICIES),
+        parser=_policy,
+    ),
+    _topic(
+        "delete.retention.ms",
+        _L,
+        _DAY_MS,
+        "log.cleaner.delete.retention.ms",
+        "how long compaction keeps tombstones",
+    ),
+    _topic(
+        "min.cleanable.dirty.ratio",
+        ConfigType.DOUBLE,
+        0.5,
+        "log.cleaner.min.cleanable.ratio",
+        "dirty share that makes a log cleanable",
+        Check(lambda v: 0 <= v <= 1, "in [0, 1]"),
+    ),
+    _topic(
+        "min.compaction.lag.ms",
+        _L,
+        0,
+        "log.cleaner.min.compaction.lag.ms",
+        "records younger than this stay uncompacted",
+    ),
+    _topic(
+        "max.compaction.lag.ms",
+        _L,
+        LONG_MAX,
+        "log.cleaner.max.compaction.lag.ms",
+        "records older than this are compacted",
+    ),
+    _topic(
+        "file.delete.delay.ms",
+        _L,
+        60_000,
+        "log.segment.delete.delay.ms",
+        "wait before deleting a segment file",
+    ),
+    _topic(
+        "flush.messages",
+        _L,
+        LONG_MAX,
+        "log.flush.interval.messages",
+        "fsync every this many records",
+        Range(1),
+    ),
+    _topic("flush.ms", _L, LONG_MAX, "log.flush.interval.ms", "fsync this often", Range(0)),
+    _topic(
+        "max.message.bytes",
+        _I,
+        1_048_588,
+        "message.max.bytes",
+        "largest record batch",
+        Range(0),
+    ),
+    _topic(
+        "message.timestamp.type",
+        ConfigType.STRING,
+        "CreateTime",
+        "log.message.timestamp.type",
+        "CreateTime or LogAppendTime",
+        Check(lambda v: v in TIMESTAMP_TYPES, "CreateTime or LogAppendTime"),
+    ),
+    _topic(
+        "message.timestamp.before.max.ms",
+        _L,
+        LONG_MAX,
+        "log.message.timestamp.before.max.ms",
+        "how far in the past a CreateTime may be",
+    ),
+    _topic(
+        "message.timestamp.after.max.ms",
+        _L,
+        3_600_000,
+        "log.message.timestamp.after.max.ms",
+        "how far in the future a CreateTime may be",
+    ),
+    _topic(
+        "compression.type",
+        ConfigType.STRING,
+        "producer",
+        "compression.type",
+        "the codec batches are stored with",
+        OneOf(COMPRESSION_TYPES),
+    ),
+    _topic(
+        "min.insync.replicas",
+        _I,
+        1,
+        "min.insync.replicas",
+        "ISR members acks=all needs",
+        Range(1),
+    ),
+    _topic(
+        "unclean.leader.election.enable",
+        ConfigType.BOOLEAN,
+        False,
+        "unclean.leader.election.enable",
+        "elect an out-of-sync replica when no ISR member lives",
+    ),
+    _topic("preallocate", ConfigType.BOOLEAN, False, "log.preallocate", "preallocate segments"),
+)
+#: Coarser broker spellings and their factor to ms, used only when no finer one is given
+#: (Kafka's `KafkaConfig.logRetentionTimeMillis` / `logRollTimeMillis` precedence).
+COARSE_SYNONYMS: Mapping[str, int] = {
+    "log.retention.minutes": 60_000,
+    "log.retention.hours": 3_600_000,
+    "log.roll.hours": 3_600_000,
+    "log.roll.jitter.hours": 3_600_000,
+}
+_D = TOPIC_SETTINGS.default
 
 
 @dataclass(frozen=True, slots=True)
 class LogConfig:
     """Settings of one partition log; attribute = Kafka name with dots as underscores."""
 
-    segment_bytes: int = 1024 * 1024 * 1024
-    segment_ms: int = 7 * 24 * 3600 * 1000
-    segment_jitter_ms: int = 0
-    segment_index_bytes: int = 10 * 1024 * 1024
-    index_interval_bytes: int = 4096
-    retention_ms: int = 7 * 24 * 3600 * 1000
-    retention_bytes: int = -1
-    cleanup_policy: str = "delete"
-    delete_retention_ms: int = 24 * 3600 * 1000
-    min_cleanable_dirty_ratio: float = 0.5
-    min_compaction_lag_ms: int = 0
-    max_compaction_lag_ms: int = LONG_MAX
-    file_delete_delay_ms: int = 60000
-    flush_messages: int = LONG_MAX
-    flush_ms: int = LONG_MAX
-    max_message_bytes: int = 1048588
-    message_timestamp_type: str = "CreateTime"
-    message_timestamp_before_max_ms: int = LONG_MAX
-    message_timestamp_after_max_ms: int = 3600 * 1000
-    compression_type: str = "producer"
-    min_insync_replicas: int = 1
-    unclean_leader_election_enable: bool = False
-    preallocate: bool = False
+    segment_bytes: int = _D("segment.bytes")
+    segment_ms: int = _D("segment.ms")
+    segment_jitter_ms: int = _D("segment.jitter.ms")
+    segment_index_bytes: int = _D("segment.index.bytes")
+    index_interval_bytes: int = _D("index.interval.bytes")
+    retention_ms: int = _D("retention.ms")
+    retention_bytes: int = _D("retention.bytes")
+    cleanup_policy: str = _D("cleanup.policy")
+    delete_retention_ms: int = _D("delete.retention.ms")
+    min_cleanable_dirty_ratio: float = _D("min.cleanable.dirty.ratio")
+    min_compaction_lag_ms: int = _D("min.compaction.lag.ms")
+    max_compaction_lag_ms: int = _D("max.compaction.lag.ms")
+    file_delete_delay_ms: int = _D("file.delete.delay.ms")
+    flush_messages: int = _D("flush.messages")
+    flush_ms: int = _D("flush.ms")
+    max_message_bytes: int = _D("max.message.bytes")
+    message_timestamp_type: str = _D("message.timestamp.type")
+    message_timestamp_before_max_ms: int = _D("message.timestamp.before.max.ms")
+    message_timestamp_after_max_ms: int = _D("message.timestamp.after.max.ms")
+    compression_type: str = _D("compression.type")
+    min_insync_replicas: int = _D("min.insync.replicas")
+    unclean_leader_election_enable: bool = _D("unclean.leader.election.enable")
+    preallocate: bool = _D("preallocate")
 
     @property
     def compact(self) -> bool:
@@ -61,85 +263,20 @@ class LogConfig:
     @classmethod
     def kafka_names(cls) -> list[str]:
         """Every setting's Kafka name, e.g. "segment.bytes"."""
-        return [f.name.replace("_", ".") for f in dataclasses.fields(cls)]
+        return list(TOPIC_SETTINGS)
 
     @classmethod
     def from_properties(
         cls, props: Mapping[str, object], base: LogConfig | None = None
     ) -> LogConfig:
         """Build from Kafka-named properties, on top of `base` (defaults when None)."""
-        base = base or cls()
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        changes: dict[str, object] = {}
-        for name, raw in props.items():
-            attr = name.replace(".", "_")
-            if attr not in fields:
-                raise ValueError(
-                    f"unknown topic config {name!r}; known: {', '.join(cls.kafka_names())}"
-                )
-            changes[attr] = _parse(name, fields[attr].type, raw)
-        config = dataclasses.replace(base, **changes)
-        config.validate()
-        return config
+        changes = TOPIC_SETTINGS.parse(props, what="topic config", by_attr=True)
+        return dataclasses.replace(base or cls(), **changes)
 
     def to_properties(self) -> dict[str, str]:
         """Kafka-named string values (what DescribeConfigs shows)."""
-        out = {}
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            out[f.name.replace("_", ".")] = (
-                str(value).lower() if isinstance(value, bool) else str(value)
-            )
-        return out
+        return TOPIC_SETTINGS.formatted(self)
 
     def validate(self) -> None:
-        """Raise ValueError naming the first setting out of its range."""
-        _require(self.segment_bytes >= 14, "segment.bytes", "must be at least 14")
-        _require(self.segment_ms >= 1, "segment.ms", "must be at least 1")
-        _require(self.segment_index_bytes >= 8, "segment.index.bytes", "must be at least 8")
-        _require(self.index_interval_bytes >= 0, "index.interval.bytes", "must be >= 0")
-        _require(self.retention_ms >= -1, "retention.ms", "must be >= -1 (-1 = forever)")
-        _require(self.retention_bytes >= -1, "retention.bytes", "must be >= -1 (-1 = no limit)")
-        _require(
-            self.cleanup_policy in CLEANUP_POLICIES, "cleanup.policy", f"one of {CLEANUP_POLICIES}"
-        )
-        _require(0 <= self.min_cleanable_dirty_ratio <= 1, "min.cleanable.dirty.ratio", "in [0, 1]")
-        _require(self.max_message_bytes >= 0, "max.message.bytes", "must be >= 0")
-        _require(self.flush_messages >= 1, "flush.messages", "must be >= 1")
-        _require(self.flush_ms >= 0, "flush.ms", "must be >= 0")
-        _require(
-            self.message_timestamp_type in TIMESTAMP_TYPES,
-            "message.timestamp.type",
-            "CreateTime or LogAppendTime",
-        )
-        _require(
-            self.compression_type in COMPRESSION_TYPES,
-            "compression.type",
-            f"one of {COMPRESSION_TYPES}",
-        )
-        _require(self.min_insync_replicas >= 1, "min.insync.replicas", "must be >= 1")
-
-
-def _require(ok: bool, name: str, rule: str) -> None:
-    if not ok:
-        raise ValueError(f"invalid topic config {name}: {rule}")
-
-
-def _parse(name: str, type_name: object, raw: object) -> object:
-    text = str(raw).strip()
-    try:
-        if type_name in (bool, "bool"):
-            if text.lower() not in ("true", "false"):
-                raise ValueError(text)
-            return text.lower() == "true"
-        if type_name in (int, "int"):
-            return int(text)
-        if type_name in (float, "float"):
-            return float(text)
-    except ValueError:
-        raise ValueError(
-            f"invalid value {raw!r} for topic config {name}: expected {type_name}"
-        ) from None
-    if name == "cleanup.policy":
-        return ",".join(sorted(p.strip() for p in text.split(",")))
-    return text
+        """Raise ConfigError naming the first setting out of its range."""
+        TOPIC_SETTINGS.check_values(self)

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from sparklog.settings import ConfigType, Importance, Scope, Setting, define
 from sparklog.storage.checkpoint import fsync_dir
 
 __all__ = [
@@ -45,6 +46,32 @@ __all__ = [
 
 #: Settings `storage.options.<key>=<value>` become storage option `<key>`.
 STORAGE_OPTIONS_PREFIX = "storage.options."
+
+#: Where the driver's state lives (README "Where the driver's state lives"); read by the
+#: controller and the coordinators on the driver, never sent to brokers.
+STATE_SETTINGS = define(
+    Setting(
+        "metadata.log.dir",
+        ConfigType.STRING,
+        None,
+        doc="the controller's metadata log: a local path or an object-store URI "
+        "(default: the controller's data dir)",
+        importance=Importance.HIGH,
+        scope=Scope.CONTROLLER,
+        group="state",
+    ),
+    Setting(
+        STORAGE_OPTIONS_PREFIX,
+        ConfigType.STRING,
+        None,
+        doc="delta-rs storage options for an object store (storage.options.AWS_REGION=...); "
+        "credentials among them, so every value is sensitive",
+        scope=Scope.CONTROLLER,
+        group="state",
+        sensitive=True,
+        prefix=True,
+    ),
+)
 
 #: delta-rs options that `object_store` does not know (and that need no counterpart there).
 _DELTA_ONLY_OPTIONS = frozenset(
