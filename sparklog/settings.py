@@ -339,7 +339,7 @@ DECLARED_IN: Mapping[Scope, tuple[str, ...]] = {
         "sparklog.coordinator.transaction.config",
     ),
     Scope.CLIENT: ("sparklog.client.config",),
-    Scope.SPARK_OPTION: ("sparklog.spark.options",),
+    Scope.SPARK_OPTION: ("sparklog.spark.option_values",),
 }
 
 

@@ -4,45 +4,66 @@
 Settings arrive as a dict with dotted names; values may be typed or strings (Spark passes
 `kafka.*` options as strings). `producer_config(...)`, `consumer_config(...)` and
 `admin_config(...)` validate and fill defaults; a bad setting raises `ConfigError` naming it,
-and an unknown one names the closest known setting.
+the value and what it accepts, and an unknown one names the closest known setting. The
+settings are declared into the registry (`sparklog.settings`, client scope).
 """
 
 from __future__ import annotations
 
-import difflib
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from typing import Any
 
-INT32_MAX = 2_147_483_647
+from sparklog.settings import (
+    INT32_MAX,
+    ConfigError,
+    ConfigType,
+    OneOf,
+    Range,
+    Scope,
+    Setting,
+    Table,
+    define,
+    unknown_message,
+)
 
 
-class ConfigError(ValueError):
-    """A client setting is unknown or has a bad value (Kafka's `ConfigException`)."""
 
-
-@dataclass(frozen=True, slots=True)
-class Setting:
-    """One setting: its Kafka name, kind and default, and the range or choices it accepts."""
-
-    name: str
-    kind: str  # "int", "bool", "str", "list", "object"
-    default: Any
-    low: int | None = None
-    high: int | None = None
-    choices: tuple[str, ...] | None = None
-
-
-def _int(name: str, default: int | None, low: int | None = 0, high: int | None = None) -> Setting:
-    return Setting(name, "int", default, low, high)
+def _int(name: str, default: int | None, low: int = 0, high: int | None = INT32_MAX) -> Setting:
+    return Setting(name, ConfigType.INT, default, Range(low, high), scope=Scope.CLIENT)
 
 
 def _str(name: str, default: str | None, choices: tuple[str, ...] | None = None) -> Setting:
-    return Setting(name, "str", default, choices=choices)
+    # Kafka's clients match enumerated values case-insensitively (all but security.protocol)
+    rule = OneOf(choices, lower=name != "security.protocol") if choices else None
+    return Setting(name, ConfigType.STRING, default, rule, scope=Scope.CLIENT, parser=_to_str)
+
+
+def _other(name: str, kind: ConfigType, default: Any, **extra: Any) -> Setting:
+    return Setting(name, kind, default, scope=Scope.CLIENT, **extra)
+
+
+def _to_str(raw: Any) -> str | None:
+    if raw is None:
+        return None
+    if isinstance(raw, int) and not isinstance(raw, bool):  # acks=1
+        return str(raw)
+    if not isinstance(raw, str):
+        raise ValueError(raw)
+    return raw.strip()
+
+
+def _to_classes(raw: Any) -> tuple[Any, ...]:
+    """`interceptor.classes`: a list, a comma-separated string or one interceptor object."""
+    if raw is None:
+        return ()
+    if isinstance(raw, str):
+        return tuple(part.strip() for part in raw.split(",") if part.strip())
+    return tuple(raw) if isinstance(raw, list | tuple) else (raw,)
 
 
 _COMMON = (
-    Setting("bootstrap.servers", "list", None),
+    _other("bootstrap.servers", ConfigType.LIST, None),
     _str("client.id", ""),
     _str(
         "client.dns.lookup",
@@ -68,19 +89,19 @@ _PRODUCER = (
     _str("acks", "all", ("all", "-1", "0", "1")),
     _int("batch.size", 16_384),
     _int("linger.ms", 5),
-    _int("buffer.memory", 33_554_432),
+    Setting("buffer.memory", ConfigType.LONG, 33_554_432, Range(0), scope=Scope.CLIENT),
     _int("max.block.ms", 60_000),
     _int("delivery.timeout.ms", 120_000),
     _int("retries", INT32_MAX),
     _int("max.in.flight.requests.per.connection", 5, low=1),
     _str("compression.type", "none", ("none", "gzip", "snappy", "lz4", "zstd")),
     _int("max.request.size", 1_048_576, low=1),
-    Setting("enable.idempotence", "bool", True),
-    Setting("partitioner.class", "object", None),
-    Setting("partitioner.ignore.keys", "bool", False),
-    Setting("interceptor.classes", "list", ()),
-    Setting("key.serializer", "object", None),
-    Setting("value.serializer", "object", None),
+    _other("enable.idempotence", ConfigType.BOOLEAN, True),
+    _other("partitioner.class", ConfigType.CLASS, None),
+    _other("partitioner.ignore.keys", ConfigType.BOOLEAN, False),
+    _other("interceptor.classes", ConfigType.LIST, (), parser=_to_classes),
+    _other("key.serializer", ConfigType.CLASS, None),
+    _other("value.serializer", ConfigType.CLASS, None),
     _str("transactional.id", None),
     _int("transaction.timeout.ms", 60_000),
 )
@@ -91,12 +112,12 @@ _CONSUMER = (
     _str("group.id", None),
     _str("group.instance.id", None),
     _str("group.protocol", "classic", ("classic", "consumer")),
-    Setting("enable.auto.commit", "bool", True),
+    _other("enable.auto.commit", ConfigType.BOOLEAN, True),
     _int("auto.commit.interval.ms", 5_000),
     _int("session.timeout.ms", 45_000),
     _int("heartbeat.interval.ms", 3_000),
     _int("max.poll.interval.ms", 300_000, low=1),
-    Setting("partition.assignment.strategy", "list", ("range", "cooperative-sticky")),
+    _other("partition.assignment.strategy", ConfigType.LIST, ("range", "cooperative-sticky")),
     _str("auto.offset.reset", "latest", ("earliest", "latest", "none")),
     _int("fetch.min.bytes", 1),
     _int("fetch.max.bytes", 52_428_800),
@@ -104,13 +125,13 @@ _CONSUMER = (
     _int("max.partition.fetch.bytes", 1_048_576),
     _int("max.poll.records", 500, low=1),
     _str("isolation.level", "read_uncommitted", ("read_uncommitted", "read_committed")),
-    Setting("check.crcs", "bool", True),
+    _other("check.crcs", ConfigType.BOOLEAN, True),
     _str("client.rack", ""),
     _int("default.api.timeout.ms", 60_000),
-    Setting("exclude.internal.topics", "bool", True),
-    Setting("allow.auto.create.topics", "bool", True),
-    Setting("key.deserializer", "object", None),
-    Setting("value.deserializer", "object", None),
+    _other("exclude.internal.topics", ConfigType.BOOLEAN, True),
+    _other("allow.auto.create.topics", ConfigType.BOOLEAN, True),
+    _other("key.deserializer", ConfigType.CLASS, None),
+    _other("value.deserializer", ConfigType.CLASS, None),
 )
 
 _ADMIN = (
@@ -120,9 +141,11 @@ _ADMIN = (
     _int("retries", INT32_MAX),
 )
 
-PRODUCER_SETTINGS: Mapping[str, Setting] = {s.name: s for s in _PRODUCER}
-CONSUMER_SETTINGS: Mapping[str, Setting] = {s.name: s for s in _CONSUMER}
-ADMIN_SETTINGS: Mapping[str, Setting] = {s.name: s for s in _ADMIN}
+#: Kafka's `ProducerConfig`, `ConsumerConfig` and `AdminClientConfig` (client scope, one
+#: group each: a setting both declare, such as receive.buffer.bytes, may differ in default).
+PRODUCER_SETTINGS: Table = define(*(replace(s, group="producer") for s in _PRODUCER))
+CONSUMER_SETTINGS: Table = define(*(replace(s, group="consumer") for s in _CONSUMER))
+ADMIN_SETTINGS: Table = define(*(replace(s, group="admin") for s in _ADMIN))
 _KINDS = {"producer": PRODUCER_SETTINGS, "consumer": CONSUMER_SETTINGS, "admin": ADMIN_SETTINGS}
 
 
@@ -222,7 +245,7 @@ def _parse(kind: str, settings: Mapping[str, Any] | None) -> ClientConfig:
         setting = known.get(name)
         if setting is None:
             raise ConfigError(_unknown_message(kind, name))
-        values[name] = _convert(setting, raw)
+        values[name] = setting.parse(raw)
     if not values["bootstrap.servers"]:
         raise ConfigError(
             "bootstrap.servers is required (a list of host:port, e.g. '127.0.0.1:9092')"
@@ -236,81 +259,7 @@ def _unknown_message(kind: str, name: str) -> str:
     others = [k for k, table in _KINDS.items() if k != kind and name in table]
     if others:
         return f"{name!r} is a {others[0]} setting, not a {kind} setting"
-    close = difflib.get_close_matches(name.replace("_", "."), list(_KINDS[kind]), n=1, cutoff=0.5)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    return f"unknown {kind} setting {name!r}{hint}"
-
-
-def _convert(setting: Setting, raw: Any) -> Any:
-    """The typed value of `raw` for `setting`, or ConfigError naming the setting."""
-    name = setting.name
-    converter: Callable[[Setting, Any], Any] = _CONVERTERS[setting.kind]
-    value = converter(setting, raw)
-    if setting.kind == "int" and value is not None:
-        if setting.low is not None and value < setting.low:
-            raise ConfigError(f"{name} must be at least {setting.low}, got {value}")
-        high = setting.high if setting.high is not None else INT32_MAX
-        if name != "buffer.memory" and value > high:
-            raise ConfigError(f"{name} must be at most {high}, got {value}")
-    if setting.choices is not None and value is not None and value not in setting.choices:
-        raise ConfigError(f"{name} must be one of {', '.join(setting.choices)}; got {raw!r}")
-    return value
-
-
-def _to_int(setting: Setting, raw: Any) -> int | None:
-    if raw is None or isinstance(raw, bool):
-        raise ConfigError(f"{setting.name} must be an integer, got {raw!r}")
-    if isinstance(raw, int):
-        return raw
-    try:
-        return int(str(raw).strip())
-    except ValueError:
-        raise ConfigError(f"{setting.name} must be an integer, got {raw!r}") from None
-
-
-def _to_bool(setting: Setting, raw: Any) -> bool:
-    if isinstance(raw, bool):
-        return raw
-    text = str(raw).strip().lower()
-    if text in ("true", "false"):
-        return text == "true"
-    raise ConfigError(f"{setting.name} must be true or false, got {raw!r}")
-
-
-def _to_str(setting: Setting, raw: Any) -> str | None:
-    if raw is None:
-        return None
-    if setting.name == "acks" and isinstance(raw, int) and not isinstance(raw, bool):
-        return str(raw)
-    if not isinstance(raw, str):
-        raise ConfigError(f"{setting.name} must be a string, got {raw!r}")
-    text = raw.strip()
-    return text.lower() if setting.choices and setting.name != "security.protocol" else text
-
-
-def _to_list(setting: Setting, raw: Any) -> tuple[Any, ...]:
-    if raw is None:
-        return ()
-    if isinstance(raw, str):
-        return tuple(part.strip() for part in raw.split(",") if part.strip())
-    if isinstance(raw, list | tuple):
-        return tuple(raw)
-    if setting.name == "interceptor.classes":
-        return (raw,)
-    raise ConfigError(f"{setting.name} must be a list or a comma-separated string, got {raw!r}")
-
-
-def _to_object(setting: Setting, raw: Any) -> Any:
-    return raw
-
-
-_CONVERTERS: dict[str, Callable[[Setting, Any], Any]] = {
-    "int": _to_int,
-    "bool": _to_bool,
-    "str": _to_str,
-    "list": _to_list,
-    "object": _to_object,
-}
+    return unknown_message(name, _KINDS[kind], f"{kind} setting")
 
 
 def parse_bootstrap_servers(servers: tuple[str, ...]) -> list[tuple[str, int]]:

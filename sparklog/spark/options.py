@@ -19,15 +19,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparklog.spark.option_values import (
+    ASSIGN,
+    DEFAULT_MAX_TRIGGER_DELAY_MS,
+    DEFAULT_POLL_TIMEOUT_MS,
+    PATTERN,
+    SINK_OPTIONS,
+    SOURCE_OPTIONS,
+    SUBSCRIBE,
     SparkLogOptionError,
     check_topic_name,
     display,
     is_int,
-    parse_bool,
-    parse_duration_ms,
+    option_value,
     parse_json,
-    parse_long,
-    parse_positive_long,
     partition_map,
 )
 
@@ -36,8 +40,6 @@ logger = logging.getLogger(__name__)
 EARLIEST = -2  # Kafka's ListOffsets timestamp for the log start; also Spark's JSON marker
 LATEST = -1  # Kafka's ListOffsets timestamp for the end; also Spark's JSON marker
 
-DEFAULT_POLL_TIMEOUT_MS = 120_000  # Spark: spark.network.timeout
-DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000  # "15m"
 DEFAULT_MAX_POLL_RECORDS = 10_000  # rows per poll_arrow batch (Spark's Arrow batch size)
 DEFAULT_FETCH_MAX_WAIT_MS = 10
 #: A range read knows its records exist: 8 MiB per Fetch instead of the client's 1 MiB means an
@@ -45,8 +47,7 @@ DEFAULT_FETCH_MAX_WAIT_MS = 10
 #: 2.4 CPU-s, broker 0.7 -> 0.3 per 5M rows); `kafka.max.partition.fetch.bytes` overrides it.
 DEFAULT_RANGE_FETCH_BYTES = 8 << 20
 
-_ASSIGN, _SUBSCRIBE, _PATTERN = "assign", "subscribe", "subscribepattern"
-_STRATEGIES = (_ASSIGN, _SUBSCRIBE, _PATTERN)
+_STRATEGIES = (ASSIGN, SUBSCRIBE, PATTERN)
 _STRATEGY_NAMES = "assign, subscribe, subscribePattern"
 
 # Kafka client settings Spark refuses for the source, and why (KafkaSourceProvider).
@@ -74,34 +75,6 @@ _SINK_REFUSED = {
 #: Not a client setting: streaming sources commit each batch's offsets to this group
 #: (stream_reader.commit) and batch reads may start from its offsets; sinks ignore it.
 _SPARK_ONLY = {"group.id"}
-
-_SOURCE_KEYS = frozenset(
-    {
-        *_STRATEGIES,
-        "startingoffsets",
-        "endingoffsets",
-        "startingoffsetsbytimestamp",
-        "endingoffsetsbytimestamp",
-        "startingtimestamp",
-        "endingtimestamp",
-        "startingoffsetsbytimestampstrategy",
-        "failondataloss",
-        "kafkaconsumer.polltimeoutms",
-        "fetchoffset.numretries",
-        "fetchoffset.retryintervalms",
-        "maxoffsetspertrigger",
-        "minoffsetspertrigger",
-        "maxtriggerdelay",
-        "minpartitions",
-        "maxrecordsperpartition",
-        "groupidprefix",
-        "includeheaders",
-        "path",
-    }
-)
-_SINK_KEYS = frozenset(
-    {"topic", "includeheaders", "path", "exactlyonce", "transactional", "checkpointlocation"}
-)
 
 
 # ------------------------------------------------------------------------------ values
@@ -269,7 +242,7 @@ def parse_source_options(
     only the checks both share, when Spark asks for the schema before it knows which."""
     opts = _lower(options)
     kafka = _kafka_settings(opts, _SOURCE_REFUSED, "source")
-    _warn_unknown(opts, _SOURCE_KEYS, "source")
+    _warn_unknown(opts, frozenset(SOURCE_OPTIONS), "source")
     bootstrap = _bootstrap(kafka, default_bootstrap)
     kafka.pop("bootstrap.servers", None)
     _check_client_settings(kafka, "consumer")
@@ -307,8 +280,8 @@ def parse_source_options(
         _check_assigned(subscription, starting, "starting")
         if ending is not None:
             _check_assigned(subscription, ending, "ending")
-    max_offsets = parse_positive_long(opts, "maxoffsetspertrigger")
-    min_offsets = parse_positive_long(opts, "minoffsetspertrigger")
+    max_offsets = option_value(SOURCE_OPTIONS, opts, "maxoffsetspertrigger")
+    min_offsets = option_value(SOURCE_OPTIONS, opts, "minoffsetspertrigger")
     if max_offsets is not None and min_offsets is not None and min_offsets > max_offsets:
         raise SparkLogOptionError(
             f"The value of minOffsetsPerTrigger({min_offsets}) is higher than the "
@@ -319,18 +292,18 @@ def parse_source_options(
         subscription=subscription,
         starting=starting,
         ending=ending,
-        fail_on_data_loss=parse_bool(opts, "failondataloss", True),
-        include_headers=parse_bool(opts, "includeheaders", False),
-        min_partitions=parse_positive_long(opts, "minpartitions"),
-        max_records_per_partition=parse_positive_long(opts, "maxrecordsperpartition"),
+        fail_on_data_loss=option_value(SOURCE_OPTIONS, opts, "failondataloss"),
+        include_headers=option_value(SOURCE_OPTIONS, opts, "includeheaders"),
+        min_partitions=option_value(SOURCE_OPTIONS, opts, "minpartitions"),
+        max_records_per_partition=option_value(SOURCE_OPTIONS, opts, "maxrecordsperpartition"),
         max_offsets_per_trigger=max_offsets,
         min_offsets_per_trigger=min_offsets,
-        max_trigger_delay_ms=parse_duration_ms(
-            opts, "maxtriggerdelay", DEFAULT_MAX_TRIGGER_DELAY_MS
+        max_trigger_delay_ms=option_value(SOURCE_OPTIONS, opts, "maxtriggerdelay"),
+        poll_timeout_ms=option_value(SOURCE_OPTIONS, opts, "kafkaconsumer.polltimeoutms"),
+        fetch_offset_num_retries=option_value(SOURCE_OPTIONS, opts, "fetchoffset.numretries"),
+        fetch_offset_retry_interval_ms=option_value(
+            SOURCE_OPTIONS, opts, "fetchoffset.retryintervalms"
         ),
-        poll_timeout_ms=parse_long(opts, "kafkaconsumer.polltimeoutms", DEFAULT_POLL_TIMEOUT_MS, 1),
-        fetch_offset_num_retries=parse_long(opts, "fetchoffset.numretries", 3, 0),
-        fetch_offset_retry_interval_ms=parse_long(opts, "fetchoffset.retryintervalms", 10, 0),
         kafka=kafka,
     )
 
@@ -341,15 +314,15 @@ def parse_sink_options(
     """Check and parse writer options."""
     opts = _lower(options)
     kafka = _kafka_settings(opts, _SINK_REFUSED, "sink")
-    _warn_unknown(opts, _SINK_KEYS, "sink")
+    _warn_unknown(opts, frozenset(SINK_OPTIONS), "sink")
     bootstrap = _bootstrap(kafka, default_bootstrap)
     kafka.pop("bootstrap.servers", None)
     transactional_id = kafka.pop("transactional.id", None)
     if transactional_id is not None and not transactional_id.strip():
         raise SparkLogOptionError("option 'kafka.transactional.id' is empty: give a prefix")
     _check_client_settings(kafka, "producer")
-    exactly_once = parse_bool(opts, "exactlyonce", True) if "exactlyonce" in opts else None
-    transactional = parse_bool(opts, "transactional", False)
+    exactly_once = option_value(SINK_OPTIONS, opts, "exactlyonce")
+    transactional = option_value(SINK_OPTIONS, opts, "transactional")
     topic = opts.get("topic")
     if topic is not None:
         topic = topic.strip()
@@ -430,9 +403,9 @@ def _subscription(opts: Mapping[str, str]) -> Subscription:
             f"{_STRATEGY_NAMES}; got {', '.join(display(k) for k in given)}"
         )
     key, value = given[0], opts[given[0]]
-    if key == _ASSIGN:
+    if key == ASSIGN:
         return Assign(_parse_assign(value))
-    if key == _SUBSCRIBE:
+    if key == SUBSCRIBE:
         topics = tuple(dict.fromkeys(t.strip() for t in value.split(",") if t.strip()))
         if not topics:
             raise SparkLogOptionError(
@@ -478,13 +451,7 @@ def _parse_assign(value: str) -> tuple[tuple[str, int], ...]:
 
 
 def _timestamp_strategy(opts: Mapping[str, str]) -> str:
-    value = opts.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
-    if value not in ("error", "latest"):
-        raise SparkLogOptionError(
-            f"option 'startingOffsetsByTimestampStrategy' must be 'error' or 'latest', "
-            f"got {value!r}"
-        )
-    return value
+    return option_value(SOURCE_OPTIONS, opts, "startingoffsetsbytimestampstrategy")
 
 
 def _offset_spec(
@@ -496,13 +463,7 @@ def _offset_spec(
     by_ts_key = f"{which}offsetsbytimestamp"
     offsets_key = f"{which}offsets"
     if global_key in opts:
-        raw = opts[global_key].strip()
-        if not is_int(raw) or int(raw) < 0:
-            raise SparkLogOptionError(
-                f"option '{display(global_key)}' must be a timestamp in epoch milliseconds "
-                f"(>= 0), got {raw!r}"
-            )
-        return GlobalTimestamp(int(raw), strategy)
+        return GlobalTimestamp(option_value(SOURCE_OPTIONS, opts, global_key), strategy)
     if by_ts_key in opts:
         example = '{"topicA":{"0":1700000000000,"1":1700000000000}}'
         return SpecificTimestamps(partition_map(opts[by_ts_key], by_ts_key, example), strategy)
