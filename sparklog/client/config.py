@@ -28,7 +28,6 @@ from sparklog.settings import (
 )
 
 
-
 def _int(name: str, default: int | None, low: int = 0, high: int | None = INT32_MAX) -> Setting:
     return Setting(name, ConfigType.INT, default, Range(low, high), scope=Scope.CLIENT)
 
