@@ -221,7 +221,7 @@ class Setting:
             return f"topic config {shown}"
         return shown
 
-    def parse(self, raw: Any) -> Any:
+    def parse(self, raw: object) -> Any:
         """The typed, validated value of `raw`; ConfigError names setting, value and rule."""
         try:
             value = self.parser(raw) if self.parser is not None else _CONVERT[self.type](raw)
@@ -232,15 +232,15 @@ class Setting:
         self.check(value, raw)
         return value
 
-    def check(self, value: Any, raw: Any = None) -> None:
+    def check(self, value: Any, raw: object = None) -> None:
         """Raise ConfigError when `value` breaks the validator."""
         if self.validator is not None and (rule := self.validator.broken_rule(value)):
             raise ConfigError(self.refusal(value if raw is None else raw, rule))
 
-    def refusal(self, raw: Any, rule: str) -> str:
+    def refusal(self, raw: object, rule: str) -> str:
         return f"{self.subject} must be {rule}, got {raw!r}"
 
-    def format(self, value: Any) -> str:
+    def format(self, value: object) -> str:
         """The value as Kafka's tools print it (`true`, `1048576`, `compact,delete`)."""
         if value is None:
             return ""
@@ -274,7 +274,7 @@ _TYPE_RULES = {
 }
 
 
-def _to_bool(raw: Any) -> bool:
+def _to_bool(raw: object) -> bool:
     if isinstance(raw, bool):
         return raw
     text = str(raw).strip().lower()
@@ -283,23 +283,23 @@ def _to_bool(raw: Any) -> bool:
     return text == "true"
 
 
-def _to_int(raw: Any) -> int:
+def _to_int(raw: object) -> int:
     if raw is None or isinstance(raw, bool | float):
         raise ValueError(raw)
     return raw if isinstance(raw, int) else int(str(raw).strip())
 
 
-def _to_float(raw: Any) -> float:
+def _to_float(raw: object) -> float:
     if raw is None or isinstance(raw, bool):
         raise ValueError(raw)
     return float(str(raw).strip())
 
 
-def _to_str(raw: Any) -> str | None:
+def _to_str(raw: object) -> str | None:
     return None if raw is None else str(raw).strip()
 
 
-def _to_list(raw: Any) -> tuple[Any, ...]:
+def _to_list(raw: object) -> tuple[object, ...]:
     if raw is None:
         return ()
     if isinstance(raw, str):
@@ -445,7 +445,7 @@ class Table(Mapping[str, Setting]):
 
     def parse(
         self,
-        props: Mapping[str, Any],
+        props: Mapping[str, object],
         *,
         unknown: str = "raise",
         what: str = "setting",
@@ -467,12 +467,12 @@ class Table(Mapping[str, Setting]):
             values[setting.attr] = setting.parse(raw)
         return values
 
-    def check_values(self, obj: Any) -> None:
+    def check_values(self, obj: object) -> None:
         """Raise ConfigError naming the first attribute of `obj` its setting refuses."""
         for s in self.values():
             s.check(getattr(obj, s.attr))
 
-    def formatted(self, obj: Any) -> dict[str, str]:
+    def formatted(self, obj: object) -> dict[str, str]:
         """`obj`'s values by Kafka name, as strings (what DescribeConfigs shows)."""
         return {s.name: s.format(getattr(obj, s.attr)) for s in self.values()}
 
