@@ -20,13 +20,15 @@ from sparklog.broker import kio_build
 from sparklog.broker.admin_apis import AdminApis
 from sparklog.broker.config import BrokerConfig
 from sparklog.broker.controller_client import ProducerIdManager
+from sparklog.broker.coordinator_channel import CoordinatorChannel
+from sparklog.broker.coordinator_forwarding import CoordinatorForwarding, find_coordinator_response
 from sparklog.broker.fetch_session import (
     FINAL_EPOCH,
     INVALID_SESSION_ID,
     FetchManager,
     FetchSessionCache,
 )
-from sparklog.broker.group_apis import REFUSED_GROUP_APIS, handle_not_coordinator
+from sparklog.broker.group_apis import handle_not_coordinator
 from sparklog.broker.log_dirs import describe_log_dirs
 from sparklog.broker.log_manager import TopicPartition
 from sparklog.broker.metadata import BrokerMetadata
@@ -52,7 +54,12 @@ from sparklog.errors import (
     UnsupportedVersionError,
 )
 from sparklog.protocol import cooperative
-from sparklog.protocol.api_versions import BROKER_ADVERTISED_APIS, BROKER_APIS, ApiKey
+from sparklog.protocol.api_versions import (
+    BROKER_ADVERTISED_APIS,
+    BROKER_SERVED_APIS,
+    FORWARDED_TO_COORDINATOR_APIS,
+    ApiKey,
+)
 from sparklog.protocol.async_client import api_versions_response
 from sparklog.protocol.connection import ProtocolError, Request
 from sparklog.protocol.file_response import FileResponse, placeholder
@@ -149,8 +156,6 @@ def fetch_partition_data(p: FetchPartition, r: FetchResult, isolation_level: int
     return data
 
 
-#: The group coordinator's node id in FindCoordinator answers; broker ids stay far below it.
-GROUP_COORDINATOR_NODE_ID = 3001
 #: Kafka's switch for produce-time transaction verification (KIP-890), on by default.
 TXN_VERIFICATION = "transaction.partition.verification.enable"
 #: sparklog's broker setting: answer Fetch with sendfile from the segment files (Kafka always does
@@ -160,36 +165,11 @@ ZERO_COPY_FETCH = "sparklog.fetch.zero.copy"
 GROUP_COORDINATOR_ENDPOINT = "sparklog.group.coordinator.endpoint"
 
 
-def find_coordinator_response(
-    request: Request, host: str, port: int, error: tuple[int, str] | None = None
-) -> Any:
-    """A FindCoordinator answer naming the group coordinator at host:port (or `error`), for
-    every version (v4+ batches keys)."""
-    code, message = error or (0, None)
-    node = {
-        "error_code": code,
-        "error_message": message,
-        "node_id": -1 if code else GROUP_COORDINATOR_NODE_ID,
-        "host": "" if code else host,
-        "port": -1 if code else port,
-    }
-    if request.api_version >= 4:
-        keys = request.body.coordinator_keys
-        return kio_build.response(
-            request, {"throttle_time": 0, "coordinators": [{"key": k, **node} for k in keys]}
-        )
-    answer = {"throttle_time": 0, **node}
-    if request.api_version == 0:
-        answer.pop("throttle_time")
-        answer.pop("error_message")
-    return kio_build.response(request, answer)
-
-
 # -- handlers ---------------------------------------------------------------------------------
 
 
 class KafkaApis:
-    """Handlers for every API in `BROKER_APIS`."""
+    """Handlers for every API in `BROKER_SERVED_APIS`."""
 
     def __init__(
         self,
@@ -222,6 +202,11 @@ class KafkaApis:
         endpoint = config.sparklog_group_coordinator_endpoint
         if endpoint and config.transaction_partition_verification_enable:
             self.txn_verifier = TransactionVerifier(str(endpoint), replica_manager)
+        #: group and transaction requests go on to the driver's coordinator (KIP-590 Envelopes)
+        self.forwarding: CoordinatorForwarding | None = None
+        if endpoint:
+            channel = CoordinatorChannel(str(endpoint))
+            self.forwarding = CoordinatorForwarding(node_id, metadata, channel)
         self._handlers = {
             ApiKey.API_VERSIONS: self.handle_api_versions,
             ApiKey.PRODUCE: self.handle_produce,
@@ -232,10 +217,7 @@ class KafkaApis:
             ApiKey.INIT_PRODUCER_ID: self.handle_init_producer_id,
             ApiKey.DELETE_RECORDS: self.handle_delete_records,
             ApiKey.DESCRIBE_CLUSTER: self.handle_describe_cluster,
-            ApiKey.FIND_COORDINATOR: self.handle_find_coordinator,
-            ApiKey.LIST_GROUPS: self.handle_list_groups,
-            ApiKey.LIST_TRANSACTIONS: self.handle_list_transactions,
-            **dict.fromkeys(REFUSED_GROUP_APIS, handle_not_coordinator),
+            **self._coordinator_handlers(),
             ApiKey.DESCRIBE_CONFIGS: admin.handle_describe_configs,
             ApiKey.DESCRIBE_LOG_DIRS: self.handle_describe_log_dirs,
             ApiKey.WRITE_TXN_MARKERS: lambda r: handle_write_txn_markers(
@@ -251,7 +233,19 @@ class KafkaApis:
             ApiKey.ALTER_PARTITION_REASSIGNMENTS: admin.handle_forwarded,
             ApiKey.LIST_PARTITION_REASSIGNMENTS: admin.handle_forwarded,
         }
-        assert set(self._handlers) == set(BROKER_APIS), "every announced API has a handler"
+        assert set(self._handlers) == set(BROKER_SERVED_APIS), "every API served has a handler"
+
+    def _coordinator_handlers(self) -> dict[ApiKey, Any]:
+        """Group and transaction APIs: forwarded to the driver's coordinator; without one (a
+        broker run alone) refused as a Kafka broker refuses what it does not coordinate."""
+        if self.forwarding is not None:
+            return self.forwarding.handlers
+        handlers = dict.fromkeys(FORWARDED_TO_COORDINATOR_APIS, handle_not_coordinator)
+        handlers[ApiKey.FIND_COORDINATOR] = self.handle_find_coordinator
+        handlers[ApiKey.LIST_GROUPS] = self.handle_list_groups
+        handlers[ApiKey.LIST_TRANSACTIONS] = self.handle_list_transactions
+        del handlers[ApiKey.INIT_PRODUCER_ID]
+        return handlers
 
     async def handle(self, request: Request) -> Any | None:
         """The response body for `request` (None: no response, Produce acks=0)."""
@@ -415,14 +409,10 @@ class KafkaApis:
     # -- coordinators -------------------------------------------------------------------------
 
     async def handle_find_coordinator(self, request: Request) -> Any:
-        """Groups and transactions: the coordinator on the driver (its own listener, node
-        `GROUP_COORDINATOR_NODE_ID`). Without one (a broker run alone), COORDINATOR_NOT_AVAILABLE
-        (retriable), as a Kafka cluster answers while its coordinators load. Served even without
-        a coordinator because librdkafka turns on lz4 only for brokers that list it."""
-        endpoint = self.config.sparklog_group_coordinator_endpoint
-        if endpoint:
-            host, _sep, port = endpoint.rpartition(":")
-            return find_coordinator_response(request, host, int(port))
+        """FindCoordinator on a broker without a coordinator (run alone; with one, see
+        `CoordinatorForwarding`): COORDINATOR_NOT_AVAILABLE (retriable), as a Kafka cluster
+        answers while its coordinators load. Served all the same because librdkafka turns on
+        lz4 only for brokers that list it."""
         key_type = int(getattr(request.body, "key_type", 0))
         what = "transactions" if key_type == 1 else "consumer groups"
         message = f"sparklog does not serve {what} on this cluster (no coordinator configured)"
@@ -431,7 +421,7 @@ class KafkaApis:
         )
 
     async def handle_list_transactions(self, request: Request) -> Any:
-        """No transactions here: they live on the driver's coordinator (listed like groups)."""
+        """No coordinator, no transactions (with one: `CoordinatorForwarding`)."""
         wanted = set(request.body.state_filters or ())
         unknown = sorted(wanted - TRANSACTION_STATE_NAMES)
         return kio_build.response(
@@ -448,8 +438,7 @@ class KafkaApis:
         return handle_describe_producers(request, self.replica_manager)
 
     async def handle_list_groups(self, request: Request) -> Any:
-        """No groups here: they all live on the driver's coordinator, which admin clients ask
-        too (it is a node in Metadata answers), so every group is listed once."""
+        """No coordinator, no groups (with one: `CoordinatorForwarding`)."""
         return kio_build.response(request, {"throttle_time": 0, "error_code": 0, "groups": []})
 
     # -- producer ids -------------------------------------------------------------------------
@@ -458,6 +447,8 @@ class KafkaApis:
         body = request.body
         answer: dict[str, Any] = {"throttle_time": 0, "producer_id": -1, "producer_epoch": -1}
         if body.transactional_id is not None:  # the transaction coordinator's (on the driver)
+            if self.forwarding is not None:
+                return await self.forwarding.forward(request)
             answer["error_code"] = NotCoordinatorError.code
             return kio_build.response(request, answer)
         try:
@@ -476,23 +467,6 @@ class KafkaApis:
             {"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack}
             for b in self.metadata.image.unfenced_brokers()
         ]
-
-    def _client_nodes(self) -> list[dict[str, Any]]:
-        """Live brokers, then the group coordinator: librdkafka (>= 2.10) drops a coordinator
-        that Metadata answers do not list, so it is listed, leading no partition."""
-        nodes = self._alive_brokers()
-        endpoint = self.config.sparklog_group_coordinator_endpoint
-        if endpoint:
-            host, _sep, port = endpoint.rpartition(":")
-            nodes.append(
-                {
-                    "node_id": GROUP_COORDINATOR_NODE_ID,
-                    "host": host,
-                    "port": int(port),
-                    "rack": None,
-                }
-            )
-        return nodes
 
     def _controller_id_for_clients(self) -> int:
         """Kafka (KRaft) tells clients a live broker id; brokers forward controller requests."""
@@ -522,7 +496,7 @@ class KafkaApis:
             request,
             {
                 "throttle_time": 0,
-                "brokers": self._client_nodes(),
+                "brokers": self._alive_brokers(),
                 "cluster_id": self.metadata.cluster_id,
                 "controller_id": self._controller_id_for_clients(),
                 "topics": topics,

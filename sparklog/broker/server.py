@@ -58,7 +58,7 @@ from sparklog.broker.replica_fetcher import ReplicaFetcherManager
 from sparklog.broker.replica_manager import ReplicaManager
 from sparklog.controller.image import MetadataImage
 from sparklog.errors import StaleBrokerEpochError
-from sparklog.protocol.api_versions import BROKER_APIS
+from sparklog.protocol.api_versions import BROKER_SERVED_APIS
 from sparklog.protocol.server import KafkaServer
 
 logger = logging.getLogger(__name__)
@@ -172,7 +172,7 @@ class BrokerServer:
         host, port = self.config.listener_host_port
         self.server = KafkaServer(
             self.apis.handle,
-            BROKER_APIS,
+            BROKER_SERVED_APIS,
             host=host,
             port=port,
             max_request_bytes=self.config.socket_request_max_bytes,
@@ -549,6 +549,8 @@ class BrokerServer:
         await self.fetchers.shutdown()  # before the logs close: no append after this
         self.replica_manager.close()  # waiting fetches and produces answer now
         await self.controller.close()  # forwarded requests fail fast instead of waiting
+        if self.apis.forwarding is not None:  # so do those forwarded to the coordinator
+            await self.apis.forwarding.close()
         await self.server.stop()
         if self.apis.txn_verifier is not None:
             await self.apis.txn_verifier.close()

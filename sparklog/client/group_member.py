@@ -42,6 +42,8 @@ from .network import NetworkClient, now_ms
 logger = logging.getLogger(__name__)
 
 _REJOIN = {22, 25, 27}  # ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS
+#: Connections to a group coordinator are keyed by this minus its broker id (Java's client).
+COORDINATOR_CONNECTION_ID_BASE = 2**31 - 1
 _COORDINATOR_GONE = {14, 15, 16}  # loading, not available, not the coordinator
 _FENCED_848 = {25, 110}  # UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH: rejoin with epoch 0
 
@@ -155,8 +157,12 @@ class GroupMember:
         found = response.coordinators[0]
         if int(found.error_code):
             raise error_for_code(int(found.error_code))(f"FindCoordinator for {self.group_id}")
-        self.network.set_address(int(found.node_id), found.host, int(found.port))
-        self.coordinator = int(found.node_id)
+        # Kafka's AbstractCoordinator: the coordinator gets a connection of its own (node id
+        # MAX_VALUE - broker id), so a JoinGroup that waits for the whole group never holds
+        # back fetches to the same broker (which answers a connection's requests in order).
+        connection_id = COORDINATOR_CONNECTION_ID_BASE - int(found.node_id)
+        self.network.set_address(connection_id, found.host, int(found.port))
+        self.coordinator = connection_id
 
     # -- classic protocol ------------------------------------------------------------------
 

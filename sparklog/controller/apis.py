@@ -59,8 +59,6 @@ logger = logging.getLogger(__name__)
 
 #: The controller's node id in DescribeCluster(endpoint_type=2) answers (KIP-919).
 CONTROLLER_NODE_ID = 3000
-#: The group coordinator's node id (the broker side defines the same number).
-GROUP_COORDINATOR_NODE_ID = 3001
 _MAX_FETCH_WAIT_MS = 60_000
 _BROKERS_ENDPOINT, _CONTROLLERS_ENDPOINT = 1, 2
 
@@ -230,13 +228,9 @@ class ControllerApis:
         )
 
     def _client_nodes(self) -> list[tuple[int, str, int, str | None]]:
-        """The nodes clients see: live brokers, then the group coordinator (librdkafka drops a
-        coordinator that Metadata answers do not list, so it is listed, leading nothing)."""
-        nodes = [(b.broker_id, b.host, b.port, b.rack) for b in self.image.unfenced_brokers()]
-        endpoint = self.server.coordinator_endpoint
-        if endpoint is not None:
-            nodes.append((GROUP_COORDINATOR_NODE_ID, endpoint[0], endpoint[1], None))
-        return nodes
+        """The nodes clients see: live brokers only (the group coordinator is reached through
+        them, so it is not listed as a node that could host replicas)."""
+        return [(b.broker_id, b.host, b.port, b.rack) for b in self.image.unfenced_brokers()]
 
     def _controller_id(self) -> int:
         """What clients see as the controller: a live broker, which forwards admin requests

@@ -11,9 +11,11 @@ What the coordinators need from the controller is the `CoordinatorContext` (`con
 Decided transactions go to the `TransactionMarkerChannel`, which writes their markers to the
 partition leaders and reports back so the coordinator can complete them.
 
-Clients find the coordinator with FindCoordinator (groups and transactions) on any broker
-(node 3001, this listener's host and port). It also answers Metadata and DescribeCluster, from the
-controller's image, for clients that use it as one more node. Starting on the same table
+Clients find the coordinator with FindCoordinator (groups and transactions) on any broker, which
+names a live broker; that broker forwards the client's group and transaction requests here in
+Envelopes (KIP-590), so clients never connect to this listener themselves. Asked directly, it
+answers FindCoordinator with itself (node 3001) and Metadata and DescribeCluster from the
+controller's image. Starting on the same table
 reloads every group and offset, so a driver restart on the same disk loses nothing.
 
 When the table cannot be loaded (damaged: `delta_log`; unreadable), the coordinator still
@@ -35,8 +37,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sparklog.broker import kio_build
+from sparklog.broker.coordinator_forwarding import (
+    GROUP_COORDINATOR_NODE_ID,
+    find_coordinator_response,
+)
 from sparklog.broker.group_apis import refusal
-from sparklog.broker.kafka_apis import GROUP_COORDINATOR_NODE_ID, find_coordinator_response
 from sparklog.coordinator.clock import WALL_CLOCK_FLOOR_MS, CoordinatorClock
 from sparklog.coordinator.context import CoordinatorContext
 from sparklog.coordinator.group.apis import GroupCoordinatorApis
@@ -52,6 +57,7 @@ from sparklog.coordinator.transaction.coordinator import TransactionCoordinator
 from sparklog.coordinator.transaction.marker_channel import TransactionMarkerChannel
 from sparklog.coordinator.transaction.persisted import MarkerJob
 from sparklog.errors import CoordinatorNotAvailableError
+from sparklog.protocol import envelope
 from sparklog.protocol.api_versions import (
     COORDINATOR_DELEGATED_APIS,
     GROUP_COORDINATOR_APIS,
@@ -61,7 +67,7 @@ from sparklog.protocol.api_versions import (
 from sparklog.protocol.async_client import api_versions_response
 from sparklog.protocol.connection import ProtocolError, Request
 from sparklog.protocol.loop_thread import LoopThread
-from sparklog.protocol.server import KafkaServer
+from sparklog.protocol.server import CLIENT_HOST, KafkaServer
 from sparklog.storage.object_store import join_location, storage_options
 
 logger = logging.getLogger(__name__)
@@ -272,6 +278,8 @@ class GroupCoordinatorServer:
 
     async def handle(self, request: Request) -> Any:
         api = ApiKey(request.api_key)
+        if api == ApiKey.ENVELOPE:
+            return await self._handle_envelope(request)
         if api == ApiKey.API_VERSIONS:
             return api_versions_response(
                 GROUP_COORDINATOR_APIS, 0 if request.body is None else request.api_version
@@ -297,6 +305,21 @@ class GroupCoordinatorServer:
             return await handler(request)
         except TimeoutError:
             raise ProtocolError(f"{api.name} was not answered in time; closing") from None
+
+    async def _handle_envelope(self, request: Request) -> Any:
+        """A client's request forwarded by a broker (KIP-590's Envelope): served as if the
+        client had sent it here, under its own client id and address."""
+        try:
+            inner, client_host = envelope.unwrap(request.body, GROUP_COORDINATOR_SERVED_APIS)
+        except envelope.EnvelopeError as e:
+            logger.warning("%s", e)
+            return envelope.envelope_response(None, e.code)
+        token = CLIENT_HOST.set(client_host)
+        try:
+            body = await self.handle(inner)
+        finally:
+            CLIENT_HOST.reset(token)
+        return envelope.envelope_response(envelope.response_data(inner, body))
 
     async def _init_producer_id(self, request: Request) -> Any:
         """InitProducerId for idempotent producers: ids from a controller block, like a

@@ -48,6 +48,7 @@ class ApiKey(enum.IntEnum):
     LIST_PARTITION_REASSIGNMENTS = 46
     OFFSET_DELETE = 47
     ALTER_PARTITION = 56
+    ENVELOPE = 58
     DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61
     BROKER_REGISTRATION = 62
@@ -129,6 +130,12 @@ BROKER_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
     }
 )
 
+#: What a broker accepts: what it announces plus sparklog's EndTxnBatch, which it forwards to the
+#: coordinator like the other transaction APIs (not announced: sparklog's own clients send it).
+BROKER_SERVED_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
+    {**BROKER_APIS, ApiKey.SPARKLOG_END_TXN_BATCH: (0, 0)}
+)
+
 #: What a broker announces in ApiVersions: `BROKER_APIS`, except that Produce is listed from v0.
 #: Like Kafka 4.0 (KAFKA-18659): librdkafka before 2.11.1 sends gzip/snappy/lz4 batches
 #: uncompressed when a broker's lowest Produce version is above 0. A v0-v2 Produce request is
@@ -197,9 +204,23 @@ GROUP_COORDINATOR_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyTyp
 
 
 #: What the coordinator's listener accepts: what it announces plus sparklog's extension, which
-#: is not announced (sparklog's own clients send it at v0; other clients never see it).
+#: is not announced (sparklog's own clients send it at v0; other clients never see it), and
+#: Envelope (KIP-590), in which brokers forward their clients' group and transaction requests.
 GROUP_COORDINATOR_SERVED_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
-    {**GROUP_COORDINATOR_APIS, ApiKey.SPARKLOG_END_TXN_BATCH: (0, 0)}
+    {**GROUP_COORDINATOR_APIS, ApiKey.SPARKLOG_END_TXN_BATCH: (0, 0), ApiKey.ENVELOPE: (0, 0)}
+)
+
+#: The requests a broker forwards to the driver's coordinator in an Envelope: every group and
+#: transaction API (InitProducerId only with a transactional id; FindCoordinator to learn whether
+#: the coordinator is up) - what a Kafka broker serves from its own coordinator partitions.
+FORWARDED_TO_COORDINATOR_APIS = frozenset(
+    {
+        *GROUP_APIS,
+        *TRANSACTION_APIS,
+        ApiKey.FIND_COORDINATOR,
+        ApiKey.INIT_PRODUCER_ID,
+        ApiKey.SPARKLOG_END_TXN_BATCH,
+    }
 )
 
 

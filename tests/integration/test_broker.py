@@ -103,10 +103,9 @@ def test_metadata_auto_creates_a_topic_and_lists_the_broker(cluster):
 
     refused, created, everything = run(go())
     assert refused.topics[0].error_code == UNKNOWN_TOPIC
-    broker, coordinator = cluster.brokers[0], cluster.coordinator
+    broker = cluster.brokers[0]
     assert [(b.node_id, b.host, b.port) for b in created.brokers] == [
-        (broker.node_id, broker.host, broker.port),
-        (3001, coordinator.host, coordinator.port),  # the group coordinator, leading nothing
+        (broker.node_id, broker.host, broker.port),  # brokers only: not the coordinator
     ]
     assert created.cluster_id == broker.cluster_id
     t = created.topics[0]
@@ -775,7 +774,7 @@ def test_three_brokers_spread_leadership_and_refuse_foreign_partitions(cluster3)
             await conn.close()
 
     meta, leaders, results = run(go())
-    assert sorted(b.node_id for b in meta.brokers) == [0, 1, 2, 3001]  # + the group coordinator
+    assert sorted(b.node_id for b in meta.brokers) == [0, 1, 2]  # brokers only
     assert sorted(leaders.values()) == sorted(b.node_id for b in cluster3.brokers)
     for index, (good, wrong, hint) in results.items():
         assert (good, wrong, hint) == (NONE, NOT_LEADER, leaders[index])

@@ -1,5 +1,6 @@
 """The group coordinator on the wire: what every Kafka client relies on (FindCoordinator on any
-broker, node 3001 in Metadata, NOT_COORDINATOR from brokers), every API at its oldest and
+broker naming a broker, Metadata listing brokers only, brokers forwarding group requests to the
+driver's coordinator), every API at its oldest and
 newest version, and bad input — truncated frames, absurd session timeouts, huge metadata,
 unknown groups — answered with Kafka's errors while the coordinator keeps serving and loses no
 commit."""
@@ -71,7 +72,7 @@ async def fetch(conn, group: str, version: int = 9) -> dict[tuple[str, int], int
     }
 
 
-def test_every_broker_points_at_the_coordinator_which_metadata_lists(cluster):
+def test_every_broker_names_a_broker_and_forwards_to_the_coordinator(cluster):
     async def go():
         broker = await connect(cluster.bootstrap_servers)
         try:
@@ -104,14 +105,17 @@ def test_every_broker_points_at_the_coordinator_which_metadata_lists(cluster):
             await broker.close()
 
     found, meta, refused = run(go())
-    coordinator = cluster.coordinator
-    assert (found[0].node_id, found[0].host, found[0].port) == (3001, "127.0.0.1", coordinator.port)
+    broker = cluster.brokers[0]
+    named = (broker.node_id, "127.0.0.1", broker.port)
+    assert (found[0].node_id, found[0].host, found[0].port) == named
+    assert (found[3].node_id, found[3].host, found[3].port) == named
     assert [(c.key, c.node_id, c.port) for c in found[4].coordinators] == [
-        ("g1", 3001, coordinator.port),
-        ("g2", 3001, coordinator.port),
+        ("g1", broker.node_id, broker.port),
+        ("g2", broker.node_id, broker.port),
     ]
-    assert (3001, coordinator.port) in {(b.node_id, b.port) for b in meta.brokers}
-    assert int(refused.error_code) == NOT_COORDINATOR
+    assert [(b.node_id, b.port) for b in meta.brokers] == [(broker.node_id, broker.port)]
+    # forwarded: the coordinator's own answer to an unknown member, not NOT_COORDINATOR
+    assert int(refused.error_code) == UNKNOWN_MEMBER
 
 
 def test_commits_and_fetches_at_old_and_new_versions(cluster):

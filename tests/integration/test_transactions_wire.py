@@ -99,7 +99,7 @@ async def coordinator_conn(cluster):
     return await connect(cluster.coordinator.bootstrap)
 
 
-def test_find_coordinator_names_the_driver_for_transactional_ids(cluster):
+def test_find_coordinator_names_a_broker_that_forwards_transactional_requests(cluster):
     async def go():
         broker = await connect(cluster.bootstrap_servers)
         try:
@@ -112,20 +112,26 @@ def test_find_coordinator_names_the_driver_for_transactional_ids(cluster):
                 {"key_type": 1, "coordinator_keys": ["tx", "ty"]},
                 version=4,
             )
-            refused = await call(
+            initialized = await call(
                 broker,
                 ApiKey.INIT_PRODUCER_ID,
                 {"transactional_id": "tx", "transaction_timeout": 1000},
                 version=4,
             )
-            return old, new, refused
+            return old, new, initialized
         finally:
             await broker.close()
 
-    old, new, refused = run(go())
-    assert (old.error_code, old.node_id, old.port) == (NONE, 3001, cluster.coordinator.port)
-    assert [(c.key, c.node_id) for c in new.coordinators] == [("tx", 3001), ("ty", 3001)]
-    assert refused.error_code == NOT_COORDINATOR
+    old, new, initialized = run(go())
+    broker = cluster.brokers[0]
+    assert (old.error_code, old.node_id, old.port) == (NONE, broker.node_id, broker.port)
+    assert [(c.key, c.node_id) for c in new.coordinators] == [
+        ("tx", broker.node_id),
+        ("ty", broker.node_id),
+    ]
+    # the broker forwards it to the driver's transaction coordinator
+    assert (initialized.error_code, initialized.producer_epoch) == (NONE, 0)
+    assert initialized.producer_id >= 0
 
 
 def test_out_of_order_requests_get_kafkas_errors(cluster):

@@ -86,11 +86,10 @@ def test_confluent_admin_create_list_describe_delete(cluster3, confluent, sparkl
     ]
 
     listed = confluent.list_topics(timeout=TIMEOUT_S)
-    assert sorted(listed.brokers) == [0, 1, 2, 3001]  # 3001: the group coordinator
-    assert {b.port for i, b in listed.brokers.items() if i != 3001} == {
+    assert sorted(listed.brokers) == [0, 1, 2]  # brokers only: not the driver's coordinator
+    assert {b.port for b in listed.brokers.values()} == {
         int(s.rsplit(":", 1)[1]) for s in cluster3.bootstrap_servers.split(",")
     }
-    assert listed.brokers[3001].port == cluster3.coordinator.port
     partitions = listed.topics[name].partitions
     assert sorted(
         (p.id, p.leader, tuple(p.replicas), tuple(p.isrs)) for p in partitions.values()
@@ -114,6 +113,35 @@ def test_confluent_admin_create_list_describe_delete(cluster3, confluent, sparkl
 
     assert results(confluent.delete_topics([name], operation_timeout=TIMEOUT_S)) == {name: None}
     assert name not in sparklog_admin.list_topics()
+
+
+def test_clients_see_brokers_only_so_every_listed_node_can_host_a_replica(cluster3, confluent):
+    """Issue 29 item 1: the driver's coordinator was listed as node 3001 beside the brokers,
+    and clients take that list as replica candidates: librdkafka's admin test asked for RF =
+    number of nodes, and for an assignment over every node, and got INVALID_REPLICATION_FACTOR
+    and INVALID_REPLICA_ASSIGNMENT. Groups still find their coordinator (a broker)."""
+    described = confluent.describe_cluster(request_timeout=TIMEOUT_S).result(TIMEOUT_S)
+    ids = sorted(node.id for node in described.nodes)
+    assert ids == sorted(b.node_id for b in cluster3.brokers)
+    assert sorted(confluent.list_topics(timeout=TIMEOUT_S).brokers) == ids
+
+    by_factor, by_assignment = unique("rf"), unique("ra")
+    assignment = [[ids[(p + i) % len(ids)] for i in range(len(ids))] for p in range(2)]
+    created = confluent.create_topics(
+        [
+            confluent_admin.NewTopic(by_factor, 2, len(ids)),
+            confluent_admin.NewTopic(
+                by_assignment, num_partitions=len(assignment), replica_assignment=assignment
+            ),
+        ],
+        operation_timeout=TIMEOUT_S,
+    )
+    assert results(created) == {by_factor: None, by_assignment: None}
+    for name in (by_factor, by_assignment):
+        cluster3.wait_for_isr(name, 0, len(ids))
+
+    found = confluent.describe_consumer_groups(["any-group"])["any-group"].result(TIMEOUT_S)
+    assert found.coordinator.id in ids
 
 
 def test_confluent_admin_errors_carry_kafka_codes(cluster3, confluent, sparklog_admin):
@@ -182,8 +210,7 @@ def test_kcat_lists_every_topic_partition_and_leader(cluster3, sparklog_admin):
     out = result.stdout
 
     brokers = {int(i): f"{h}:{p}" for i, h, p in re.findall(r"broker (\d+) at ([\d.]+):(\d+)", out)}
-    coordinator = {3001: cluster3.coordinator.bootstrap}  # listed, leading no partition
-    assert brokers == {**{b.node_id: b.bootstrap for b in cluster3.brokers}, **coordinator}
+    assert brokers == {b.node_id: b.bootstrap for b in cluster3.brokers}
     seen: dict[str, list[tuple[int, int, tuple[int, ...], tuple[int, ...]]]] = {}
     current = None
     for line in out.splitlines():

@@ -19,6 +19,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from sparklog.broker.coordinator_forwarding import coordinator_broker
 from sparklog.broker.embedded import EmbeddedCluster
 
 pytestmark = pytest.mark.interop
@@ -326,7 +327,11 @@ def test_confluent_admin_lists_and_describes_groups(cluster):
             tp.partition for m in described.members for tp in m.assignment.topic_partitions
         )
         assert parts == list(range(PARTITIONS))
-        assert described.coordinator.id == 3001
+        # a broker (chosen by the group id), which forwards to the driver's coordinator, in an
+        # Envelope carrying each member's own address
+        ids = sorted(b.node_id for b in cluster.brokers)
+        assert described.coordinator.id == coordinator_broker(group, ids)
+        assert {m.host for m in described.members} == {"/127.0.0.1"}
     finally:
         for c in members:
             c.close()

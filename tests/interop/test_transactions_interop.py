@@ -152,6 +152,13 @@ class Worker(threading.Thread):
                         self.errors.append(f"fatal: {error}")
                         producer = txn_producer(self.cluster, f"{self.group}-{self.name}")
                         self._rewind(consumer)
+                    elif error.retriable():
+                        # the killed broker was the one FindCoordinator named (it forwards
+                        # to the driver's coordinator): as with a Kafka coordinator's broker,
+                        # the call fails retriably and the application aborts and retries
+                        self.errors.append(f"retriable: {error}")
+                        producer.abort_transaction(30)
+                        self._rewind(consumer)
                     else:
                         self.errors.append(f"unexpected: {error}")
                         self._rewind(consumer)
