@@ -3,6 +3,9 @@
 (a) OffsetCommit: `--members` committers (50) each commit `--partitions` offsets (40) every
     `--interval-ms` (100) to the group coordinator over Kafka's protocol: latency p50/p99 at that
     rate; then the same committers commit back to back: partition-offsets committed per second.
+    They send to a broker, which forwards to the driver's coordinator (as every client does since
+    issue 29); `--direct` sends to the coordinator's own listener (the hop's cost is the
+    difference).
     The committers run in their own process. Both phases run twice: with the Delta table
     (durable) and with an in-memory store (the baseline), so `durable_vs_memory` is the cost of
     durability in Delta.
@@ -134,12 +137,20 @@ def commit_figures(args: argparse.Namespace, durable: bool) -> dict[str, float]:
     ):
         with AdminClient({"bootstrap.servers": cluster.bootstrap_servers}) as admin:
             admin.create_topics([NewTopic(TOPIC, args.partitions)])
-        if not durable:
+        if not durable:  # on the same port: the brokers forward to it
+            port = cluster.coordinator.port
             cluster.coordinator.stop()
             cluster.coordinator = GroupCoordinatorServer(
-                Path(tmp) / "memory", cluster.controller, config=config, store_factory=MemoryStore
+                Path(tmp) / "memory",
+                cluster.controller,
+                port=port,
+                config=config,
+                store_factory=MemoryStore,
             ).start_in_thread()
-        host, port = cluster.coordinator.host, cluster.coordinator.port
+        if args.direct:
+            host, port = cluster.coordinator.host, cluster.coordinator.port
+        else:
+            host, port = cluster.brokers[0].host, cluster.brokers[0].port
         # the committers run in their own process, as clients would: the coordinator's
         # process (and its GIL) is not shared with 50 client connections
         spawn = multiprocessing.get_context("spawn")
@@ -231,6 +242,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--group-size", type=int, default=10)
     parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
+    parser.add_argument(
+        "--direct",
+        action="store_true",
+        help="commit to the coordinator's own listener, not through a broker (the extra hop)",
+    )
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args()
     if args.quick:
@@ -255,6 +271,7 @@ def main() -> None:
             "interval_ms": args.interval_ms,
             "seconds": args.seconds,
             "group_size": args.group_size,
+            "commits_sent_to": "coordinator" if args.direct else "broker",
         },
     }
     for key in ("commit_p50_ms", "commit_p99_ms", "offsets_committed_per_s", "durable_vs_memory",
