@@ -1,8 +1,7 @@
-"""Group and transaction APIs on a broker: every group and transactional id lives on the driver's
-coordinator (node 3001), so a broker
-answers them as a Kafka broker that is not the group's coordinator does — NOT_COORDINATOR, which
-sends the client back to FindCoordinator. Brokers announce these APIs all the same, because
-some clients (kafka-python's admin) check a request against the versions of any broker."""
+"""Group and transaction refusals in the shape of each API's response: what a broker answers
+when it cannot forward a request to the driver's coordinator (NOT_COORDINATOR, which sends the
+client back to FindCoordinator; `coordinator_forwarding`), and what the coordinator answers
+while its table cannot load (COORDINATOR_NOT_AVAILABLE)."""
 
 from __future__ import annotations
 
@@ -12,30 +11,6 @@ from sparklog.broker import kio_build
 from sparklog.errors import NotCoordinatorError
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.protocol.connection import Request
-
-#: The group APIs a broker refuses this way (ListGroups and ListTransactions are answered: none
-#: here; admin clients ask every node, the coordinator among them).
-REFUSED_GROUP_APIS = frozenset(
-    {
-        ApiKey.JOIN_GROUP,
-        ApiKey.SYNC_GROUP,
-        ApiKey.HEARTBEAT,
-        ApiKey.LEAVE_GROUP,
-        ApiKey.OFFSET_COMMIT,
-        ApiKey.OFFSET_FETCH,
-        ApiKey.OFFSET_DELETE,
-        ApiKey.DESCRIBE_GROUPS,
-        ApiKey.DELETE_GROUPS,
-        ApiKey.CONSUMER_GROUP_HEARTBEAT,
-        ApiKey.CONSUMER_GROUP_DESCRIBE,
-        # transactions live on the same driver-side coordinator
-        ApiKey.ADD_PARTITIONS_TO_TXN,
-        ApiKey.ADD_OFFSETS_TO_TXN,
-        ApiKey.END_TXN,
-        ApiKey.TXN_OFFSET_COMMIT,
-        ApiKey.DESCRIBE_TRANSACTIONS,
-    }
-)
 
 
 async def handle_not_coordinator(request: Request) -> Any:

@@ -123,8 +123,8 @@ BROKER_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
         ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
         ApiKey.WRITE_TXN_MARKERS: (1, 1),
         ApiKey.DESCRIBE_PRODUCERS: (0, 0),
-        # group and transaction APIs: brokers answer NOT_COORDINATOR (ListGroups: none here); the groups live
-        # on the driver's coordinator, `GROUP_COORDINATOR_APIS`
+        # group and transaction APIs: brokers forward them to the driver's coordinator
+        # (`FORWARDED_TO_COORDINATOR_APIS`), which serves `GROUP_COORDINATOR_APIS`
         **GROUP_APIS,
         **TRANSACTION_APIS,
     }
@@ -170,9 +170,10 @@ CONTROLLER_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
 )
 
 
-#: Controller APIs the group coordinator answers by handing them to the controller in-process:
-#: clients see the coordinator as one more node in Metadata and may send it what they send to
-#: "any node" (Metadata, DescribeConfigs, admin requests).
+#: Controller APIs the group coordinator answers by handing them to the controller in-process,
+#: for a client that connects to its listener directly and sends what it sends to "any node"
+#: (Metadata, DescribeConfigs, admin requests). Clients normally reach the coordinator through
+#: brokers, which forward its APIs (`FORWARDED_TO_COORDINATOR_APIS`), and never see it as a node.
 COORDINATOR_DELEGATED_APIS = frozenset(
     {
         ApiKey.METADATA,
