@@ -45,7 +45,6 @@ from sparklog.errors import CoordinatorNotAvailableError, NotCoordinatorError
 from sparklog.protocol import envelope
 from sparklog.protocol.api_versions import FORWARDED_TO_COORDINATOR_APIS, ApiKey
 from sparklog.protocol.connection import Request
-from sparklog.protocol.server import CLIENT_HOST
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +84,7 @@ class CoordinatorForwarding:
 
     async def _ask(self, request: Request) -> bytes:
         return await self.channel.forward(
-            request, CLIENT_HOST.get(), timeout_s=forward_timeout_s(request)
+            request, request.session.client_host, timeout_s=forward_timeout_s(request)
         )
 
     async def forward(self, request: Request) -> Any:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -65,9 +66,9 @@ from sparklog.protocol.api_versions import (
     ApiKey,
 )
 from sparklog.protocol.async_client import api_versions_response
-from sparklog.protocol.connection import ProtocolError, Request
+from sparklog.protocol.connection import ProtocolError, Request, RequestContext
 from sparklog.protocol.loop_thread import LoopThread
-from sparklog.protocol.server import CLIENT_HOST, KafkaServer
+from sparklog.protocol.server import KafkaServer
 from sparklog.storage.object_store import join_location, storage_options
 
 logger = logging.getLogger(__name__)
@@ -314,11 +315,14 @@ class GroupCoordinatorServer:
         except envelope.EnvelopeError as e:
             logger.warning("%s", e)
             return envelope.envelope_response(None, e.code)
-        token = CLIENT_HOST.set(client_host)
-        try:
-            body = await self.handle(inner)
-        finally:
-            CLIENT_HOST.reset(token)
+        # the client's session, as the forwarding broker saw it (Kafka's envelope context)
+        session = dataclasses.replace(
+            request.session,
+            client_address=client_host.lstrip("/"),
+            client_port=-1,
+            client_id=inner.client_id,
+        )
+        body = await self.handle(dataclasses.replace(inner, context=RequestContext(session)))
         return envelope.envelope_response(envelope.response_data(inner, body))
 
     async def _init_producer_id(self, request: Request) -> Any:

@@ -6,19 +6,39 @@ Feed bytes in with `receive_data`, pull whole messages out with `next_request` /
 
 Two error kinds: `ProtocolError` means the peer broke the protocol (oversize or malformed
 frame, unknown API): the server logs it and closes that connection only. Our own bugs assert.
+
+A server connection has a state (Kafka's `ChannelState`): PRE_AUTHENTICATION until its peer
+is authenticated, then AUTHENTICATED. Before authentication only ApiVersions and the SASL
+handshake APIs are accepted (KIP-43: Kafka's `SaslServerAuthenticator` closes a connection
+that sends anything else). A PLAINTEXT listener authenticates every connection as
+`User:ANONYMOUS` when it opens (Kafka's plaintext transport), so today every connection is
+AUTHENTICATED from its first byte; the security issue adds the SASL and TLS paths. Each
+request carries a `RequestContext`: the connection's `Session` (listener, security protocol,
+principal, client id and address) and what the request pipeline decides for it.
 """
 
 from __future__ import annotations
 
+import enum
 import struct
 from collections import deque
 from collections.abc import Generator
-from dataclasses import dataclass
-from typing import Any, Final
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
 
 from sparklog.protocol import codec, stepwise
 from sparklog.protocol.api_versions import ApiKey, VersionRange, is_supported
 from sparklog.protocol.frame_check import check_request_frame_steps, check_response_frame
+from sparklog.security.session import (
+    ANONYMOUS,
+    LOCAL_SESSION,
+    KafkaPrincipal,
+    SecurityProtocol,
+    Session,
+)
+
+if TYPE_CHECKING:
+    from sparklog.security.authorizer import Authorizer
 
 _INT32 = struct.Struct(">i")
 
@@ -37,6 +57,19 @@ class ProtocolError(Exception):
     """The peer sent something that is not valid Kafka protocol; close the connection."""
 
 
+@dataclass(slots=True)
+class RequestContext:
+    """Per request: who sent it (`session`) and what the request pipeline decided for it
+    (`sparklog.protocol.pipeline`: the authorizer to answer through, the throttle time every
+    response carries). The pipeline's stages write the decisions; response builders read them."""
+
+    session: Session = LOCAL_SESSION
+    #: set by the pipeline's authorize stage; None: no authorizer (everything allowed)
+    authorizer: Authorizer | None = None
+    #: set by the pipeline's throttle stage (quotas); the response's `throttle_time_ms`
+    throttle_time_ms: int = 0
+
+
 @dataclass(frozen=True, slots=True)
 class Request:
     """One decoded request. `body` is None for an ApiVersions request at a version we do not
@@ -48,6 +81,33 @@ class Request:
     client_id: str | None
     body: Any
     size_bytes: int
+    context: RequestContext = field(default_factory=RequestContext)
+
+    @property
+    def session(self) -> Session:
+        """Who sent this request (principal, listener, client id and address)."""
+        return self.context.session
+
+
+class ConnectionState(enum.Enum):
+    """A server connection's authentication state (Kafka's `ChannelState`, the states a
+    request can arrive in)."""
+
+    PRE_AUTHENTICATION = "pre-authentication"
+    AUTHENTICATED = "authenticated"
+
+
+#: The legal transitions; a missing entry is a bug (re-authentication, KIP-368, stays
+#: AUTHENTICATED while the new handshake runs).
+_TRANSITIONS: Final = {
+    ConnectionState.PRE_AUTHENTICATION: frozenset({ConnectionState.AUTHENTICATED}),
+    ConnectionState.AUTHENTICATED: frozenset(),
+}
+
+#: The APIs a connection may send before it is authenticated (KIP-43).
+PRE_AUTHENTICATION_APIS: Final = frozenset(
+    {ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE}
+)
 
 
 #: The largest request a server connection receives into its reused buffer.
@@ -242,8 +302,30 @@ class ServerConnection:
         max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
         *,
         direct_frame_bytes: int = DIRECT_FRAME_BYTES,
+        listener_name: str = "PLAINTEXT",
+        security_protocol: SecurityProtocol = SecurityProtocol.PLAINTEXT,
+        client_address: str = "",
+        client_port: int = -1,
+        authenticated_as: KafkaPrincipal | None = ANONYMOUS,
     ) -> None:
+        """`authenticated_as`: the principal of a transport with no handshake (PLAINTEXT:
+        `User:ANONYMOUS`, authenticated as the connection opens); None keeps the connection
+        PRE_AUTHENTICATION until `authenticated()` (the SASL path, the security issue's)."""
+        if security_protocol is not SecurityProtocol.PLAINTEXT:
+            raise ValueError(
+                f"listener {listener_name} uses {security_protocol.name}, which sparklog does "
+                "not serve yet; map it to PLAINTEXT in listener.security.protocol.map"
+            )
         self.apis = apis
+        self.listener_name = listener_name
+        self.security_protocol = security_protocol
+        self.client_address = client_address
+        self.client_port = client_port
+        self.state = ConnectionState.PRE_AUTHENTICATION
+        self.principal: KafkaPrincipal | None = None
+        self._session: Session | None = None  # of the last client id seen
+        if authenticated_as is not None:
+            self.authenticated(authenticated_as)
         # Large requests share one buffer: `next_request` decodes a frame before it returns,
         # and kio's decode copies what it keeps (a test holds it to that). Only requests of
         # usual sizes (max.request.size is 1 MiB) reuse it, so a connection that once sent a
@@ -254,6 +336,30 @@ class ServerConnection:
             direct_frame_bytes=direct_frame_bytes,
             reuse_max_bytes=REUSED_REQUEST_BUFFER_BYTES,
         )
+
+    def authenticated(self, principal: KafkaPrincipal) -> None:
+        """The peer proved it is `principal`: requests of every API are accepted from now."""
+        self._transition(ConnectionState.AUTHENTICATED)
+        self.principal = principal
+        self._session = None
+
+    def _transition(self, state: ConnectionState) -> None:
+        assert state in _TRANSITIONS[self.state], f"connection {self.state} -> {state}"
+        self.state = state
+
+    def session(self, client_id: str | None) -> Session:
+        """The session of a request with `client_id` (one object while the id repeats)."""
+        session = self._session
+        if session is None or session.client_id != client_id:
+            session = self._session = Session(
+                principal=self.principal or ANONYMOUS,
+                listener_name=self.listener_name,
+                security_protocol=self.security_protocol,
+                client_address=self.client_address,
+                client_port=self.client_port,
+                client_id=client_id,
+            )
+        return session
 
     def receive_data(self, data: bytes | memoryview) -> None:
         self._frames.feed(data)
@@ -304,10 +410,19 @@ class ServerConnection:
             api_key, version = codec.peek_api_key_and_version(frame)
         except ValueError as e:
             raise ProtocolError(str(e)) from None
+        if self.state is not ConnectionState.AUTHENTICATED and (
+            api_key not in PRE_AUTHENTICATION_APIS
+        ):
+            name = ApiKey(api_key).name if api_key in ApiKey._value2member_map_ else api_key
+            raise ProtocolError(
+                f"unexpected {name} request before authentication (only ApiVersions and the "
+                "SASL handshake come first); closing the connection"
+            )
         if not is_supported(self.apis, api_key, version):
             if api_key == ApiKey.API_VERSIONS:
                 correlation_id = _INT32.unpack_from(frame, 4)[0] if len(frame) >= 8 else -1
-                return Request(api_key, version, correlation_id, None, None, len(frame))
+                context = RequestContext(self.session(None))
+                return Request(api_key, version, correlation_id, None, None, len(frame), context)
             name = ApiKey(api_key).name if api_key in ApiKey._value2member_map_ else api_key
             raise ProtocolError(f"unsupported API {name} version {version}; closing the connection")
         try:
@@ -317,7 +432,10 @@ class ServerConnection:
             raise ProtocolError(
                 f"malformed {ApiKey(api_key).name} v{version} request: {e}"
             ) from None
-        return Request(api_key, version, header.correlation_id, header.client_id, body, len(frame))
+        context = RequestContext(self.session(header.client_id))
+        return Request(
+            api_key, version, header.correlation_id, header.client_id, body, len(frame), context
+        )
 
     def send_response(self, request: Request, body: Any) -> bytes:
         """Bytes of the response to `request` (the caller keeps per-connection order)."""

@@ -4,16 +4,22 @@ Moves bytes between sockets and `ServerConnection`s and hands each decoded reque
 handler. Per connection, requests are handled one at a time and answered in order, as Kafka's
 network layer mutes a channel while a request is in flight. A `ProtocolError` from one peer
 closes that connection only; everything else keeps serving.
+
+Every request goes to its handler through one `RequestPipeline` (`sparklog.protocol.pipeline`,
+the one call in `_serve_connection`): the ordered stages authenticate → authorize → throttle
+→ measure run around each handler call there and nowhere else. Security (SASL, ACLs), quotas
+and metrics plug in by passing `stages` (or replacing one with `RequestPipeline.with_stage`);
+today's stages allow everything, throttle nothing and cost nothing. Each request carries its
+connection's `Session` (listener, `PLAINTEXT`, `User:ANONYMOUS`, client id, client address).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import logging
 import os
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sparklog.protocol import cooperative, file_response
@@ -25,6 +31,7 @@ from sparklog.protocol.connection import (
     ServerConnection,
 )
 from sparklog.protocol.file_response import FileResponse
+from sparklog.protocol.pipeline import Handler, RequestPipeline, RequestStage
 from sparklog.protocol.request_queue import (
     DEFAULT_QUEUED_MAX_REQUESTS,
     UNBOUNDED,
@@ -33,9 +40,6 @@ from sparklog.protocol.request_queue import (
 )
 
 logger = logging.getLogger(__name__)
-
-#: A handler returns the response body, or None when no response is due (Produce acks=0).
-Handler = Callable[[Request], Awaitable[Any | None]]
 
 #: Between requests a connection reads this much at a time, so a large request's first read
 #: holds little of its body: the rest goes by `recv_into` straight into the request's own
@@ -46,10 +50,6 @@ _DIRECT_REQUEST_BYTES = 16 * 1024
 #: Responses are written without awaiting `drain()` until this much waits in the transport
 #: (asyncio's default high-water mark): an awaited drain per response cost a task and a timer.
 _DRAIN_ABOVE_BYTES = 64 * 1024
-
-#: The peer host of the connection whose request a handler is serving (Kafka's client host,
-#: "/127.0.0.1" style, as DescribeGroups answers it); one value per connection task.
-CLIENT_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="")
 
 
 class KafkaServer:
@@ -70,8 +70,13 @@ class KafkaServer:
         connections_max_idle_ms: int = 600_000,
         queued_max_requests: int = DEFAULT_QUEUED_MAX_REQUESTS,
         queued_max_request_bytes: int = UNBOUNDED,
+        listener_name: str = "PLAINTEXT",
+        stages: Sequence[RequestStage] | None = None,
     ) -> None:
         self.handler = handler
+        #: the one place cross-cutting policy runs around `handler` (module docstring)
+        self.pipeline = RequestPipeline(handler, stages)
+        self.listener_name = listener_name
         self.apis = apis
         self.host = host
         self.port = port
@@ -163,7 +168,6 @@ class KafkaServer:
         assert task is not None
         self._connections[task] = writer
         self._per_ip[ip] = self._per_ip.get(ip, 0) + 1
-        CLIENT_HOST.set(f"/{ip}" if ip else "")
         conn = protocol.conn
         idle_s = self.connections_max_idle_ms / 1000
         reserved = 0
@@ -187,7 +191,7 @@ class KafkaServer:
                     request := await cooperative.complete(conn.next_request_steps())
                 ) is not NEED_DATA:
                     async with self.request_slots.slot():
-                        body = await self.handler(request)
+                        body = await self.pipeline(request)
                     if body is not None:
                         try:  # a peer that never reads its responses is idle too
                             if isinstance(body, FileResponse):
@@ -245,7 +249,10 @@ class _RequestProtocol(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
             loop=loop,
         )
         self.conn = ServerConnection(
-            server.apis, server.max_request_bytes, direct_frame_bytes=_DIRECT_REQUEST_BYTES
+            server.apis,
+            server.max_request_bytes,
+            direct_frame_bytes=_DIRECT_REQUEST_BYTES,
+            listener_name=server.listener_name,
         )
         self._pool_bounded = server.memory_pool.bounded
         self._scratch = memoryview(bytearray(_FIRST_READ_BYTES))
@@ -256,6 +263,9 @@ class _RequestProtocol(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
         self._reading: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple) and len(peer) >= 2:
+            self.conn.client_address, self.conn.client_port = peer[0], peer[1]
         super().connection_made(transport)
         assert isinstance(transport, asyncio.Transport)
         self._reading = transport

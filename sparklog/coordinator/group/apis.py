@@ -25,7 +25,6 @@ from sparklog.errors import (
 )
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.protocol.connection import Request
-from sparklog.protocol.server import CLIENT_HOST
 
 #: Join/Sync wait at most this long past the rebalance timeout before answering (a bug guard).
 _WAIT_SLACK_S = 30.0
@@ -105,7 +104,7 @@ class GroupCoordinatorApis:
                 member_id=body.member_id,
                 group_instance_id=getattr(body, "group_instance_id", None),
                 client_id=request.client_id or "",
-                client_host=CLIENT_HOST.get(),
+                client_host=request.session.client_host,
                 session_timeout_ms=session_ms,
                 rebalance_timeout_ms=rebalance_ms,
                 protocol_type=body.protocol_type,
@@ -367,7 +366,7 @@ class GroupCoordinatorApis:
             server_assignor=body.server_assignor,
             owned=owned,
             client_id=request.client_id or "",
-            client_host=CLIENT_HOST.get(),
+            client_host=request.session.client_host,
         )
         self.after_call()
         assignment = values["assignment"]

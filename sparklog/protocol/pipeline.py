@@ -1,0 +1,155 @@
+"""The request pipeline: the one place where cross-cutting policy wraps every handler call.
+
+Theory of operation. `KafkaServer` hands each decoded request to a `RequestPipeline`, which
+runs its stages' `on_request` hooks in order, then the handler, then the stages'
+`on_response` hooks in reverse order (the first stage sees the response last, as a servlet
+filter chain or Kafka's `KafkaApis.handle` → `RequestChannel.sendResponse` path does). The
+stages, in Kafka's order:
+
+1. **authenticate** — is the connection's principal still good for this request? (KIP-368
+   re-authentication, an expired session). The connection's own state machine
+   (`ServerConnection`, pre-authentication → authenticated) already refuses anything but
+   ApiVersions and the SASL handshake before authentication, as Kafka's
+   `SaslServerAuthenticator` does. Today: a PLAINTEXT connection is authenticated as
+   `User:ANONYMOUS` when it opens; this stage allows.
+2. **authorize** — binds the authorizer to the request (`RequestContext.authorizer`), so that
+   handlers and the response builders answer authorized operations through it
+   (`authorized_operations`). Today: no authorizer, every supported operation.
+3. **throttle** — quotas (KIP-13 bandwidth, KIP-124 request time, KIP-599 mutation rate) set
+   `RequestContext.throttle_time_ms`, which every response builder writes as the response's
+   `throttle_time_ms` (`throttle_time_ms(request)`), and may mute the channel. Today: 0.
+4. **measure** — request metrics (Kafka's `RequestMetrics`: time in queue, local, throttle,
+   response send) around the handler. Today: a hook point.
+
+A stage overrides `on_request` (return a response body to answer without calling the
+handler: a refusal) and/or `on_response` (look at or replace the response); the pipeline
+calls only the hooks a stage overrides, so today's no-op stages cost nothing per request.
+Handlers never write `throttle_time_ms` or `authorized_operations` themselves: they state the
+resource (`authorized_operations(request, ResourceType.TOPIC, name)`) and the pipeline's
+context decides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from sparklog.protocol.connection import Request
+from sparklog.security.acl import AUTHORIZED_OPERATIONS_OMITTED, ResourceType
+from sparklog.security.authorizer import authorized_operations as _authorized_operations
+
+#: A handler returns the response body, or None when no response is due (Produce acks=0).
+Handler = Callable[[Request], Awaitable[Any | None]]
+
+
+class RequestStage:
+    """One cross-cutting policy around every handler call; override what you need."""
+
+    #: the stage's slot in the pipeline ("authenticate", "authorize", "throttle", "measure")
+    name = "stage"
+
+    def on_request(self, request: Request) -> Any | None:
+        """Before the handler: None to go on, or the response body to answer with instead."""
+        return None
+
+    def on_response(self, request: Request, response: Any | None) -> Any | None:
+        """After the handler (or a refusing stage): the response to send (None: no answer)."""
+        return response
+
+
+class AllowAuthenticated(RequestStage):
+    """Authentication gate: lets every request of an authenticated connection through (the
+    connection refuses unauthenticated ones itself)."""
+
+    name = "authenticate"
+
+
+class NoAuthorizer(RequestStage):
+    """Authorization with no `authorizer.class.name`: everything is allowed, and a resource's
+    authorized operations are all it supports (`RequestContext.authorizer` stays None)."""
+
+    name = "authorize"
+
+
+class NoQuotas(RequestStage):
+    """Throttling with no quotas configured: throttle time 0, the channel is never muted."""
+
+    name = "throttle"
+
+
+class NoMetrics(RequestStage):
+    """Request metrics: the hook point `metrics/` fills (Kafka's `RequestMetrics`)."""
+
+    name = "measure"
+
+
+def default_stages() -> list[RequestStage]:
+    return [AllowAuthenticated(), NoAuthorizer(), NoQuotas(), NoMetrics()]
+
+
+class RequestPipeline:
+    """The handler wrapped in its ordered stages; call it with a request."""
+
+    def __init__(self, handler: Handler, stages: Sequence[RequestStage] | None = None) -> None:
+        self.handler = handler
+        self.stages = list(default_stages() if stages is None else stages)
+        names = [s.name for s in self.stages]
+        assert len(set(names)) == len(names), f"stage names repeat: {names}"
+        # only the hooks a stage overrides run
+        self._before = [
+            s.on_request for s in self.stages if type(s).on_request is not RequestStage.on_request
+        ]
+        self._after = [
+            s.on_response
+            for s in reversed(self.stages)
+            if type(s).on_response is not RequestStage.on_response
+        ]
+
+    def stage(self, name: str) -> RequestStage:
+        """The stage called `name` (KeyError naming the stages there are)."""
+        for stage in self.stages:
+            if stage.name == name:
+                return stage
+        raise KeyError(f"no stage {name!r} in the pipeline ({[s.name for s in self.stages]})")
+
+    def with_stage(self, stage: RequestStage) -> RequestPipeline:
+        """A pipeline with `stage` in place of the stage of the same name (or appended)."""
+        stages = [stage if s.name == stage.name else s for s in self.stages]
+        if stage not in stages:
+            stages.append(stage)
+        return RequestPipeline(self.handler, stages)
+
+    async def __call__(self, request: Request) -> Any | None:
+        if not self._before and not self._after:
+            return await self.handler(request)
+        response = None
+        for hook in self._before:
+            response = hook(request)
+            if response is not None:
+                break
+        else:
+            response = await self.handler(request)
+        for after in self._after:
+            response = after(request, response)
+        return response
+
+
+# -- response fields the pipeline owns --------------------------------------------------------
+
+
+def throttle_time_ms(request: Request) -> int:
+    """The `throttle_time_ms` every response to `request` carries (the throttle stage's
+    decision; 0 without quotas). Response builders call this; handlers never write it."""
+    return request.context.throttle_time_ms
+
+
+def authorized_operations(
+    request: Request, resource_type: ResourceType, name: str, *, include: bool = True
+) -> int:
+    """The `authorized_operations` bit field of one resource in the answer to `request`:
+    omitted (INT32_MIN) unless the client asked (`include`), else what the request's
+    authorizer allows its session (every supported operation without one)."""
+    if not include:
+        return AUTHORIZED_OPERATIONS_OMITTED
+    context = request.context
+    return _authorized_operations(context.authorizer, context.session, resource_type, name)
