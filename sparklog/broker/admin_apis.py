@@ -149,9 +149,7 @@ class AdminApis:
             self._describe_resource(r, synonyms)
             async for r in cooperative.each(body.resources, weight)
         ]
-        return await kio_build.response_cooperatively(
-            request, {"throttle_time": 0, "results": results}
-        )
+        return await kio_build.response_cooperatively(request, {"results": results})
 
     def _describe_resource(self, resource: Any, include_synonyms: bool) -> dict[str, Any]:
         kind = int(resource.resource_type)
@@ -265,5 +263,4 @@ def forward_error_response(request: Request, code: int, message: str) -> Any:
                 for r in body.resources
             ]
         }
-    data["throttle_time"] = 0
     return kio_build.response(request, data)

@@ -174,11 +174,8 @@ def find_coordinator_response(
     }
     if request.api_version >= 4:
         keys = request.body.coordinator_keys
-        return kio_build.response(
-            request, {"throttle_time": 0, "coordinators": [{"key": k, **node} for k in keys]}
-        )
-    answer = {"throttle_time": 0, **node}
+        return kio_build.response(request, {"coordinators": [{"key": k, **node} for k in keys]})
+    answer = {**node}
     if request.api_version == 0:
-        answer.pop("throttle_time")
         answer.pop("error_message")
     return kio_build.response(request, answer)

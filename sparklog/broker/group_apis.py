@@ -11,6 +11,7 @@ from sparklog.broker import kio_build
 from sparklog.errors import NotCoordinatorError
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.protocol.connection import Request
+from sparklog.security.acl import AUTHORIZED_OPERATIONS_OMITTED
 
 
 async def handle_not_coordinator(request: Request) -> Any:
@@ -22,7 +23,7 @@ def refusal(request: Request, code: int) -> Any:
     """Error `code` in the shape of a group or transaction API's response (also what the
     driver's coordinator answers with COORDINATOR_NOT_AVAILABLE when its table cannot load)."""
     body, key, version = request.body, ApiKey(request.api_key), request.api_version
-    data: dict[str, Any] = {"throttle_time": 0}
+    data: dict[str, Any] = {}
     if key == ApiKey.JOIN_GROUP:
         data.update(
             error_code=code,
@@ -63,7 +64,7 @@ def refusal(request: Request, code: int) -> Any:
                 "protocol_type": "",
                 "protocol_data": "",
                 "members": [],
-                "authorized_operations": -(2**31),
+                "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,  # errors carry none
             }
             for g in body.groups
         ]
@@ -91,7 +92,7 @@ def refusal(request: Request, code: int) -> Any:
                 "assignment_epoch": -1,
                 "assignor_name": "",
                 "members": [],
-                "authorized_operations": -(2**31),
+                "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,  # errors carry none
             }
             for g in body.group_ids
         ]
@@ -133,10 +134,7 @@ def refusal(request: Request, code: int) -> Any:
     elif key == ApiKey.INIT_PRODUCER_ID:
         data.update(error_code=code, producer_id=-1, producer_epoch=-1)
     elif key == ApiKey.SPARKLOG_END_TXN_BATCH:
-        from sparklog.protocol.sparklog_apis import EndTxnBatchResponse
-
         data.update(error_code=code, error_message=None, outcome="", results=[])
-        return kio_build.build(EndTxnBatchResponse, data)
     else:
         raise AssertionError(f"{key.name} is not a refused group API")
     return kio_build.response(request, data)

@@ -63,6 +63,8 @@ from sparklog.protocol.api_versions import (
 from sparklog.protocol.async_client import api_versions_response
 from sparklog.protocol.connection import ProtocolError, Request
 from sparklog.protocol.file_response import FileResponse, placeholder
+from sparklog.protocol.pipeline import authorized_operations, throttle_time_ms
+from sparklog.security.acl import CLUSTER_NAME, ResourceType
 from sparklog.storage.file_records import FileRecords
 
 logger = logging.getLogger(__name__)
@@ -257,7 +259,9 @@ class KafkaApis:
     async def handle_api_versions(self, request: Request) -> Any:
         if request.body is None:  # a version we do not know: v0 answer listing ours (Kafka)
             return api_versions_response(BROKER_ADVERTISED_APIS, 0, UnsupportedVersionError.code)
-        return api_versions_response(BROKER_ADVERTISED_APIS, request.api_version)
+        return api_versions_response(
+            BROKER_ADVERTISED_APIS, request.api_version, throttle_time_ms=throttle_time_ms(request)
+        )
 
     # -- produce ------------------------------------------------------------------------------
 
@@ -286,7 +290,9 @@ class KafkaApis:
             if failed:  # Kafka closes the connection so an acks=0 client notices
                 raise ProtocolError(f"acks=0 produce failed ({'; '.join(failed)})")
             return None
-        encoded = encode_produce_body(request.api_version, results.items())
+        encoded = encode_produce_body(
+            request.api_version, results.items(), throttle_time_ms=throttle_time_ms(request)
+        )
         if encoded is not None:
             return encoded
         data, leaders = produce_response_data(results.items(), self.replica_manager.leader_of)
@@ -333,7 +339,6 @@ class KafkaApis:
         response = await kio_build.response_cooperatively(
             request,
             {
-                "throttle_time": 0,
                 "error_code": error_code,
                 "session_id": session_id,
                 "responses": group_by_topic(items, "topic"),
@@ -368,7 +373,7 @@ class KafkaApis:
                 data["error_code"] = error_code_of(e, f"ListOffsets {tp}")[0]
             items.append((topic.name, data))
         return await kio_build.response_cooperatively(
-            request, {"throttle_time": 0, "topics": group_by_topic(items, "name")}
+            request, {"topics": group_by_topic(items, "name")}
         )
 
     async def handle_offset_for_leader_epoch(self, request: Request) -> Any:
@@ -387,7 +392,7 @@ class KafkaApis:
                 data["error_code"] = error_code_of(e, f"OffsetForLeaderEpoch {topic.topic}")[0]
             items.append((topic.topic, data))
         return await kio_build.response_cooperatively(
-            request, {"throttle_time": 0, "topics": group_by_topic(items, "topic")}
+            request, {"topics": group_by_topic(items, "topic")}
         )
 
     async def handle_delete_records(self, request: Request) -> Any:
@@ -403,7 +408,7 @@ class KafkaApis:
                 data["error_code"] = error_code_of(e, f"DeleteRecords {topic.name}")[0]
             items.append((topic.name, data))
         return await kio_build.response_cooperatively(
-            request, {"throttle_time": 0, "topics": group_by_topic(items, "name")}
+            request, {"topics": group_by_topic(items, "name")}
         )
 
     # -- coordinators -------------------------------------------------------------------------
@@ -427,7 +432,6 @@ class KafkaApis:
         return kio_build.response(
             request,
             {
-                "throttle_time": 0,
                 "error_code": 0,
                 "unknown_state_filters": unknown,
                 "transaction_states": [],
@@ -439,13 +443,13 @@ class KafkaApis:
 
     async def handle_list_groups(self, request: Request) -> Any:
         """No coordinator, no groups (with one: `CoordinatorForwarding`)."""
-        return kio_build.response(request, {"throttle_time": 0, "error_code": 0, "groups": []})
+        return kio_build.response(request, {"error_code": 0, "groups": []})
 
     # -- producer ids -------------------------------------------------------------------------
 
     async def handle_init_producer_id(self, request: Request) -> Any:
         body = request.body
-        answer: dict[str, Any] = {"throttle_time": 0, "producer_id": -1, "producer_epoch": -1}
+        answer: dict[str, Any] = {"producer_id": -1, "producer_epoch": -1}
         if body.transactional_id is not None:  # the transaction coordinator's (on the driver)
             if self.forwarding is not None:
                 return await self.forwarding.forward(request)
@@ -492,14 +496,24 @@ class KafkaApis:
             self._topic_metadata(name, create_errors)
             async for name in cooperative.each(dict.fromkeys(names))
         ]
+        if getattr(body, "include_topic_authorized_operations", False):  # v8+
+            for topic in topics:
+                topic["topic_authorized_operations"] = authorized_operations(
+                    request, ResourceType.TOPIC, topic["name"]
+                )
         return await kio_build.response_cooperatively(
             request,
             {
-                "throttle_time": 0,
                 "brokers": self._alive_brokers(),
                 "cluster_id": self.metadata.cluster_id,
                 "controller_id": self._controller_id_for_clients(),
                 "topics": topics,
+                "cluster_authorized_operations": authorized_operations(  # v8-v10 only
+                    request,
+                    ResourceType.CLUSTER,
+                    CLUSTER_NAME,
+                    include=getattr(body, "include_cluster_authorized_operations", False),
+                ),
             },
         )
 
@@ -542,14 +556,11 @@ class KafkaApis:
 
     async def handle_describe_log_dirs(self, request: Request) -> Any:
         results = describe_log_dirs(self.replica_manager.log_manager, request.body.topics)
-        return kio_build.response(
-            request, {"throttle_time": 0, "error_code": 0, "results": results}
-        )
+        return kio_build.response(request, {"error_code": 0, "results": results})
 
     async def handle_describe_cluster(self, request: Request) -> Any:
         endpoint_type = int(getattr(request.body, "endpoint_type", 1))
         answer: dict[str, Any] = {
-            "throttle_time": 0,
             "error_code": 0,
             "endpoint_type": endpoint_type,
             "cluster_id": self.metadata.cluster_id or "",
@@ -558,6 +569,12 @@ class KafkaApis:
                 {"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"]}
                 for b in self._alive_brokers()
             ],
+            "cluster_authorized_operations": authorized_operations(
+                request,
+                ResourceType.CLUSTER,
+                CLUSTER_NAME,
+                include=request.body.include_cluster_authorized_operations,
+            ),
         }
         if endpoint_type != 1:
             answer.update(error_code=119, error_message="brokers list brokers only", brokers=[])

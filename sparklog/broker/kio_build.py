@@ -4,6 +4,10 @@ kio generates one class per (message, version); a handler serving Fetch v4..v12 
 need nine code paths. `build(cls, data)` fills a kio dataclass from a dict, converting plain
 values to kio's field types (error codes, millisecond durations, timestamps, nested entities)
 and dropping keys the version lacks, so a handler describes its answer once.
+
+`response(request, data)` is the response builder of every handler that answers with it: it
+writes the response's `throttle_time_ms` from the request pipeline (`throttle_time_ms(request)`:
+the quotas' decision, 0 today), so no handler writes one.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import TZAware, i32Timedelta, i64Timedelta
 
 from sparklog.protocol import codec, cooperative
+from sparklog.protocol.pipeline import throttle_time_ms
 
 _MISSING = dataclasses.MISSING
 
@@ -44,17 +49,32 @@ def build(cls: type, data: Mapping[str, Any]) -> Any:
 
 
 def response(request: Any, data: Mapping[str, Any]) -> Any:
-    """The response to a decoded `Request` (its api key and version), built from `data`."""
-    return build(codec.response_schema(request.api_key, request.api_version), data)
+    """The response to a decoded `Request` (its api key and version), built from `data`, with
+    the pipeline's throttle time."""
+    cls = codec.response_schema(request.api_key, request.api_version)
+    return build(cls, _with_throttle_time(cls, request, data))
 
 
 async def response_cooperatively(request: Any, data: Mapping[str, Any]) -> Any:
     """`response(request, data)`, pausing between entities when `data` is large, so building
     the answer to a huge request lets other connections run (`protocol.cooperative`)."""
     cls = codec.response_schema(request.api_key, request.api_version)
+    data = _with_throttle_time(cls, request, data)
     if _entries(data) < LARGE_ENTRIES:
         return build(cls, data)
     return await cooperative.complete(_build_steps(cls, data))
+
+
+def _with_throttle_time(cls: type, request: Any, data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """`data` with the response's throttle time, when this version has the field."""
+    if not _has_throttle_time(cls):
+        return data
+    return {**data, "throttle_time": throttle_time_ms(request)}
+
+
+@cache
+def _has_throttle_time(cls: type) -> bool:
+    return has_field(cls, "throttle_time")
 
 
 #: Answers with at least this many entries are built step by step.

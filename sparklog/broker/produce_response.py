@@ -29,7 +29,10 @@ _INT16 = struct.Struct(">h")
 
 
 def encode_produce_body(
-    version: int, results: Iterable[tuple[tuple[str, int], ProduceResult]]
+    version: int,
+    results: Iterable[tuple[tuple[str, int], ProduceResult]],
+    *,
+    throttle_time_ms: int,
 ) -> EncodedBody | None:
     """The response body for these per-partition results, topics in first-seen order; None
     when kio must write it (a version outside v3..v11, a v10+ NOT_LEADER_OR_FOLLOWER)."""
@@ -62,7 +65,7 @@ def encode_produce_body(
                 out.append(0)  # the partition's tagged fields: no current leader
         if flexible:
             out.append(0)  # the topic's tagged fields
-    out += _INT32.pack(0)  # throttle_time_ms
+    out += _INT32.pack(throttle_time_ms)  # the pipeline's, as kio_build writes it
     if flexible:
         out.append(0)  # the response's tagged fields: no node endpoints
     return EncodedBody(bytes(out), flexible)
@@ -95,7 +98,7 @@ def produce_response_data(
             leaders.add(leader)
         by_topic.setdefault(topic, []).append(data)
     responses = [{"name": t, "partition_responses": ps} for t, ps in by_topic.items()]
-    return {"responses": responses, "throttle_time": 0}, leaders
+    return {"responses": responses}, leaders
 
 
 def _array_length(out: bytearray, n: int, flexible: bool) -> None:

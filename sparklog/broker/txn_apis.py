@@ -88,4 +88,4 @@ def handle_describe_producers(request: Any, replica_manager: ReplicaManager) -> 
                 )
             partitions.append(answer)
         topics.append({"name": t.name, "partitions": partitions})
-    return kio_build.response(request, {"throttle_time": 0, "topics": topics})
+    return kio_build.response(request, {"topics": topics})

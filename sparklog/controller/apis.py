@@ -35,7 +35,6 @@ from sparklog.controller.replication_control import (
     validate_topic_name,
 )
 from sparklog.controller.responses import (
-    AUTHORIZED_OPERATIONS_OMITTED,
     Response,
     alter_configs_response,
     described_config,
@@ -54,6 +53,8 @@ from sparklog.errors import (
 from sparklog.protocol.api_versions import CONTROLLER_APIS, ApiKey
 from sparklog.protocol.async_client import api_versions_response
 from sparklog.protocol.connection import Request
+from sparklog.protocol.pipeline import throttle_time_ms
+from sparklog.security.acl import CLUSTER_NAME, ResourceType
 
 logger = logging.getLogger(__name__)
 
@@ -120,7 +121,9 @@ class ControllerApis:
     def handle_api_versions(self, request: Request) -> Any:
         if request.body is None:  # a version we do not speak: answer v0 with our table
             return api_versions_response(CONTROLLER_APIS, 0, UnsupportedVersionError.code)
-        return api_versions_response(CONTROLLER_APIS, request.api_version)
+        return api_versions_response(
+            CONTROLLER_APIS, request.api_version, throttle_time_ms=throttle_time_ms(request)
+        )
 
     async def handle_broker_registration(self, request: Request) -> Any:
         body, respond = request.body, Response(request)
@@ -224,7 +227,11 @@ class ControllerApis:
             cluster_id=self.server.cluster_id,
             controller_id=controller_id,
             brokers=brokers,
-            cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+            cluster_authorized_operations=respond.authorized_operations(
+                ResourceType.CLUSTER,
+                CLUSTER_NAME,
+                include=request.body.include_cluster_authorized_operations,
+            ),
         )
 
     def _client_nodes(self) -> list[tuple[int, str, int, str | None]]:
@@ -346,7 +353,11 @@ class ControllerApis:
             cluster_id=self.server.cluster_id,
             controller_id=self._controller_id(),
             topics=topics,
-            cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+            cluster_authorized_operations=respond.authorized_operations(  # v8-v10 only
+                ResourceType.CLUSTER,
+                CLUSTER_NAME,
+                include=getattr(body, "include_cluster_authorized_operations", False),
+            ),
         )
 
     async def _requested_topics(self, requested: Any, allow_auto: bool) -> list[Any]:
@@ -406,7 +417,11 @@ class ControllerApis:
             topic_id=topic.topic_id,
             is_internal=False,
             partitions=partitions,
-            topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+            topic_authorized_operations=respond.authorized_operations(
+                ResourceType.TOPIC,
+                topic.name,
+                include=getattr(respond.request.body, "include_topic_authorized_operations", False),
+            ),
         )
 
     # -- topic admin ------------------------------------------------------------------------

@@ -24,21 +24,31 @@ from sparklog.controller.results import ApiError
 from sparklog.errors import InvalidTopicError, UnknownTopicIdError, UnknownTopicOrPartitionError
 from sparklog.protocol import codec
 from sparklog.protocol.connection import Request
-
-#: Kafka's "authorized operations not requested" bit field.
-AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
-ZERO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
+from sparklog.protocol.pipeline import authorized_operations, throttle_time_ms
+from sparklog.security.acl import AUTHORIZED_OPERATIONS_OMITTED, ResourceType
 
 
 class Response:
-    """Builds kio entities of one response version, keeping only the fields it has."""
+    """Builds kio entities of one response version, keeping only the fields it has; the
+    response's `throttle_time_ms` and `authorized_operations` come from the request pipeline
+    (`sparklog.protocol.pipeline`)."""
 
     def __init__(self, request: Request) -> None:
+        self.request = request
         self.schema = codec.response_schema(request.api_key, request.api_version)
         self.module = sys.modules[self.schema.__module__]
 
     def __call__(self, **values: Any) -> Any:
-        return _make(self.schema, {"throttle_time": ZERO_THROTTLE, **values})
+        throttle = i32Timedelta.parse(
+            datetime.timedelta(milliseconds=throttle_time_ms(self.request))
+        )
+        return _make(self.schema, {**values, "throttle_time": throttle})
+
+    def authorized_operations(
+        self, resource_type: ResourceType, name: str, *, include: bool
+    ) -> int:
+        """A resource's `authorized_operations` field (omitted unless `include`)."""
+        return authorized_operations(self.request, resource_type, name, include=include)
 
     def has(self, entity: str) -> bool:
         """Whether this version has the nested entity (e.g. CreateTopics configs from v5)."""
@@ -87,10 +97,18 @@ def missing_topic(name: str | None, topic_id: Any) -> Callable[[Response], Any]:
             topic_id=topic_id,
             is_internal=False,
             partitions=(),
-            topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+            topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED
+            if name is None  # an unknown topic id: Kafka answers no operations for it
+            else respond.authorized_operations(
+                ResourceType.TOPIC, name, include=_topic_operations_asked(respond.request)
+            ),
         )
 
     return build
+
+
+def _topic_operations_asked(request: Request) -> bool:
+    return bool(getattr(request.body, "include_topic_authorized_operations", False))
 
 
 def described_config(respond: Response, entry: ConfigEntry) -> Any:

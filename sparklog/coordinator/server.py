@@ -68,6 +68,7 @@ from sparklog.protocol.api_versions import (
 from sparklog.protocol.async_client import api_versions_response
 from sparklog.protocol.connection import ProtocolError, Request, RequestContext
 from sparklog.protocol.loop_thread import LoopThread
+from sparklog.protocol.pipeline import throttle_time_ms
 from sparklog.protocol.server import KafkaServer
 from sparklog.storage.object_store import join_location, storage_options
 
@@ -283,7 +284,9 @@ class GroupCoordinatorServer:
             return await self._handle_envelope(request)
         if api == ApiKey.API_VERSIONS:
             return api_versions_response(
-                GROUP_COORDINATOR_APIS, 0 if request.body is None else request.api_version
+                GROUP_COORDINATOR_APIS,
+                0 if request.body is None else request.api_version,
+                throttle_time_ms=throttle_time_ms(request),
             )
         if api in COORDINATOR_DELEGATED_APIS:
             return await self.controller.handle_from_other_loop(request)
@@ -330,7 +333,6 @@ class GroupCoordinatorServer:
         broker's."""
         await self._reserve_producer_ids(1)
         answer = {
-            "throttle_time": 0,
             "error_code": 0,
             "producer_id": self._take_producer_id(),
             "producer_epoch": 0,

@@ -110,8 +110,11 @@ class AsyncKafkaConnection:
                 await self._read_task
 
 
-def api_versions_response(apis: Any, version: int, error_code: int = 0) -> Any:
-    """The ApiVersions response announcing `apis` (at `version`, or v0 for an unknown one)."""
+def api_versions_response(
+    apis: Any, version: int, error_code: int = 0, *, throttle_time_ms: int = 0
+) -> Any:
+    """The ApiVersions response announcing `apis` (at `version`, or v0 for an unknown one);
+    a server passes its pipeline's `throttle_time_ms(request)`."""
     schema = codec.response_schema(18, version)
     module = __import__(schema.__module__, fromlist=["ApiVersion"])
     keys = tuple(
@@ -120,5 +123,7 @@ def api_versions_response(apis: Any, version: int, error_code: int = 0) -> Any:
     )
     kwargs: dict[str, Any] = {"error_code": ErrorCode(error_code), "api_keys": keys}
     if version >= 1:
-        kwargs["throttle_time"] = i32Timedelta.parse(datetime.timedelta(0))
+        kwargs["throttle_time"] = i32Timedelta.parse(
+            datetime.timedelta(milliseconds=throttle_time_ms)
+        )
     return schema(**kwargs)

@@ -25,6 +25,8 @@ from sparklog.errors import (
 )
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.protocol.connection import Request
+from sparklog.protocol.pipeline import authorized_operations
+from sparklog.security.acl import AUTHORIZED_OPERATIONS_OMITTED, ResourceType
 
 #: Join/Sync wait at most this long past the rebalance timeout before answering (a bug guard).
 _WAIT_SLACK_S = 30.0
@@ -117,7 +119,7 @@ class GroupCoordinatorApis:
         )
         if version < 7 and values.get("protocol_name") is None:
             values = {**values, "protocol_name": ""}
-        return kio_build.response(request, {"throttle_time": 0, **values})
+        return kio_build.response(request, {**values})
 
     async def handle_sync_group(self, request: Request) -> Any:
         body = request.body
@@ -136,7 +138,7 @@ class GroupCoordinatorApis:
             self._max_rebalance_s(body.group_id),
             _WAIT_SLACK_S,
         )
-        answer = {"throttle_time": 0, "assignment": b"", **values}
+        answer = {"assignment": b"", **values}
         answer["assignment"] = answer.get("assignment") or b""
         return kio_build.response(request, answer)
 
@@ -150,7 +152,7 @@ class GroupCoordinatorApis:
             group_instance_id=getattr(body, "group_instance_id", None),
         )
         self.after_call()
-        return kio_build.response(request, {"throttle_time": 0, "error_code": code})
+        return kio_build.response(request, {"error_code": code})
 
     async def handle_leave_group(self, request: Request) -> Any:
         body = request.body
@@ -161,14 +163,14 @@ class GroupCoordinatorApis:
         top, codes = self.coordinator.leave_group(self.clock(), body.group_id, members)
         self.after_call()
         if request.api_version < 3:
-            return kio_build.response(request, {"throttle_time": 0, "error_code": top or codes[0]})
+            return kio_build.response(request, {"error_code": top or codes[0]})
         answer = [
             {"member_id": mid, "group_instance_id": iid, "error_code": code}
             for (mid, iid), code in zip(members, codes, strict=True)
         ]
         return kio_build.response(
             request,
-            {"throttle_time": 0, "error_code": top, "members": [] if top else answer},
+            {"error_code": top, "members": [] if top else answer},
         )
 
     def _write_timeout_s(self) -> float:
@@ -196,9 +198,7 @@ class GroupCoordinatorApis:
             (p.topic, {"partition_index": p.partition, "error_code": codes[(p.topic, p.partition)]})
             for p in partitions
         ]
-        return kio_build.response(
-            request, {"throttle_time": 0, "topics": group_by_topic(items, "name")}
-        )
+        return kio_build.response(request, {"topics": group_by_topic(items, "name")})
 
     async def _commit(
         self,
@@ -233,9 +233,9 @@ class GroupCoordinatorApis:
                 }
                 for g in body.groups
             ]
-            return kio_build.response(request, {"throttle_time": 0, "groups": groups})
+            return kio_build.response(request, {"groups": groups})
         topics = self._fetched_topics(body.group_id, body.topics, stable)
-        return kio_build.response(request, {"throttle_time": 0, "topics": topics, "error_code": 0})
+        return kio_build.response(request, {"topics": topics, "error_code": 0})
 
     def _fetched_topics(
         self, group_id: str, topics: Any, require_stable: bool = False
@@ -297,7 +297,6 @@ class GroupCoordinatorApis:
             request,
             {
                 "error_code": top,
-                "throttle_time": 0,
                 "topics": [] if top else group_by_topic(items, "name"),
             },
         )
@@ -309,7 +308,7 @@ class GroupCoordinatorApis:
         states = set(getattr(body, "states_filter", None) or ())
         types = set(getattr(body, "types_filter", None) or ())
         groups = self.coordinator.list_groups(states, types)
-        return kio_build.response(request, {"throttle_time": 0, "error_code": 0, "groups": groups})
+        return kio_build.response(request, {"error_code": 0, "groups": groups})
 
     async def handle_describe_groups(self, request: Request) -> Any:
         version = request.api_version
@@ -326,8 +325,17 @@ class GroupCoordinatorApis:
                     "members": [],
                     "error_code": GroupIdNotFoundError.code if version >= 6 else 0,
                 }
-            described.append({"error_code": 0, "authorized_operations": -(2**31), **values})
-        return kio_build.response(request, {"throttle_time": 0, "groups": described})
+            entry = {"error_code": 0, **values}
+            # Kafka answers operations for the groups it describes without error (KafkaApis)
+            entry["authorized_operations"] = authorized_operations(
+                request,
+                ResourceType.GROUP,
+                group_id,
+                include=bool(getattr(request.body, "include_authorized_operations", False))
+                and not entry["error_code"],
+            )
+            described.append(entry)
+        return kio_build.response(request, {"groups": described})
 
     async def handle_delete_groups(self, request: Request) -> Any:
         names = list(request.body.groups_names)
@@ -338,7 +346,7 @@ class GroupCoordinatorApis:
             self._write_timeout_s(),
         )
         results = [{"group_id": g, "error_code": codes[g]} for g in names]
-        return kio_build.response(request, {"throttle_time": 0, "results": results})
+        return kio_build.response(request, {"results": results})
 
     # -- KIP-848 ----------------------------------------------------------------------------
 
@@ -372,7 +380,6 @@ class GroupCoordinatorApis:
         assignment = values["assignment"]
         answer = {
             **values,
-            "throttle_time": 0,
             "heartbeat_interval": values["heartbeat_interval_ms"],  # kio's field name
             "assignment": None
             if assignment is None
@@ -405,7 +412,7 @@ class GroupCoordinatorApis:
                         "assignment_epoch": -1,
                         "assignor_name": "",
                         "members": [],
-                        "authorized_operations": -(2**31),
+                        "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
                     }
                 )
                 continue
@@ -436,10 +443,15 @@ class GroupCoordinatorApis:
                         }
                         for m in group.members.values()
                     ],
-                    "authorized_operations": -(2**31),
+                    "authorized_operations": authorized_operations(
+                        request,
+                        ResourceType.GROUP,
+                        group_id,
+                        include=request.body.include_authorized_operations,
+                    ),
                 }
             )
-        return kio_build.response(request, {"throttle_time": 0, "groups": described})
+        return kio_build.response(request, {"groups": described})
 
     def _named(self, assignment: dict[str, set[int]]) -> list[dict[str, Any]]:
         return [

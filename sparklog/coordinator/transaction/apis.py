@@ -104,7 +104,6 @@ class TransactionApis:
         return kio_build.response(
             request,
             {
-                "throttle_time": 0,
                 "error_code": _fenced_for(request.api_version, code, 4),
                 "producer_id": producer_id,
                 "producer_epoch": epoch,
@@ -117,9 +116,7 @@ class TransactionApis:
         body, version = request.body, request.api_version
         if version >= 4:
             results = [await self._add_partitions_v4(t) for t in body.transactions]
-            return kio_build.response(
-                request, {"throttle_time": 0, "error_code": 0, "results_by_transaction": results}
-            )
+            return kio_build.response(request, {"error_code": 0, "results_by_transaction": results})
         partitions = [(t.name, int(p)) for t in body.v3_and_below_topics for p in t.partitions]
         codes = await self._add_partitions(
             body.v3_and_below_transactional_id,
@@ -129,9 +126,7 @@ class TransactionApis:
             verify_only=False,
         )
         codes = {tp: _fenced_for(version, c, 2) for tp, c in codes.items()}
-        return kio_build.response(
-            request, {"throttle_time": 0, "results_by_topic_v3_and_below": _topic_results(codes)}
-        )
+        return kio_build.response(request, {"results_by_topic_v3_and_below": _topic_results(codes)})
 
     async def _add_partitions_v4(self, txn: Any) -> dict[str, Any]:
         partitions = [(t.name, int(p)) for t in txn.topics for p in t.partitions]
@@ -198,7 +193,7 @@ class TransactionApis:
         except TimeoutError:
             code = RequestTimedOutError.code
         code = _fenced_for(request.api_version, code, 2)
-        return kio_build.response(request, {"throttle_time": 0, "error_code": code})
+        return kio_build.response(request, {"error_code": code})
 
     async def handle_txn_offset_commit(self, request: Request) -> Any:
         body = request.body
@@ -232,9 +227,7 @@ class TransactionApis:
             )
             for p in partitions
         ]
-        return kio_build.response(
-            request, {"throttle_time": 0, "topics": group_by_topic(items, "name")}
-        )
+        return kio_build.response(request, {"topics": group_by_topic(items, "name")})
 
     # -- EndTxn -----------------------------------------------------------------------------
 
@@ -254,12 +247,10 @@ class TransactionApis:
         except TimeoutError:
             code = RequestTimedOutError.code
         code = _fenced_for(request.api_version, code, 2)
-        return kio_build.response(request, {"throttle_time": 0, "error_code": code})
+        return kio_build.response(request, {"error_code": code})
 
     async def handle_end_txn_batch(self, request: Request) -> Any:
         """sparklog's EndTxnBatch (`sparklog_apis`): many transactions, one decision."""
-        from sparklog.protocol.sparklog_apis import EndTxnBatchResponse
-
         body = request.body
         txns = [
             (t.transactional_id, int(t.producer_id), int(t.producer_epoch))
@@ -278,10 +269,9 @@ class TransactionApis:
             )
         except TimeoutError:
             code, outcome, codes = RequestTimedOutError.code, "", {}
-        return kio_build.build(
-            EndTxnBatchResponse,
+        return kio_build.response(
+            request,
             {
-                "throttle_time": 0,
                 "error_code": code,
                 "error_message": None,
                 "outcome": outcome,
@@ -326,7 +316,7 @@ class TransactionApis:
                     "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
                 }
             )
-        return kio_build.response(request, {"throttle_time": 0, "transaction_states": states})
+        return kio_build.response(request, {"transaction_states": states})
 
     async def handle_list_transactions(self, request: Request) -> Any:
         body = request.body
@@ -343,7 +333,6 @@ class TransactionApis:
         return kio_build.response(
             request,
             {
-                "throttle_time": 0,
                 "error_code": 0,
                 "unknown_state_filters": sorted(wanted - known),
                 "transaction_states": [

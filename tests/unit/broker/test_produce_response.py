@@ -10,6 +10,7 @@ from sparklog.broker.produce_response import encode_produce_body, produce_respon
 from sparklog.broker.replica_manager import ProduceResult
 from sparklog.protocol import codec
 from sparklog.protocol.api_versions import ApiKey
+from sparklog.protocol.connection import Request, RequestContext
 from sparklog.storage.log_validator import RecordError
 
 VERSIONS = range(3, 12)
@@ -29,20 +30,25 @@ RESULTS = st.builds(
 ENTRIES = st.lists(st.tuples(st.tuples(NAMES, st.integers(0, 2**31 - 1)), RESULTS), max_size=12)
 
 
+#: what the request pipeline decided (quotas); both writers must carry it
+THROTTLE_MS = 250
+
+
 def via_kio(version: int, entries: list) -> bytes:
     data, leaders = produce_response_data(entries, lambda t, p: (1, 5))
     data["node_endpoints"] = [
         {"node_id": n, "host": "127.0.0.1", "port": 9092, "rack": None} for n in sorted(leaders)
     ]
-    schema = codec.response_schema(ApiKey.PRODUCE, version)
-    return codec.encode_response(kio_build.build(schema, data), 77)
+    context = RequestContext(throttle_time_ms=THROTTLE_MS)
+    request = Request(ApiKey.PRODUCE, version, 77, None, None, 0, context)
+    return codec.encode_response(kio_build.response(request, data), 77)
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.sampled_from(VERSIONS), ENTRIES)
 def test_the_struct_writer_writes_kios_bytes(version, entries) -> None:
     entries = list(dict(entries).items())  # one answer per partition, as a request has
-    body = encode_produce_body(version, entries)
+    body = encode_produce_body(version, entries, throttle_time_ms=THROTTLE_MS)
     if body is None:  # only a v10+ NOT_LEADER_OR_FOLLOWER needs kio (the leader's endpoint)
         assert version >= 10 and any(r.error_code == 6 for _, r in entries)
         return
@@ -51,8 +57,8 @@ def test_the_struct_writer_writes_kios_bytes(version, entries) -> None:
 
 def test_a_new_leader_is_named_through_kio_from_v10() -> None:
     entries = [(("t", 0), ProduceResult(6, error_message="not the leader"))]
-    assert encode_produce_body(10, entries) is None
-    assert encode_produce_body(9, entries) is not None
+    assert encode_produce_body(10, entries, throttle_time_ms=0) is None
+    assert encode_produce_body(9, entries, throttle_time_ms=0) is not None
     frame = via_kio(10, entries)
     _, response = codec.decode_response(frame[4:], ApiKey.PRODUCE, 10)
     partition = response.responses[0].partition_responses[0]
@@ -67,5 +73,5 @@ def test_a_new_leader_is_named_through_kio_from_v10() -> None:
 
 
 def test_versions_outside_the_writer_go_to_kio() -> None:
-    assert encode_produce_body(2, []) is None
-    assert encode_produce_body(12, []) is None
+    assert encode_produce_body(2, [], throttle_time_ms=0) is None
+    assert encode_produce_body(12, [], throttle_time_ms=0) is None

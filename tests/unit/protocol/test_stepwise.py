@@ -10,11 +10,11 @@ import pytest
 from sparklog.broker import kio_build
 from sparklog.protocol import codec, cooperative, stepwise
 from sparklog.protocol.api_versions import ApiKey
+from sparklog.protocol.connection import Request
 
 
-class _Request:
-    def __init__(self, api_key: int, api_version: int) -> None:
-        self.api_key, self.api_version = api_key, api_version
+def _Request(api_key: int, api_version: int) -> Request:
+    return Request(api_key, api_version, 0, None, None, 0)
 
 
 def _metadata(topics: int) -> dict:
