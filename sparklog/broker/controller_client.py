@@ -22,7 +22,8 @@ from sparklog.controller.alter_partition import IsrChange, IsrChangeOutcome
 from sparklog.errors import error_for_code
 from sparklog.protocol import codec
 from sparklog.protocol.api_versions import ApiKey
-from sparklog.protocol.async_client import AsyncKafkaConnection
+from sparklog.protocol.async_client import AsyncKafkaConnection, connect
+from sparklog.protocol.outbound import PLAINTEXT, Endpoint
 
 logger = logging.getLogger(__name__)
 
@@ -97,8 +98,12 @@ class ControllerClient:
                 raise ConnectionError("the controller client is closed (broker stopping)")
             conn = self._connections.get(kind)
             if conn is None or conn.closed:
-                conn = AsyncKafkaConnection(self.host, self.port, client_id=self.client_id)
-                await conn.connect(self.timeout_s)
+                conn = await connect(
+                    Endpoint(self.host, self.port),
+                    PLAINTEXT,
+                    client_id=self.client_id,
+                    timeout_s=self.timeout_s,
+                )
                 self._connections[kind] = conn
             return conn
 

@@ -47,12 +47,13 @@ from sparklog.broker.truncation import truncation_for
 from sparklog.errors import KafkaError, KafkaStorageError, OffsetOutOfRangeError
 from sparklog.protocol import codec
 from sparklog.protocol.api_versions import ApiKey
-from sparklog.protocol.async_client import AsyncKafkaConnection
+from sparklog.protocol.async_client import AsyncKafkaConnection, connect
 from sparklog.protocol.fetch_session_handler import (
     SESSION_ERRORS,
     FetchSessionHandler,
     forgotten_topics,
 )
+from sparklog.protocol.outbound import PLAINTEXT, Endpoint
 from sparklog.records.errors import CorruptRecordError
 from sparklog.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 
@@ -312,10 +313,12 @@ class ReplicaFetcher:
         endpoint = self.manager.endpoint_of(self.source_id)
         if endpoint is None:
             raise ConnectionError(f"broker {self.source_id} has no endpoint in the metadata")
-        conn = AsyncKafkaConnection(
-            *endpoint, client_id=f"replica-fetcher-{self.manager.node_id}-{self.fetcher_id}"
+        conn = await connect(
+            Endpoint(*endpoint),
+            PLAINTEXT,  # security.inter.broker.protocol
+            client_id=f"replica-fetcher-{self.manager.node_id}-{self.fetcher_id}",
+            timeout_s=self.manager.config.replica_socket_timeout_ms / 1000,
         )
-        await conn.connect(self.manager.config.replica_socket_timeout_ms / 1000)
         self._conn = conn
         self.failures = 0
         return conn

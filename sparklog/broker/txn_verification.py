@@ -34,7 +34,8 @@ from sparklog.errors import (
     RequestTimedOutError,
     TransactionalIdAuthorizationFailedError,
 )
-from sparklog.protocol.async_client import AsyncKafkaConnection
+from sparklog.protocol.async_client import AsyncKafkaConnection, connect
+from sparklog.protocol.outbound import PLAINTEXT, Endpoint
 from sparklog.records.batch import HEADER_SIZE, read_header
 from sparklog.records.batch_header import ATTRIBUTES_OFFSET, TRANSACTIONAL_MASK
 
@@ -144,9 +145,9 @@ class TransactionVerifier:
 
     async def _connection(self) -> AsyncKafkaConnection:
         if self._conn is None or self._conn.closed:
-            self._conn = await AsyncKafkaConnection(
-                self.host, self.port, client_id="sparklog-txn-verification"
-            ).connect()
+            self._conn = await connect(
+                Endpoint(self.host, self.port), PLAINTEXT, client_id="sparklog-txn-verification"
+            )
         return self._conn
 
     async def _drop_connection(self) -> None:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from sparklog.client.config import ConfigError, parse_bootstrap_servers
+from sparklog.protocol.outbound import Endpoint, open_socket
 
 DEFAULTS_FILE = "sparklog-defaults.conf"
 CONNECT_TIMEOUT_S = 5.0
@@ -87,7 +87,7 @@ def check_bootstrap(bootstrap: str, timeout_s: float = CONNECT_TIMEOUT_S) -> Non
     problems = []
     for host, port in addresses:
         try:
-            with socket.create_connection((host, port), timeout=timeout_s):
+            with open_socket(Endpoint(host, port), timeout_s=timeout_s):
                 return
         except OSError as e:
             problems.append(f"{host}:{port}: {e.strerror or e}")

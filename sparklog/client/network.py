@@ -10,41 +10,36 @@ sides speak from `CLIENT_APIS`), and avoids a node whose connect failed for
 `reconnect.backoff.ms` (doubling up to `reconnect.backoff.max.ms`): a request to it fails at
 once with NetworkExceptionError, so a dead leader never blocks the caller's thread.
 
-Requests are built by name: `build_request(api_key, version, fields)` turns a dict tree into
-the kio entity of that version, dropping fields the version lacks, so one builder serves every
-negotiated version.
+Requests are built by name (`request_builder.build_request`) at the version negotiated with
+each broker. Sockets come from the outbound-connection factory (`protocol.outbound`), which
+carries `security.protocol`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import datetime
-import enum
 import logging
 import selectors
 import socket
 import threading
 import time
 import types
-import typing
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from concurrent.futures import Future
-from functools import cache
 from typing import Any
 
-from kio.static.primitive import TZAware, i32Timedelta, i64Timedelta
-
+from sparklog.client.request_builder import build_request
 from sparklog.errors import (
     KafkaError,
     NetworkExceptionError,
     RequestTimedOutError,
     UnsupportedVersionError,
 )
-from sparklog.protocol import codec
 from sparklog.protocol.api_versions import ApiKey, UnsupportedApiError, VersionRange, pick_version
 from sparklog.protocol.connection import NEED_DATA, ClientConnection, ProtocolError
+from sparklog.protocol.outbound import PLAINTEXT, ClientSecurity, Endpoint, open_socket
 
 logger = logging.getLogger(__name__)
 
@@ -96,91 +91,6 @@ _READER_WAKEUP_S = 0.25  # how late a request timeout may be noticed at worst
 def now_ms() -> int:
     """Monotonic milliseconds: the clock the blocking edges pass into the sans-IO cores."""
     return time.monotonic_ns() // 1_000_000
-
-
-# ------------------------------------------------------------------------- request building
-
-
-def build_request(api_key: int, version: int, fields: Mapping[str, Any]) -> Any:
-    """The kio request entity of `api_key` at `version` from a dict tree of field values.
-
-    Nested entities are dicts (or lists of dicts); `*_ms` durations are plain ints; fields the
-    version does not have are dropped.
-    """
-    return _build(codec.request_schema(api_key, version), fields)
-
-
-def build_response(api_key: int, version: int, fields: Mapping[str, Any]) -> Any:
-    """The kio response entity of `api_key` at `version` (for tests and fake brokers)."""
-    return _build(codec.response_schema(api_key, version), fields)
-
-
-@cache
-def _field_converters(cls: type) -> dict[str, Callable[[Any], Any]]:
-    """Per field of a kio entity, the function that turns a plain value into the field's type
-    (worked out once per entity: introspecting type hints per value cost a Fetch request
-    half a millisecond to build)."""
-    hints = typing.get_type_hints(cls)
-    return {f.name: _converter(hints[f.name]) for f in dataclasses.fields(cls)}
-
-
-def _build(cls: type, fields: Mapping[str, Any]) -> Any:
-    converters = _field_converters(cls)
-    kwargs = {
-        name: None if value is None else converters[name](value)
-        for name, value in fields.items()
-        if name in converters
-    }
-    return cls(**kwargs)
-
-
-def _identity(value: Any) -> Any:
-    return value
-
-
-@cache
-def _converter(hint: Any) -> Callable[[Any], Any]:
-    """A plain value (dict, list, int ms) -> the kio type `hint` names; None stays None."""
-    args = typing.get_args(hint)
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        hint = next(a for a in args if a is not type(None))
-        args = typing.get_args(hint)
-    if dataclasses.is_dataclass(hint):
-        entity = hint
-        return lambda v: _build(entity, v) if isinstance(v, Mapping) else v
-    if typing.get_origin(hint) is tuple:
-        item = args[0]
-        if dataclasses.is_dataclass(item):
-            return lambda v: tuple(_build(item, x) for x in v)
-        return tuple
-    if hint is i32Timedelta or hint is i64Timedelta:
-        duration = hint
-        return lambda v: duration.parse(datetime.timedelta(milliseconds=v))
-    if isinstance(hint, type) and issubclass(hint, enum.Enum):
-        return hint  # kio's ErrorCode
-    if hint is TZAware:
-        return lambda v: (
-            (None if v < 0 else datetime.datetime.fromtimestamp(v / 1000, datetime.UTC))
-            if isinstance(v, int)
-            else v
-        )
-    return _identity
-
-
-def duration_ms(value: Any) -> int:
-    """A kio duration (timedelta) or int as milliseconds."""
-    if isinstance(value, datetime.timedelta):
-        return value // datetime.timedelta(milliseconds=1)
-    return int(value)
-
-
-def timestamp_ms(value: Any) -> int:
-    """A kio timestamp (datetime or None) or int as epoch milliseconds; -1 when absent."""
-    if value is None:
-        return -1
-    if isinstance(value, datetime.datetime):
-        return round(value.timestamp() * 1000)
-    return int(value)
 
 
 # ------------------------------------------------------------------------------ backoff
@@ -243,8 +153,10 @@ class BrokerConnection:
         request_timeout_ms: int = 30_000,
         send_buffer_bytes: int = -1,
         receive_buffer_bytes: int = -1,
+        security: ClientSecurity = PLAINTEXT,
     ) -> None:
         self.node_id = node_id
+        self.security = security
         self.host = host
         self.port = port
         self.request_timeout_ms = request_timeout_ms
@@ -277,18 +189,18 @@ class BrokerConnection:
     def connect(self, timeout_ms: int) -> None:
         """Open the socket and negotiate versions (ApiVersions); raises NetworkExceptionError."""
         try:
-            sock = socket.create_connection((self.host, self.port), timeout=timeout_ms / 1000)
+            sock = open_socket(
+                Endpoint(self.host, self.port),
+                self.security,
+                timeout_s=timeout_ms / 1000,
+                send_buffer_bytes=self._send_buffer_bytes,
+                receive_buffer_bytes=self._receive_buffer_bytes,
+            )
         except OSError as e:
             self._closed = True
             raise NetworkExceptionError(
                 f"cannot connect to node {self.node_id} at {self.host}:{self.port}: {e}"
             ) from None
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if self._send_buffer_bytes > 0:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._send_buffer_bytes)
-        if self._receive_buffer_bytes > 0:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._receive_buffer_bytes)
-        sock.settimeout(None)
         self._sock = sock
         self._reader = threading.Thread(
             target=self._read_loop, name=f"sparklog-reader-{self.node_id}", daemon=True
@@ -485,6 +397,7 @@ class NetworkClient:
     def __init__(self, config: Mapping[str, Any]) -> None:
         self._config = config
         self._client_id = config["client.id"] or "sparklog"
+        self._security = ClientSecurity.of(config.get("security.protocol") or "PLAINTEXT")
         self._lock = threading.RLock()
         self._addresses: dict[int, tuple[str, int]] = {}
         self._connections: dict[int, BrokerConnection] = {}
@@ -567,6 +480,7 @@ class NetworkClient:
                 request_timeout_ms=self._config["request.timeout.ms"],
                 send_buffer_bytes=self._config["send.buffer.bytes"],
                 receive_buffer_bytes=self._config["receive.buffer.bytes"],
+                security=self._security,
             )
             try:
                 conn.connect(self._config["socket.connection.setup.timeout.ms"])

@@ -40,7 +40,8 @@ from sparklog.records.compression import CompressionType
 
 from .accumulator import ProducerBatch, RecordAccumulator
 from .metadata import REFRESH_ERROR_CODES, BrokerNode, Metadata, TopicPartition
-from .network import NetworkClient, now_ms, timestamp_ms
+from .network import NetworkClient, now_ms
+from .request_builder import timestamp_ms
 
 logger = logging.getLogger(__name__)
 

@@ -124,7 +124,8 @@ async def _ask_coordinator(bootstrap_servers: str, key: str, request: Any, timeo
     from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
     from kio.static.primitive import i8
 
-    from sparklog.protocol.async_client import AsyncKafkaConnection
+    from sparklog.protocol.async_client import connect
+    from sparklog.protocol.outbound import PLAINTEXT, Endpoint
 
     deadline = time.monotonic() + timeout_ms / 1000
     servers = [s.strip() for s in bootstrap_servers.split(",") if s.strip()]
@@ -134,7 +135,7 @@ async def _ask_coordinator(bootstrap_servers: str, key: str, request: Any, timeo
         host, _sep, port = servers[attempt % len(servers)].rpartition(":")
         attempt += 1
         try:
-            broker = await AsyncKafkaConnection(host, int(port)).connect()
+            broker = await connect(Endpoint(host, int(port)), PLAINTEXT)
             try:
                 found = await broker.request(
                     FindCoordinatorRequest(key_type=i8(1), coordinator_keys=(key,))
@@ -144,7 +145,7 @@ async def _ask_coordinator(bootstrap_servers: str, key: str, request: Any, timeo
             node = found.coordinators[0]
             if int(node.error_code):
                 raise error_for_code(int(node.error_code))("FindCoordinator")
-            coordinator = await AsyncKafkaConnection(node.host, int(node.port)).connect()
+            coordinator = await connect(Endpoint(node.host, int(node.port)), PLAINTEXT)
             try:
                 response = await coordinator.request(request)
             finally:

@@ -2,6 +2,8 @@
 
 Negotiates versions with ApiVersions on connect, pipelines requests, and matches responses in
 order. `request()` raises `ConnectionError` when the connection breaks; the caller reconnects.
+`connect(endpoint, security, client_id=...)` is how every server-side caller opens one (the
+socket itself comes from `outbound`, which carries the client-side security settings).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from kio.static.primitive import i32Timedelta
 from sparklog.protocol import codec
 from sparklog.protocol.api_versions import VersionRange
 from sparklog.protocol.connection import NEED_DATA, ClientConnection, ProtocolError
+from sparklog.protocol.outbound import PLAINTEXT, ClientSecurity, Endpoint, open_stream
 
 logger = logging.getLogger(__name__)
 
@@ -26,10 +29,18 @@ logger = logging.getLogger(__name__)
 class AsyncKafkaConnection:
     """One connection to one Kafka-protocol server."""
 
-    def __init__(self, host: str, port: int, *, client_id: str = "sparklog") -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        client_id: str = "sparklog",
+        security: ClientSecurity = PLAINTEXT,
+    ) -> None:
         self.host = host
         self.port = port
         self.client_id = client_id
+        self.security = security
         self.api_versions: dict[int, VersionRange] = {}
         self._conn = ClientConnection(client_id)
         self._reader: asyncio.StreamReader | None = None
@@ -41,7 +52,9 @@ class AsyncKafkaConnection:
 
     async def connect(self, timeout_s: float = 10.0) -> AsyncKafkaConnection:
         async with asyncio.timeout(timeout_s):
-            self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+            self._reader, self._writer = await open_stream(
+                Endpoint(self.host, self.port), self.security
+            )
         self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
         response = await self.request(
             ApiVersionsRequest(client_software_name="sparklog", client_software_version="0.1")
@@ -108,6 +121,22 @@ class AsyncKafkaConnection:
             self._read_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._read_task
+
+
+async def connect(
+    endpoint: Endpoint,
+    security: ClientSecurity = PLAINTEXT,
+    *,
+    client_id: str = "sparklog",
+    timeout_s: float = 10.0,
+) -> AsyncKafkaConnection:
+    """A connected, version-negotiated connection to `endpoint` (the outbound-connection
+    factory of the asyncio side: replica fetchers, broker -> controller and -> coordinator,
+    coordinator -> brokers)."""
+    conn = AsyncKafkaConnection(
+        endpoint.host, endpoint.port, client_id=client_id, security=security
+    )
+    return await conn.connect(timeout_s)
 
 
 def api_versions_response(

@@ -27,7 +27,8 @@ from kio.static.primitive import i16, i32
 from sparklog.coordinator.transaction.metadata import TopicPartition
 from sparklog.coordinator.transaction.persisted import MarkerJob
 from sparklog.errors import TransactionCoordinatorFencedError
-from sparklog.protocol.async_client import AsyncKafkaConnection
+from sparklog.protocol.async_client import AsyncKafkaConnection, connect
+from sparklog.protocol.outbound import PLAINTEXT, Endpoint
 
 logger = logging.getLogger(__name__)
 
@@ -172,8 +173,7 @@ class TransactionMarkerChannel:
         if conn is not None:
             with contextlib.suppress(Exception):
                 await conn.close()
-        conn = AsyncKafkaConnection(host, port, client_id="sparklog-txn-markers")
-        await conn.connect()
+        conn = await connect(Endpoint(host, port), PLAINTEXT, client_id="sparklog-txn-markers")
         self._connections[broker_id] = conn
         return conn
 

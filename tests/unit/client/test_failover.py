@@ -11,7 +11,7 @@ from sparklog.client.accumulator import ProducerBatch, RecordAccumulator
 from sparklog.client.fetcher import Fetcher, LogTruncationError, SubscriptionState
 from sparklog.client.metadata import BrokerNode, Cluster, MetadataState, PartitionInfo, TopicInfo
 from sparklog.client.metadata import TopicPartition as TP
-from sparklog.client.network import build_response
+from sparklog.client.request_builder import build_response
 from sparklog.client.sender import (
     Decision,
     IdempotenceState,

@@ -6,7 +6,7 @@ import pytest
 
 from sparklog.client.fetcher import ARROW_COLUMNS, Fetcher, SubscriptionState
 from sparklog.client.metadata import TopicPartition
-from sparklog.client.network import build_response
+from sparklog.client.request_builder import build_response
 from sparklog.errors import OffsetOutOfRangeError
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.records import SimpleRecord, build_batch

@@ -7,9 +7,8 @@ import datetime
 import pytest
 
 from sparklog.client.metadata import Cluster, MetadataState, TopicPartition, group_by_leader
-from sparklog.client.network import (
-    CLIENT_APIS,
-    ReconnectBackoff,
+from sparklog.client.network import CLIENT_APIS, ReconnectBackoff
+from sparklog.client.request_builder import (
     build_request,
     build_response,
     duration_ms,

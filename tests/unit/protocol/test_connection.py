@@ -140,7 +140,7 @@ def test_large_frames_come_out_whole_fed_or_received_into(reuse, chunk):
 def _produce_frame(correlation_id: int, fill: bytes) -> bytes:
     import pyarrow as pa
 
-    from sparklog.client.network import build_request
+    from sparklog.client.request_builder import build_request
     from sparklog.records.arrow_encode import build_batches
 
     (records,) = build_batches(pa.table({"value": [fill * 1000] * 40}), now_ms=0)

@@ -1,0 +1,61 @@
+"""The outbound-connection factory: endpoints, client-side security, and the socket options
+every site had before it (TCP_NODELAY, the clients' buffer sizes)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+
+from sparklog.protocol.outbound import (
+    PLAINTEXT,
+    ClientSecurity,
+    Endpoint,
+    open_socket,
+    open_stream,
+)
+from sparklog.security.session import SecurityProtocol
+
+
+def test_endpoints_parse_and_print():
+    assert Endpoint.parse("127.0.0.1:9092") == Endpoint("127.0.0.1", 9092)
+    assert Endpoint.parse("::1:9092") == Endpoint("::1", 9092)
+    assert str(Endpoint("h", 1)) == "h:1"
+    with pytest.raises(ValueError, match="is not host:port"):
+        Endpoint.parse("localhost")
+
+
+def test_only_plaintext_until_the_security_issue():
+    assert ClientSecurity.of("plaintext") == PLAINTEXT
+    with pytest.raises(ValueError, match="not supported yet; use PLAINTEXT"):
+        ClientSecurity.of("SASL_SSL")
+    with pytest.raises(ValueError, match="is not one of PLAINTEXT, SSL"):
+        ClientSecurity.of("TLS")
+    with pytest.raises(ValueError, match="not supported yet"):
+        ClientSecurity(SecurityProtocol.SSL)
+
+
+@pytest.fixture
+def listener():
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        yield Endpoint("127.0.0.1", server.getsockname()[1])
+
+
+def test_blocking_sockets_keep_the_options_the_clients_set(listener):
+    with open_socket(listener, timeout_s=5, send_buffer_bytes=65536) as sock:
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+        assert sock.gettimeout() is None
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) >= 65536
+
+
+def test_asyncio_streams_have_nodelay(listener):
+    async def go() -> int:
+        _reader, writer = await open_stream(listener)
+        try:
+            sock = writer.get_extra_info("socket")
+            return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+        finally:
+            writer.close()
+
+    assert asyncio.run(go())
