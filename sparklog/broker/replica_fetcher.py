@@ -1,10 +1,11 @@
-"""Follower fetchers: copy the leader's log to this broker (Kafka's `ReplicaFetcherManager`,
-`AbstractFetcherThread` and `ReplicaFetcherThread`, as asyncio tasks).
+"""Follower fetchers: copy the leader's log to this broker (Kafka's `AbstractFetcherThread`
+and `ReplicaFetcherThread`, as asyncio tasks; `replica_fetcher_manager` holds them).
 
 Theory of operation. When the metadata makes this broker a follower of a partition
-(`BecameFollower`), the replica manager calls `add_partition`; the partition goes to the fetcher
-for its leader (`num.replica.fetchers` per leader, partitions hashed over them), which owns one
-connection to that broker. Each partition moves through three phases:
+(`BecameFollower`), the replica manager calls `add_partition` on the
+`replica_fetcher_manager`; the partition goes to the fetcher for its leader
+(`num.replica.fetchers` per leader, partitions hashed over them), which owns one connection to
+that broker. Each partition moves through three phases:
 
 - TRUNCATING: ask the leader (OffsetForLeaderEpoch, KIP-101/279) where our latest leader epoch
   ends in its log, cut everything past that (`truncation.truncation_for`), repeat until the
@@ -35,10 +36,9 @@ import asyncio
 import enum
 import logging
 import uuid
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from sparklog.broker import kio_build
 from sparklog.broker.config import BrokerConfig
@@ -116,109 +116,22 @@ def reset_for_out_of_range(
     return OutOfRangeReset(log_end_offset)
 
 
-def fetcher_id_for(tp: TopicPartition, num_fetchers: int) -> int:
-    """Which of a leader's fetchers follows `tp` (Kafka's `getFetcherId`, a stable hash)."""
-    return (31 * zlib.crc32(tp[0].encode()) + tp[1]) % max(1, num_fetchers)
+class FetcherOwner(Protocol):
+    """What a fetcher uses of the `ReplicaFetcherManager` that owns it."""
 
+    node_id: int
+    replica_manager: Any
+    config: BrokerConfig
+    endpoint_of: EndpointLookup
+    clock_ms: Callable[[], int]
 
-class ReplicaFetcherManager:
-    """The fetchers of broker `node_id`, keyed by (leader id, fetcher id)."""
-
-    def __init__(
-        self,
-        node_id: int,
-        replica_manager: Any,
-        config: BrokerConfig,
-        endpoint_of: EndpointLookup,
-        *,
-        clock_ms: Callable[[], int],
-    ) -> None:
-        self.node_id = node_id
-        self.replica_manager = replica_manager
-        self.config = config
-        self.endpoint_of = endpoint_of
-        self.clock_ms = clock_ms
-        self._fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
-        self._assigned: dict[TopicPartition, tuple[int, int]] = {}
-        # Kafka's failedPartitions: not followed until the metadata assigns them again
-        self.failed_partitions: set[TopicPartition] = set()
-        self.closed = False
-
-    def statistics(self) -> dict[str, int]:
-        return {"fetchers": len(self._fetchers), "partitions": len(self._assigned)}
-
-    def fetch_state(self, tp: TopicPartition) -> PartitionFetchState | None:
-        key = self._assigned.get(tp)
-        return None if key is None else self._fetchers[key].partitions.get(tp)
-
-    def add_partition(
-        self, tp: TopicPartition, topic_id: uuid.UUID, leader_id: int, leader_epoch: int
-    ) -> None:
-        """Follow `tp` from `leader_id` at `leader_epoch` (truncating first)."""
-        self.remove_partition(tp)
-        self.failed_partitions.discard(tp)
-        if self.closed or leader_id < 0 or leader_id == self.node_id:
-            return  # an offline partition: nobody to fetch from
-        key = (leader_id, fetcher_id_for(tp, self.config.num_replica_fetchers))
-        fetcher = self._fetchers.get(key)
-        if fetcher is None:
-            fetcher = self._fetchers[key] = ReplicaFetcher(self, *key)
-            fetcher.start()
-        fetcher.add(tp, PartitionFetchState(topic_id, leader_id, leader_epoch))
-        self._assigned[tp] = key
-
-    def remove_partition(self, tp: TopicPartition) -> None:
-        """Stop following `tp` now; a fetcher left without partitions stops."""
-        key = self._assigned.pop(tp, None)
-        if key is None:
-            return
-        fetcher = self._fetchers[key]
-        fetcher.remove(tp)
-        if not fetcher.partitions:
-            del self._fetchers[key]
-            fetcher.stop()
-
-    def mark_partition_failed(self, tp: TopicPartition, error: Exception, what: str) -> None:
-        """Stop following `tp` after its truncation failed (Kafka's `AbstractFetcherThread`
-        `doTruncate` -> `markPartitionFailed`): a replica whose cut went wrong half way may hold
-        a log, producer state or high watermark that cannot be trusted, and must not fetch its
-        way back into the ISR; the next leader change for `tp` tries again. An offline log dir
-        was reported by its failure channel; anything else is a bug, logged with its traceback."""
-        if isinstance(error, KafkaStorageError):
-            logger.debug("broker %d: %s of %s-%d failed: %s", self.node_id, what, *tp, error)
-        else:
-            logger.error(
-                "broker %d: unexpected error in %s of %s-%d",
-                self.node_id,
-                what,
-                *tp,
-                exc_info=error,
-            )
-        self.remove_partition(tp)
-        self.failed_partitions.add(tp)
-        logger.warning(
-            "broker %d: partition %s-%d marked as failed; it is not followed until its "
-            "leadership changes",
-            self.node_id,
-            *tp,
-        )
-
-    async def shutdown(self) -> None:
-        """Stop every fetcher and wait for them."""
-        self.closed = True
-        fetchers = list(self._fetchers.values())
-        self._fetchers.clear()
-        self._assigned.clear()
-        for fetcher in fetchers:
-            fetcher.stop()
-        for fetcher in fetchers:
-            await fetcher.wait_stopped()
+    def mark_partition_failed(self, tp: TopicPartition, error: Exception, what: str) -> None: ...
 
 
 class ReplicaFetcher:
     """One connection to leader `source_id` and the partitions followed through it."""
 
-    def __init__(self, manager: ReplicaFetcherManager, source_id: int, fetcher_id: int) -> None:
+    def __init__(self, manager: FetcherOwner, source_id: int, fetcher_id: int) -> None:
         self.manager = manager
         self.source_id = source_id
         self.fetcher_id = fetcher_id

@@ -11,7 +11,7 @@ watermark and the ISR) and long-polls through `DelayedOperations` until `min_byt
 or `max_wait_ms` passed. Every leader append wakes waiting fetches, so followers see it at once.
 
 Replication hooks (set by the broker; None in tests without replication): `fetchers` follows
-partitions this broker does not lead (`replica_fetcher.ReplicaFetcherManager`), and
+partitions this broker does not lead (`replica_fetcher_manager.ReplicaFetcherManager`), and
 `alter_partition` carries ISR proposals to the controller (`isr_manager.AlterPartitionManager`).
 The fetchers write through `append_fetched` / `truncate_follower`, which check that the
 partition is still followed at the fetcher's leader epoch.

@@ -54,7 +54,7 @@ from sparklog.broker.meta_properties import (
     read_meta_properties,
 )
 from sparklog.broker.metadata import BrokerMetadata, MetadataFollower, topics_from_image
-from sparklog.broker.replica_fetcher import ReplicaFetcherManager
+from sparklog.broker.replica_fetcher_manager import ReplicaFetcherManager
 from sparklog.broker.replica_manager import ReplicaManager
 from sparklog.controller.image import MetadataImage
 from sparklog.errors import StaleBrokerEpochError

@@ -15,10 +15,9 @@ from sparklog.broker.partition import IsrChangeProposed, PartitionRegistration
 from sparklog.broker.replica_fetcher import (
     FetchPhase,
     OutOfRangeReset,
-    ReplicaFetcherManager,
-    fetcher_id_for,
     reset_for_out_of_range,
 )
+from sparklog.broker.replica_fetcher_manager import ReplicaFetcherManager, fetcher_id_for
 from sparklog.broker.replica_manager import (
     FetchParams,
     FetchPartition,
