@@ -496,11 +496,10 @@ class KafkaApis:
             self._topic_metadata(name, create_errors)
             async for name in cooperative.each(dict.fromkeys(names))
         ]
-        if getattr(body, "include_topic_authorized_operations", False):  # v8+
-            for topic in topics:
-                topic["topic_authorized_operations"] = authorized_operations(
-                    request, ResourceType.TOPIC, topic["name"]
-                )
+        for topic in topics:
+            topic["topic_authorized_operations"] = authorized_operations(
+                request, ResourceType.TOPIC, topic["name"]
+            )
         return await kio_build.response_cooperatively(
             request,
             {
@@ -509,10 +508,7 @@ class KafkaApis:
                 "controller_id": self._controller_id_for_clients(),
                 "topics": topics,
                 "cluster_authorized_operations": authorized_operations(  # v8-v10 only
-                    request,
-                    ResourceType.CLUSTER,
-                    CLUSTER_NAME,
-                    include=getattr(body, "include_cluster_authorized_operations", False),
+                    request, ResourceType.CLUSTER, CLUSTER_NAME
                 ),
             },
         )
@@ -570,10 +566,7 @@ class KafkaApis:
                 for b in self._alive_brokers()
             ],
             "cluster_authorized_operations": authorized_operations(
-                request,
-                ResourceType.CLUSTER,
-                CLUSTER_NAME,
-                include=request.body.include_cluster_authorized_operations,
+                request, ResourceType.CLUSTER, CLUSTER_NAME
             ),
         }
         if endpoint_type != 1:

@@ -228,9 +228,7 @@ class ControllerApis:
             controller_id=controller_id,
             brokers=brokers,
             cluster_authorized_operations=respond.authorized_operations(
-                ResourceType.CLUSTER,
-                CLUSTER_NAME,
-                include=request.body.include_cluster_authorized_operations,
+                ResourceType.CLUSTER, CLUSTER_NAME
             ),
         )
 
@@ -354,9 +352,7 @@ class ControllerApis:
             controller_id=self._controller_id(),
             topics=topics,
             cluster_authorized_operations=respond.authorized_operations(  # v8-v10 only
-                ResourceType.CLUSTER,
-                CLUSTER_NAME,
-                include=getattr(body, "include_cluster_authorized_operations", False),
+                ResourceType.CLUSTER, CLUSTER_NAME
             ),
         )
 
@@ -418,9 +414,7 @@ class ControllerApis:
             is_internal=False,
             partitions=partitions,
             topic_authorized_operations=respond.authorized_operations(
-                ResourceType.TOPIC,
-                topic.name,
-                include=getattr(respond.request.body, "include_topic_authorized_operations", False),
+                ResourceType.TOPIC, topic.name
             ),
         )
 

@@ -44,11 +44,9 @@ class Response:
         )
         return _make(self.schema, {**values, "throttle_time": throttle})
 
-    def authorized_operations(
-        self, resource_type: ResourceType, name: str, *, include: bool
-    ) -> int:
-        """A resource's `authorized_operations` field (omitted unless `include`)."""
-        return authorized_operations(self.request, resource_type, name, include=include)
+    def authorized_operations(self, resource_type: ResourceType, name: str) -> int:
+        """A resource's `authorized_operations` field (omitted unless the request asked)."""
+        return authorized_operations(self.request, resource_type, name)
 
     def has(self, entity: str) -> bool:
         """Whether this version has the nested entity (e.g. CreateTopics configs from v5)."""
@@ -99,16 +97,10 @@ def missing_topic(name: str | None, topic_id: Any) -> Callable[[Response], Any]:
             partitions=(),
             topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED
             if name is None  # an unknown topic id: Kafka answers no operations for it
-            else respond.authorized_operations(
-                ResourceType.TOPIC, name, include=_topic_operations_asked(respond.request)
-            ),
+            else respond.authorized_operations(ResourceType.TOPIC, name),
         )
 
     return build
-
-
-def _topic_operations_asked(request: Request) -> bool:
-    return bool(getattr(request.body, "include_topic_authorized_operations", False))
 
 
 def described_config(respond: Response, entry: ConfigEntry) -> Any:

@@ -143,12 +143,24 @@ def throttle_time_ms(request: Request) -> int:
     return request.context.throttle_time_ms
 
 
+#: The request flag asking for a resource type's authorized operations (Metadata v8+,
+#: DescribeCluster, DescribeGroups v3+, ConsumerGroupDescribe); absent means not asked.
+_INCLUDE_FLAGS = {
+    ResourceType.TOPIC: "include_topic_authorized_operations",
+    ResourceType.CLUSTER: "include_cluster_authorized_operations",
+    ResourceType.GROUP: "include_authorized_operations",
+}
+
+
 def authorized_operations(
-    request: Request, resource_type: ResourceType, name: str, *, include: bool = True
+    request: Request, resource_type: ResourceType, name: str, *, include: bool | None = None
 ) -> int:
     """The `authorized_operations` bit field of one resource in the answer to `request`:
-    omitted (INT32_MIN) unless the client asked (`include`), else what the request's
-    authorizer allows its session (every supported operation without one)."""
+    omitted (INT32_MIN) unless the client asked (`include`; by default the request's own
+    flag for the resource type), else what the request's authorizer allows its session
+    (every supported operation without one)."""
+    if include is None:
+        include = bool(getattr(request.body, _INCLUDE_FLAGS[resource_type], False))
     if not include:
         return AUTHORIZED_OPERATIONS_OMITTED
     context = request.context

@@ -331,8 +331,7 @@ class GroupCoordinatorApis:
                 request,
                 ResourceType.GROUP,
                 group_id,
-                include=bool(getattr(request.body, "include_authorized_operations", False))
-                and not entry["error_code"],
+                include=False if entry["error_code"] else None,  # None: as the request asks
             )
             described.append(entry)
         return kio_build.response(request, {"groups": described})
@@ -444,10 +443,7 @@ class GroupCoordinatorApis:
                         for m in group.members.values()
                     ],
                     "authorized_operations": authorized_operations(
-                        request,
-                        ResourceType.GROUP,
-                        group_id,
-                        include=request.body.include_authorized_operations,
+                        request, ResourceType.GROUP, group_id
                     ),
                 }
             )

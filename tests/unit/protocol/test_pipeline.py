@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import pytest
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
@@ -39,6 +40,10 @@ def metadata_request() -> MetadataRequest:
     return MetadataRequest(
         topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
     )
+
+
+def vars_of(entity) -> dict:
+    return {f.name: getattr(entity, f.name) for f in dataclasses.fields(entity)}
 
 
 def receive(server: ServerConnection, body, client_id: str = "app-1") -> Request:
@@ -127,17 +132,25 @@ class DenyWrites:
 
 
 def test_response_fields_come_from_the_request_context():
-    request = Request(ApiKey.METADATA, 12, 0, None, None, 0)
+    asking = metadata_request()
+    asking = type(asking)(**{**vars_of(asking), "include_topic_authorized_operations": True})
+    request = Request(ApiKey.METADATA, 12, 0, None, asking, 0)
     assert throttle_time_ms(request) == 0
-    topic_ops = authorized_operations(request, ResourceType.TOPIC, "t")
+    topic_ops = authorized_operations(request, ResourceType.TOPIC, "t")  # the request's flag
     assert from_bitfield(topic_ops) == supported_operations(ResourceType.TOPIC)
     assert topic_ops == 3576  # Kafka's answer without an authorizer (READ..ALTER_CONFIGS)
+    not_asked = Request(ApiKey.METADATA, 12, 0, None, metadata_request(), 0)
+    assert (
+        authorized_operations(not_asked, ResourceType.TOPIC, "t") == AUTHORIZED_OPERATIONS_OMITTED
+    )
+    # Metadata v12 has no cluster flag: not asked
+    assert authorized_operations(request, ResourceType.CLUSTER, "kafka-cluster") < 0
     omitted = authorized_operations(request, ResourceType.TOPIC, "t", include=False)
     assert omitted == AUTHORIZED_OPERATIONS_OMITTED
     context = RequestContext(authorizer=DenyWrites(), throttle_time_ms=250)
     limited = Request(ApiKey.METADATA, 12, 0, None, None, 0, context)
     assert throttle_time_ms(limited) == 250
-    allowed = from_bitfield(authorized_operations(limited, ResourceType.TOPIC, "t"))
+    allowed = from_bitfield(authorized_operations(limited, ResourceType.TOPIC, "t", include=True))
     assert AclOperation.WRITE not in allowed and AclOperation.READ in allowed
     assert limited.session.principal == ANONYMOUS
 
