@@ -29,8 +29,9 @@ from typing import Any
 from sparklog.broker import kio_build
 from sparklog.protocol import envelope
 from sparklog.protocol.api_versions import ApiKey
-from sparklog.protocol.async_client import AsyncKafkaConnection
+from sparklog.protocol.async_client import AsyncKafkaConnection, connect
 from sparklog.protocol.connection import Request
+from sparklog.protocol.outbound import PLAINTEXT, Endpoint
 
 logger = logging.getLogger(__name__)
 
@@ -49,8 +50,11 @@ class CoordinatorUnreachableError(ConnectionError):
 
 
 async def _connect(host: str, port: int) -> AsyncKafkaConnection:
-    return await AsyncKafkaConnection(host, port, client_id="sparklog-broker-forwarder").connect(
-        _CONNECT_TIMEOUT_S
+    return await connect(
+        Endpoint(host, port),
+        PLAINTEXT,
+        client_id="sparklog-broker-forwarder",
+        timeout_s=_CONNECT_TIMEOUT_S,
     )
 
 
