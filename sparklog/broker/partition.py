@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 from sparklog.errors import (
     FencedLeaderEpochError,
+    IllegalStateTransition,
     IneligibleReplicaError,
     InvalidRequestError,
     InvalidUpdateVersionError,
@@ -74,10 +75,6 @@ _AWAIT_METADATA_ERRORS = frozenset(
         NotLeaderOrFollowerError.code,
     }
 )
-
-
-class IllegalStateTransition(Exception):
-    """A role change the table in the module doc does not allow (our bug)."""
 
 
 class Role(enum.Enum):

@@ -18,7 +18,7 @@ Per-partition states (Kafka's `LogCleaningState`), with the legal transitions:
     ABORTED     -> PAUSED(1) (the cleaner noticed, in done_cleaning / done_deleting)
     PAUSED(n)   -> PAUSED(n + 1) (abort_and_pause), PAUSED(n - 1) or (none) (resume)
 
-A missing transition raises `IllegalStateError`. The cleaner thread calls
+A missing transition raises `IllegalStateTransition`. The cleaner thread calls
 `check_cleaning_aborted(tp)` between reads, so an abort takes effect within one I/O chunk.
 
 Thread-safety: every method takes the manager's lock. Never call `abort_and_pause_cleaning`
@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
+from sparklog.errors import IllegalStateTransition
 from sparklog.storage.checkpoint import CorruptCheckpointError, OffsetCheckpointFile
 
 if TYPE_CHECKING:
@@ -46,7 +47,6 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "CLEANER_CHECKPOINT_FILE",
     "CleanerManager",
-    "IllegalStateError",
     "LogCleaningAbortedError",
     "LogToClean",
     "OffsetsToClean",
@@ -69,11 +69,6 @@ TopicPartition = tuple[str, int]
 class LogCleaningAbortedError(Exception):
     """This round of cleaning a log was given up (abort requested, or the segments changed
     under the cleaner); the log is untouched beyond groups already swapped in."""
-
-
-class IllegalStateError(Exception):
-    """A cleaning-state transition the table in the module doc does not allow (our bug or the
-    caller's: e.g. resuming a partition that was never paused)."""
 
 
 class _State(enum.Enum):
@@ -402,7 +397,7 @@ class CleanerManager:
         with self._cond:
             state = self._states.get(topic_partition)
             if state is None:
-                raise IllegalStateError(f"no cleaning state for {topic_partition}")
+                raise IllegalStateTransition(f"no cleaning state for {topic_partition}")
             if state[0] is _State.IN_PROGRESS:
                 self.update_checkpoint(topic_partition, end_offset)
                 del self._states[topic_partition]
@@ -410,7 +405,7 @@ class CleanerManager:
                 self._states[topic_partition] = (_State.PAUSED, 1)
                 self._cond.notify_all()
             else:
-                raise IllegalStateError(f"{topic_partition} finished cleaning while {state}")
+                raise IllegalStateTransition(f"{topic_partition} finished cleaning while {state}")
 
     def done_deleting(self, topic_partitions: Iterable[TopicPartition]) -> None:
         """The retention pass over these logs ended."""
@@ -418,14 +413,14 @@ class CleanerManager:
             for tp in topic_partitions:
                 state = self._states.get(tp)
                 if state is None:
-                    raise IllegalStateError(f"no cleaning state for {tp}")
+                    raise IllegalStateTransition(f"no cleaning state for {tp}")
                 if state[0] is _State.IN_PROGRESS:
                     del self._states[tp]
                 elif state[0] is _State.ABORTED:
                     self._states[tp] = (_State.PAUSED, 1)
                     self._cond.notify_all()
                 else:
-                    raise IllegalStateError(f"{tp} finished deleting while {state}")
+                    raise IllegalStateTransition(f"{tp} finished deleting while {state}")
 
     def abort_cleaning(self, topic_partition: TopicPartition) -> None:
         """Stop any cleaning of the partition now; later rounds may clean it again."""
@@ -445,7 +440,7 @@ class CleanerManager:
             elif state[0] is _State.PAUSED:
                 self._states[topic_partition] = (_State.PAUSED, state[1] + 1)
             else:
-                raise IllegalStateError(
+                raise IllegalStateTransition(
                     f"cleaning of {topic_partition} cannot be aborted and paused while {state}"
                 )
             self._cond.wait_for(lambda: self._is_paused(topic_partition))
@@ -456,7 +451,9 @@ class CleanerManager:
             for tp in topic_partitions:
                 state = self._states.get(tp)
                 if state is None or state[0] is not _State.PAUSED:
-                    raise IllegalStateError(f"cleaning of {tp} cannot be resumed while {state}")
+                    raise IllegalStateTransition(
+                        f"cleaning of {tp} cannot be resumed while {state}"
+                    )
                 if state[1] <= 1:
                     del self._states[tp]
                 else:

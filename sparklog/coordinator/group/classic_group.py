@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from sparklog.coordinator.clock import loaded_ms
+from sparklog.errors import IllegalStateTransition
 
 
 class GroupState(enum.Enum):
@@ -42,10 +43,6 @@ TRANSITIONS: dict[GroupState, frozenset[GroupState]] = {
     _S.STABLE: frozenset({_S.PREPARING_REBALANCE, _S.DEAD}),
     _S.DEAD: frozenset({_S.DEAD}),
 }
-
-
-class IllegalStateTransition(AssertionError):
-    """A move outside `TRANSITIONS`: a bug in the coordinator."""
 
 
 #: A parked JoinGroup/SyncGroup answer: called once with the response values.

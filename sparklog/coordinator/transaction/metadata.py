@@ -12,7 +12,7 @@ import dataclasses
 import enum
 from typing import Any
 
-from sparklog.coordinator.group.classic_group import IllegalStateTransition
+from sparklog.errors import IllegalStateTransition
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1

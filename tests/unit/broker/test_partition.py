@@ -8,7 +8,6 @@ from sparklog.broker.partition import (
     BecameFollower,
     BecameLeader,
     HighWatermarkAdvanced,
-    IllegalStateTransition,
     IsrChanged,
     IsrChangeProposed,
     Partition,
@@ -18,6 +17,7 @@ from sparklog.broker.partition import (
 )
 from sparklog.errors import (
     FencedLeaderEpochError,
+    IllegalStateTransition,
     IneligibleReplicaError,
     InvalidUpdateVersionError,
     NetworkExceptionError,

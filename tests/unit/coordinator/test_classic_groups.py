@@ -10,8 +10,8 @@ from sparklog.coordinator.group.classic_group import (
     TRANSITIONS,
     ClassicGroup,
     GroupState,
-    IllegalStateTransition,
 )
+from sparklog.errors import IllegalStateTransition
 
 from .harness import REBALANCE_MS, SESSION_MS, Harness
 

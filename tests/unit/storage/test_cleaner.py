@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from sparklog.errors import IllegalStateTransition
 from sparklog.records import (
     ControlRecordType,
     EndTransactionMarker,
@@ -25,7 +26,6 @@ from sparklog.storage.cleaner import Cleaner, CleanerConfig, LogCleaner, group_s
 from sparklog.storage.cleaner_manager import (
     CLEANER_CHECKPOINT_FILE,
     CleanerManager,
-    IllegalStateError,
     LogCleaningAbortedError,
     LogToClean,
     cleanable_offsets,
@@ -583,7 +583,7 @@ def test_pause_resume_state_machine(tmp_path):
     assert cleaner.clean_once(NOW) is None  # still paused once
     cleaner.resume_cleaning(TP)
     assert cleaner.clean_once(NOW) is not None
-    with pytest.raises(IllegalStateError):
+    with pytest.raises(IllegalStateTransition):
         cleaner.resume_cleaning(TP)
 
 
