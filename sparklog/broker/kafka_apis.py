@@ -45,12 +45,18 @@ from sparklog.broker.txn_apis import handle_describe_producers, handle_write_txn
 from sparklog.broker.txn_verification import TransactionVerifier
 from sparklog.coordinator.transaction.metadata import TRANSACTION_STATE_NAMES
 from sparklog.errors import (
+    CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
+    FencedLeaderEpochError,
     InvalidRequestError,
     KafkaError,
     LeaderNotAvailableError,
+    MismatchedEndpointTypeError,
     NotCoordinatorError,
     NotLeaderOrFollowerError,
+    UnknownLeaderEpochError,
+    UnknownTopicOrPartitionError,
+    UnsupportedEndpointTypeError,
     UnsupportedVersionError,
 )
 from sparklog.protocol import cooperative
@@ -69,7 +75,11 @@ from sparklog.storage.file_records import FileRecords
 
 logger = logging.getLogger(__name__)
 
-_LEADER_HINT_ERRORS = frozenset({NotLeaderOrFollowerError.code, 74, 75})  # + FENCED/UNKNOWN epoch
+_LEADER_HINT_ERRORS = frozenset(
+    {NotLeaderOrFollowerError.code, FencedLeaderEpochError.code, UnknownLeaderEpochError.code}
+)
+#: DescribeCluster's endpoint types (KIP-919: DescribeClusterRequest.endpoint_type).
+_BROKER_ENDPOINT, _CONTROLLER_ENDPOINT = 1, 2
 
 
 # -- request parsing (pure) -------------------------------------------------------------------
@@ -461,7 +471,7 @@ class KafkaApis:
             )
         except (KafkaError, ConnectionError, OSError, TimeoutError) as e:
             logger.warning("no producer id for InitProducerId: %s", e)
-            answer["error_code"] = 14  # COORDINATOR_LOAD_IN_PROGRESS: retriable, as Kafka answers
+            answer["error_code"] = CoordinatorLoadInProgressError.code  # retriable, as Kafka
         return kio_build.response(request, answer)
 
     # -- metadata -----------------------------------------------------------------------------
@@ -525,7 +535,7 @@ class KafkaApis:
         image = self.metadata.image
         topic = image.topic(name)
         if topic is None:
-            code = create_errors.get(name, 3)  # UNKNOWN_TOPIC_OR_PARTITION
+            code = create_errors.get(name, UnknownTopicOrPartitionError.code)
             return {"error_code": code, "name": name, "topic_id": None, "partitions": []}
         partitions = []
         for index in sorted(topic.partitions):
@@ -555,7 +565,7 @@ class KafkaApis:
         return kio_build.response(request, {"error_code": 0, "results": results})
 
     async def handle_describe_cluster(self, request: Request) -> Any:
-        endpoint_type = int(getattr(request.body, "endpoint_type", 1))
+        endpoint_type = int(getattr(request.body, "endpoint_type", _BROKER_ENDPOINT))
         answer: dict[str, Any] = {
             "error_code": 0,
             "endpoint_type": endpoint_type,
@@ -569,6 +579,20 @@ class KafkaApis:
                 request, ResourceType.CLUSTER, CLUSTER_NAME
             ),
         }
-        if endpoint_type != 1:
-            answer.update(error_code=119, error_message="brokers list brokers only", brokers=[])
+        if endpoint_type != _BROKER_ENDPOINT:
+            # Kafka's KafkaApis.handleDescribeCluster (KIP-919): a broker asked for controller
+            # endpoints answers MISMATCHED_ENDPOINT_TYPE, any other type UNSUPPORTED_ENDPOINT_TYPE,
+            # both with the response's default endpoint type (brokers) and no brokers.
+            if endpoint_type == _CONTROLLER_ENDPOINT:
+                error = MismatchedEndpointTypeError
+                message = "this is a broker endpoint: ask a controller for controller endpoints"
+            else:
+                error = UnsupportedEndpointTypeError
+                message = f"unsupported endpoint type {endpoint_type}"
+            answer.update(
+                error_code=error.code,
+                error_message=message,
+                endpoint_type=_BROKER_ENDPOINT,
+                brokers=[],
+            )
         return kio_build.response(request, answer)

@@ -48,6 +48,7 @@ from sparklog.errors import (
     LeaderNotAvailableError,
     OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
+    UnsupportedEndpointTypeError,
     UnsupportedVersionError,
 )
 from sparklog.protocol.api_versions import CONTROLLER_APIS, ApiKey
@@ -209,9 +210,9 @@ class ControllerApis:
         elif endpoint_type == _BROKERS_ENDPOINT:
             nodes = [(b.broker_id, b.host, b.port, b.rack) for b in self.image.unfenced_brokers()]
             controller_id = self._controller_id()
-        else:
+        else:  # Kafka's AuthHelper.computeDescribeClusterResponse: UNSUPPORTED_ENDPOINT_TYPE
             return respond(
-                error_code=InvalidRequestError.code,
+                error_code=UnsupportedEndpointTypeError.code,
                 error_message=f"Unsupported endpoint type {endpoint_type}",
                 cluster_id=self.server.cluster_id,
                 brokers=(),

@@ -17,6 +17,7 @@ from kio.static.primitive import i32Timedelta
 from sparklog.controller import BrokerLaunchFacts, MetadataImage, broker_client_id
 from sparklog.controller.configs import ControllerConfig
 from sparklog.controller.server import ControllerServer
+from sparklog.errors import UnsupportedEndpointTypeError
 from sparklog.protocol import codec
 from sparklog.protocol.api_versions import CONTROLLER_APIS, ApiKey
 from sparklog.protocol.async_client import AsyncKafkaConnection
@@ -241,6 +242,12 @@ def test_metadata_auto_creates_topics_and_describe_cluster(controller):
                 endpoint_type=2,
             )
             assert [(b.host, b.port) for b in cluster.brokers] == [("127.0.0.1", controller.port)]
+            unknown = await b0.call(
+                ApiKey.DESCRIBE_CLUSTER,
+                include_cluster_authorized_operations=False,
+                endpoint_type=3,
+            )
+            assert unknown.error_code == UnsupportedEndpointTypeError.code and not unknown.brokers
 
     run(scenario())
 
