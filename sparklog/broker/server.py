@@ -57,14 +57,16 @@ from sparklog.broker.metadata import BrokerMetadata, MetadataFollower, topics_fr
 from sparklog.broker.replica_fetcher_manager import ReplicaFetcherManager
 from sparklog.broker.replica_manager import ReplicaManager
 from sparklog.controller.image import MetadataImage
-from sparklog.errors import StaleBrokerEpochError
+from sparklog.errors import (
+    BrokerIdNotRegisteredError,
+    DuplicateBrokerRegistrationError,
+    StaleBrokerEpochError,
+)
 from sparklog.protocol.api_versions import BROKER_SERVED_APIS
 from sparklog.protocol.server import KafkaServer
 
 logger = logging.getLogger(__name__)
 
-DUPLICATE_BROKER_REGISTRATION = 101
-BROKER_ID_NOT_REGISTERED = 102
 _FENCED_HEARTBEAT_INTERVAL_S = 0.05  # heartbeat fast until unfenced (Kafka: "immediately")
 _GOODBYE_TIMEOUT_S = 2.0
 _SHUTDOWN_HEARTBEAT_ATTEMPTS = 3  # an unreachable controller ends a controlled shutdown
@@ -374,7 +376,7 @@ class BrokerServer:
                 self.producer_ids.broker_epoch = epoch
                 logger.info("broker %d registered with epoch %d", self.node_id, epoch)
                 return
-            if code != DUPLICATE_BROKER_REGISTRATION:
+            if code != DuplicateBrokerRegistrationError.code:
                 raise RuntimeError(f"broker {self.node_id}: registration refused with error {code}")
             if loop.time() > give_up_at:  # a lease would have run out: a live process holds it
                 raise RuntimeError(
@@ -413,7 +415,10 @@ class BrokerServer:
                 )
                 continue
             failures = 0
-            lost = response.error_code in (StaleBrokerEpochError.code, BROKER_ID_NOT_REGISTERED)
+            lost = response.error_code in (
+                StaleBrokerEpochError.code,
+                BrokerIdNotRegisteredError.code,
+            )
             if lost and not response.should_shut_down:
                 logger.warning("broker %d: registration lost; registering again", self.node_id)
                 await self._register()

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 from sparklog.errors import (
     KafkaError,
+    LeaderNotAvailableError,
     UnknownTopicOrPartitionError,
     error_for_code,
 )
@@ -181,7 +182,7 @@ def _cluster_for(metadata: Metadata, partitions: Iterable[TopicPartition]) -> Cl
     cluster = metadata.cluster
     for tp in partitions:
         code = cluster.topic_errors.get(tp.topic)
-        if code is not None and code not in (5,):
+        if code is not None and code != LeaderNotAvailableError.code:
             raise admin_error(code, f"topic {tp.topic!r}", final=True)
         count = cluster.partition_count(tp.topic)
         if count is not None and tp.partition >= count:

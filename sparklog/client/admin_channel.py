@@ -13,7 +13,16 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from sparklog.errors import InvalidRequestError, KafkaError, RequestTimedOutError, error_for_code
+from sparklog.errors import (
+    CoordinatorLoadInProgressError,
+    CoordinatorNotAvailableError,
+    InvalidRequestError,
+    KafkaError,
+    NotControllerError,
+    RequestTimedOutError,
+    ThrottlingQuotaExceededError,
+    error_for_code,
+)
 from sparklog.protocol.api_versions import ApiKey
 
 from .metadata import Metadata
@@ -21,7 +30,15 @@ from .network import NetworkClient, now_ms
 
 #: Result errors an admin call retries (Kafka's `KafkaAdminClient` reschedules on these); other
 #: errors in a result are final even when their class is retriable (e.g. an unknown topic).
-_ADMIN_RETRY_CODES = frozenset({7, 14, 15, 41, 89})
+_ADMIN_RETRY_CODES = frozenset(
+    {
+        RequestTimedOutError.code,
+        CoordinatorLoadInProgressError.code,
+        CoordinatorNotAvailableError.code,
+        NotControllerError.code,
+        ThrottlingQuotaExceededError.code,
+    }
+)
 
 
 def admin_error(

@@ -13,14 +13,26 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sparklog.errors import InvalidRequestError
+from sparklog.errors import (
+    CoordinatorLoadInProgressError,
+    CoordinatorNotAvailableError,
+    InvalidRequestError,
+    NotCoordinatorError,
+    UnknownMemberIdError,
+)
 from sparklog.protocol.api_versions import ApiKey
 
 from .admin_channel import AdminChannel, admin_error
 
 TopicPartition = tuple[str, int]
 #: Errors that send a call back to FindCoordinator (Kafka's admin does the same).
-_COORDINATOR_MOVED = frozenset({14, 15, 16})
+_COORDINATOR_MOVED = frozenset(
+    {
+        CoordinatorLoadInProgressError.code,
+        CoordinatorNotAvailableError.code,
+        NotCoordinatorError.code,
+    }
+)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -173,7 +185,7 @@ def alter_group_offsets(
     response = group_call(channel, group_id, ApiKey.OFFSET_COMMIT, fields, first_error)
     code = first_error(response)
     if code:
-        hint = " (stop the group's consumers first)" if code == 25 else ""
+        hint = " (stop the group's consumers first)" if code == UnknownMemberIdError.code else ""
         raise admin_error(code, f"OffsetCommit for group {group_id!r}{hint}")
 
 

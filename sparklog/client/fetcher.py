@@ -78,7 +78,6 @@ from .subscription_state import PartitionState, SubscriptionState
 
 logger = logging.getLogger(__name__)
 
-OFFSET_OUT_OF_RANGE = 1
 READ_COMMITTED = 1
 CONSUMER_REPLICA_ID = -1
 
@@ -307,7 +306,7 @@ class Fetcher:
                     # data before it is drained, gets the same answer.
                     if fetch_offset == state.position:
                         self._on_corrupt_message(tp, state, now_ms)
-                elif code == OFFSET_OUT_OF_RANGE:
+                elif code == OffsetOutOfRangeError.code:
                     if self.subscriptions.default_reset == "none" and state.reset_strategy is None:
                         out_of_range[tp] = fetch_offset
                     else:

@@ -25,7 +25,19 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from sparklog.errors import CoordinatorNotAvailableError, KafkaError, error_for_code
+from sparklog.errors import (
+    CoordinatorLoadInProgressError,
+    CoordinatorNotAvailableError,
+    FencedMemberEpochError,
+    IllegalGenerationError,
+    KafkaError,
+    MemberIdRequiredError,
+    NotCoordinatorError,
+    RebalanceInProgressError,
+    StaleMemberEpochError,
+    UnknownMemberIdError,
+    error_for_code,
+)
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.protocol.consumer_protocol import (
     assignment_partitions,
@@ -41,18 +53,27 @@ from .network import NetworkClient, now_ms
 
 logger = logging.getLogger(__name__)
 
-_REJOIN = {22, 25, 27}  # ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS
+_REJOIN = frozenset(
+    {IllegalGenerationError.code, UnknownMemberIdError.code, RebalanceInProgressError.code}
+)
 #: Connections to a group coordinator are keyed by this minus its broker id (Java's client).
 COORDINATOR_CONNECTION_ID_BASE = 2**31 - 1
-_COORDINATOR_GONE = {14, 15, 16}  # loading, not available, not the coordinator
-_FENCED_848 = {25, 110}  # UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH: rejoin with epoch 0
+_COORDINATOR_GONE = frozenset(
+    {
+        CoordinatorLoadInProgressError.code,
+        CoordinatorNotAvailableError.code,
+        NotCoordinatorError.code,
+    }
+)
+#: KIP-848: rejoin with epoch 0.
+_FENCED_848 = frozenset({UnknownMemberIdError.code, FencedMemberEpochError.code})
 
 
 class CommitFailedError(KafkaError):
     """A commit the group refused because this member is no longer part of the generation
     (Kafka's `CommitFailedException`): the partitions may be someone else's now."""
 
-    code = 22
+    code = IllegalGenerationError.code
 
 
 class GroupMember:
@@ -214,10 +235,10 @@ class GroupMember:
 
     def _on_join(self, response: Any) -> None:
         code = int(response.error_code)
-        if code == 79:  # MEMBER_ID_REQUIRED (KIP-394): join again with the id we were given
+        if code == MemberIdRequiredError.code:  # KIP-394: join again with the id we were given
             self.member_id = response.member_id
             return
-        if code == 25:
+        if code == UnknownMemberIdError.code:
             self.member_id = ""
         if code:
             raise error_for_code(code)(f"JoinGroup for group {self.group_id}")
@@ -304,7 +325,7 @@ class GroupMember:
         if code in _FENCED_848:
             self._revoke(self.owned, lost=True)
             self.generation = 0
-            raise error_for_code(27)(f"fenced from group {self.group_id}: rejoining")
+            raise RebalanceInProgressError(f"fenced from group {self.group_id}: rejoining")
         if code:
             raise error_for_code(code)(f"ConsumerGroupHeartbeat for {self.group_id}")
         if response.member_id:
@@ -382,8 +403,8 @@ class GroupMember:
             if code in _REJOIN:
                 with self._lock:
                     self._rejoin = True
-                    self._lost = code != 27
-                if code == 25:
+                    self._lost = code != RebalanceInProgressError.code
+                if code == UnknownMemberIdError.code:
                     self.member_id = ""
             elif code in _COORDINATOR_GONE:
                 self.coordinator = None
@@ -416,7 +437,7 @@ class GroupMember:
             },
         )
         codes = {int(p.error_code) for t in response.topics for p in t.partitions} - {0}
-        if codes & (_REJOIN | {113}):
+        if codes & (_REJOIN | {StaleMemberEpochError.code}):
             with self._lock:
                 self._rejoin = True
             raise CommitFailedError(

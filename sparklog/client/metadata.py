@@ -24,9 +24,17 @@ from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 from sparklog.errors import (
+    FencedLeaderEpochError,
+    InconsistentTopicIdError,
     KafkaError,
+    LeaderNotAvailableError,
     NetworkExceptionError,
+    NotLeaderOrFollowerError,
+    ReplicaNotAvailableError,
     RequestTimedOutError,
+    UnknownLeaderEpochError,
+    UnknownTopicIdError,
+    UnknownTopicOrPartitionError,
     error_for_code,
 )
 from sparklog.protocol.api_versions import ApiKey
@@ -35,7 +43,19 @@ from .config import parse_bootstrap_servers
 from .network import NetworkClient, now_ms
 
 #: Errors after which the client's view of leaders is stale (Kafka's `InvalidMetadataException`).
-REFRESH_ERROR_CODES = frozenset({3, 5, 6, 9, 13, 74, 75, 100, 103})
+REFRESH_ERROR_CODES = frozenset(
+    {
+        UnknownTopicOrPartitionError.code,
+        LeaderNotAvailableError.code,
+        NotLeaderOrFollowerError.code,
+        ReplicaNotAvailableError.code,
+        NetworkExceptionError.code,
+        FencedLeaderEpochError.code,
+        UnknownLeaderEpochError.code,
+        UnknownTopicIdError.code,
+        InconsistentTopicIdError.code,
+    }
+)
 
 
 class TopicPartition(NamedTuple):
@@ -106,7 +126,7 @@ class Cluster:
             code = int(t.error_code)
             if code != 0:
                 errors[t.name] = code
-                if code != 5:  # LEADER_NOT_AVAILABLE topics still list their partitions
+                if code != LeaderNotAvailableError.code:  # such topics still list their partitions
                     continue
             partitions = tuple(
                 sorted(

@@ -34,7 +34,16 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from sparklog.errors import KafkaError, RequestTimedOutError, error_for_code
+from sparklog.errors import (
+    DuplicateSequenceNumberError,
+    InvalidProducerEpochError,
+    KafkaError,
+    OutOfOrderSequenceNumberError,
+    ProducerFencedError,
+    RequestTimedOutError,
+    UnknownProducerIdError,
+    error_for_code,
+)
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.records.compression import CompressionType
 
@@ -45,11 +54,6 @@ from .request_builder import timestamp_ms
 
 logger = logging.getLogger(__name__)
 
-OUT_OF_ORDER_SEQUENCE_NUMBER = 45
-DUPLICATE_SEQUENCE_NUMBER = 46
-INVALID_PRODUCER_EPOCH = 47
-UNKNOWN_PRODUCER_ID = 59
-PRODUCER_FENCED = 90
 _INT32_MASK = 0x7FFFFFFF
 
 
@@ -130,7 +134,7 @@ def decide(
 ) -> BatchOutcome:
     """The outcome of a Produce response's partition error for `batch` (Kafka's
     `Sender.completeBatch` / `canRetry`)."""
-    if error_code in (0, DUPLICATE_SEQUENCE_NUMBER):
+    if error_code in (0, DuplicateSequenceNumberError.code):
         return BatchOutcome(Decision.COMPLETE)
     cls = error_for_code(error_code)
     tp = batch.tp
@@ -139,11 +143,11 @@ def decide(
     retriable = cls.retriable
     reset = False
     if idempotence is not None:
-        if error_code == OUT_OF_ORDER_SEQUENCE_NUMBER:
+        if error_code == OutOfOrderSequenceNumberError.code:
             retriable = idempotence.earlier_batch_pending(batch)
-        elif error_code == UNKNOWN_PRODUCER_ID:
+        elif error_code == UnknownProducerIdError.code:
             retriable = reset = True  # the broker lost our state; resend under a new id
-        elif error_code in (INVALID_PRODUCER_EPOCH, PRODUCER_FENCED):
+        elif error_code in (InvalidProducerEpochError.code, ProducerFencedError.code):
             retriable = False
     outcome = _retry_or_fail(batch, error, retriable, now_ms, retries, delivery_timeout_ms, closing)
     reset = reset or (

@@ -32,7 +32,7 @@ _FIXED = {
     "int8": 1,
     "int16": 2,
     "uint16": 2,
-    "error_code": 2,
+    "error_code": 2,  # its size in bytes, not an error code
     "int32": 4,
     "timedelta_i32": 4,
     "int64": 8,

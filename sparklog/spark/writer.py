@@ -47,6 +47,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from sparklog.errors import InvalidTopicError, UnknownTopicOrPartitionError
 from sparklog.spark.client_pool import PRODUCERS
 from sparklog.spark.options import SinkOptions, SparkLogOptionError, check_topic_name
 from sparklog.spark.sink_transactions import (
@@ -60,9 +61,6 @@ from sparklog.spark.sink_transactions import (
 )
 
 logger = logging.getLogger(__name__)
-
-UNKNOWN_TOPIC_OR_PARTITION = 3
-INVALID_TOPIC_EXCEPTION = 17
 
 
 class SparkLogSchemaError(SparkLogOptionError):
@@ -168,13 +166,13 @@ def check_topics(options: SinkOptions, topics: Iterable[str]) -> None:
         network.close()
     for t in response.topics:
         code = int(t.error_code)
-        if code == UNKNOWN_TOPIC_OR_PARTITION:
+        if code == UnknownTopicOrPartitionError.code:
             raise UnknownTopicError(
                 f"topic {t.name!r} does not exist and the cluster does not create topics on "
                 "demand (auto.create.topics.enable=false): create it first, or write to an "
                 "existing topic (the 'topic' option or column)"
             )
-        if code == INVALID_TOPIC_EXCEPTION:
+        if code == InvalidTopicError.code:
             check_topic_name(t.name, "topic")  # raises; the broker may know more rules
             raise UnknownTopicError(f"the cluster refuses topic name {t.name!r}")
     for topic in wanted:
