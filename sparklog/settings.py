@@ -31,7 +31,6 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-INT32_MAX = 2**31 - 1
 LONG_MAX = 2**63 - 1
 
 
@@ -518,7 +517,6 @@ def entry(
 
 
 __all__ = [
-    "INT32_MAX",
     "LONG_MAX",
     "REGISTRY",
     "SERVER_SCOPES",

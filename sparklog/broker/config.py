@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 
 from sparklog.controller.configs import CLUSTER_SETTINGS, ControllerConfig
 from sparklog.settings import (
-    INT32_MAX,
     LONG_MAX,
     REGISTRY,
     SERVER_SCOPES,
@@ -34,6 +33,7 @@ from sparklog.settings import (
 from sparklog.storage.cleaner import CLEANER_SETTINGS, CleanerConfig
 from sparklog.storage.config import LogConfig
 from sparklog.storage.log_validator import DEFAULT_DECOMPRESSED_MAX_BYTES
+from sparklog.structs import INT32_MAX
 
 logger = logging.getLogger(__name__)
 

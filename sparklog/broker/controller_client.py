@@ -24,13 +24,11 @@ from sparklog.protocol import codec
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.protocol.async_client import AsyncKafkaConnection, connect
 from sparklog.protocol.outbound import PLAINTEXT, Endpoint
+from sparklog.structs import LATEST_TIMESTAMP, METADATA_PARTITION, METADATA_TOPIC
 
 logger = logging.getLogger(__name__)
 
-METADATA_TOPIC = "__cluster_metadata"
-METADATA_PARTITION = 0
 METADATA_FETCH_MAX_BYTES = 8 * 1024 * 1024
-LATEST_TIMESTAMP = -1
 
 # The versions this client speaks (the newest both sides speak is used).
 _VERSIONS = {

@@ -45,6 +45,7 @@ from sparklog.errors import CoordinatorNotAvailableError, NotCoordinatorError
 from sparklog.protocol import envelope
 from sparklog.protocol.api_versions import FORWARDED_TO_COORDINATOR_APIS, ApiKey
 from sparklog.protocol.connection import Request
+from sparklog.structs import GROUP_COORDINATOR_NODE_ID
 
 logger = logging.getLogger(__name__)
 
@@ -152,11 +153,6 @@ class CoordinatorForwarding:
 
     async def close(self) -> None:
         await self.channel.close()
-
-
-#: The group coordinator's node id when it answers FindCoordinator itself (asked directly, or
-#: when forwarded before a broker puts itself in its place); broker ids stay far below it.
-GROUP_COORDINATOR_NODE_ID = 3001
 
 
 def find_coordinator_response(

@@ -24,7 +24,6 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from sparklog.broker.log_manager import TopicPartition
 from sparklog.broker.replica_manager import FetchPartition, FetchResult, Unchanged
 from sparklog.errors import FetchSessionIdNotFoundError, InvalidFetchSessionEpochError
 from sparklog.protocol.fetch_session_handler import (
@@ -33,6 +32,7 @@ from sparklog.protocol.fetch_session_handler import (
     INVALID_SESSION_ID,
     next_epoch,
 )
+from sparklog.structs import TopicPartition
 
 DEFAULT_CACHE_SLOTS = 1_000
 DEFAULT_EVICTION_MS = 120_000

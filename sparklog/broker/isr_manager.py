@@ -24,10 +24,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sparklog.broker.log_manager import TopicPartition
 from sparklog.broker.partition import IsrChangeProposed
 from sparklog.controller.alter_partition import IsrChange, IsrChangeOutcome
 from sparklog.errors import KafkaError, NetworkExceptionError
+from sparklog.structs import TopicPartition
 
 logger = logging.getLogger(__name__)
 

@@ -30,7 +30,6 @@ from sparklog.broker.fetch_session import (
 )
 from sparklog.broker.group_apis import handle_not_coordinator
 from sparklog.broker.log_dirs import describe_log_dirs
-from sparklog.broker.log_manager import TopicPartition
 from sparklog.broker.metadata import BrokerMetadata
 from sparklog.broker.produce_response import encode_produce_body, produce_response_data
 from sparklog.broker.replica_manager import (
@@ -72,6 +71,7 @@ from sparklog.protocol.file_response import FileResponse, placeholder
 from sparklog.protocol.pipeline import authorized_operations, throttle_time_ms
 from sparklog.security.acl import CLUSTER_NAME, ResourceType
 from sparklog.storage.file_records import FileRecords
+from sparklog.structs import IsolationLevel, TopicPartition
 
 logger = logging.getLogger(__name__)
 
@@ -158,7 +158,7 @@ def fetch_partition_data(p: FetchPartition, r: FetchResult, isolation_level: int
         "preferred_read_replica": -1,
         "records": r.records,
     }
-    if isolation_level == 1 and r.error_code == 0:
+    if isolation_level == IsolationLevel.READ_COMMITTED and r.error_code == 0:
         data["aborted_transactions"] = [
             {"producer_id": a.producer_id, "first_offset": a.first_offset}
             for a in r.aborted_transactions or ()

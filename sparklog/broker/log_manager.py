@@ -43,6 +43,7 @@ from sparklog.storage.checkpoint import (
 from sparklog.storage.cleaner import LogCleaner
 from sparklog.storage.config import LogConfig
 from sparklog.storage.log import Log
+from sparklog.structs import TopicPartition
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +56,6 @@ LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
 PARTITION_METADATA_FILE = "partition.metadata"
 
-TopicPartition = tuple[str, int]
 #: (topic, partition) -> (topic id, config) when this broker hosts it, else None
 HostedLookup = Callable[[str, int], "tuple[uuid.UUID, LogConfig] | None"]
 

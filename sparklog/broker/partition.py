@@ -55,8 +55,8 @@ from sparklog.errors import (
     UnknownTopicIdError,
     UnknownTopicOrPartitionError,
 )
+from sparklog.structs import NO_LEADER
 
-NO_LEADER = -1
 NO_EPOCH = -1
 UNKNOWN_OFFSET = -1
 

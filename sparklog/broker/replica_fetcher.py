@@ -42,7 +42,6 @@ from typing import Any, Protocol
 
 from sparklog.broker import kio_build
 from sparklog.broker.config import BrokerConfig
-from sparklog.broker.log_manager import TopicPartition
 from sparklog.broker.truncation import truncation_for
 from sparklog.errors import KafkaError, KafkaStorageError, OffsetOutOfRangeError
 from sparklog.protocol import codec
@@ -55,7 +54,7 @@ from sparklog.protocol.fetch_session_handler import (
 )
 from sparklog.protocol.outbound import PLAINTEXT, Endpoint
 from sparklog.records.errors import CorruptRecordError
-from sparklog.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from sparklog.structs import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, TopicPartition
 
 logger = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from sparklog.broker.delayed import DelayedOperations, FollowerFetches, wait_until
-from sparklog.broker.log_manager import LogManager, TopicPartition
+from sparklog.broker.log_manager import LogManager
 from sparklog.broker.partition import (
     BecameFollower,
     BecameLeader,
@@ -61,14 +61,14 @@ from sparklog.records.batch import batch_size_at, read_header
 from sparklog.records.errors import CorruptRecordError
 from sparklog.storage.config import LogConfig
 from sparklog.storage.file_records import FileRecords
-from sparklog.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Log
+from sparklog.storage.log import Log
 from sparklog.storage.log_validator import RecordError, RecordValidationError
 from sparklog.storage.producer_state import AppendOrigin
 from sparklog.storage.txn_index import AbortedTxn
+from sparklog.structs import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, IsolationLevel, TopicPartition
 
 logger = logging.getLogger(__name__)
 
-READ_COMMITTED = 1
 DELETE_TO_HIGH_WATERMARK = -1  # DeleteRecords offset -1 = up to the high watermark
 
 
@@ -605,14 +605,14 @@ class ReplicaManager:
                 ):
                     return None  # caught up, and the session already knows all there is
                 records: bytes | FileRecords = b""  # caught up: most partitions of a session
-                aborted = () if params.isolation_level == READ_COMMITTED else None
+                aborted = () if params.isolation_level == IsolationLevel.READ_COMMITTED else None
             else:
                 data = log_.read(
                     p.fetch_offset,
                     max_bytes,
                     upper_bound_offset=upper,
                     min_one_batch=min_one_batch and max_bytes > 0,
-                    include_aborted=params.isolation_level == READ_COMMITTED,
+                    include_aborted=params.isolation_level == IsolationLevel.READ_COMMITTED,
                     zero_copy=params.zero_copy,
                 )
                 records, aborted = data.records, data.aborted_transactions
@@ -651,7 +651,7 @@ class ReplicaManager:
         log_ = hosted.log
         if replica_id >= 0:
             last_fetchable = log_.log_end_offset
-        elif isolation_level == READ_COMMITTED:
+        elif isolation_level == IsolationLevel.READ_COMMITTED:
             last_fetchable = log_.last_stable_offset
         else:
             last_fetchable = log_.high_watermark
@@ -846,6 +846,6 @@ def _readable_end(params: FetchParams, log_: Any) -> int | None:
     read_committed consumers, else the high watermark."""
     if params.is_from_follower:
         return None
-    if params.isolation_level == READ_COMMITTED:
+    if params.isolation_level == IsolationLevel.READ_COMMITTED:
         return log_.last_stable_offset
     return log_.high_watermark

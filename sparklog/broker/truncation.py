@@ -14,8 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-UNDEFINED_EPOCH = -1
-UNDEFINED_EPOCH_OFFSET = -1
+from sparklog.structs import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 
 
 @dataclass(frozen=True, slots=True)

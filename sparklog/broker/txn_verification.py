@@ -38,10 +38,10 @@ from sparklog.protocol.async_client import AsyncKafkaConnection, connect
 from sparklog.protocol.outbound import PLAINTEXT, Endpoint
 from sparklog.records.batch import HEADER_SIZE, read_header
 from sparklog.records.batch_header import ATTRIBUTES_OFFSET, TRANSACTIONAL_MASK
+from sparklog.structs import TopicPartition
 
 logger = logging.getLogger(__name__)
 
-TopicPartition = tuple[str, int]
 
 #: Coordinator answers a producer should simply retry: Kafka hands them to Produce clients as
 #: NOT_ENOUGH_REPLICAS, which every client retries.

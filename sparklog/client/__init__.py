@@ -13,11 +13,10 @@ from typing import TYPE_CHECKING
 from sparklog.lazy_names import lazy_getattr
 
 if TYPE_CHECKING:
+    from sparklog.structs import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, TopicPartition
+
     from .accumulator import BatchMetadata, RecordMetadata
     from .admin import (
-        EARLIEST_TIMESTAMP,
-        LATEST_TIMESTAMP,
-        MAX_TIMESTAMP,
         AdminClient,
         AlterConfigOp,
         ClusterDescription,
@@ -41,7 +40,7 @@ if TYPE_CHECKING:
     from .consumer import KafkaConsumer, NoGroupError
     from .fetcher import ConsumerRecord
     from .group_member import CommitFailedError
-    from .metadata import BrokerNode, PartitionInfo, TopicPartition
+    from .metadata import BrokerNode, PartitionInfo
     from .partitioner import BuiltInPartitioner, RoundRobinPartitioner
     from .position_reset import NoOffsetForPartitionError
     from .producer import ClientClosedError, KafkaProducer, ProducerRecord
@@ -51,9 +50,9 @@ if TYPE_CHECKING:
 _MODULES = {
     "BatchMetadata": "accumulator",
     "RecordMetadata": "accumulator",
-    "EARLIEST_TIMESTAMP": "admin",
-    "LATEST_TIMESTAMP": "admin",
-    "MAX_TIMESTAMP": "admin",
+    "EARLIEST_TIMESTAMP": "sparklog.structs",
+    "LATEST_TIMESTAMP": "sparklog.structs",
+    "MAX_TIMESTAMP": "sparklog.structs",
     "AdminClient": "admin",
     "AlterConfigOp": "admin",
     "ClusterDescription": "admin",
@@ -77,7 +76,7 @@ _MODULES = {
     "CommitFailedError": "group_member",
     "BrokerNode": "metadata",
     "PartitionInfo": "metadata",
-    "TopicPartition": "metadata",
+    "TopicPartition": "sparklog.structs",
     "BuiltInPartitioner": "partitioner",
     "NoOffsetForPartitionError": "position_reset",
     "RoundRobinPartitioner": "partitioner",
@@ -92,7 +91,9 @@ _MODULES = {
 }
 
 
-__getattr__ = lazy_getattr(__name__, {n: f"{__name__}.{m}" for n, m in _MODULES.items()})
+__getattr__ = lazy_getattr(
+    __name__, {n: m if "." in m else f"{__name__}.{m}" for n, m in _MODULES.items()}
+)
 
 
 __all__ = [

@@ -32,8 +32,9 @@ from sparklog.records.batch import ATTRIBUTES_OFFSET, CRC_OFFSET, HEADER_SIZE
 from sparklog.records.compression import CompressionType
 from sparklog.records.crc import crc32c
 from sparklog.records.records_builder import new_records_builder, seal_records
+from sparklog.structs import TopicPartition
 
-from .metadata import Cluster, TopicPartition
+from .metadata import Cluster
 from .record_future import resolve_batch
 
 #: The bytes a record can take beyond its key, value and headers (varints, attributes).

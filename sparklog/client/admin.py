@@ -19,6 +19,13 @@ from sparklog.errors import (
     error_for_code,
 )
 from sparklog.protocol.api_versions import ApiKey
+from sparklog.structs import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+    IsolationLevel,
+    TopicPartition,
+)
 
 from . import admin_groups, admin_reassignments
 from .admin_channel import AdminChannel, admin_error, raise_first, retry_until
@@ -31,14 +38,9 @@ from .metadata import (
     Cluster,
     Metadata,
     PartitionInfo,
-    TopicPartition,
     group_by_leader,
 )
 from .network import NetworkClient, now_ms
-
-EARLIEST_TIMESTAMP = -2
-LATEST_TIMESTAMP = -1
-MAX_TIMESTAMP = -3
 
 _RESOURCE_TYPES = {"topic": 2, "broker": 4, "broker_logger": 8}
 _RESOURCE_NAMES = {v: k for k, v in _RESOURCE_TYPES.items()}
@@ -408,7 +410,11 @@ class AdminClient:
     ) -> dict[TopicPartition, OffsetAndTimestamp]:
         """Offsets by spec: EARLIEST_TIMESTAMP (-2), LATEST_TIMESTAMP (-1), MAX_TIMESTAMP (-3),
         or a timestamp in ms (the first offset whose timestamp is >= it; -1 when none)."""
-        level = 1 if isolation_level == "read_committed" else 0
+        level = (
+            IsolationLevel.READ_COMMITTED
+            if isolation_level == "read_committed"
+            else IsolationLevel.READ_UNCOMMITTED
+        )
         return list_offsets(
             self._network,
             self._metadata,

@@ -21,10 +21,10 @@ from sparklog.errors import (
     UnknownMemberIdError,
 )
 from sparklog.protocol.api_versions import ApiKey
+from sparklog.structs import TopicPartition
 
 from .admin_channel import AdminChannel, admin_error
 
-TopicPartition = tuple[str, int]
 #: Errors that send a call back to FindCoordinator (Kafka's admin does the same).
 _COORDINATOR_MOVED = frozenset(
     {

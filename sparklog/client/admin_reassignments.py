@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparklog.protocol.api_versions import ApiKey
+from sparklog.structs import TopicPartition
 
 from .admin_channel import AdminChannel
-from .metadata import TopicPartition
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,8 +9,7 @@ from typing import Any
 import pyarrow as pa
 
 from sparklog.records.arrow_codec import HEADERS_TYPE
-
-from .metadata import TopicPartition
+from sparklog.structs import TopicPartition
 
 
 @cache  # called for every poll_arrow batch; schemas are immutable

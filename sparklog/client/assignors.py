@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-TopicPartition = tuple[str, int]
+from sparklog.structs import TopicPartition
 
 
 def range_assign(

@@ -27,13 +27,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from sparklog.client.metadata import TopicPartition
 from sparklog.records import iter_batches
 from sparklog.records.arrow_codec import DecodedBatches, read_batches
 from sparklog.records.batch import RecordBatch
 from sparklog.records.batch_header import batch_size_at
 from sparklog.records.control import ControlRecordType, control_type_of
 from sparklog.records.errors import CorruptRecordError, DecompressedTooLargeError
+from sparklog.structs import TopicPartition
 
 #: A batch that cannot be read: damaged, or unpacking past the readers' bound (2 GiB - 1: a
 #: broker cannot make a consumer hold more for one batch, issue 27); both stop the partition.

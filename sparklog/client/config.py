@@ -15,7 +15,6 @@ from dataclasses import replace
 from typing import Any
 
 from sparklog.settings import (
-    INT32_MAX,
     ConfigError,
     ConfigType,
     OneOf,
@@ -26,6 +25,7 @@ from sparklog.settings import (
     define,
     unknown_message,
 )
+from sparklog.structs import INT32_MAX
 
 
 def _int(name: str, default: int | None, low: int = 0, high: int | None = INT32_MAX) -> Setting:

@@ -43,18 +43,18 @@ import pyarrow as pa
 
 from sparklog.errors import CorruptBatchError, KafkaError
 from sparklog.protocol.api_versions import ApiKey
+from sparklog.structs import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, IsolationLevel, TopicPartition
 
-from .admin import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, OffsetAndTimestamp, list_offsets
+from .admin import OffsetAndTimestamp, list_offsets
 from .config import consumer_config
 from .fetcher import (
-    READ_COMMITTED,
     ConsumerRecord,
     Fetcher,
     FetchResult,
     SubscriptionState,
 )
 from .group_member import GroupMember
-from .metadata import Metadata, TopicPartition
+from .metadata import Metadata
 from .network import NetworkClient, now_ms
 from .position_reset import reset_positions
 from .producer import ClientClosedError
@@ -84,7 +84,11 @@ class KafkaConsumer:
         self._network = NetworkClient(c)
         self._metadata = Metadata(self._network, c, allow_auto_create=c["allow.auto.create.topics"])
         self._subscriptions = SubscriptionState(c["auto.offset.reset"])
-        self._isolation_level = READ_COMMITTED if c["isolation.level"] == "read_committed" else 0
+        self._isolation_level = (
+            IsolationLevel.READ_COMMITTED
+            if c["isolation.level"] == "read_committed"
+            else IsolationLevel.READ_UNCOMMITTED
+        )
         self._fetcher = Fetcher(
             self._subscriptions,
             fetch_min_bytes=c["fetch.min.bytes"],

@@ -70,16 +70,15 @@ from sparklog.protocol.fetch_session_handler import (
     FetchSessionHandler,
     forgotten_topics,
 )
+from sparklog.structs import CONSUMER_REPLICA_ID, IsolationLevel, TopicPartition
 
 from .arrow_batches import empty_batch, with_topic_partition
 from .completed_fetch import CompletedFetch
-from .metadata import REFRESH_ERROR_CODES, Cluster, TopicPartition
+from .metadata import REFRESH_ERROR_CODES, Cluster
 from .subscription_state import PartitionState, SubscriptionState
 
 logger = logging.getLogger(__name__)
 
-READ_COMMITTED = 1
-CONSUMER_REPLICA_ID = -1
 
 ARROW_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType")
 
@@ -330,7 +329,7 @@ class Fetcher:
         if not records:
             return
         aborted = None
-        if self.isolation_level == READ_COMMITTED:
+        if self.isolation_level == IsolationLevel.READ_COMMITTED:
             aborted = [
                 (int(a.producer_id), int(a.first_offset)) for a in (p.aborted_transactions or ())
             ]
@@ -343,7 +342,7 @@ class Fetcher:
         read_committed); a prefetch from there would only wait at the broker, holding up the
         next fetch to that leader (a reused consumer's, after a seek)."""
         state = self.subscriptions.state(tp)
-        if self.isolation_level == READ_COMMITTED and state.last_stable_offset >= 0:
+        if self.isolation_level == IsolationLevel.READ_COMMITTED and state.last_stable_offset >= 0:
             return state.last_stable_offset
         return state.high_watermark
 

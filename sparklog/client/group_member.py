@@ -46,9 +46,10 @@ from sparklog.protocol.consumer_protocol import (
     subscription_owned,
     subscription_topics,
 )
+from sparklog.structs import TopicPartition
 
 from .assignors import ASSIGNORS
-from .metadata import Metadata, TopicPartition
+from .metadata import Metadata
 from .network import NetworkClient, now_ms
 
 logger = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple
+from typing import Any
 
 from sparklog.errors import (
     FencedLeaderEpochError,
@@ -38,6 +38,7 @@ from sparklog.errors import (
     error_for_code,
 )
 from sparklog.protocol.api_versions import ApiKey
+from sparklog.structs import TopicPartition
 
 from .config import parse_bootstrap_servers
 from .network import NetworkClient, now_ms
@@ -56,14 +57,6 @@ REFRESH_ERROR_CODES = frozenset(
         InconsistentTopicIdError.code,
     }
 )
-
-
-class TopicPartition(NamedTuple):
-    """A topic name and partition index. A named tuple, so `("t", 0)` works wherever a
-    TopicPartition is expected (as a dict key too)."""
-
-    topic: str
-    partition: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 from sparklog.errors import OffsetOutOfRangeError, RequestTimedOutError
+from sparklog.structs import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, TopicPartition
 
-from .admin import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, list_offsets
-from .metadata import Metadata, TopicPartition
+from .admin import list_offsets
+from .metadata import Metadata
 from .network import NetworkClient
 from .subscription_state import SubscriptionState
 

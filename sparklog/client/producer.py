@@ -33,6 +33,7 @@ from sparklog.errors import (
 )
 from sparklog.records.arrow_codec import build_batches
 from sparklog.records.compression import CompressionType
+from sparklog.structs import TopicPartition
 
 from .accumulator import (
     RECORD_OVERHEAD_BYTES,
@@ -42,7 +43,7 @@ from .accumulator import (
     estimate_record_bytes,
 )
 from .config import producer_config
-from .metadata import Metadata, TopicPartition
+from .metadata import Metadata
 from .network import NetworkClient, now_ms
 from .partitioner import BuiltInPartitioner, make_partitioner
 from .record_future import RecordFuture, Waiters, future_class

@@ -46,9 +46,10 @@ from sparklog.errors import (
 )
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.records.compression import CompressionType
+from sparklog.structs import TopicPartition
 
 from .accumulator import ProducerBatch, RecordAccumulator
-from .metadata import REFRESH_ERROR_CODES, BrokerNode, Metadata, TopicPartition
+from .metadata import REFRESH_ERROR_CODES, BrokerNode, Metadata
 from .network import NetworkClient, now_ms
 from .request_builder import timestamp_ms
 

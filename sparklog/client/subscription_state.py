@@ -14,7 +14,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .metadata import Cluster, TopicPartition
+from sparklog.structs import TopicPartition
+
+from .metadata import Cluster
 
 
 @dataclass(slots=True)

@@ -40,8 +40,7 @@ from sparklog.errors import (
     error_for_code,
 )
 from sparklog.protocol.api_versions import ApiKey
-
-from .metadata import TopicPartition
+from sparklog.structs import TopicPartition
 
 logger = logging.getLogger(__name__)
 

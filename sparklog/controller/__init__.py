@@ -29,7 +29,6 @@ from sparklog.controller.configs import (
     effective_topic_config,
 )
 from sparklog.controller.image import (
-    NO_LEADER,
     BrokerRegistration,
     MetadataImage,
     MetadataRecordError,
@@ -37,7 +36,7 @@ from sparklog.controller.image import (
     TopicImage,
 )
 from sparklog.controller.leader_balance import ElectionType
-from sparklog.controller.metadata_log import METADATA_PARTITION, METADATA_TOPIC, MetadataLog
+from sparklog.controller.metadata_log import MetadataLog
 from sparklog.controller.partition_change import elect_leader, partition_change
 from sparklog.controller.placement import UsableBroker, place_replicas
 from sparklog.controller.quorum_controller import (
@@ -66,9 +65,6 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
-    "METADATA_PARTITION",
-    "METADATA_TOPIC",
-    "NO_LEADER",
     "PRODUCER_ID_BLOCK_SIZE",
     "AlterConfigOp",
     "ApiError",

@@ -26,8 +26,7 @@ from sparklog.controller.configs import (
     describe_topic_configs,
 )
 from sparklog.controller.controller_context import ControllerContext
-from sparklog.controller.image import NO_LEADER, MetadataImage, TopicImage
-from sparklog.controller.metadata_log import METADATA_PARTITION, METADATA_TOPIC
+from sparklog.controller.image import MetadataImage, TopicImage
 from sparklog.controller.replication_control import (
     CreateTopicResult,
     NewPartitions,
@@ -56,11 +55,15 @@ from sparklog.protocol.async_client import api_versions_response
 from sparklog.protocol.connection import Request
 from sparklog.protocol.pipeline import throttle_time_ms
 from sparklog.security.acl import CLUSTER_NAME, ResourceType
+from sparklog.structs import (
+    CONTROLLER_NODE_ID,
+    METADATA_PARTITION,
+    METADATA_TOPIC,
+    NO_LEADER,
+)
 
 logger = logging.getLogger(__name__)
 
-#: The controller's node id in DescribeCluster(endpoint_type=2) answers (KIP-919).
-CONTROLLER_NODE_ID = 3000
 _MAX_FETCH_WAIT_MS = 60_000
 _BROKERS_ENDPOINT, _CONTROLLERS_ENDPOINT = 1, 2
 
@@ -563,4 +566,4 @@ class ControllerApis:
         return alter_configs_response(request, results)
 
 
-__all__ = ["CONTROLLER_NODE_ID", "ControllerApis"]
+__all__ = ["ControllerApis"]

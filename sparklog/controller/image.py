@@ -28,8 +28,7 @@ from types import MappingProxyType
 from typing import Any
 
 from sparklog.records import iter_batches
-
-NO_LEADER = -1
+from sparklog.structs import NO_LEADER
 
 REGISTER_BROKER = "RegisterBroker"
 FENCE_BROKER = "FenceBroker"

@@ -20,7 +20,7 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from sparklog.controller.image import NO_LEADER, MetadataImage, PartitionRegistration
+from sparklog.controller.image import MetadataImage, PartitionRegistration
 from sparklog.controller.partition_change import (
     MinIsrOf,
     change_record,
@@ -37,11 +37,11 @@ from sparklog.errors import (
     PreferredLeaderNotAvailableError,
     UnknownTopicOrPartitionError,
 )
+from sparklog.structs import NO_LEADER, TopicPartition
 
 logger = logging.getLogger(__name__)
 
 Record = dict[str, Any]
-TopicPartition = tuple[str, int]
 
 
 class ElectionType(enum.IntEnum):

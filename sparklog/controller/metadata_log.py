@@ -42,8 +42,6 @@ from sparklog.storage.log import FetchDataInfo, Log
 
 logger = logging.getLogger(__name__)
 
-METADATA_TOPIC = "__cluster_metadata"
-METADATA_PARTITION = 0
 METADATA_LOG_DIR = LOG_DIR_NAME  # f"{METADATA_TOPIC}-{METADATA_PARTITION}"
 #: One controller write is one batch; a 10,000-partition CreateTopics is ~2 MB of records.
 METADATA_LOG_CONFIG = LogConfig(max_message_bytes=16 * 1024 * 1024)

@@ -33,7 +33,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from sparklog.controller.image import NO_LEADER, PARTITION_CHANGE, PartitionRegistration
+from sparklog.controller.image import PARTITION_CHANGE, PartitionRegistration
+from sparklog.structs import NO_LEADER
 
 
 def elect_leader(

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sparklog.controller.image import NO_LEADER, MetadataImage, PartitionRegistration
+from sparklog.controller.image import MetadataImage, PartitionRegistration
 from sparklog.controller.partition_change import MinIsrOf, change_record, elect_leader, elr_off
 from sparklog.controller.results import NONE, ApiError
 from sparklog.errors import (
@@ -30,6 +30,7 @@ from sparklog.errors import (
     NoReassignmentInProgressError,
     UnknownTopicOrPartitionError,
 )
+from sparklog.structs import NO_LEADER, TopicPartition
 
 logger = logging.getLogger(__name__)
 
@@ -62,9 +63,6 @@ class OngoingReassignment:
     replicas: tuple[int, ...]
     adding_replicas: tuple[int, ...]
     removing_replicas: tuple[int, ...]
-
-
-TopicPartition = tuple[str, int]
 
 
 def alter_partition_reassignments(

@@ -16,13 +16,12 @@ from sparklog.controller.controller_context import ControllerContext
 from sparklog.controller.responses import Response, alter_partition_topics
 from sparklog.controller.results import ApiError
 from sparklog.errors import KafkaError
+from sparklog.structs import TopicPartition
 
 if TYPE_CHECKING:
     from sparklog.protocol.connection import Request
 
 logger = logging.getLogger(__name__)
-
-TopicPartition = tuple[str, int]
 
 
 async def handle_alter_partition(server: ControllerContext, request: Request) -> Any:

@@ -23,7 +23,6 @@ from sparklog.controller.configs import (
 )
 from sparklog.controller.image import (
     CONFIG,
-    NO_LEADER,
     REMOVE_TOPIC,
     TOPIC,
     TOPIC_RESOURCE,
@@ -45,10 +44,10 @@ from sparklog.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
+from sparklog.structs import METADATA_TOPIC, NO_LEADER
 
 logger = logging.getLogger(__name__)
 
-METADATA_TOPIC = "__cluster_metadata"
 MAX_TOPIC_NAME_LENGTH = 249
 #: Partitions one request may create in one topic (bounds the records of one write).
 MAX_PARTITIONS_PER_REQUEST = 10_000

@@ -48,7 +48,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sparklog.controller.apis import CONTROLLER_NODE_ID, ControllerApis
+from sparklog.controller.apis import ControllerApis
 from sparklog.controller.configs import ControllerConfig, parse_properties
 from sparklog.controller.image import MetadataImage
 from sparklog.controller.metadata_log import MetadataLog
@@ -66,6 +66,7 @@ from sparklog.protocol.connection import Request
 from sparklog.protocol.loop_thread import LoopThread
 from sparklog.protocol.server import KafkaServer
 from sparklog.storage.object_store import storage_options
+from sparklog.structs import CONTROLLER_NODE_ID
 
 logger = logging.getLogger(__name__)
 

@@ -38,10 +38,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sparklog.broker import kio_build
-from sparklog.broker.coordinator_forwarding import (
-    GROUP_COORDINATOR_NODE_ID,
-    find_coordinator_response,
-)
+from sparklog.broker.coordinator_forwarding import find_coordinator_response
 from sparklog.broker.group_apis import refusal
 from sparklog.coordinator.clock import WALL_CLOCK_FLOOR_MS, CoordinatorClock
 from sparklog.coordinator.context import CoordinatorContext
@@ -71,6 +68,7 @@ from sparklog.protocol.loop_thread import LoopThread
 from sparklog.protocol.pipeline import throttle_time_ms
 from sparklog.protocol.server import KafkaServer
 from sparklog.storage.object_store import join_location, storage_options
+from sparklog.structs import GROUP_COORDINATOR_NODE_ID
 
 logger = logging.getLogger(__name__)
 

@@ -20,11 +20,6 @@ from sparklog.records.batch_header import (
     LOG_OVERHEAD,
     MAGIC,
     MAGIC_OFFSET,
-    NO_PARTITION_LEADER_EPOCH,
-    NO_PRODUCER_EPOCH,
-    NO_PRODUCER_ID,
-    NO_SEQUENCE,
-    NO_TIMESTAMP,
     PARTITION_LEADER_EPOCH_OFFSET,
     RECORDS_COUNT_OFFSET,
     TIMESTAMP_TYPE_MASK,
@@ -42,6 +37,13 @@ from sparklog.records.compression import decompress
 from sparklog.records.crc import crc32c
 from sparklog.records.errors import CorruptRecordError
 from sparklog.records.record import Record, decode_records
+from sparklog.structs import (
+    NO_PARTITION_LEADER_EPOCH,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    NO_TIMESTAMP,
+)
 
 __all__ = [
     "ATTRIBUTES_OFFSET",

@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 from sparklog.records.compression import CompressionType
 from sparklog.records.errors import CorruptRecordError
+from sparklog.structs import NO_PRODUCER_ID, NO_SEQUENCE, NO_TIMESTAMP
 
 MAGIC = 2
 HEADER_SIZE = 61
@@ -29,11 +30,6 @@ CRC_OFFSET = 17
 ATTRIBUTES_OFFSET = 21
 LAST_OFFSET_DELTA_OFFSET = 23
 RECORDS_COUNT_OFFSET = 57
-NO_PRODUCER_ID = -1
-NO_PRODUCER_EPOCH = -1
-NO_SEQUENCE = -1
-NO_PARTITION_LEADER_EPOCH = -1
-NO_TIMESTAMP = -1
 
 COMPRESSION_MASK = 0x07
 TIMESTAMP_TYPE_MASK = 0x08

@@ -14,10 +14,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
-from sparklog.spark.offsets import PartitionOffsets, TopicPartition
+from sparklog.spark.offsets import PartitionOffsets
 from sparklog.spark.options import (
-    EARLIEST,
-    LATEST,
     Assign,
     EarliestOffsets,
     GlobalTimestamp,
@@ -30,6 +28,7 @@ from sparklog.spark.options import (
     SpecificTimestamps,
     Subscribe,
 )
+from sparklog.structs import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, TopicPartition
 
 logger = logging.getLogger(__name__)
 
@@ -123,11 +122,13 @@ class OffsetReader:
 
     def earliest(self, tps: Iterable[TopicPartition]) -> PartitionOffsets:
         """Log start offsets."""
-        return {tp: r.offset for tp, r in self._list(dict.fromkeys(tps, EARLIEST)).items()}
+        return {
+            tp: r.offset for tp, r in self._list(dict.fromkeys(tps, EARLIEST_TIMESTAMP)).items()
+        }
 
     def latest(self, tps: Iterable[TopicPartition]) -> PartitionOffsets:
         """End offsets: the high watermark, or the last stable offset with read_committed."""
-        return {tp: r.offset for tp, r in self._list(dict.fromkeys(tps, LATEST)).items()}
+        return {tp: r.offset for tp, r in self._list(dict.fromkeys(tps, LATEST_TIMESTAMP)).items()}
 
     def resolve(
         self, spec: OffsetSpec, tps: list[TopicPartition], *, starting: bool
@@ -144,7 +145,11 @@ class OffsetReader:
         which = "starting" if starting else "ending"
         if isinstance(spec, SpecificOffsets):
             _check_same(spec.offsets, tps, which)
-            marked = {tp: o for tp, o in spec.offsets.items() if o in (EARLIEST, LATEST)}
+            marked = {
+                tp: o
+                for tp, o in spec.offsets.items()
+                if o in (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP)
+            }
             found = self._list(marked)
             return {tp: found[tp].offset if tp in found else o for tp, o in spec.offsets.items()}
         if isinstance(spec, SpecificTimestamps):

@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-TopicPartition = tuple[str, int]
+from sparklog.structs import TopicPartition
+
 PartitionOffsets = dict[TopicPartition, int]
 
 

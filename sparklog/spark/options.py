@@ -34,11 +34,10 @@ from sparklog.spark.option_values import (
     parse_json,
     partition_map,
 )
+from sparklog.structs import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 
 logger = logging.getLogger(__name__)
 
-EARLIEST = -2  # Kafka's ListOffsets timestamp for the log start; also Spark's JSON marker
-LATEST = -1  # Kafka's ListOffsets timestamp for the end; also Spark's JSON marker
 
 DEFAULT_MAX_POLL_RECORDS = 10_000  # rows per poll_arrow batch (Spark's Arrow batch size)
 DEFAULT_FETCH_MAX_WAIT_MS = 10
@@ -479,7 +478,7 @@ def _offset_spec(
     example = '{"topicA":{"0":23,"1":-1},"topicB":{"0":-2}}'
     offsets = partition_map(raw, offsets_key, example)
     for tp, offset in offsets.items():
-        if offset < EARLIEST:
+        if offset < EARLIEST_TIMESTAMP:
             raise SparkLogOptionError(
                 f"option '{display(offsets_key)}': offset {offset} for {tp[0]}-{tp[1]} is "
                 "not valid; use an offset >= 0, -2 for earliest or -1 for latest"
@@ -495,7 +494,7 @@ def _check_batch_bounds(starting: OffsetSpec, ending: OffsetSpec) -> None:
         )
     if isinstance(starting, SpecificOffsets):
         for (topic, p), offset in starting.offsets.items():
-            if offset == LATEST:
+            if offset == LATEST_TIMESTAMP:
                 raise SparkLogOptionError(
                     f"startingOffsets for {topic}-{p} can't be latest (-1) for batch queries"
                 )
@@ -506,7 +505,7 @@ def _check_batch_bounds(starting: OffsetSpec, ending: OffsetSpec) -> None:
         )
     if isinstance(ending, SpecificOffsets):
         for (topic, p), offset in ending.offsets.items():
-            if offset == EARLIEST:
+            if offset == EARLIEST_TIMESTAMP:
                 raise SparkLogOptionError(
                     f"ending offset for {topic}-{p} can't be earliest (-2) for batch queries"
                 )

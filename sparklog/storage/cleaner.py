@@ -58,7 +58,6 @@ from sparklog.storage.cleaner_manager import (
     CleanerManager,
     LogCleaningAbortedError,
     LogToClean,
-    TopicPartition,
     segments_in_range,
 )
 from sparklog.storage.local_log import SegmentsChangedError
@@ -70,6 +69,7 @@ from sparklog.storage.offset_map import (
     OffsetMap,
 )
 from sparklog.storage.segment import LogSegment, file_name
+from sparklog.structs import INT32_MAX, TopicPartition
 
 if TYPE_CHECKING:
     from sparklog.storage.log import Log
@@ -89,7 +89,6 @@ __all__ = [
 ]
 
 CLEANED_SUFFIX = ".cleaned"
-INT32_MAX = 2**31 - 1
 
 
 def _cleaner(name: str, kind: ConfigType, default: object, doc: str, rule: Validator) -> Setting:

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from sparklog.errors import IllegalStateTransition
 from sparklog.storage.checkpoint import CorruptCheckpointError, OffsetCheckpointFile
+from sparklog.structs import TopicPartition
 
 if TYPE_CHECKING:
     from sparklog.storage.log import Log
@@ -62,8 +63,6 @@ __all__ = [
 
 CLEANER_CHECKPOINT_FILE = "cleaner-offset-checkpoint"
 T = TypeVar("T")
-
-TopicPartition = tuple[str, int]
 
 
 class LogCleaningAbortedError(Exception):

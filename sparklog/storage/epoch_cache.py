@@ -15,11 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sparklog.storage.checkpoint import CheckpointFile, parse_int32, parse_int64
+from sparklog.structs import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 
 __all__ = ["UNDEFINED_EPOCH", "UNDEFINED_EPOCH_OFFSET", "EpochEntry", "LeaderEpochFileCache"]
-
-UNDEFINED_EPOCH = -1  # OffsetsForLeaderEpochResponse.UNDEFINED_EPOCH
-UNDEFINED_EPOCH_OFFSET = -1  # OffsetsForLeaderEpochResponse.UNDEFINED_EPOCH_OFFSET
 
 
 @dataclass(frozen=True, slots=True)

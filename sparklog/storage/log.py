@@ -50,10 +50,8 @@ from sparklog.storage.producer_state import (
 )
 from sparklog.storage.segment import LogSegment
 from sparklog.storage.txn_index import AbortedTxn
+from sparklog.structs import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
 
-EARLIEST_TIMESTAMP = -2
-LATEST_TIMESTAMP = -1
-MAX_TIMESTAMP = -3
 EPOCH_CHECKPOINT_FILE = "leader-epoch-checkpoint"
 
 

@@ -16,6 +16,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from sparklog.structs import INT32_MAX
+
 __all__ = [
     "DEFAULT_MAX_INDEX_SIZE_BYTES",
     "CorruptIndexError",
@@ -28,7 +30,6 @@ __all__ = [
 ]
 
 DEFAULT_MAX_INDEX_SIZE_BYTES = 10 * 1024 * 1024  # segment.index.bytes
-INT32_MAX = 2**31 - 1
 _ENTRY = struct.Struct(">ii")  # relative offset, file position
 assert array("i").itemsize == 4 and array("q").itemsize == 8
 

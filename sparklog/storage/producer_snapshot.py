@@ -30,8 +30,8 @@ from pathlib import Path
 from sparklog.records.batch import NO_PRODUCER_EPOCH, NO_SEQUENCE, NO_TIMESTAMP
 from sparklog.records.crc import crc32c
 from sparklog.storage.checkpoint import write_atomically
+from sparklog.structs import INT32_MAX
 
-INT32_MAX = 2**31 - 1
 NUM_BATCHES_TO_RETAIN = 5  # ProducerStateEntry.NUM_BATCHES_TO_RETAIN = max.in.flight per producer
 PRODUCER_SNAPSHOT_VERSION = 1
 SNAPSHOT_SUFFIX = ".snapshot"

@@ -48,12 +48,8 @@ from sparklog.errors import (
 )
 from sparklog.records.batch import NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader
 from sparklog.records.control import ControlRecordType, EndTransactionMarker
-from sparklog.storage.producer_snapshot import (
-    INT32_MAX,
-    CorruptSnapshot,
-    ProducerStateEntry,
-    SnapshotFiles,
-)
+from sparklog.storage.producer_snapshot import CorruptSnapshot, ProducerStateEntry, SnapshotFiles
+from sparklog.structs import INT32_MAX
 
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000  # producer.id.expiration.ms
 DEFAULT_TRANSACTION_MAX_TIMEOUT_MS = 900_000  # transaction.max.timeout.ms

@@ -35,10 +35,10 @@ from sparklog.storage.file_records import ZERO_COPY_MIN_BYTES, FileSlice
 from sparklog.storage.offset_index import CorruptIndexError, OffsetIndex
 from sparklog.storage.time_index import TimeIndex
 from sparklog.storage.txn_index import TransactionIndex
+from sparklog.structs import NO_TIMESTAMP
 
 _log = logging.getLogger(__name__)
 
-NO_TIMESTAMP = -1
 _READ_AHEAD_BYTES = 64 * 1024
 _OFFSET_AND_LENGTH = struct.Struct(">qi")
 

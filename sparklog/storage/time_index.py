@@ -16,10 +16,10 @@ from sparklog.storage.offset_index import (
     InvalidOffsetError,
     SortedIndexFile,
 )
+from sparklog.structs import NO_TIMESTAMP
 
 __all__ = ["NO_TIMESTAMP", "TimeIndex", "TimestampOffset"]
 
-NO_TIMESTAMP = -1  # RecordBatch.NO_TIMESTAMP
 _ENTRY = struct.Struct(">qi")  # timestamp, relative offset
 _ENTRY_DTYPE = np.dtype([("timestamp", ">i8"), ("relative_offset", ">i4")])
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from sparklog.settings import INT32_MAX, ConfigError, ConfigType, Scope, Setting, define
+from sparklog.settings import ConfigError, ConfigType, Scope, Setting, define
+from sparklog.structs import INT32_MAX
 
 _INT, _LONG, _STR = ConfigType.INT, ConfigType.LONG, ConfigType.STRING
 

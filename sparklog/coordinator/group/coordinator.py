@@ -27,7 +27,7 @@ from sparklog.coordinator.group.classic_protocol import ClassicGroups
 from sparklog.coordinator.group.config import GroupConfig
 from sparklog.coordinator.group.consumer_group import ConsumerGroup
 from sparklog.coordinator.group.consumer_heartbeat import ConsumerConfig, ConsumerGroups
-from sparklog.coordinator.group.offsets import CommittedOffset, OffsetCache, TopicPartition
+from sparklog.coordinator.group.offsets import CommittedOffset, OffsetCache
 from sparklog.coordinator.shard import Row, Write, no_answer, replay_rows
 from sparklog.errors import (
     CoordinatorNotAvailableError,
@@ -43,6 +43,7 @@ from sparklog.errors import (
     UnknownMemberIdError,
     UnknownTopicOrPartitionError,
 )
+from sparklog.structs import TopicPartition
 
 logger = logging.getLogger(__name__)
 

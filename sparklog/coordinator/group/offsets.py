@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 
-TopicPartition = tuple[str, int]
+from sparklog.structs import TopicPartition
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

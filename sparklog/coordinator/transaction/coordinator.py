@@ -25,9 +25,6 @@ from sparklog.coordinator.shard import Row, Write, replay_rows
 from sparklog.coordinator.transaction.config import TransactionConfig
 from sparklog.coordinator.transaction.metadata import (
     MAX_PRODUCER_EPOCH,
-    NO_PRODUCER_EPOCH,
-    NO_PRODUCER_ID,
-    TopicPartition,
     TransactionMetadata,
     TxnState,
     check_transition,
@@ -42,6 +39,7 @@ from sparklog.errors import (
     InvalidTxnStateError,
     ProducerFencedError,
 )
+from sparklog.structs import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TopicPartition
 
 logger = logging.getLogger(__name__)
 

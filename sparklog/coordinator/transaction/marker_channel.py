@@ -24,11 +24,11 @@ from kio.schema.write_txn_markers.v1.request import (
 )
 from kio.static.primitive import i16, i32
 
-from sparklog.coordinator.transaction.metadata import TopicPartition
 from sparklog.coordinator.transaction.persisted import MarkerJob
 from sparklog.errors import TransactionCoordinatorFencedError
 from sparklog.protocol.async_client import AsyncKafkaConnection, connect
 from sparklog.protocol.outbound import PLAINTEXT, Endpoint
+from sparklog.structs import TopicPartition
 
 logger = logging.getLogger(__name__)
 

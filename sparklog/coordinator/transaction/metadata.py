@@ -13,13 +13,10 @@ import enum
 from typing import Any
 
 from sparklog.errors import IllegalStateTransition
+from sparklog.structs import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TopicPartition
 
-NO_PRODUCER_ID = -1
-NO_PRODUCER_EPOCH = -1
 #: Kafka bumps to a fresh producer id once the epoch reaches Short.MAX_VALUE - 1.
 MAX_PRODUCER_EPOCH = 32_767
-
-TopicPartition = tuple[str, int]
 
 
 class TxnState(enum.StrEnum):

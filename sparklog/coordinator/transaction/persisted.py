@@ -8,7 +8,8 @@ import dataclasses
 import json
 from typing import Any, Protocol
 
-from sparklog.coordinator.transaction.metadata import TopicPartition, TransactionMetadata
+from sparklog.coordinator.transaction.metadata import TransactionMetadata
+from sparklog.structs import TopicPartition
 
 
 class TxnOffsets(Protocol):

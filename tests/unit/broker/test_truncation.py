@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from sparklog.broker.truncation import UNDEFINED_EPOCH, Truncation, truncation_for
+from sparklog.broker.truncation import Truncation, truncation_for
 from sparklog.storage.epoch_cache import LeaderEpochFileCache
+from sparklog.structs import UNDEFINED_EPOCH
 
 
 def _cache(tmp_path, entries):

@@ -10,9 +10,9 @@ from sparklog.client.accumulator import (
     estimate_record_bytes,
     restamp_producer,
 )
-from sparklog.client.metadata import TopicPartition
 from sparklog.records import SimpleRecord, build_batch, iter_batches
 from sparklog.records.compression import CompressionType
+from sparklog.structs import TopicPartition
 
 from .helpers import cluster
 

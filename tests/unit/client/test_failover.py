@@ -10,7 +10,6 @@ import pytest
 from sparklog.client.accumulator import ProducerBatch, RecordAccumulator
 from sparklog.client.fetcher import Fetcher, LogTruncationError, SubscriptionState
 from sparklog.client.metadata import BrokerNode, Cluster, MetadataState, PartitionInfo, TopicInfo
-from sparklog.client.metadata import TopicPartition as TP
 from sparklog.client.request_builder import build_response
 from sparklog.client.sender import (
     Decision,
@@ -26,6 +25,7 @@ from sparklog.errors import (
 )
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.records import SimpleRecord, build_batch
+from sparklog.structs import TopicPartition as TP
 
 T0 = TP("t", 0)
 T1 = TP("t", 1)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from sparklog.client.fetcher import ARROW_COLUMNS, Fetcher, SubscriptionState
-from sparklog.client.metadata import TopicPartition
 from sparklog.client.request_builder import build_response
 from sparklog.errors import OffsetOutOfRangeError
 from sparklog.protocol.api_versions import ApiKey
@@ -16,6 +15,7 @@ from sparklog.records.control import (
     EndTransactionMarker,
     build_end_txn_marker_batch,
 )
+from sparklog.structs import TopicPartition
 
 from .helpers import cluster
 

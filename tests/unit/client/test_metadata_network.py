@@ -6,7 +6,7 @@ import datetime
 
 import pytest
 
-from sparklog.client.metadata import Cluster, MetadataState, TopicPartition, group_by_leader
+from sparklog.client.metadata import Cluster, MetadataState, group_by_leader
 from sparklog.client.network import CLIENT_APIS, ReconnectBackoff
 from sparklog.client.request_builder import (
     build_request,
@@ -16,6 +16,7 @@ from sparklog.client.request_builder import (
 )
 from sparklog.protocol import codec
 from sparklog.protocol.api_versions import BROKER_APIS, ApiKey, pick_version
+from sparklog.structs import TopicPartition
 
 from .helpers import cluster
 

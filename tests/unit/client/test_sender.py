@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from sparklog.client.accumulator import ProducerBatch
-from sparklog.client.metadata import TopicPartition
 from sparklog.client.sender import (
     Decision,
     IdempotenceState,
@@ -20,6 +19,7 @@ from sparklog.errors import (
     OutOfOrderSequenceNumberError,
     RequestTimedOutError,
 )
+from sparklog.structs import TopicPartition
 
 TP = TopicPartition("t", 0)
 LIMITS = {"retries": 3, "delivery_timeout_ms": 1000}

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from sparklog.controller.configs import ControllerConfig
-from sparklog.controller.image import NO_LEADER, PARTITION, PARTITION_CHANGE, MetadataImage
+from sparklog.controller.image import PARTITION, PARTITION_CHANGE, MetadataImage
 from sparklog.controller.leader_balance import ElectionType, imbalanced_brokers
 from sparklog.controller.quorum_controller import QuorumController
 from sparklog.controller.results import ApiError
@@ -21,6 +21,7 @@ from sparklog.errors import (
     PreferredLeaderNotAvailableError,
     UnknownTopicOrPartitionError,
 )
+from sparklog.structs import NO_LEADER
 
 from .harness import CLUSTER_ID, SESSION_TIMEOUT_MS, Harness
 

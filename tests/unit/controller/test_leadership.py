@@ -6,8 +6,9 @@ import uuid
 
 import pytest
 
-from sparklog.controller.image import NO_LEADER, PartitionRegistration
+from sparklog.controller.image import PartitionRegistration
 from sparklog.controller.partition_change import elect_leader, partition_change
+from sparklog.structs import NO_LEADER
 
 from .harness import SESSION_TIMEOUT_MS, Harness
 

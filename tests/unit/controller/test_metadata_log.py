@@ -17,12 +17,13 @@ from sparklog.controller.configs import (
     ConfigResourceType,
     ControllerConfig,
 )
-from sparklog.controller.image import NO_LEADER, MetadataImage, MetadataRecordError
+from sparklog.controller.image import MetadataImage, MetadataRecordError
 from sparklog.controller.metadata_log import MetadataLog
 from sparklog.controller.quorum_controller import QuorumController
 from sparklog.controller.replication_control import NewPartitions, NewTopic
 from sparklog.errors import KafkaError
 from sparklog.records import iter_batches
+from sparklog.structs import NO_LEADER
 
 from .harness import CLUSTER_ID
 

@@ -5,12 +5,8 @@ from __future__ import annotations
 import pytest
 
 from sparklog.storage.checkpoint import CorruptCheckpointError
-from sparklog.storage.epoch_cache import (
-    UNDEFINED_EPOCH,
-    UNDEFINED_EPOCH_OFFSET,
-    EpochEntry,
-    LeaderEpochFileCache,
-)
+from sparklog.storage.epoch_cache import EpochEntry, LeaderEpochFileCache
+from sparklog.structs import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 
 UNDEFINED = (UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET)
 

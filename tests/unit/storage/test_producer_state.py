@@ -22,7 +22,6 @@ from sparklog.records.control import (
 )
 from sparklog.records.crc import crc32c
 from sparklog.storage.producer_snapshot import (
-    INT32_MAX,
     BatchMetadata,
     CorruptSnapshotError,
     decode_snapshot,
@@ -40,6 +39,7 @@ from sparklog.storage.producer_state import (
     ProducerStateManager,
     TxnMetadata,
 )
+from sparklog.structs import INT32_MAX
 
 PID = 1
 EPOCH = 0

@@ -11,7 +11,8 @@ from sparklog.storage.offset_index import (
     IndexOffsetOverflowError,
     InvalidOffsetError,
 )
-from sparklog.storage.time_index import NO_TIMESTAMP, TimeIndex, TimestampOffset
+from sparklog.storage.time_index import TimeIndex, TimestampOffset
+from sparklog.structs import NO_TIMESTAMP
 
 MAX_ENTRIES = 30
 BASE_OFFSET = 45
