@@ -47,6 +47,8 @@ class Scope(enum.StrEnum):
     COORDINATOR = "coordinator"
     CLIENT = "client"
     SPARK_OPTION = "spark-option"
+    #: A consumer group's own configs (Kafka's `GroupConfig`, ConfigResource type GROUP)
+    GROUP = "group"
 
 
 #: Scopes whose settings arrive in the cluster's properties (a broker, the controller and the
@@ -86,6 +88,21 @@ class ConfigSource(enum.IntEnum):
     DYNAMIC_DEFAULT_BROKER_CONFIG = 3
     STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
+    DYNAMIC_BROKER_LOGGER_CONFIG = 6
+    CLIENT_METRICS_CONFIG = 7
+    GROUP_CONFIG = 8
+
+
+class UpdateMode(enum.StrEnum):
+    """Whether a broker-level setting can change while the cluster runs, and where (Kafka's
+    `DynamicBrokerConfig.dynamicConfigUpdateModes`, the "Dynamic update mode" column of its
+    docs): `read-only` settings need a restart; `cluster-wide` ones may be set for one broker
+    (resource name = its id) or for every broker (the default resource, name ""); `per-broker`
+    ones only for one broker. A topic config's mode is that of its broker-level name."""
+
+    READ_ONLY = "read-only"
+    PER_BROKER = "per-broker"
+    CLUSTER_WIDE = "cluster-wide"
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +204,9 @@ class Setting:
     `display` is the spelling messages use (Spark's `failOnDataLoss` for `failondataloss`);
     `attribute` the component dataclass's field when it is not the name with underscores.
     `prefix` declares a family: every name starting with `name` (`storage.options.`).
+    `dynamic` is the setting's update mode (`UpdateMode`): a broker setting other than
+    read-only is applied by running brokers when IncrementalAlterConfigs sets it on a BROKER
+    resource (a topic config: its first broker synonym, `log.retention.ms`, is).
     """
 
     name: str
@@ -204,6 +224,7 @@ class Setting:
     display: str | None = None
     attribute: str | None = None
     prefix: bool = False
+    dynamic: UpdateMode = UpdateMode.READ_ONLY
 
     @property
     def attr(self) -> str:
@@ -339,6 +360,7 @@ DECLARED_IN: Mapping[Scope, tuple[str, ...]] = {
     ),
     Scope.CLIENT: ("sparklog.client.config",),
     Scope.SPARK_OPTION: ("sparklog.spark.option_values",),
+    Scope.GROUP: ("sparklog.controller.group_configs",),
 }
 
 
@@ -534,6 +556,7 @@ __all__ = [
     "Scope",
     "Setting",
     "Table",
+    "UpdateMode",
     "define",
     "entry",
     "unknown_message",

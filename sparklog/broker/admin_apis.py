@@ -17,13 +17,16 @@ from typing import Any
 from sparklog.broker import kio_build
 from sparklog.broker.config import BrokerConfig
 from sparklog.broker.controller_client import ControllerClient
-from sparklog.broker.metadata import BrokerMetadata
+from sparklog.broker.metadata import BrokerMetadata, dynamic_layers
+from sparklog.controller.broker_configs import DEFAULT_RESOURCE, describe_broker_resource
+from sparklog.controller.config_control import described_cluster_settings
 from sparklog.controller.configs import (
     ConfigEntry,
     ConfigResourceType,
-    describe_broker_configs,
     describe_topic_configs,
 )
+from sparklog.controller.group_configs import describe_group_configs
+from sparklog.controller.image import BROKER_RESOURCE, GROUP_RESOURCE
 from sparklog.errors import (
     InvalidRequestError,
     LeaderNotAvailableError,
@@ -51,7 +54,9 @@ class AdminApis:
         config: BrokerConfig,
         metadata: BrokerMetadata,
         controller: ControllerClient,
+        node_id: int | None = None,
     ) -> None:
+        self.node_id = node_id
         self.config = config
         self.metadata = metadata
         self.controller = controller
@@ -176,21 +181,56 @@ class AdminApis:
             if self.metadata.image.topic(name) is None:
                 raise UnknownTopicOrPartitionError(f"topic {name} does not exist")
             overrides = self.metadata.image.topic_config(name)
+            default, own = dynamic_layers(self.metadata.image, self.node_id or 0)
             return describe_topic_configs(
-                overrides, self.config.cluster, keys, include_synonyms=include_synonyms
+                overrides,
+                self.config.cluster,
+                keys,
+                include_synonyms=include_synonyms,
+                dynamic_broker=own,
+                dynamic_default=default,
             )
         if kind == ConfigResourceType.BROKER:
-            if name and not name.lstrip("-").isdigit():
-                raise InvalidRequestError(f"broker resource name {name!r} is not a broker id")
-            return self._broker_entries(keys, include_synonyms)
-        raise InvalidRequestError(f"DescribeConfigs of resource type {kind} is not supported")
+            return self._broker_entries(name, keys, include_synonyms)
+        if kind == ConfigResourceType.GROUP:
+            if not name:
+                raise InvalidRequestError("Group name must not be empty")
+            return describe_group_configs(
+                self.metadata.image.configs(GROUP_RESOURCE, name),
+                self.config.cluster.group_defaults,
+                keys,
+                include_synonyms=include_synonyms,
+            )
+        raise InvalidRequestError(f"Unsupported resource type: {kind}")
 
-    def _broker_entries(self, keys: list[str] | None, include_synonyms: bool) -> list[ConfigEntry]:
-        return describe_broker_configs(
+    def _broker_entries(
+        self, name: str, keys: list[str] | None, include_synonyms: bool
+    ) -> list[ConfigEntry]:
+        """A broker describes itself or the cluster default (Kafka's `ConfigHelper`)."""
+        if (
+            name
+            and self.node_id is not None
+            and name.lstrip("-").isdigit()
+            and int(name) != self.node_id
+        ):
+            raise InvalidRequestError(
+                f"Unexpected broker id, expected {self.node_id} or empty string, but "
+                f"received {name}"
+            )
+        # the cluster's parse of a shared name wins, as before dynamic configs
+        listed = {
+            **self.config.described_settings(),
+            **described_cluster_settings(self.config.cluster),
+        }
+        image = self.metadata.image
+        return describe_broker_resource(
             self.config.cluster,
+            name,
+            image.configs(BROKER_RESOURCE, DEFAULT_RESOURCE),
+            image.configs(BROKER_RESOURCE, name) if name else {},
+            listed,
             keys,
             include_synonyms=include_synonyms,
-            broker=self.config.described_settings(),
         )
 
 

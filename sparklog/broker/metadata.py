@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from types import MappingProxyType
 
 from sparklog.broker.config import BrokerConfig
 from sparklog.broker.controller_client import ControllerClient
 from sparklog.broker.partition import PartitionRegistration
 from sparklog.broker.replica_manager import TopicMetadata
-from sparklog.controller.image import MetadataImage, MetadataRecordError
+from sparklog.controller.broker_configs import DEFAULT_RESOURCE, dynamic_topic_defaults
+from sparklog.controller.image import BROKER_RESOURCE, MetadataImage, MetadataRecordError
 from sparklog.errors import KafkaError, OffsetOutOfRangeError
 from sparklog.storage.config import LogConfig
 
@@ -29,8 +30,26 @@ METADATA_FETCH_MAX_WAIT_MS = 500
 _RETRY_BACKOFF_S = 0.1
 
 
-def topics_from_image(image: MetadataImage, config: BrokerConfig) -> dict[str, TopicMetadata]:
-    """What the replica manager needs from `image`: each topic's partitions and LogConfig."""
+def dynamic_layers(image: MetadataImage, broker_id: int | None) -> list[Mapping[str, str]]:
+    """The dynamic broker configs that apply to broker `broker_id`, lowest precedence first:
+    the cluster-wide default, then the broker's own (KIP-226)."""
+    layers = [image.configs(BROKER_RESOURCE, DEFAULT_RESOURCE)]
+    if broker_id is not None:
+        layers.append(image.configs(BROKER_RESOURCE, str(broker_id)))
+    return layers
+
+
+def topic_defaults(image: MetadataImage, config: BrokerConfig, broker_id: int | None) -> LogConfig:
+    """The topic defaults broker `broker_id` applies now: static, then the dynamic ones."""
+    return dynamic_topic_defaults(config.default_log_config, dynamic_layers(image, broker_id))
+
+
+def topics_from_image(
+    image: MetadataImage, config: BrokerConfig, broker_id: int | None = None
+) -> dict[str, TopicMetadata]:
+    """What the replica manager needs from `image`: each topic's partitions and LogConfig
+    (its overrides on top of this broker's static and dynamic topic defaults)."""
+    defaults = topic_defaults(image, config, broker_id)
     topics: dict[str, TopicMetadata] = {}
     for name in image.topic_names():
         topic = image.topic(name)
@@ -42,18 +61,18 @@ def topics_from_image(image: MetadataImage, config: BrokerConfig) -> dict[str, T
             for index, p in topic.partitions.items()
         }
         topics[name] = TopicMetadata(
-            name, topic.topic_id, MappingProxyType(partitions), _config(image, name, config)
+            name, topic.topic_id, MappingProxyType(partitions), _config(image, name, defaults)
         )
     return topics
 
 
-def _config(image: MetadataImage, name: str, config: BrokerConfig) -> LogConfig:
+def _config(image: MetadataImage, name: str, defaults: LogConfig) -> LogConfig:
     overrides = dict(image.topic_config(name))
     try:
-        return config.log_config_for(overrides)
+        return LogConfig.from_properties(overrides, base=defaults)
     except ValueError as e:  # the controller validated it; a newer controller may know more
         logger.warning("topic %s: ignoring configs this broker cannot apply (%s)", name, e)
-        return config.default_log_config
+        return defaults
 
 
 class BrokerMetadata:

@@ -53,9 +53,15 @@ from sparklog.broker.meta_properties import (
     claim_data_dir,
     read_meta_properties,
 )
-from sparklog.broker.metadata import BrokerMetadata, MetadataFollower, topics_from_image
+from sparklog.broker.metadata import (
+    BrokerMetadata,
+    MetadataFollower,
+    dynamic_layers,
+    topics_from_image,
+)
 from sparklog.broker.replica_fetcher_manager import ReplicaFetcherManager
 from sparklog.broker.replica_manager import ReplicaManager
+from sparklog.controller.broker_configs import dynamic_cleaner_config
 from sparklog.controller.image import MetadataImage
 from sparklog.errors import (
     BrokerIdNotRegisteredError,
@@ -162,6 +168,7 @@ class BrokerServer:
             config=self.config,
             metadata=self.metadata,
             controller=self.controller,
+            node_id=self.node_id,
         )
         self.apis = KafkaApis(
             node_id=self.node_id,
@@ -311,7 +318,7 @@ class BrokerServer:
                 delay = min(1.0, delay * 2)
 
     def _hosted_lookup(self, image: MetadataImage) -> Any:
-        topics = topics_from_image(image, self.config)
+        topics = topics_from_image(image, self.config, self.node_id)
 
         def hosted(topic: str, partition: int) -> Any:
             meta = topics.get(topic)
@@ -322,17 +329,31 @@ class BrokerServer:
 
         return hosted
 
+    def _reconfigure(self, image: MetadataImage) -> None:
+        """Apply the dynamic broker configs that are not topic defaults (Kafka's
+        `BrokerReconfigurable`s): the log cleaner's settings."""
+        cleaner = self.log_manager.cleaner
+        if cleaner is not None:
+            wanted = dynamic_cleaner_config(
+                self.config.cleaner, dynamic_layers(image, self.node_id)
+            )
+            cleaner.reconfigure(wanted)
+
     def _publish(self, image: MetadataImage) -> None:
+        self._reconfigure(image)
         if self._logs_loaded:
             live = [b.broker_id for b in image.unfenced_brokers()]
-            self.replica_manager.apply_metadata(topics_from_image(image, self.config), live)
+            self.replica_manager.apply_metadata(
+                topics_from_image(image, self.config, self.node_id), live
+            )
 
     async def _publish_cooperatively(self, image: MetadataImage) -> None:
         """`_publish` for the metadata follower: long applies let heartbeats through."""
+        self._reconfigure(image)
         if self._logs_loaded:
             live = [b.broker_id for b in image.unfenced_brokers()]
             await self.replica_manager.apply_metadata_cooperatively(
-                topics_from_image(image, self.config), live
+                topics_from_image(image, self.config, self.node_id), live
             )
 
     def _endpoint_of(self, broker_id: int) -> tuple[str, int] | None:

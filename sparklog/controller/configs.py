@@ -8,8 +8,9 @@ broker-level synonyms (`log.retention.ms`, `message.max.bytes`, ...) as Kafka sp
 Topic configs are stored as overrides only (what CreateTopics / AlterConfigs set); the
 effective config is `LogConfig.from_properties(overrides, base=defaults)`. Validation errors
 raise `InvalidConfigError` / `InvalidRequestError` with Kafka's wording where Kafka has one.
-`describe_topic_configs` and `describe_broker_configs` build DescribeConfigs entries; brokers
-answer DescribeConfigs from their image with the same functions.
+`describe_topic_configs` builds a topic's DescribeConfigs entries (a broker's are built in
+`broker_configs.py`, a group's in `group_configs.py`); brokers answer DescribeConfigs from their
+image with the same functions.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sparklog.controller.image import MetadataImage
+from sparklog.controller.group_configs import GroupConfigDefaults
+from sparklog.controller.image import BROKER_RESOURCE, MetadataImage
 from sparklog.errors import InvalidConfigError, InvalidRequestError, UnknownTopicOrPartitionError
 from sparklog.settings import (
     REGISTRY,
@@ -49,6 +51,7 @@ class ConfigResourceType(enum.IntEnum):
     UNKNOWN = 0
     TOPIC = 2
     BROKER = 4
+    GROUP = 32  # a consumer group's own configs (Kafka 4.0+)
 
 
 class OpType(enum.IntEnum):
@@ -164,6 +167,12 @@ class ControllerConfig:
     topic_defaults: LogConfig = field(default_factory=LogConfig)
     #: Kafka names given explicitly (DescribeConfigs reports them as STATIC_BROKER_CONFIG).
     explicit_names: frozenset[str] = frozenset()
+    #: every property as given (the static synonyms DescribeConfigs of a broker lists)
+    originals: Mapping[str, str] = field(default_factory=dict, compare=False)
+    #: the broker defaults and bounds of group configs (the GROUP config resource)
+    group_defaults: GroupConfigDefaults = field(
+        default_factory=lambda: GroupConfigDefaults.from_properties({})
+    )
 
     def __post_init__(self) -> None:
         CLUSTER_SETTINGS.check_values(self)
@@ -201,7 +210,12 @@ class ControllerConfig:
                 explicit.update((setting.name, broker_name))
                 break
         values["topic_defaults"] = LogConfig.from_properties(topic_props)
-        return cls(**values, explicit_names=frozenset(explicit))
+        return cls(
+            **values,
+            explicit_names=frozenset(explicit),
+            originals={str(k): str(v) for k, v in props.items()},
+            group_defaults=GroupConfigDefaults.from_properties(props),
+        )
 
     def cluster_properties(self) -> dict[str, str]:
         """The cluster settings by Kafka name, as strings."""
@@ -310,11 +324,15 @@ def describe_topic_configs(
     keys: Sequence[str] | None = None,
     *,
     include_synonyms: bool = False,
+    dynamic_broker: Mapping[str, str] | None = None,
+    dynamic_default: Mapping[str, str] | None = None,
 ) -> list[ConfigEntry]:
     """DescribeConfigs entries of a topic: every topic config (or just `keys`), sorted.
 
     Sources in Kafka's order: the topic's override (DYNAMIC_TOPIC_CONFIG), the broker-level
-    synonym from the properties (STATIC_BROKER_CONFIG), the built-in default."""
+    synonym set dynamically for this broker (DYNAMIC_BROKER_CONFIG) or for every broker
+    (DYNAMIC_DEFAULT_BROKER_CONFIG), from the properties (STATIC_BROKER_CONFIG), the built-in
+    default."""
     defaults = config.topic_defaults.to_properties()
     wanted = set(keys) if keys is not None else None
     entries = []
@@ -326,6 +344,12 @@ def describe_topic_configs(
         synonyms = []
         if name in overrides:
             synonyms.append(ConfigSynonym(name, overrides[name], ConfigSource.DYNAMIC_TOPIC_CONFIG))
+        for layer, source in (
+            (dynamic_broker or {}, ConfigSource.DYNAMIC_BROKER_CONFIG),
+            (dynamic_default or {}, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+        ):
+            if broker_name in layer:
+                synonyms.append(ConfigSynonym(broker_name, layer[broker_name], source))
         if name in config.explicit_names:
             synonyms.append(
                 ConfigSynonym(broker_name, defaults[name], ConfigSource.STATIC_BROKER_CONFIG)
@@ -345,39 +369,7 @@ def describe_topic_configs(
     return entries
 
 
-def describe_broker_configs(
-    config: ControllerConfig,
-    keys: Sequence[str] | None = None,
-    *,
-    include_synonyms: bool = False,
-    broker: Mapping[str, tuple[str, bool]] | None = None,
-) -> list[ConfigEntry]:
-    """DescribeConfigs entries of a broker resource: the static cluster settings and topic
-    defaults by their broker names, plus a broker's own settings (`broker`: name -> (value,
-    given explicitly)), every one read-only, typed and flagged as the registry declares."""
-    values = {
-        name: (value, name in config.explicit_names)
-        for name, value in config.cluster_properties().items()
-    }
-    topic_defaults = config.topic_defaults.to_properties()
-    for topic_name, broker_name in TOPIC_CONFIG_SYNONYMS.items():
-        values[broker_name] = (topic_defaults[topic_name], broker_name in config.explicit_names)
-    for name, given in (broker or {}).items():
-        values.setdefault(name, given)
-    wanted = set(keys) if keys is not None else None
-    entries = []
-    for name in sorted(values):
-        if wanted is not None and name not in wanted:
-            continue
-        value, explicit = values[name]
-        source = ConfigSource.STATIC_BROKER_CONFIG if explicit else ConfigSource.DEFAULT_CONFIG
-        synonyms = (ConfigSynonym(name, value, source),) if include_synonyms else ()
-        setting = _broker_setting(name)
-        entries.append(entry(setting, name, value, source, synonyms, read_only=True))
-    return entries
-
-
-def _broker_setting(name: str) -> Setting | None:
+def broker_setting(name: str) -> Setting | None:
     """The declaration of a broker-level name: a cluster or broker setting, or the topic
     config it is the synonym of (typed as that topic config, as Kafka does)."""
     if name in _BROKER_TO_TOPIC:
@@ -393,10 +385,11 @@ def describe_configs(
     *,
     include_synonyms: bool = False,
 ) -> list[ConfigEntry]:
-    """DescribeConfigs of one resource from a metadata image (controller and brokers).
+    """DescribeConfigs of a TOPIC resource from a metadata image (controller and brokers; the
+    BROKER and GROUP resources are described by `broker_configs` and `group_configs`).
 
     Raises UnknownTopicOrPartitionError for a missing topic and InvalidRequestError for a
-    resource type or name sparklog does not describe.
+    resource type sparklog does not describe here.
     """
     if resource.resource_type == ConfigResourceType.TOPIC:
         if image.topic(resource.resource_name) is None:
@@ -404,13 +397,14 @@ def describe_configs(
                 f"The topic '{resource.resource_name}' does not exist."
             )
         overrides = image.topic_config(resource.resource_name)
-        return describe_topic_configs(overrides, config, keys, include_synonyms=include_synonyms)
-    if resource.resource_type == ConfigResourceType.BROKER:
-        name = resource.resource_name
-        if name and not name.lstrip("-").isdigit():
-            raise InvalidRequestError(f"Broker id must be an integer, but it is: {name}")
-        return describe_broker_configs(config, keys, include_synonyms=include_synonyms)
-    raise InvalidRequestError(f"Unsupported resource type {resource.resource_type}")
+        return describe_topic_configs(
+            overrides,
+            config,
+            keys,
+            include_synonyms=include_synonyms,
+            dynamic_default=image.configs(BROKER_RESOURCE, ""),
+        )
+    raise InvalidRequestError(f"Unsupported resource type: {resource.resource_type}")
 
 
 # -- helpers ---------------------------------------------------------------------------------
@@ -434,6 +428,7 @@ def _check_int32(name: str, value: object) -> None:
 __all__ = [
     "TOPIC_CONFIG_SYNONYMS",
     "AlterConfigOp",
+    "broker_setting",
     "ConfigEntry",
     "ConfigResource",
     "ConfigResourceType",
@@ -442,7 +437,6 @@ __all__ = [
     "ConfigType",
     "ControllerConfig",
     "OpType",
-    "describe_broker_configs",
     "describe_configs",
     "describe_topic_configs",
     "effective_topic_config",

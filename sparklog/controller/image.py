@@ -55,6 +55,9 @@ LEADER_CHANGE = "LeaderChange"
 #: `Config` record resource types (Kafka's `ConfigResource.Type`, lower-cased).
 TOPIC_RESOURCE = "topic"
 BROKER_RESOURCE = "broker"
+GROUP_RESOURCE = "group"
+#: Kafka's `ConfigResource.Type` code of each resource type a `Config` record may name.
+CONFIG_RESOURCE_CODES = {TOPIC_RESOURCE: 2, BROKER_RESOURCE: 4, GROUP_RESOURCE: 32}
 
 Record = dict[str, Any]
 
@@ -217,7 +220,8 @@ class MetadataImage:
                 yield topic.partitions[index]
 
     def configs(self, resource_type: str, resource_name: str) -> Mapping[str, str]:
-        """The overrides set on a resource (topic configs, dynamic broker configs)."""
+        """The overrides set on a resource (topic configs, dynamic broker configs, a group's
+        configs); a BROKER resource's name is a broker id, or "" for the cluster default."""
         return MappingProxyType(self._configs.get((resource_type, resource_name), {}))
 
     def topic_config(self, name: str) -> Mapping[str, str]:
@@ -385,7 +389,7 @@ class MetadataImage:
 
     def _config(self, r: Mapping[str, Any]) -> None:
         key = (str(r["resource_type"]), str(r["resource_name"]))
-        if key[0] not in (TOPIC_RESOURCE, BROKER_RESOURCE):
+        if key[0] not in CONFIG_RESOURCE_CODES:
             raise MetadataRecordError(f"Config record for unknown resource type {key[0]!r}")
         name, value = str(r["name"]), r.get("value")
         configs = self._configs.setdefault(key, {})

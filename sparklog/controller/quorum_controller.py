@@ -38,18 +38,15 @@ from sparklog.controller.cluster_control import (
     check_registration,
     register_broker_record,
 )
+from sparklog.controller.config_control import ConfigurationControl, effective_config
 from sparklog.controller.configs import (
     AlterConfigOp,
     ConfigEntry,
     ConfigResource,
-    ConfigResourceType,
     ControllerConfig,
-    describe_configs,
-    effective_topic_config,
-    incremental_changes,
-    legacy_changes,
 )
 from sparklog.controller.image import (
+    BROKER_RESOURCE,
     CLEAR_ELR,
     CONFIG,
     ELR_FEATURE,
@@ -58,7 +55,6 @@ from sparklog.controller.image import (
     FENCE_BROKER,
     LEADER_CHANGE,
     PRODUCER_IDS,
-    TOPIC_RESOURCE,
     UNFENCE_BROKER,
     UNREGISTER_BROKER,
     MetadataImage,
@@ -76,21 +72,15 @@ from sparklog.controller.replication_control import (
     NewPartitions,
     NewTopic,
     ReplicationControl,
-    check_min_insync_replicas,
 )
-from sparklog.controller.results import NONE, ApiError, ControllerResult
+from sparklog.controller.results import ApiError, ControllerResult
 from sparklog.errors import (
-    InvalidRequestError,
     InvalidUpdateVersionError,
-    KafkaError,
     StaleBrokerEpochError,
     UnknownServerError,
-    UnknownTopicOrPartitionError,
 )
 
 logger = logging.getLogger(__name__)
-
-MIN_INSYNC_REPLICAS = "min.insync.replicas"
 
 #: Producer ids per AllocateProducerIds block (Kafka's `ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE`).
 PRODUCER_ID_BLOCK_SIZE = 1000
@@ -118,11 +108,15 @@ class QuorumController:
         *,
         topic_id_factory: Callable[[], uuid.UUID] = uuid.uuid4,
     ) -> None:
-        self.config = config
+        #: the settings the controller started with; `config` adds the cluster-wide dynamic
+        #: broker configs of the image (refreshed as they are replayed)
+        self.static_config = config
         self.cluster_id = cluster_id
         self.image = image if image is not None else MetadataImage()
+        self.config = effective_config(config, self.image)
         self.heartbeats = BrokerHeartbeatManager(config.broker_session_timeout_ms)
-        self.replication = ReplicationControl(self.image, config, topic_id_factory)
+        self.replication = ReplicationControl(self.image, self.config, topic_id_factory)
+        self.configs = ConfigurationControl(self.image, lambda: self.config)
         self._next_node_id = 0
         self._shutdown_all = False
         self._shutdown_brokers: set[int] = set()
@@ -189,6 +183,11 @@ class QuorumController:
         """Apply persisted records to the image (call after the metadata log append)."""
         for record in records:
             self.image.apply(record)
+            if record.get("type") == CONFIG and record.get("resource_type") == BROKER_RESOURCE:
+                # a cluster-wide dynamic topic default (log.retention.ms, min.insync.replicas,
+                # ...) reaches the topics the controller creates and elects for
+                self.config = effective_config(self.static_config, self.image)
+                self.replication.config = self.config
 
     # -- launcher hooks ---------------------------------------------------------------------
 
@@ -454,7 +453,7 @@ class QuorumController:
         results, records = self.replication.create_partitions(topics, validate_only=validate_only)
         return ControllerResult(results, tuple(records))
 
-    # -- configs ----------------------------------------------------------------------------
+    # -- configs (config_control.py) --------------------------------------------------------
 
     def describe_configs(
         self,
@@ -463,13 +462,7 @@ class QuorumController:
         *,
         include_synonyms: bool = False,
     ) -> tuple[ApiError, list[ConfigEntry]]:
-        try:
-            entries = describe_configs(
-                self.image, self.config, resource, keys, include_synonyms=include_synonyms
-            )
-        except KafkaError as e:
-            return ApiError.of(e), []
-        return NONE, entries
+        return self.configs.describe(resource, keys, include_synonyms=include_synonyms)
 
     def incremental_alter_configs(
         self,
@@ -478,14 +471,7 @@ class QuorumController:
         validate_only: bool = False,
     ) -> ControllerResult[list[tuple[ConfigResource, ApiError]]]:
         """IncrementalAlterConfigs (SET/DELETE/APPEND/SUBTRACT): per-resource results."""
-
-        def changes(
-            resource: ConfigResource, ops: Sequence[AlterConfigOp]
-        ) -> dict[str, str | None]:
-            current = self.image.topic_config(resource.resource_name)
-            return incremental_changes(current, ops, self.config.topic_defaults)
-
-        return self._alter_configs(resources, changes, validate_only)
+        return self.configs.incremental_alter(resources, validate_only=validate_only)
 
     def alter_configs(
         self,
@@ -494,76 +480,7 @@ class QuorumController:
         validate_only: bool = False,
     ) -> ControllerResult[list[tuple[ConfigResource, ApiError]]]:
         """AlterConfigs (legacy): the given configs replace all of a resource's overrides."""
-
-        def changes(
-            resource: ConfigResource, configs: Mapping[str, str | None]
-        ) -> dict[str, str | None]:
-            current = self.image.topic_config(resource.resource_name)
-            return legacy_changes(current, configs, self.config.topic_defaults)
-
-        return self._alter_configs(resources, changes, validate_only)
-
-    def _alter_configs(
-        self,
-        resources: Sequence[tuple[ConfigResource, Any]],
-        changes: Callable,
-        validate_only: bool,
-    ) -> ControllerResult[list[tuple[ConfigResource, ApiError]]]:
-        seen = [resource for resource, _ in resources]
-        results: list[tuple[ConfigResource, ApiError]] = []
-        records: list[dict[str, Any]] = []
-        for resource, alterations in resources:
-            try:
-                if seen.count(resource) > 1:
-                    raise InvalidRequestError("Duplicate resource in the request.")
-                self._check_alterable(resource)
-                resource_changes = changes(resource, alterations)
-                self._check_min_insync(resource.resource_name, resource_changes)
-            except KafkaError as e:
-                results.append((resource, ApiError.of(e)))
-                continue
-            results.append((resource, NONE))
-            if not validate_only:
-                records.extend(
-                    {
-                        "type": CONFIG,
-                        "resource_type": TOPIC_RESOURCE,
-                        "resource_name": resource.resource_name,
-                        "name": name,
-                        "value": value,
-                    }
-                    for name, value in sorted(resource_changes.items())
-                )
-                if MIN_INSYNC_REPLICAS in resource_changes and self.image.elr_enabled:
-                    # KIP-966: an ELR member is only known to hold every committed record
-                    # under the min ISR it was chosen with (Kafka's ClearElrRecord).
-                    records.append({"type": CLEAR_ELR, "topic_name": resource.resource_name})
-        return ControllerResult(results, tuple(records))
-
-    def _check_min_insync(self, name: str, changes: Mapping[str, str | None]) -> None:
-        """Refuse a min.insync.replicas above the topic's (smallest) replication factor."""
-        topic = self.image.topic(name)
-        assert topic is not None  # _check_alterable
-        merged = {**self.image.topic_config(name), **changes}
-        overrides = {k: v for k, v in merged.items() if v is not None}
-        min_insync = effective_topic_config(overrides, self.config.topic_defaults)
-        replication_factor = min(len(p.target_replicas) for p in topic.partitions.values())
-        check_min_insync_replicas(name, min_insync.min_insync_replicas, replication_factor)
-
-    def _check_alterable(self, resource: ConfigResource) -> None:
-        if resource.resource_type == ConfigResourceType.BROKER:
-            raise InvalidRequestError(
-                "sparklog has no dynamic broker configs; set broker and cluster settings in the "
-                "cluster's properties (conf/sparklog-defaults.conf) and restart."
-            )
-        if resource.resource_type != ConfigResourceType.TOPIC:
-            raise InvalidRequestError(f"Unsupported resource type {resource.resource_type}")
-        if not resource.resource_name:
-            raise InvalidRequestError("Default topic resources are not allowed.")
-        if self.image.topic(resource.resource_name) is None:
-            raise UnknownTopicOrPartitionError(
-                f"The topic '{resource.resource_name}' does not exist."
-            )
+        return self.configs.alter(resources, validate_only=validate_only)
 
     # -- producer ids -----------------------------------------------------------------------
 

@@ -50,7 +50,7 @@ from typing import Any, TypeVar
 
 from sparklog.controller.apis import ControllerApis
 from sparklog.controller.configs import ControllerConfig, parse_properties
-from sparklog.controller.image import MetadataImage
+from sparklog.controller.image import GROUP_RESOURCE, MetadataImage
 from sparklog.controller.metadata_log import MetadataLog
 from sparklog.controller.metadata_store import (
     META_PROPERTIES,
@@ -542,6 +542,14 @@ class ControllerServer:
         if broker is None or broker.fenced:
             return None
         return broker.broker_id, broker.host, broker.port
+
+    def group_config(self, group_id: str) -> Mapping[str, str]:
+        """A group's own configs (GROUP resource `Config` records), read from the image without
+        hopping onto the loop, like `partition_count`."""
+        controller = self.controller
+        return (
+            {} if controller is None else dict(controller.image.configs(GROUP_RESOURCE, group_id))
+        )
 
     def topic_names(self) -> list[str]:
         controller = self.controller

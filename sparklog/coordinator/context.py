@@ -5,6 +5,7 @@ and the admin requests clients send to the coordinator as to any node."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from sparklog.protocol.connection import Request
@@ -29,6 +30,11 @@ class CoordinatorContext(TopicIds, Protocol):
 
     def partition_leader(self, topic: str, partition: int) -> tuple[int, str, int] | None:
         """(broker id, host, port) of the partition's leader; None while it has none."""
+        ...
+
+    def group_config(self, group_id: str) -> Mapping[str, str]:
+        """A group's own configs by name (the GROUP config resource: `kafka-configs
+        --entity-type groups`); empty when it has none. Read without blocking."""
         ...
 
     def allocate_producer_ids(self, owner_id: int) -> tuple[int, int]:

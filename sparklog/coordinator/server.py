@@ -160,6 +160,7 @@ class GroupCoordinatorServer:
             self.config,
             self.controller.partition_count,
             topic_names=self.controller.topic_names,
+            group_config=self.controller.group_config,
         )
         self.core.load(rows, self.now_ms())
         assert self.store is not None

@@ -53,7 +53,16 @@ from sparklog.records.batch import (
     read_header,
 )
 from sparklog.records.errors import CorruptRecordError
-from sparklog.settings import Check, ConfigType, Range, Scope, Setting, Validator, define
+from sparklog.settings import (
+    Check,
+    ConfigType,
+    Range,
+    Scope,
+    Setting,
+    UpdateMode,
+    Validator,
+    define,
+)
 from sparklog.storage.cleaner_manager import (
     CleanerManager,
     LogCleaningAbortedError,
@@ -101,6 +110,7 @@ def _cleaner(name: str, kind: ConfigType, default: object, doc: str, rule: Valid
         scope=Scope.BROKER,
         group="cleaner",
         attribute=name.replace(".", "_"),
+        dynamic=UpdateMode.CLUSTER_WIDE,  # Kafka's `LogCleaner.ReconfigurableConfigs`
     )
 
 
@@ -473,6 +483,9 @@ class LogCleaner:
         self.cleaner = Cleaner(self.config, check_done=self._check_done)
         self._clock_ms = clock_ms
         self._stopping = threading.Event()
+        self._wakeup = threading.Event()  # stop() or reconfigure() ends a backoff sleep
+        self._pending: CleanerConfig | None = None  # set by reconfigure(), taken by a round
+        self._pending_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._rounds = 0
         self._aborted_rounds = 0
@@ -504,9 +517,30 @@ class LogCleaner:
         )
         self._thread.start()
 
+    def reconfigure(self, config: CleanerConfig) -> None:
+        """New `log.cleaner.*` settings, set dynamically (Kafka's `LogCleaner.reconfigure`,
+        which restarts its threads): a round in progress finishes with the old ones, the next
+        round builds its offset map with the new ones; a backoff sleep ends at once."""
+        with self._pending_lock:
+            if config == (self._pending or self.config):
+                return
+            self._pending = config
+        logger.info("log cleaner reconfigured: %s", config)
+        if self._thread is None:
+            self._take_pending()
+        self._wakeup.set()
+
+    def _take_pending(self) -> None:
+        with self._pending_lock:
+            pending, self._pending = self._pending, None
+        if pending is not None:
+            self.config = pending
+            self.cleaner = Cleaner(pending, check_done=self._check_done)
+
     def stop(self) -> None:
         """Stop the thread and wait for it; a round in progress is abandoned cleanly."""
         self._stopping.set()
+        self._wakeup.set()
         if self._thread is not None:
             self._thread.join()
             self._thread = None
@@ -522,10 +556,12 @@ class LogCleaner:
                 self._errors.append(repr(e))
                 result = None
             if result is None:
-                self._stopping.wait(self.config.backoff_ms / 1000)
+                self._wakeup.wait(self.config.backoff_ms / 1000)
+                self._wakeup.clear()
 
     def clean_once(self, now_ms: int) -> CleanResult | None:
         """One round: clean the dirtiest log if any qualifies, then retention of compacted logs."""
+        self._take_pending()
         result = None
         cleanable = self.manager.grab_filthiest_compacted_log(now_ms)
         if cleanable is not None:

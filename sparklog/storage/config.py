@@ -14,7 +14,17 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from sparklog.settings import LONG_MAX, Check, ConfigType, OneOf, Range, Scope, Setting, define
+from sparklog.settings import (
+    LONG_MAX,
+    Check,
+    ConfigType,
+    OneOf,
+    Range,
+    Scope,
+    Setting,
+    UpdateMode,
+    define,
+)
 
 CLEANUP_POLICIES = ("delete", "compact", "compact,delete")
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
@@ -45,6 +55,8 @@ def _topic(
         scope=Scope.TOPIC,
         synonyms=(synonyms,) if isinstance(synonyms, str) else synonyms,
         read_only=False,
+        # Kafka's `DynamicLogConfig.ReconfigurableConfigs`: every topic config's broker name
+        dynamic=UpdateMode.CLUSTER_WIDE,
         **extra,  # type: ignore[arg-type]
     )
 

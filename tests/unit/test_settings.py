@@ -184,9 +184,14 @@ def test_the_raw_broker_reads_are_typed_settings():
 def _broker_entries(props):
     from sparklog.broker.admin_apis import AdminApis
     from sparklog.broker.config import BrokerConfig
+    from sparklog.controller.image import MetadataImage
 
-    fake = types.SimpleNamespace(config=BrokerConfig.from_properties(props))
-    return {e.name: e for e in AdminApis._broker_entries(fake, None, True)}  # type: ignore[arg-type]
+    fake = types.SimpleNamespace(
+        config=BrokerConfig.from_properties(props),
+        metadata=types.SimpleNamespace(image=MetadataImage()),
+        node_id=0,
+    )
+    return {e.name: e for e in AdminApis._broker_entries(fake, "0", None, True)}  # type: ignore[arg-type]
 
 
 def test_broker_describe_configs_types_each_setting_as_kafka_declares_it():
@@ -217,10 +222,10 @@ def test_a_sensitive_setting_is_described_with_a_null_value(monkeypatch):
         "sparklog.test.secret", ConfigType.PASSWORD, None, scope=Scope.BROKER, group="test"
     )
     with REGISTRY.registered(secret):
-        from sparklog.controller.configs import describe_broker_configs
+        from sparklog.controller.broker_configs import describe_broker_resource
 
-        entries = describe_broker_configs(
-            ControllerConfig(), include_synonyms=True, broker={secret.name: ("hunter2", True)}
+        entries = describe_broker_resource(
+            ControllerConfig(), "0", {}, {}, {secret.name: ("hunter2", True)}, include_synonyms=True
         )
     e = next(e for e in entries if e.name == secret.name)
     assert (e.value, e.is_sensitive, e.source) == (None, True, ConfigSource.STATIC_BROKER_CONFIG)

@@ -46,6 +46,30 @@ GROUP_SETTINGS = define(
     # KIP-848 consumer groups
     _group("group.consumer.session.timeout.ms", _INT, 45_000, "a consumer member's session"),
     _group("group.consumer.heartbeat.interval.ms", _INT, 5_000, "a consumer member's heartbeat"),
+    _group(
+        "group.consumer.min.session.timeout.ms",
+        _INT,
+        45_000,
+        "smallest consumer.session.timeout.ms a group config may set",
+    ),
+    _group(
+        "group.consumer.max.session.timeout.ms",
+        _INT,
+        60_000,
+        "largest consumer.session.timeout.ms a group config may set",
+    ),
+    _group(
+        "group.consumer.min.heartbeat.interval.ms",
+        _INT,
+        5_000,
+        "smallest consumer.heartbeat.interval.ms a group config may set",
+    ),
+    _group(
+        "group.consumer.max.heartbeat.interval.ms",
+        _INT,
+        15_000,
+        "largest consumer.heartbeat.interval.ms a group config may set",
+    ),
     _group("group.consumer.max.size", _INT, INT32_MAX, "members per consumer group"),
     _group("group.consumer.assignors", _STR, "uniform,range", "server-side assignors"),
 )
@@ -69,6 +93,10 @@ class GroupConfig:
     offsets_table_path: str | None = _D("offsets.table.path")
     group_consumer_session_timeout_ms: int = _D("group.consumer.session.timeout.ms")
     group_consumer_heartbeat_interval_ms: int = _D("group.consumer.heartbeat.interval.ms")
+    group_consumer_min_session_timeout_ms: int = _D("group.consumer.min.session.timeout.ms")
+    group_consumer_max_session_timeout_ms: int = _D("group.consumer.max.session.timeout.ms")
+    group_consumer_min_heartbeat_interval_ms: int = _D("group.consumer.min.heartbeat.interval.ms")
+    group_consumer_max_heartbeat_interval_ms: int = _D("group.consumer.max.heartbeat.interval.ms")
     group_consumer_max_size: int = _D("group.consumer.max.size")
     group_consumer_assignors: str = _D("group.consumer.assignors")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from sparklog.coordinator.group.classic_group import ClassicGroup
@@ -88,9 +88,12 @@ class ConsumerGroups:
         partition_count: Callable[[str], int],
         topic_names: Callable[[], list[str]],
         store: Callable[[ConsumerGroup], None],
+        group_config: Callable[[str], Mapping[str, str]] = lambda group_id: {},
     ) -> None:
         self.groups = groups
         self.config = config
+        #: a group's own configs (the GROUP config resource, validated by the controller)
+        self.group_config = group_config
         self.partition_count = partition_count
         self.topic_names = topic_names
         self.store = store
@@ -146,13 +149,13 @@ class ConsumerGroups:
             member, rack_id, rebalance_timeout_ms, subscribed_topic_names,
             subscribed_topic_regex, server_assignor, client_id, client_host,
         )  # fmt: skip
-        member.heartbeat_deadline_ms = now_ms + self.config.session_timeout_ms
+        member.heartbeat_deadline_ms = now_ms + self.session_timeout_ms(group_id)
         if changed or member_epoch == 0:
             group.group_epoch += 1
         self._maybe_assign(now_ms, group)
         self._reconcile(now_ms, group, member, owned)
         self.store(group)
-        return self._answer(member, full=member_epoch == 0)
+        return self._answer(group_id, member, full=member_epoch == 0)
 
     # -- join / leave -----------------------------------------------------------------------
 
@@ -215,7 +218,7 @@ class ConsumerGroups:
         member = group.members[member_id]
         if epoch == STATIC_LEAVE_EPOCH and member.instance_id is not None:
             member.member_epoch = STATIC_LEAVE_EPOCH  # its partitions wait for its return
-            member.heartbeat_deadline_ms = now_ms + self.config.session_timeout_ms
+            member.heartbeat_deadline_ms = now_ms + self.session_timeout_ms(group.group_id)
         else:
             self.remove(now_ms, group, member_id, "left the group")
         self.store(group)
@@ -308,7 +311,27 @@ class ConsumerGroups:
             if free:
                 member.assigned.setdefault(topic, set()).update(free)
 
-    def _answer(self, member: ConsumerMember, full: bool) -> dict[str, Any]:
+    def session_timeout_ms(self, group_id: str) -> int:
+        """The group's `consumer.session.timeout.ms`, else `group.consumer.session.timeout.ms`
+        (Kafka's `GroupMetadataManager.consumerGroupSessionTimeoutMs`)."""
+        return self._group_value(
+            group_id, "consumer.session.timeout.ms", self.config.session_timeout_ms
+        )
+
+    def heartbeat_interval_ms(self, group_id: str) -> int:
+        """The group's `consumer.heartbeat.interval.ms`, else the broker default."""
+        return self._group_value(
+            group_id, "consumer.heartbeat.interval.ms", self.config.heartbeat_interval_ms
+        )
+
+    def _group_value(self, group_id: str, name: str, default: int) -> int:
+        raw = self.group_config(group_id).get(name)
+        try:
+            return default if raw is None else int(raw)
+        except ValueError:  # the controller validated it; a newer one may write more
+            return default
+
+    def _answer(self, group_id: str, member: ConsumerMember, full: bool) -> dict[str, Any]:
         current = {t: set(ps) for t, ps in member.assigned.items() if ps}
         send = full or member.sent != current
         member.sent = current
@@ -317,7 +340,7 @@ class ConsumerGroups:
             "error_message": None,
             "member_id": member.member_id,
             "member_epoch": member.member_epoch,
-            "heartbeat_interval_ms": self.config.heartbeat_interval_ms,
+            "heartbeat_interval_ms": self.heartbeat_interval_ms(group_id),
             "assignment": current if send else None,
         }
 

@@ -18,7 +18,7 @@ import dataclasses
 import json
 import logging
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from sparklog.coordinator.clock import loaded_ms
@@ -100,6 +100,7 @@ class GroupCoordinator:
         partition_count: Callable[[str], int],
         new_uuid: Callable[[], str] | None = None,
         topic_names: Callable[[], list[str]] | None = None,
+        group_config: Callable[[str], Mapping[str, str]] | None = None,
     ) -> None:
         self.config = config
         self.partition_count = partition_count
@@ -119,6 +120,7 @@ class GroupCoordinator:
             partition_count,
             topic_names or list,
             self._store_consumer_group,
+            group_config or (lambda group_id: {}),
         )
         self._next_expiry_check_ms = 0
         #: offsets of open transactions: producer id -> group -> partition -> offset
