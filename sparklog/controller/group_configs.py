@@ -30,7 +30,6 @@ from typing import Protocol
 
 from sparklog.errors import InvalidConfigError, InvalidRequestError
 from sparklog.settings import (
-    INT32_MAX,
     REGISTRY,
     ConfigEntry,
     ConfigError,
@@ -44,6 +43,7 @@ from sparklog.settings import (
     define,
     entry,
 )
+from sparklog.structs import INT32_MAX
 
 
 class AlterConfigOp(Protocol):
