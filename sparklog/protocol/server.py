@@ -73,7 +73,6 @@ class KafkaServer:
         listener_name: str = "PLAINTEXT",
         stages: Sequence[RequestStage] | None = None,
     ) -> None:
-        self.handler = handler
         #: the one place cross-cutting policy runs around `handler` (module docstring)
         self.pipeline = RequestPipeline(handler, stages)
         self.listener_name = listener_name
@@ -96,6 +95,15 @@ class KafkaServer:
         self._connections: dict[asyncio.Task, asyncio.StreamWriter] = {}
         self._per_ip: dict[str, int] = {}
         self._last_refusal_log = 0.0
+
+    @property
+    def handler(self) -> Handler:
+        """The handler the pipeline wraps; replacing it keeps the pipeline's stages."""
+        return self.pipeline.handler
+
+    @handler.setter
+    def handler(self, handler: Handler) -> None:
+        self.pipeline.handler = handler
 
     async def start(self) -> None:
         """Bind and start accepting; `port` holds the bound port afterwards."""
