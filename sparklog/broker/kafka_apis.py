@@ -69,8 +69,8 @@ from sparklog.protocol.async_client import api_versions_response
 from sparklog.protocol.connection import ProtocolError, Request
 from sparklog.protocol.file_response import FileResponse, placeholder
 from sparklog.protocol.pipeline import authorized_operations, throttle_time_ms
+from sparklog.records.file_records import FileRecords
 from sparklog.security.acl import CLUSTER_NAME, ResourceType
-from sparklog.storage.file_records import FileRecords
 from sparklog.structs import IsolationLevel, TopicPartition
 
 logger = logging.getLogger(__name__)

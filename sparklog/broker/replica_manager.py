@@ -59,8 +59,8 @@ from sparklog.errors import (
 from sparklog.protocol import cooperative
 from sparklog.records.batch import batch_size_at, read_header
 from sparklog.records.errors import CorruptRecordError
+from sparklog.records.file_records import FileRecords
 from sparklog.storage.config import LogConfig
-from sparklog.storage.file_records import FileRecords
 from sparklog.storage.log import Log
 from sparklog.storage.log_validator import RecordError, RecordValidationError
 from sparklog.storage.producer_state import AppendOrigin

@@ -12,8 +12,8 @@ import os
 import struct
 from typing import Any
 
+from sparklog.records.file_records import FileRecords, FileSlice
 from sparklog.records.varint import encode_unsigned_varint
-from sparklog.storage.file_records import FileRecords, FileSlice
 
 _PLACEHOLDER_BYTES = 16
 _INT32 = struct.Struct(">i")

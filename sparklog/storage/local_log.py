@@ -16,9 +16,9 @@ import bisect
 from pathlib import Path
 
 from sparklog.records.errors import CorruptRecordError
+from sparklog.records.file_records import FileRecords, FileSlice
 from sparklog.storage.checkpoint import fsync_dir
 from sparklog.storage.config import LogConfig
-from sparklog.storage.file_records import FileRecords, FileSlice
 from sparklog.storage.segment import LogSegment
 
 

@@ -35,9 +35,9 @@ from sparklog.records.batch import (
 )
 from sparklog.records.control import EndTransactionMarker, decode_end_txn_marker
 from sparklog.records.errors import CorruptRecordError
+from sparklog.records.file_records import FileRecords
 from sparklog.storage.config import LogConfig
 from sparklog.storage.epoch_cache import LeaderEpochFileCache
-from sparklog.storage.file_records import FileRecords
 from sparklog.storage.local_log import LocalLog
 from sparklog.storage.log_validator import DEFAULT_DECOMPRESSED_MAX_BYTES, validate_client_records
 from sparklog.storage.offset_assignment import restamped, stamped_pieces

@@ -30,8 +30,8 @@ from sparklog.records.batch import (
 )
 from sparklog.records.crc import crc32c
 from sparklog.records.errors import CorruptRecordError
+from sparklog.records.file_records import ZERO_COPY_MIN_BYTES, FileSlice
 from sparklog.storage.config import LogConfig
-from sparklog.storage.file_records import ZERO_COPY_MIN_BYTES, FileSlice
 from sparklog.storage.offset_index import CorruptIndexError, OffsetIndex
 from sparklog.storage.time_index import TimeIndex
 from sparklog.storage.txn_index import TransactionIndex

@@ -10,7 +10,7 @@ import pytest
 from sparklog.broker import kio_build
 from sparklog.protocol import codec
 from sparklog.protocol.file_response import pieces, placeholder
-from sparklog.storage.file_records import FileRecords, FileSlice
+from sparklog.records.file_records import FileRecords, FileSlice
 
 
 def fetch_response(version: int, records: list[bytes | None]) -> object:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from sparklog.records import CorruptRecordError, SimpleRecord, build_batch, iter_batches
-from sparklog.storage.file_records import ZERO_COPY_MIN_BYTES, FileRecords
+from sparklog.records.file_records import ZERO_COPY_MIN_BYTES, FileRecords
 from sparklog.storage.log import Log
 
 from .test_corruption_on_read import damage
