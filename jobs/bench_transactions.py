@@ -27,8 +27,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from sparklog.broker.embedded import EmbeddedCluster
 from sparklog.client import AdminClient, KafkaProducer, NewTopic
+from sparklog.cluster.embedded import EmbeddedCluster
 
 RECORD = b"x" * 1024
 PARTITIONS = 3

@@ -105,7 +105,7 @@ def _serve_embedded(
     stop: threading.Event,
     broker_processes: bool = False,
 ) -> None:
-    from sparklog.broker.embedded import EmbeddedCluster
+    from sparklog.cluster.embedded import EmbeddedCluster
 
     where = "child processes" if broker_processes else "this process"
     progress(f"starting a controller and {brokers} broker(s) in {where}")

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from sparklog.broker.embedded import EmbeddedCluster
+from sparklog.cluster.embedded import EmbeddedCluster
 from tests.s3proxy import s3proxy  # noqa: F401 - the session's S3-compatible server fixture
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

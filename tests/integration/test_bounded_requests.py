@@ -11,7 +11,7 @@ import logging
 
 import pytest
 
-from sparklog.broker.embedded import EmbeddedCluster
+from sparklog.cluster.embedded import EmbeddedCluster
 from sparklog.protocol.api_versions import ApiKey
 
 from .broker_wire import call, connect, create_topic

@@ -10,8 +10,8 @@ import uuid
 
 import pytest
 
-from sparklog.broker.embedded import EmbeddedCluster
 from sparklog.broker.server import BrokerServer
+from sparklog.cluster.embedded import EmbeddedCluster
 from sparklog.protocol.api_versions import BROKER_ADVERTISED_APIS, BROKER_APIS, ApiKey
 from sparklog.records import CompressionType, SimpleRecord, TimestampType, build_batch
 from sparklog.records.batch import CRC_OFFSET

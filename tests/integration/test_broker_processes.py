@@ -8,8 +8,8 @@ import os
 import time
 import uuid
 
-from sparklog.broker.embedded import EmbeddedCluster
 from sparklog.client import AdminClient, KafkaConsumer, KafkaProducer, NewTopic, TopicPartition
+from sparklog.cluster.embedded import EmbeddedCluster
 
 from .conftest import REPLICATION_CONFIG
 

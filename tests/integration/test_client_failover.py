@@ -17,10 +17,10 @@ from collections.abc import Callable
 import pyarrow as pa
 import pytest
 
-from sparklog.broker.embedded import EmbeddedCluster
 from sparklog.client import AdminClient, KafkaConsumer, KafkaProducer, NewTopic, TopicPartition
 from sparklog.client.config import producer_config
 from sparklog.client.network import NetworkClient, now_ms
+from sparklog.cluster.embedded import EmbeddedCluster
 from sparklog.errors import NetworkExceptionError
 from sparklog.protocol.api_versions import ApiKey
 from tests.collector import PollingCollector

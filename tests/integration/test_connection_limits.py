@@ -11,7 +11,7 @@ import time
 import pytest
 from confluent_kafka import Producer
 
-from sparklog.broker.embedded import EmbeddedCluster
+from sparklog.cluster.embedded import EmbeddedCluster
 
 
 @pytest.fixture(scope="module")

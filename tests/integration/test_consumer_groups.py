@@ -10,8 +10,8 @@ import uuid
 
 import pytest
 
-from sparklog.broker.embedded import EmbeddedCluster
 from sparklog.client import AdminClient, KafkaConsumer, KafkaProducer, NewTopic
+from sparklog.cluster.embedded import EmbeddedCluster
 
 PARTITIONS, RECORDS = 6, 120
 CONFIG = {

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from sparklog.broker.controller_client import ControllerClient
-from sparklog.broker.embedded import EmbeddedCluster
 from sparklog.client import AdminClient, KafkaConsumer, KafkaProducer, NewTopic
+from sparklog.cluster.embedded import EmbeddedCluster
 from sparklog.controller.alter_partition import IsrChange
 from sparklog.controller.server import ControllerServer
 from sparklog.errors import (

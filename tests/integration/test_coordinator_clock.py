@@ -16,8 +16,8 @@ import uuid
 import pytest
 from deltalake import DeltaTable
 
-from sparklog.broker.embedded import EmbeddedCluster
 from sparklog.client import AdminClient, KafkaConsumer, NewTopic
+from sparklog.cluster.embedded import EmbeddedCluster
 from sparklog.coordinator.clock import CoordinatorClock, wall_clock_ms
 from sparklog.protocol.api_versions import ApiKey
 

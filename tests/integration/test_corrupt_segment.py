@@ -14,8 +14,8 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from sparklog.broker.embedded import EmbeddedCluster
 from sparklog.client import AdminClient, NewTopic
+from sparklog.cluster.embedded import EmbeddedCluster
 from sparklog.errors import CorruptBatchError
 from sparklog.records import iter_batches
 from tests.corrupt_log import (

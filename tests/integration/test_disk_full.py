@@ -15,8 +15,8 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from sparklog.broker.embedded import EmbeddedCluster
 from sparklog.client import AdminClient, NewTopic
+from sparklog.cluster.embedded import EmbeddedCluster
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0, reason="mounting a small tmpfs as the broker's log dir needs root"

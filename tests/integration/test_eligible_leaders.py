@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from sparklog.broker.embedded import EmbeddedCluster
 from sparklog.client import AdminClient, KafkaConsumer, KafkaProducer, NewTopic, TopicPartition
+from sparklog.cluster.embedded import EmbeddedCluster
 
 from .conftest import REPLICATION_CONFIG
 

@@ -18,7 +18,7 @@ import struct
 import pytest
 
 from sparklog.broker import kio_build
-from sparklog.broker.embedded import EmbeddedCluster
+from sparklog.cluster.embedded import EmbeddedCluster
 from sparklog.protocol import codec, cooperative
 from sparklog.protocol.api_versions import ApiKey
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sparklog.broker.embedded import EmbeddedCluster
+from sparklog.cluster.embedded import EmbeddedCluster
 from sparklog.coordinator import delta_log
 from sparklog.coordinator.group.coordinator import CommittedOffset, offset_row
 from sparklog.coordinator.offsets_store import OffsetsStore, OffsetsTableDamagedError

@@ -178,7 +178,7 @@ def test_a_compression_bomb_is_refused_with_record_too_large_and_the_broker_serv
     """Issue 27: a zstd batch of a few KB holding 3 MiB of zeros, against a broker whose
     `sparklog.batch.decompressed.max.bytes` is 2 MiB: RECORD_TOO_LARGE over the wire (raw
     frames and librdkafka alike), nothing appended, and the next good batch lands at offset 0."""
-    from sparklog.broker.embedded import EmbeddedCluster
+    from sparklog.cluster.embedded import EmbeddedCluster
 
     from .conftest import TEST_CONFIG
 

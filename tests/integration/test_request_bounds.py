@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka import Producer
 
 from sparklog.broker import kio_build
-from sparklog.broker.embedded import EmbeddedCluster
+from sparklog.cluster.embedded import EmbeddedCluster
 from sparklog.protocol import codec
 from sparklog.protocol.api_versions import ApiKey
 

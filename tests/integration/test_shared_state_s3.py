@@ -86,7 +86,7 @@ def test_storage_credentials_stay_on_the_driver(s3proxy, location, tmp_path, cap
     not the brokers' settings, not DescribeConfigs, not a log line."""
     from confluent_kafka.admin import AdminClient, ConfigResource
 
-    from sparklog.broker.embedded import EmbeddedCluster
+    from sparklog.cluster.embedded import EmbeddedCluster
 
     caplog.set_level(logging.DEBUG, logger="sparklog")
     config = {"metadata.log.dir": location, **s3proxy.settings()}

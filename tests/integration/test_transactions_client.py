@@ -9,7 +9,6 @@ import uuid
 
 import pytest
 
-from sparklog.broker.embedded import EmbeddedCluster
 from sparklog.client import (
     AdminClient,
     KafkaConsumer,
@@ -21,6 +20,7 @@ from sparklog.client import (
     fence_transactions,
 )
 from sparklog.client.transaction_batch import transactional_id_exists
+from sparklog.cluster.embedded import EmbeddedCluster
 from sparklog.errors import InvalidProducerEpochError, KafkaError, ProducerFencedError
 
 from .conftest import TEST_CONFIG

@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from sparklog.broker.embedded import EmbeddedCluster
+from sparklog.cluster.embedded import EmbeddedCluster
 from sparklog.protocol.api_versions import GROUP_COORDINATOR_APIS, ApiKey
 
 from .broker_wire import (

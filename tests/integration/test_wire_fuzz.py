@@ -20,7 +20,7 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from sparklog.broker.embedded import EmbeddedCluster
+from sparklog.cluster.embedded import EmbeddedCluster
 from sparklog.protocol.api_versions import (
     BROKER_APIS,
     CONTROLLER_APIS,

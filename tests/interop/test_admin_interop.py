@@ -12,8 +12,8 @@ import uuid
 
 import pytest
 
-from sparklog.broker.embedded import EmbeddedCluster
 from sparklog.client import AdminClient, NewTopic
+from sparklog.cluster.embedded import EmbeddedCluster
 
 pytestmark = pytest.mark.interop
 

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pytest
 
-from sparklog.broker.embedded import EmbeddedCluster
 from sparklog.client import AdminClient, KafkaConsumer, KafkaProducer, NewTopic, TopicPartition
 from sparklog.client.network import now_ms
+from sparklog.cluster.embedded import EmbeddedCluster
 from sparklog.records import iter_batches
 from sparklog.records.arrow_codec import HEADERS_TYPE
 from sparklog.records.batch import HEADER_SIZE

@@ -19,8 +19,8 @@ import pytest
 from pyspark.sql import types as T
 
 import sparklog
-from sparklog.broker.embedded import EmbeddedCluster
 from sparklog.client import AdminClient, NewTopic
+from sparklog.cluster.embedded import EmbeddedCluster
 from sparklog.records.murmur2 import partition_for_key
 from tests.spark.conftest import build_session
 

@@ -17,9 +17,9 @@ from collections.abc import Callable
 
 import pytest
 
-from sparklog.broker.embedded import EmbeddedCluster
 from sparklog.client import AdminClient, KafkaConsumer, NewTopic, TopicPartition
 from sparklog.client.network import now_ms
+from sparklog.cluster.embedded import EmbeddedCluster
 from tests.collector import PollingCollector
 
 pytestmark = pytest.mark.interop

@@ -8,7 +8,7 @@ import time
 import kafka
 import pytest
 
-from sparklog.broker.embedded import EmbeddedCluster
+from sparklog.cluster.embedded import EmbeddedCluster
 
 from .test_clients_interop import (
     CLUSTER_CONFIG,

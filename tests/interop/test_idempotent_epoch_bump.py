@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from sparklog.broker.embedded import EmbeddedCluster
+from sparklog.cluster.embedded import EmbeddedCluster
 from tests import epoch_bump
 
 pytestmark = pytest.mark.interop

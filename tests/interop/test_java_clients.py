@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from sparklog.broker.embedded import EmbeddedCluster
+from sparklog.cluster.embedded import EmbeddedCluster
 
 from .java_tools import compile_java
 

@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from sparklog.broker.embedded import EmbeddedCluster
+from sparklog.cluster.embedded import EmbeddedCluster
 
 from .java_tools import classpath_or_fail
 

@@ -21,7 +21,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from sparklog.broker.embedded import EmbeddedCluster
+from sparklog.cluster.embedded import EmbeddedCluster
 
 pytestmark = pytest.mark.interop
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from sparklog.broker.embedded import EmbeddedCluster
+from sparklog.cluster.embedded import EmbeddedCluster
 
 from .test_clients_interop import (
     CLUSTER_CONFIG,

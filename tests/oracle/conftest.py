@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from sparklog.broker.embedded import EmbeddedCluster
+from sparklog.cluster.embedded import EmbeddedCluster
 from sparklog.oracle.jars import JarsMissing, kafka_classpath
 from sparklog.oracle.kafka_server import ApacheKafka, java_available
 

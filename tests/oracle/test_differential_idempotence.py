@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from sparklog.broker.embedded import EmbeddedCluster
+from sparklog.cluster.embedded import EmbeddedCluster
 from sparklog.oracle.kafka_server import ApacheKafka, java_available
 from tests import epoch_bump
 

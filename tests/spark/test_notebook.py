@@ -17,8 +17,8 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import DataFrame
 
-from sparklog.broker.embedded import EmbeddedCluster
 from sparklog.client import AdminClient, KafkaProducer, NewTopic
+from sparklog.cluster.embedded import EmbeddedCluster
 from sparklog.spark.cluster import active_cluster
 from sparklog.spark.notebook import brokers_df, offsets_df, topics_df
 

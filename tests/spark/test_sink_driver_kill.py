@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from sparklog.broker.embedded import EmbeddedCluster
 from sparklog.client import AdminClient
+from sparklog.cluster.embedded import EmbeddedCluster
 
 from .kafka_helpers import create_topic, produce
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 import sparklog
-from sparklog.broker.embedded import EmbeddedCluster
 from sparklog.client import AdminClient
+from sparklog.cluster.embedded import EmbeddedCluster
 
 from .kafka_helpers import create_topic, produce
 from .test_sink_driver_kill import read_committed, written

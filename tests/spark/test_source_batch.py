@@ -8,8 +8,8 @@ import pyarrow as pa
 import pytest
 
 import sparklog
-from sparklog.broker.embedded import EmbeddedCluster
 from sparklog.client import AdminClient, KafkaProducer, NewTopic
+from sparklog.cluster.embedded import EmbeddedCluster
 from sparklog.storage import segment
 from tests.corrupt_log import damage_batch_holding
 

@@ -16,8 +16,8 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 
 import sparklog
-from sparklog.broker.embedded import EmbeddedCluster
 from sparklog.client import AdminClient, KafkaProducer, NewTopic
+from sparklog.cluster.embedded import EmbeddedCluster
 from sparklog.spark.options import parse_source_options
 from sparklog.spark.stream_reader import SparkLogStreamReader
 from sparklog.storage import segment
