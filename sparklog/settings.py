@@ -353,14 +353,14 @@ _CONVERT: dict[ConfigType, Callable[[Any], Any]] = {
 DECLARED_IN: Mapping[Scope, tuple[str, ...]] = {
     Scope.TOPIC: ("sparklog.storage.config",),
     Scope.BROKER: ("sparklog.storage.cleaner", "sparklog.broker.config"),
-    Scope.CONTROLLER: ("sparklog.controller.configs", "sparklog.storage.object_store"),
+    Scope.CONTROLLER: ("sparklog.metadata.configs", "sparklog.storage.object_store"),
     Scope.COORDINATOR: (
         "sparklog.coordinator.group.config",
         "sparklog.coordinator.transaction.config",
     ),
     Scope.CLIENT: ("sparklog.client.config",),
     Scope.SPARK_OPTION: ("sparklog.spark.option_values",),
-    Scope.GROUP: ("sparklog.controller.group_configs",),
+    Scope.GROUP: ("sparklog.metadata.group_configs",),
 }
 
 

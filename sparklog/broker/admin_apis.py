@@ -18,15 +18,6 @@ from sparklog.broker import kio_build
 from sparklog.broker.config import BrokerConfig
 from sparklog.broker.controller_client import ControllerClient
 from sparklog.broker.metadata import BrokerMetadata, dynamic_layers
-from sparklog.controller.broker_configs import DEFAULT_RESOURCE, describe_broker_resource
-from sparklog.controller.config_control import described_cluster_settings
-from sparklog.controller.configs import (
-    ConfigEntry,
-    ConfigResourceType,
-    describe_topic_configs,
-)
-from sparklog.controller.group_configs import describe_group_configs
-from sparklog.controller.image import BROKER_RESOURCE, GROUP_RESOURCE
 from sparklog.errors import (
     InvalidRequestError,
     LeaderNotAvailableError,
@@ -34,6 +25,15 @@ from sparklog.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
+from sparklog.metadata.broker_configs import DEFAULT_RESOURCE, describe_broker_resource
+from sparklog.metadata.configs import (
+    ConfigEntry,
+    ConfigResourceType,
+    describe_topic_configs,
+    described_cluster_settings,
+)
+from sparklog.metadata.group_configs import describe_group_configs
+from sparklog.metadata.image import BROKER_RESOURCE, GROUP_RESOURCE
 from sparklog.protocol import codec, cooperative
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.protocol.connection import Request

@@ -18,7 +18,7 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from sparklog.controller.configs import CLUSTER_SETTINGS, ControllerConfig
+from sparklog.metadata.configs import CLUSTER_SETTINGS, ControllerConfig
 from sparklog.settings import (
     LONG_MAX,
     REGISTRY,

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparklog.broker.partition import IsrChangeProposed
-from sparklog.controller.alter_partition import IsrChange, IsrChangeOutcome
 from sparklog.errors import KafkaError, NetworkExceptionError
+from sparklog.metadata.alter_partition import IsrChange, IsrChangeOutcome
 from sparklog.structs import TopicPartition
 
 logger = logging.getLogger(__name__)

@@ -19,9 +19,9 @@ from sparklog.broker.config import BrokerConfig
 from sparklog.broker.controller_client import ControllerClient
 from sparklog.broker.partition import PartitionRegistration
 from sparklog.broker.replica_manager import TopicMetadata
-from sparklog.controller.broker_configs import DEFAULT_RESOURCE, dynamic_topic_defaults
-from sparklog.controller.image import BROKER_RESOURCE, MetadataImage, MetadataRecordError
 from sparklog.errors import KafkaError, OffsetOutOfRangeError
+from sparklog.metadata.broker_configs import DEFAULT_RESOURCE, dynamic_topic_defaults
+from sparklog.metadata.image import BROKER_RESOURCE, MetadataImage, MetadataRecordError
 from sparklog.storage.config import LogConfig
 
 logger = logging.getLogger(__name__)

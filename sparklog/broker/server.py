@@ -61,13 +61,13 @@ from sparklog.broker.metadata import (
 )
 from sparklog.broker.replica_fetcher_manager import ReplicaFetcherManager
 from sparklog.broker.replica_manager import ReplicaManager
-from sparklog.controller.broker_configs import dynamic_cleaner_config
-from sparklog.controller.image import MetadataImage
 from sparklog.errors import (
     BrokerIdNotRegisteredError,
     DuplicateBrokerRegistrationError,
     StaleBrokerEpochError,
 )
+from sparklog.metadata.broker_configs import dynamic_cleaner_config
+from sparklog.metadata.image import MetadataImage
 from sparklog.protocol.api_versions import BROKER_SERVED_APIS
 from sparklog.protocol.server import KafkaServer
 

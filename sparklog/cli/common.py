@@ -39,7 +39,7 @@ def parse_pairs(pairs: Sequence[str] | None, option: str) -> dict[str, str]:
 
 def read_properties_file(path: str | Path) -> dict[str, str]:
     """A Java-style properties file as a dict (a missing or bad file is a user error)."""
-    from sparklog.controller.configs import read_properties
+    from sparklog.metadata.configs import read_properties
 
     try:
         return read_properties(path)

@@ -2,105 +2,93 @@
 admin, replica placement, leader election, ISR changes (AlterPartition), controlled shutdown,
 leader balancing, partition reassignment and the metadata log (docs/architecture.md §2-4).
 
-Brokers use `MetadataImage` (built by fetching `__cluster_metadata-0`) and the client-id
-helpers; the launcher uses `ControllerServer` (sparklog.controller.server, loaded lazily).
+What brokers share with it (the `MetadataImage`, AlterPartition values, the config vocabulary)
+is in `sparklog.metadata`; brokers never import this package. The launchers use
+`ControllerServer`. The names below load their module on first use, so importing the sans-IO
+core does not pull in the asyncio server.
 """
 
-from sparklog.controller.alter_partition import IsrChange, IsrChangeOutcome
-from sparklog.controller.cluster_control import (
-    BrokerHeartbeat,
-    BrokerHeartbeatReply,
-    BrokerIdNotRegisteredError,
-    BrokerLaunchFacts,
-    BrokerRegistrationRequest,
-    DuplicateBrokerRegistrationError,
-    InconsistentClusterIdError,
-    broker_client_id,
-    parse_broker_client_id,
-)
-from sparklog.controller.configs import (
-    AlterConfigOp,
-    ConfigEntry,
-    ConfigResource,
-    ConfigResourceType,
-    ControllerConfig,
-    OpType,
-    describe_configs,
-    effective_topic_config,
-)
-from sparklog.controller.image import (
-    BrokerRegistration,
-    MetadataImage,
-    MetadataRecordError,
-    PartitionRegistration,
-    TopicImage,
-)
-from sparklog.controller.leader_balance import ElectionType
-from sparklog.controller.metadata_log import MetadataLog
-from sparklog.controller.partition_change import elect_leader, partition_change
-from sparklog.controller.placement import UsableBroker, place_replicas
-from sparklog.controller.quorum_controller import (
-    PRODUCER_ID_BLOCK_SIZE,
-    ProducerIdsBlock,
-    QuorumController,
-)
-from sparklog.controller.reassignment import OngoingReassignment
-from sparklog.controller.replication_control import (
-    CreateTopicResult,
-    NewPartitions,
-    NewTopic,
-    validate_topic_name,
-)
-from sparklog.controller.results import ApiError, ControllerResult
+from __future__ import annotations
 
+from typing import TYPE_CHECKING
 
-def __getattr__(name: str) -> object:
-    # The asyncio server loads on first use, so importing the sans-IO core (a broker
-    # importing `MetadataImage`) does not pull in the network edge.
-    if name == "ControllerServer":
-        from sparklog.controller.server import ControllerServer
+from sparklog.lazy_names import lazy_getattr
 
-        return ControllerServer
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+if TYPE_CHECKING:
+    from .cluster_control import (
+        BrokerHeartbeat,
+        BrokerHeartbeatReply,
+        BrokerIdNotRegisteredError,
+        BrokerLaunchFacts,
+        BrokerRegistrationRequest,
+        DuplicateBrokerRegistrationError,
+        InconsistentClusterIdError,
+        broker_client_id,
+        parse_broker_client_id,
+    )
+    from .leader_balance import ElectionType
+    from .metadata_log import MetadataLog
+    from .partition_change import elect_leader, partition_change
+    from .placement import UsableBroker, place_replicas
+    from .quorum_controller import PRODUCER_ID_BLOCK_SIZE, ProducerIdsBlock, QuorumController
+    from .reassignment import OngoingReassignment
+    from .replication_control import CreateTopicResult, NewPartitions, NewTopic, validate_topic_name
+    from .results import ApiError, ControllerResult
+    from .server import ControllerServer
 
+_MODULES = {
+    "BrokerHeartbeat": "cluster_control",
+    "BrokerHeartbeatReply": "cluster_control",
+    "BrokerIdNotRegisteredError": "cluster_control",
+    "BrokerLaunchFacts": "cluster_control",
+    "BrokerRegistrationRequest": "cluster_control",
+    "DuplicateBrokerRegistrationError": "cluster_control",
+    "InconsistentClusterIdError": "cluster_control",
+    "broker_client_id": "cluster_control",
+    "parse_broker_client_id": "cluster_control",
+    "ElectionType": "leader_balance",
+    "MetadataLog": "metadata_log",
+    "elect_leader": "partition_change",
+    "partition_change": "partition_change",
+    "UsableBroker": "placement",
+    "place_replicas": "placement",
+    "PRODUCER_ID_BLOCK_SIZE": "quorum_controller",
+    "ProducerIdsBlock": "quorum_controller",
+    "QuorumController": "quorum_controller",
+    "OngoingReassignment": "reassignment",
+    "CreateTopicResult": "replication_control",
+    "NewPartitions": "replication_control",
+    "NewTopic": "replication_control",
+    "validate_topic_name": "replication_control",
+    "ApiError": "results",
+    "ControllerResult": "results",
+    "ControllerServer": "server",
+}
+
+__getattr__ = lazy_getattr(__name__, {n: f"{__name__}.{m}" for n, m in _MODULES.items()})
 
 __all__ = [
     "PRODUCER_ID_BLOCK_SIZE",
-    "AlterConfigOp",
     "ApiError",
     "BrokerHeartbeat",
     "BrokerHeartbeatReply",
     "BrokerIdNotRegisteredError",
     "BrokerLaunchFacts",
-    "BrokerRegistration",
     "BrokerRegistrationRequest",
-    "ConfigEntry",
-    "ConfigResource",
-    "ConfigResourceType",
-    "ControllerConfig",
     "ControllerResult",
     "ControllerServer",
     "CreateTopicResult",
     "DuplicateBrokerRegistrationError",
     "ElectionType",
     "InconsistentClusterIdError",
-    "IsrChange",
-    "IsrChangeOutcome",
-    "MetadataImage",
     "MetadataLog",
-    "MetadataRecordError",
     "NewPartitions",
     "NewTopic",
     "OngoingReassignment",
-    "OpType",
-    "PartitionRegistration",
     "ProducerIdsBlock",
     "QuorumController",
-    "TopicImage",
     "UsableBroker",
     "broker_client_id",
-    "describe_configs",
-    "effective_topic_config",
     "elect_leader",
     "parse_broker_client_id",
     "partition_change",

@@ -20,13 +20,7 @@ from sparklog.controller.cluster_control import (
     InconsistentClusterIdError,
     parse_broker_client_id,
 )
-from sparklog.controller.configs import (
-    AlterConfigOp,
-    ConfigResource,
-    describe_topic_configs,
-)
 from sparklog.controller.controller_context import ControllerContext
-from sparklog.controller.image import MetadataImage, TopicImage
 from sparklog.controller.replication_control import (
     CreateTopicResult,
     NewPartitions,
@@ -50,6 +44,12 @@ from sparklog.errors import (
     UnsupportedEndpointTypeError,
     UnsupportedVersionError,
 )
+from sparklog.metadata.configs import (
+    AlterConfigOp,
+    ConfigResource,
+    describe_topic_configs,
+)
+from sparklog.metadata.image import MetadataImage, TopicImage
 from sparklog.protocol.api_versions import CONTROLLER_APIS, ApiKey
 from sparklog.protocol.async_client import api_versions_response
 from sparklog.protocol.connection import Request

@@ -21,13 +21,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sparklog.controller.image import REGISTER_BROKER, MetadataImage
 from sparklog.errors import (
     BrokerIdNotRegisteredError,
     DuplicateBrokerRegistrationError,
     InconsistentClusterIdError,
     StaleBrokerEpochError,
 )
+from sparklog.metadata.image import REGISTER_BROKER, MetadataImage
 
 BROKER_CLIENT_ID_PREFIX = "sparklog-broker"
 

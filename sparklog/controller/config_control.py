@@ -16,32 +16,35 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from sparklog.controller.broker_configs import (
+from sparklog.controller.replication_control import check_min_insync_replicas
+from sparklog.controller.results import NONE, ApiError, ControllerResult
+from sparklog.errors import InvalidRequestError, KafkaError, UnknownTopicOrPartitionError
+from sparklog.metadata.broker_configs import (
     DEFAULT_RESOURCE,
     broker_changes,
     broker_legacy_changes,
     describe_broker_resource,
     dynamic_topic_defaults,
 )
-from sparklog.controller.configs import (
-    TOPIC_CONFIG_SYNONYMS,
+from sparklog.metadata.configs import (
     AlterConfigOp,
     ConfigEntry,
     ConfigResource,
     ConfigResourceType,
     ControllerConfig,
     describe_configs,
+    described_cluster_settings,
     effective_topic_config,
     incremental_changes,
     legacy_changes,
 )
-from sparklog.controller.group_configs import (
+from sparklog.metadata.group_configs import (
     check_group_resource,
     describe_group_configs,
     group_changes,
     group_legacy_changes,
 )
-from sparklog.controller.image import (
+from sparklog.metadata.image import (
     BROKER_RESOURCE,
     CLEAR_ELR,
     CONFIG,
@@ -49,9 +52,6 @@ from sparklog.controller.image import (
     TOPIC_RESOURCE,
     MetadataImage,
 )
-from sparklog.controller.replication_control import check_min_insync_replicas
-from sparklog.controller.results import NONE, ApiError, ControllerResult
-from sparklog.errors import InvalidRequestError, KafkaError, UnknownTopicOrPartitionError
 
 MIN_INSYNC_REPLICAS = "min.insync.replicas"
 
@@ -231,17 +231,4 @@ class ConfigurationControl:
             )
 
 
-def described_cluster_settings(config: ControllerConfig) -> dict[str, tuple[str, bool]]:
-    """The cluster settings and topic defaults by broker name: (static value, given
-    explicitly), what DescribeConfigs of a BROKER resource lists besides a broker's own."""
-    values = {
-        name: (value, name in config.explicit_names)
-        for name, value in config.cluster_properties().items()
-    }
-    topic_defaults = config.topic_defaults.to_properties()
-    for topic_name, broker_name in TOPIC_CONFIG_SYNONYMS.items():
-        values[broker_name] = (topic_defaults[topic_name], broker_name in config.explicit_names)
-    return values
-
-
-__all__ = ["ConfigurationControl", "described_cluster_settings", "effective_config"]
+__all__ = ["ConfigurationControl", "effective_config"]

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
-from sparklog.controller.configs import ControllerConfig
 from sparklog.controller.metadata_log import MetadataLog
 from sparklog.controller.quorum_controller import QuorumController
 from sparklog.controller.results import ControllerResult
+from sparklog.metadata.configs import ControllerConfig
 
 T = TypeVar("T")
 

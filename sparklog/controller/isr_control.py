@@ -22,8 +22,6 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from sparklog.controller.alter_partition import IsrChange, IsrChangeOutcome
-from sparklog.controller.image import MetadataImage, PartitionRegistration
 from sparklog.controller.partition_change import (
     MinIsrOf,
     change_record,
@@ -42,6 +40,8 @@ from sparklog.errors import (
     UnknownTopicIdError,
     UnknownTopicOrPartitionError,
 )
+from sparklog.metadata.alter_partition import IsrChange, IsrChangeOutcome
+from sparklog.metadata.image import MetadataImage, PartitionRegistration
 
 logger = logging.getLogger(__name__)
 

@@ -20,7 +20,6 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from sparklog.controller.image import MetadataImage, PartitionRegistration
 from sparklog.controller.partition_change import (
     MinIsrOf,
     change_record,
@@ -37,6 +36,7 @@ from sparklog.errors import (
     PreferredLeaderNotAvailableError,
     UnknownTopicOrPartitionError,
 )
+from sparklog.metadata.image import MetadataImage, PartitionRegistration
 from sparklog.structs import NO_LEADER, TopicPartition
 
 logger = logging.getLogger(__name__)

@@ -27,7 +27,6 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from sparklog.controller.image import MetadataImage, MetadataRecordError, encode_record
 from sparklog.controller.metadata_store import (
     LOG_DIR_NAME,
     MetadataLogFencedError,
@@ -36,6 +35,7 @@ from sparklog.controller.metadata_store import (
     read_range,
 )
 from sparklog.errors import MessageTooLargeError
+from sparklog.metadata.image import MetadataImage, MetadataRecordError, encode_record
 from sparklog.records import SimpleRecord, build_batch, iter_batches
 from sparklog.storage.config import LogConfig
 from sparklog.storage.log import FetchDataInfo, Log

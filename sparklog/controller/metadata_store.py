@@ -39,7 +39,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sparklog.controller.image import (
+from sparklog.metadata.image import (
     LEADER_CHANGE,
     MetadataImage,
     MetadataRecordError,

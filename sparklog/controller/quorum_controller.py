@@ -27,7 +27,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sparklog.controller.alter_partition import IsrChange, IsrChangeOutcome
 from sparklog.controller.cluster_control import (
     BrokerHeartbeat,
     BrokerHeartbeatManager,
@@ -39,26 +38,6 @@ from sparklog.controller.cluster_control import (
     register_broker_record,
 )
 from sparklog.controller.config_control import ConfigurationControl, effective_config
-from sparklog.controller.configs import (
-    AlterConfigOp,
-    ConfigEntry,
-    ConfigResource,
-    ControllerConfig,
-)
-from sparklog.controller.image import (
-    BROKER_RESOURCE,
-    CLEAR_ELR,
-    CONFIG,
-    ELR_FEATURE,
-    ELR_FEATURE_LEVEL,
-    FEATURE_LEVEL,
-    FENCE_BROKER,
-    LEADER_CHANGE,
-    PRODUCER_IDS,
-    UNFENCE_BROKER,
-    UNREGISTER_BROKER,
-    MetadataImage,
-)
 from sparklog.controller.isr_control import alter_partition
 from sparklog.controller.leader_balance import elect_leaders, rebalance_leaders
 from sparklog.controller.reassignment import (
@@ -78,6 +57,27 @@ from sparklog.errors import (
     InvalidUpdateVersionError,
     StaleBrokerEpochError,
     UnknownServerError,
+)
+from sparklog.metadata.alter_partition import IsrChange, IsrChangeOutcome
+from sparklog.metadata.configs import (
+    AlterConfigOp,
+    ConfigEntry,
+    ConfigResource,
+    ControllerConfig,
+)
+from sparklog.metadata.image import (
+    BROKER_RESOURCE,
+    CLEAR_ELR,
+    CONFIG,
+    ELR_FEATURE,
+    ELR_FEATURE_LEVEL,
+    FEATURE_LEVEL,
+    FENCE_BROKER,
+    LEADER_CHANGE,
+    PRODUCER_IDS,
+    UNFENCE_BROKER,
+    UNREGISTER_BROKER,
+    MetadataImage,
 )
 
 logger = logging.getLogger(__name__)

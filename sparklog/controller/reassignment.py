@@ -19,7 +19,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sparklog.controller.image import MetadataImage, PartitionRegistration
 from sparklog.controller.partition_change import MinIsrOf, change_record, elect_leader, elr_off
 from sparklog.controller.results import NONE, ApiError
 from sparklog.errors import (
@@ -30,6 +29,7 @@ from sparklog.errors import (
     NoReassignmentInProgressError,
     UnknownTopicOrPartitionError,
 )
+from sparklog.metadata.image import MetadataImage, PartitionRegistration
 from sparklog.structs import NO_LEADER, TopicPartition
 
 logger = logging.getLogger(__name__)

@@ -11,11 +11,11 @@ import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from sparklog.controller.alter_partition import IsrChange
 from sparklog.controller.controller_context import ControllerContext
 from sparklog.controller.responses import Response, alter_partition_topics
 from sparklog.controller.results import ApiError
 from sparklog.errors import KafkaError
+from sparklog.metadata.alter_partition import IsrChange
 from sparklog.structs import TopicPartition
 
 if TYPE_CHECKING:

@@ -16,19 +16,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparklog.controller.configs import (
-    ControllerConfig,
-    effective_topic_config,
-    validate_topic_configs,
-)
-from sparklog.controller.image import (
-    CONFIG,
-    REMOVE_TOPIC,
-    TOPIC,
-    TOPIC_RESOURCE,
-    MetadataImage,
-    PartitionRegistration,
-)
 from sparklog.controller.partition_change import elect_leader, partition_change
 from sparklog.controller.placement import UsableBroker, place_replicas
 from sparklog.controller.results import NONE, ApiError
@@ -43,6 +30,19 @@ from sparklog.errors import (
     PolicyViolationError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
+)
+from sparklog.metadata.configs import (
+    ControllerConfig,
+    effective_topic_config,
+    validate_topic_configs,
+)
+from sparklog.metadata.image import (
+    CONFIG,
+    REMOVE_TOPIC,
+    TOPIC,
+    TOPIC_RESOURCE,
+    MetadataImage,
+    PartitionRegistration,
 )
 from sparklog.structs import METADATA_TOPIC, NO_LEADER
 

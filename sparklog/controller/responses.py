@@ -17,11 +17,11 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32Timedelta
 
-from sparklog.controller.alter_partition import IsrChangeOutcome
-from sparklog.controller.configs import ConfigEntry, ConfigResource
 from sparklog.controller.replication_control import validate_topic_name
 from sparklog.controller.results import ApiError
 from sparklog.errors import InvalidTopicError, UnknownTopicIdError, UnknownTopicOrPartitionError
+from sparklog.metadata.alter_partition import IsrChangeOutcome
+from sparklog.metadata.configs import ConfigEntry, ConfigResource
 from sparklog.protocol import codec
 from sparklog.protocol.connection import Request
 from sparklog.protocol.pipeline import authorized_operations, throttle_time_ms

@@ -49,8 +49,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sparklog.controller.apis import ControllerApis
-from sparklog.controller.configs import ControllerConfig, parse_properties
-from sparklog.controller.image import GROUP_RESOURCE, MetadataImage
 from sparklog.controller.metadata_log import MetadataLog
 from sparklog.controller.metadata_store import (
     META_PROPERTIES,
@@ -61,6 +59,8 @@ from sparklog.controller.metadata_store import (
 )
 from sparklog.controller.quorum_controller import QuorumController
 from sparklog.controller.results import ControllerResult
+from sparklog.metadata.configs import ControllerConfig, parse_properties
+from sparklog.metadata.image import GROUP_RESOURCE, MetadataImage
 from sparklog.protocol.api_versions import CONTROLLER_APIS
 from sparklog.protocol.connection import Request
 from sparklog.protocol.loop_thread import LoopThread

@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 from kio.static.primitive import i32Timedelta
 
-from sparklog.controller import BrokerLaunchFacts, MetadataImage, broker_client_id
-from sparklog.controller.configs import ControllerConfig
+from sparklog.controller import BrokerLaunchFacts, broker_client_id
 from sparklog.controller.server import ControllerServer
 from sparklog.errors import UnsupportedEndpointTypeError
+from sparklog.metadata import MetadataImage
+from sparklog.metadata.configs import ControllerConfig
 from sparklog.protocol import codec
 from sparklog.protocol.api_versions import CONTROLLER_APIS, ApiKey
 from sparklog.protocol.async_client import AsyncKafkaConnection

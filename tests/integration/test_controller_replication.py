@@ -15,7 +15,6 @@ import pytest
 from sparklog.broker.controller_client import ControllerClient
 from sparklog.client import AdminClient, KafkaConsumer, KafkaProducer, NewTopic
 from sparklog.cluster.embedded import EmbeddedCluster
-from sparklog.controller.alter_partition import IsrChange
 from sparklog.controller.server import ControllerServer
 from sparklog.errors import (
     ElectionNotNeededError,
@@ -24,6 +23,7 @@ from sparklog.errors import (
     StaleBrokerEpochError,
     UnknownTopicOrPartitionError,
 )
+from sparklog.metadata.alter_partition import IsrChange
 from sparklog.protocol import codec
 from sparklog.protocol.api_versions import ApiKey
 

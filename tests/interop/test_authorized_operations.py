@@ -8,7 +8,6 @@ import time
 import uuid
 
 import pytest
-
 from sparklog.broker.embedded import EmbeddedCluster
 
 pytestmark = pytest.mark.interop

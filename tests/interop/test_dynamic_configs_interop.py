@@ -11,9 +11,9 @@ import time
 import uuid
 
 import pytest
+from sparklog.broker.embedded import EmbeddedCluster
 
 from sparklog.broker import kio_build
-from sparklog.broker.embedded import EmbeddedCluster
 from sparklog.protocol import codec
 from sparklog.protocol.api_versions import BROKER_APIS, ApiKey
 from sparklog.protocol.async_client import AsyncKafkaConnection

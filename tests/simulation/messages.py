@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sparklog.controller.alter_partition import IsrChange, IsrChangeOutcome
+from sparklog.metadata.alter_partition import IsrChange, IsrChangeOutcome
 
 from .sim_log import SimRecord
 

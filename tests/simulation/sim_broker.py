@@ -36,8 +36,6 @@ from sparklog.broker.partition import (
     Partition,
     PartitionRegistration,
 )
-from sparklog.controller.alter_partition import IsrChange, IsrChangeOutcome
-from sparklog.controller.image import MetadataImage
 from sparklog.errors import (
     KafkaError,
     NetworkExceptionError,
@@ -46,6 +44,8 @@ from sparklog.errors import (
     OutOfOrderSequenceNumberError,
     RequestTimedOutError,
 )
+from sparklog.metadata.alter_partition import IsrChange, IsrChangeOutcome
+from sparklog.metadata.image import MetadataImage
 
 from .checks import History
 from .messages import (

@@ -17,8 +17,8 @@ import traceback
 from collections import Counter
 from dataclasses import dataclass, field
 
-from sparklog.controller.configs import ControllerConfig
 from sparklog.controller.replication_control import NewTopic
+from sparklog.metadata.configs import ControllerConfig
 
 from .checks import History, Violation, check_final_state
 from .faults import FaultInjector, Schedule, make_schedule

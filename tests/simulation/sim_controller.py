@@ -17,17 +17,17 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from sparklog.controller.cluster_control import BrokerHeartbeat, BrokerRegistrationRequest
-from sparklog.controller.configs import ControllerConfig
-from sparklog.controller.image import (
+from sparklog.controller.partition_change import registration_after
+from sparklog.controller.quorum_controller import QuorumController
+from sparklog.controller.results import ControllerResult
+from sparklog.errors import KafkaError
+from sparklog.metadata.configs import ControllerConfig
+from sparklog.metadata.image import (
     PARTITION,
     PARTITION_CHANGE,
     MetadataImage,
     PartitionRegistration,
 )
-from sparklog.controller.partition_change import registration_after
-from sparklog.controller.quorum_controller import QuorumController
-from sparklog.controller.results import ControllerResult
-from sparklog.errors import KafkaError
 
 from .checks import History
 from .messages import (

@@ -120,8 +120,8 @@ def test_the_docs_settings_tables_agree_with_the_registry(doc):
 )
 def test_a_malformed_value_names_the_setting_the_value_and_the_rule(parse, props, named):
     from sparklog.broker.config import BrokerConfig
-    from sparklog.controller.configs import ControllerConfig
     from sparklog.coordinator.group.config import GroupConfig
+    from sparklog.metadata.configs import ControllerConfig
     from sparklog.storage.cleaner import CleanerConfig
     from sparklog.storage.config import LogConfig
 
@@ -184,7 +184,7 @@ def test_the_raw_broker_reads_are_typed_settings():
 def _broker_entries(props):
     from sparklog.broker.admin_apis import AdminApis
     from sparklog.broker.config import BrokerConfig
-    from sparklog.controller.image import MetadataImage
+    from sparklog.metadata.image import MetadataImage
 
     fake = types.SimpleNamespace(
         config=BrokerConfig.from_properties(props),
@@ -215,14 +215,14 @@ def test_broker_describe_configs_types_each_setting_as_kafka_declares_it():
 def test_a_sensitive_setting_is_described_with_a_null_value(monkeypatch):
     """Kafka answers a sensitive config (a password, a secret) with value null and
     is_sensitive true, whatever its source, and nulls its synonyms' values too."""
-    from sparklog.controller.configs import ControllerConfig, describe_topic_configs
+    from sparklog.metadata.configs import ControllerConfig, describe_topic_configs
     from sparklog.storage import config as log_config
 
     secret = Setting(
         "sparklog.test.secret", ConfigType.PASSWORD, None, scope=Scope.BROKER, group="test"
     )
     with REGISTRY.registered(secret):
-        from sparklog.controller.broker_configs import describe_broker_resource
+        from sparklog.metadata.broker_configs import describe_broker_resource
 
         entries = describe_broker_resource(
             ControllerConfig(), "0", {}, {}, {secret.name: ("hunter2", True)}, include_synonyms=True

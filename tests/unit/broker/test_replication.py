@@ -25,8 +25,8 @@ from sparklog.broker.replica_manager import (
     TopicMetadata,
 )
 from sparklog.broker.truncation import truncation_for
-from sparklog.controller.alter_partition import IsrChangeOutcome
 from sparklog.errors import FencedLeaderEpochError, NotLeaderOrFollowerError, RequestTimedOutError
+from sparklog.metadata.alter_partition import IsrChangeOutcome
 from sparklog.records import SimpleRecord, build_batch, iter_batches
 from sparklog.storage.config import LogConfig
 

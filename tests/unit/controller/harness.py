@@ -12,11 +12,11 @@ from sparklog.controller.cluster_control import (
     BrokerLaunchFacts,
     BrokerRegistrationRequest,
 )
-from sparklog.controller.configs import ControllerConfig
-from sparklog.controller.image import MetadataImage, PartitionRegistration
 from sparklog.controller.quorum_controller import QuorumController
 from sparklog.controller.replication_control import CreateTopicResult, NewTopic
 from sparklog.controller.results import ControllerResult
+from sparklog.metadata.configs import ControllerConfig
+from sparklog.metadata.image import MetadataImage, PartitionRegistration
 
 CLUSTER_ID = "test-cluster-id-000001"
 SESSION_TIMEOUT_MS = 9000

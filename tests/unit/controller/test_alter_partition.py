@@ -7,7 +7,6 @@ import uuid
 
 import pytest
 
-from sparklog.controller.alter_partition import IsrChange, IsrChangeOutcome
 from sparklog.errors import (
     FencedLeaderEpochError,
     IneligibleReplicaError,
@@ -18,6 +17,7 @@ from sparklog.errors import (
     UnknownTopicIdError,
     UnknownTopicOrPartitionError,
 )
+from sparklog.metadata.alter_partition import IsrChange, IsrChangeOutcome
 
 from .harness import SESSION_TIMEOUT_MS, Harness
 

@@ -14,8 +14,8 @@ from sparklog.controller.cluster_control import (
     broker_client_id,
     parse_broker_client_id,
 )
-from sparklog.controller.configs import ControllerConfig
 from sparklog.errors import StaleBrokerEpochError
+from sparklog.metadata.configs import ControllerConfig
 
 from .harness import SESSION_TIMEOUT_MS, Harness
 

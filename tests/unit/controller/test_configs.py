@@ -6,7 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from sparklog.controller.configs import (
+from sparklog.errors import (
+    InvalidConfigError,
+    InvalidRequestError,
+    UnknownTopicOrPartitionError,
+)
+from sparklog.metadata.configs import (
     AlterConfigOp,
     ConfigResource,
     ConfigResourceType,
@@ -15,11 +20,6 @@ from sparklog.controller.configs import (
     ControllerConfig,
     OpType,
     read_properties,
-)
-from sparklog.errors import (
-    InvalidConfigError,
-    InvalidRequestError,
-    UnknownTopicOrPartitionError,
 )
 from sparklog.storage.config import LogConfig
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from sparklog.controller.configs import (
+from sparklog.coordinator.group.consumer_heartbeat import ConsumerConfig, ConsumerGroups
+from sparklog.errors import InvalidConfigError, InvalidRequestError
+from sparklog.metadata.configs import (
     AlterConfigOp,
     ConfigResource,
     ConfigResourceType,
@@ -14,9 +16,7 @@ from sparklog.controller.configs import (
     ControllerConfig,
     OpType,
 )
-from sparklog.controller.image import BROKER_RESOURCE, GROUP_RESOURCE
-from sparklog.coordinator.group.consumer_heartbeat import ConsumerConfig, ConsumerGroups
-from sparklog.errors import InvalidConfigError, InvalidRequestError
+from sparklog.metadata.image import BROKER_RESOURCE, GROUP_RESOURCE
 from sparklog.settings import REGISTRY, Scope, UpdateMode
 from sparklog.storage.cleaner import CleanerConfig, LogCleaner
 

@@ -8,10 +8,10 @@ import uuid
 
 import pytest
 
-from sparklog.controller.configs import AlterConfigOp, ConfigResource, ConfigResourceType, OpType
-from sparklog.controller.image import ELR_FEATURE, MetadataImage
 from sparklog.controller.isr_control import IsrChange
 from sparklog.errors import InvalidUpdateVersionError
+from sparklog.metadata.configs import AlterConfigOp, ConfigResource, ConfigResourceType, OpType
+from sparklog.metadata.image import ELR_FEATURE, MetadataImage
 from sparklog.structs import NO_LEADER
 
 from .harness import SESSION_TIMEOUT_MS, Harness

@@ -8,8 +8,6 @@ from typing import Any
 
 import pytest
 
-from sparklog.controller.configs import ControllerConfig
-from sparklog.controller.image import PARTITION, PARTITION_CHANGE, MetadataImage
 from sparklog.controller.leader_balance import ElectionType, imbalanced_brokers
 from sparklog.controller.quorum_controller import QuorumController
 from sparklog.controller.results import ApiError
@@ -21,6 +19,8 @@ from sparklog.errors import (
     PreferredLeaderNotAvailableError,
     UnknownTopicOrPartitionError,
 )
+from sparklog.metadata.configs import ControllerConfig
+from sparklog.metadata.image import PARTITION, PARTITION_CHANGE, MetadataImage
 from sparklog.structs import NO_LEADER
 
 from .harness import CLUSTER_ID, SESSION_TIMEOUT_MS, Harness
@@ -169,7 +169,7 @@ def test_auto_rebalance_moves_leadership_back_after_the_interval():
 
 def grow(h: Harness, broker_id: int) -> list[int]:
     """The leaders add `broker_id` back to every ISR; the partitions changed."""
-    from sparklog.controller.alter_partition import IsrChange
+    from sparklog.metadata.alter_partition import IsrChange
 
     changed = []
     for p in h.partitions("t"):
@@ -260,7 +260,7 @@ def test_min_insync_above_the_replication_factor_is_refused():
 
 
 def test_altering_min_insync_above_the_replication_factor_is_refused():
-    from sparklog.controller.configs import AlterConfigOp, ConfigResource, OpType
+    from sparklog.metadata.configs import AlterConfigOp, ConfigResource, OpType
 
     h = Harness()
     h.start_brokers(3)

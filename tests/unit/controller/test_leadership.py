@@ -6,8 +6,8 @@ import uuid
 
 import pytest
 
-from sparklog.controller.image import PartitionRegistration
 from sparklog.controller.partition_change import elect_leader, partition_change
+from sparklog.metadata.image import PartitionRegistration
 from sparklog.structs import NO_LEADER
 
 from .harness import SESSION_TIMEOUT_MS, Harness

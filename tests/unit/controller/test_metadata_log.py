@@ -11,17 +11,17 @@ from pathlib import Path
 import pytest
 
 from sparklog.controller.cluster_control import BrokerHeartbeat, BrokerRegistrationRequest
-from sparklog.controller.configs import (
+from sparklog.controller.metadata_log import MetadataLog
+from sparklog.controller.quorum_controller import QuorumController
+from sparklog.controller.replication_control import NewPartitions, NewTopic
+from sparklog.errors import KafkaError
+from sparklog.metadata.configs import (
     AlterConfigOp,
     ConfigResource,
     ConfigResourceType,
     ControllerConfig,
 )
-from sparklog.controller.image import MetadataImage, MetadataRecordError
-from sparklog.controller.metadata_log import MetadataLog
-from sparklog.controller.quorum_controller import QuorumController
-from sparklog.controller.replication_control import NewPartitions, NewTopic
-from sparklog.errors import KafkaError
+from sparklog.metadata.image import MetadataImage, MetadataRecordError
 from sparklog.records import iter_batches
 from sparklog.structs import NO_LEADER
 

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from obstore.store import MemoryStore
 
-from sparklog.controller.image import MetadataImage, MetadataRecordError
 from sparklog.controller.metadata_log import MetadataLog
 from sparklog.controller.metadata_store import (
     LocalMetadataStore,
@@ -19,6 +18,7 @@ from sparklog.controller.metadata_store import (
     open_metadata_store,
 )
 from sparklog.controller.server import load_or_format_cluster_id
+from sparklog.metadata.image import MetadataImage, MetadataRecordError
 from sparklog.storage.object_store import (
     StorageLocationError,
     is_object_store_uri,
@@ -46,8 +46,8 @@ class OnObjects(Durable):
         self.log, image = MetadataLog.open(
             self.store, now_ms=now_ms, snapshot_records=snapshot_records, cache_dir=cache
         )
-        from sparklog.controller.configs import ControllerConfig
         from sparklog.controller.quorum_controller import QuorumController
+        from sparklog.metadata.configs import ControllerConfig
 
         from .harness import CLUSTER_ID
 
@@ -118,7 +118,7 @@ def test_a_stale_controller_is_fenced_and_the_log_never_forks(tmp_path, new_obje
 def test_a_starting_controller_claims_the_log_even_while_the_zombie_writes(tmp_path, new_objects):
     """The successor's LeaderChange goes after whatever the zombie wrote since the successor
     read the log (both are in its image); from then on the zombie's writes lose."""
-    from sparklog.controller.image import LEADER_CHANGE
+    from sparklog.metadata.image import LEADER_CHANGE
 
     objects = new_objects()
     zombie = OnObjects(objects, tmp_path / "a")

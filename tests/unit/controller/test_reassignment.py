@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from sparklog.controller.alter_partition import IsrChange
-from sparklog.controller.image import MetadataImage, PartitionRegistration
 from sparklog.controller.results import ApiError, ControllerResult
 from sparklog.errors import (
     InvalidReplicaAssignmentError,
@@ -16,6 +14,8 @@ from sparklog.errors import (
     NoReassignmentInProgressError,
     UnknownTopicOrPartitionError,
 )
+from sparklog.metadata.alter_partition import IsrChange
+from sparklog.metadata.image import MetadataImage, PartitionRegistration
 
 from .harness import SESSION_TIMEOUT_MS, Harness
 

@@ -6,7 +6,6 @@ import uuid
 
 import pytest
 
-from sparklog.controller.configs import ControllerConfig
 from sparklog.controller.replication_control import NewPartitions, NewTopic
 from sparklog.errors import (
     InvalidConfigError,
@@ -19,6 +18,7 @@ from sparklog.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
+from sparklog.metadata.configs import ControllerConfig
 
 from .harness import Harness
 

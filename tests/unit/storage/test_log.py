@@ -393,7 +393,7 @@ def test_transactions_lso_and_aborted_index(tmp_path):
 
 
 def test_defaults_file_matches_controller_defaults():
-    from sparklog.controller.configs import ControllerConfig
+    from sparklog.metadata.configs import ControllerConfig
 
     path = os.path.join(
         os.path.dirname(__file__), "..", "..", "..", "conf", "sparklog-defaults.conf"

@@ -20,9 +20,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sparklog.controller.group_configs import GroupConfigDefaults
-from sparklog.controller.image import BROKER_RESOURCE, MetadataImage
 from sparklog.errors import InvalidConfigError, InvalidRequestError, UnknownTopicOrPartitionError
+from sparklog.metadata.group_configs import GroupConfigDefaults
+from sparklog.metadata.image import BROKER_RESOURCE, MetadataImage
 from sparklog.settings import (
     REGISTRY,
     ConfigEntry,
@@ -425,7 +425,21 @@ def _check_int32(name: str, value: object) -> None:
         )
 
 
+def described_cluster_settings(config: ControllerConfig) -> dict[str, tuple[str, bool]]:
+    """The cluster settings and topic defaults by broker name: (static value, given
+    explicitly), what DescribeConfigs of a BROKER resource lists besides a broker's own."""
+    values = {
+        name: (value, name in config.explicit_names)
+        for name, value in config.cluster_properties().items()
+    }
+    topic_defaults = config.topic_defaults.to_properties()
+    for topic_name, broker_name in TOPIC_CONFIG_SYNONYMS.items():
+        values[broker_name] = (topic_defaults[topic_name], broker_name in config.explicit_names)
+    return values
+
+
 __all__ = [
+    "described_cluster_settings",
     "TOPIC_CONFIG_SYNONYMS",
     "AlterConfigOp",
     "broker_setting",

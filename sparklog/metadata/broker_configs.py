@@ -34,14 +34,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 
-from sparklog.controller.configs import (
+from sparklog.errors import InvalidConfigError, InvalidRequestError
+from sparklog.metadata.configs import (
     TOPIC_CONFIG_SYNONYMS,
     AlterConfigOp,
     ControllerConfig,
     OpType,
     broker_setting,
 )
-from sparklog.errors import InvalidConfigError, InvalidRequestError
 from sparklog.settings import (
     REGISTRY,
     SERVER_SCOPES,

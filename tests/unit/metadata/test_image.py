@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from sparklog.controller.image import MetadataImage, MetadataRecordError, encode_record
+from sparklog.metadata.image import MetadataImage, MetadataRecordError, encode_record
 from sparklog.records import SimpleRecord, build_batch
 
 TOPIC_ID = str(uuid.UUID(int=1))
