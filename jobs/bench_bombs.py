@@ -38,9 +38,8 @@ import lz4.frame  # noqa: E402
 import numpy as np  # noqa: E402
 import zstandard  # noqa: E402
 
-from sparklog.broker import kio_build  # noqa: E402
 from sparklog.client import AdminClient, NewTopic  # noqa: E402
-from sparklog.protocol import codec  # noqa: E402
+from sparklog.protocol import codec, kio_build  # noqa: E402
 from sparklog.protocol.api_versions import BROKER_APIS, ApiKey  # noqa: E402
 from sparklog.records.batch import (  # noqa: E402
     ATTRIBUTES_OFFSET,

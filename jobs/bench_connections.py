@@ -34,9 +34,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sparklog.broker import kio_build  # noqa: E402
 from sparklog.client import AdminClient, NewTopic  # noqa: E402
-from sparklog.protocol import codec  # noqa: E402
+from sparklog.protocol import codec, kio_build  # noqa: E402
 from sparklog.protocol.api_versions import ApiKey  # noqa: E402
 from sparklog.records import SimpleRecord, build_batch  # noqa: E402
 

@@ -38,8 +38,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_broker  # noqa: E402
 
-from sparklog.broker import kio_build  # noqa: E402
-from sparklog.protocol import codec  # noqa: E402
+from sparklog.protocol import codec, kio_build  # noqa: E402
 
 TOPIC = "bystander"
 PHASES = ("baseline", "metadata", "fetch_partitions", "fetch_topics", "list_offsets")

@@ -29,10 +29,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from sparklog.broker import kio_build
 from sparklog.client import AdminClient, NewTopic
 from sparklog.cluster.embedded import EmbeddedCluster
-from sparklog.protocol import codec
+from sparklog.protocol import codec, kio_build
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.protocol.async_client import AsyncKafkaConnection
 

@@ -43,9 +43,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from sparklog.broker import kio_build
 from sparklog.cli.serve import descendants
-from sparklog.protocol import codec
+from sparklog.protocol import codec, kio_build
 from sparklog.protocol.api_versions import ApiKey
 
 LIBRDKAFKA = {"broker.address.family": "v4"}

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from sparklog.broker import kio_build
 from sparklog.broker.config import BrokerConfig
 from sparklog.broker.controller_client import ControllerClient
 from sparklog.broker.metadata import BrokerMetadata, dynamic_layers
@@ -34,7 +33,7 @@ from sparklog.metadata.configs import (
 )
 from sparklog.metadata.group_configs import describe_group_configs
 from sparklog.metadata.image import BROKER_RESOURCE, GROUP_RESOURCE
-from sparklog.protocol import codec, cooperative
+from sparklog.protocol import codec, cooperative, kio_build
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.protocol.connection import Request
 

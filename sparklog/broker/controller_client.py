@@ -17,10 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sparklog.broker import kio_build
 from sparklog.errors import error_for_code
 from sparklog.metadata.alter_partition import IsrChange, IsrChangeOutcome
-from sparklog.protocol import codec
+from sparklog.protocol import codec, kio_build
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.protocol.async_client import AsyncKafkaConnection, connect
 from sparklog.protocol.outbound import PLAINTEXT, Endpoint

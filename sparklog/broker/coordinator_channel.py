@@ -26,8 +26,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from sparklog.broker import kio_build
-from sparklog.protocol import envelope
+from sparklog.protocol import envelope, kio_build
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.protocol.async_client import AsyncKafkaConnection, connect
 from sparklog.protocol.connection import Request

@@ -33,19 +33,17 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32
 
-from sparklog.broker import kio_build
 from sparklog.broker.coordinator_channel import (
     CoordinatorChannel,
     CoordinatorUnreachableError,
     forward_timeout_s,
 )
-from sparklog.broker.group_apis import refusal
 from sparklog.broker.metadata import BrokerMetadata
 from sparklog.errors import CoordinatorNotAvailableError, NotCoordinatorError
 from sparklog.protocol import envelope
 from sparklog.protocol.api_versions import FORWARDED_TO_COORDINATOR_APIS, ApiKey
 from sparklog.protocol.connection import Request
-from sparklog.structs import GROUP_COORDINATOR_NODE_ID
+from sparklog.protocol.responses import find_coordinator_response, refusal
 
 logger = logging.getLogger(__name__)
 
@@ -153,25 +151,3 @@ class CoordinatorForwarding:
 
     async def close(self) -> None:
         await self.channel.close()
-
-
-def find_coordinator_response(
-    request: Request, host: str, port: int, error: tuple[int, str] | None = None
-) -> Any:
-    """A FindCoordinator answer naming the group coordinator at host:port (or `error`), for
-    every version (v4+ batches keys)."""
-    code, message = error or (0, None)
-    node = {
-        "error_code": code,
-        "error_message": message,
-        "node_id": -1 if code else GROUP_COORDINATOR_NODE_ID,
-        "host": "" if code else host,
-        "port": -1 if code else port,
-    }
-    if request.api_version >= 4:
-        keys = request.body.coordinator_keys
-        return kio_build.response(request, {"coordinators": [{"key": k, **node} for k in keys]})
-    answer = {**node}
-    if request.api_version == 0:
-        answer.pop("error_message")
-    return kio_build.response(request, answer)

@@ -16,12 +16,11 @@ import logging
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from sparklog.broker import kio_build
 from sparklog.broker.admin_apis import AdminApis
 from sparklog.broker.config import BrokerConfig
 from sparklog.broker.controller_client import ProducerIdManager
 from sparklog.broker.coordinator_channel import CoordinatorChannel
-from sparklog.broker.coordinator_forwarding import CoordinatorForwarding, find_coordinator_response
+from sparklog.broker.coordinator_forwarding import CoordinatorForwarding
 from sparklog.broker.fetch_session import (
     FINAL_EPOCH,
     INVALID_SESSION_ID,
@@ -42,7 +41,6 @@ from sparklog.broker.replica_manager import (
 )
 from sparklog.broker.txn_apis import handle_describe_producers, handle_write_txn_markers
 from sparklog.broker.txn_verification import TransactionVerifier
-from sparklog.coordinator.transaction.metadata import TRANSACTION_STATE_NAMES
 from sparklog.errors import (
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
@@ -58,7 +56,7 @@ from sparklog.errors import (
     UnsupportedEndpointTypeError,
     UnsupportedVersionError,
 )
-from sparklog.protocol import cooperative
+from sparklog.protocol import cooperative, kio_build
 from sparklog.protocol.api_versions import (
     BROKER_ADVERTISED_APIS,
     BROKER_SERVED_APIS,
@@ -69,6 +67,11 @@ from sparklog.protocol.async_client import api_versions_response
 from sparklog.protocol.connection import ProtocolError, Request
 from sparklog.protocol.file_response import FileResponse, placeholder
 from sparklog.protocol.pipeline import authorized_operations, throttle_time_ms
+from sparklog.protocol.responses import (
+    TRANSACTION_STATE_NAMES,
+    find_coordinator_response,
+    group_by_topic,
+)
 from sparklog.records.file_records import FileRecords
 from sparklog.security.acl import CLUSTER_NAME, ResourceType
 from sparklog.structs import IsolationLevel, TopicPartition
@@ -137,14 +140,6 @@ def forgotten_partitions(body: Any) -> list[TopicPartition]:
         for t in getattr(body, "forgotten_topics_data", None) or ()
         for p in t.partitions
     ]
-
-
-def group_by_topic(items: Iterable[tuple[str, dict[str, Any]]], key: str) -> list[dict[str, Any]]:
-    """[(topic, partition dict)] -> [{"<key>": topic, "partitions": [...]}], first-seen order."""
-    grouped: dict[str, list[dict[str, Any]]] = {}
-    for topic, partition in items:
-        grouped.setdefault(topic, []).append(partition)
-    return [{key: topic, "partitions": parts} for topic, parts in grouped.items()]
 
 
 def fetch_partition_data(p: FetchPartition, r: FetchResult, isolation_level: int) -> dict[str, Any]:

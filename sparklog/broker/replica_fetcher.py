@@ -40,11 +40,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sparklog.broker import kio_build
 from sparklog.broker.config import BrokerConfig
 from sparklog.broker.truncation import truncation_for
 from sparklog.errors import KafkaError, KafkaStorageError, OffsetOutOfRangeError
-from sparklog.protocol import codec
+from sparklog.protocol import codec, kio_build
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.protocol.async_client import AsyncKafkaConnection, connect
 from sparklog.protocol.fetch_session_handler import (

@@ -14,6 +14,11 @@ from collections.abc import Callable
 from typing import Any
 
 from sparklog.controller import replication_apis
+from sparklog.controller.api_responses import (
+    alter_configs_response,
+    described_config,
+    missing_topic,
+)
 from sparklog.controller.cluster_control import (
     BrokerHeartbeat,
     BrokerRegistrationRequest,
@@ -26,13 +31,6 @@ from sparklog.controller.replication_control import (
     NewPartitions,
     NewTopic,
     validate_topic_name,
-)
-from sparklog.controller.responses import (
-    Response,
-    alter_configs_response,
-    described_config,
-    missing_topic,
-    to_ms,
 )
 from sparklog.errors import (
     InvalidRequestError,
@@ -54,6 +52,7 @@ from sparklog.protocol.api_versions import CONTROLLER_APIS, ApiKey
 from sparklog.protocol.async_client import api_versions_response
 from sparklog.protocol.connection import Request
 from sparklog.protocol.pipeline import throttle_time_ms
+from sparklog.protocol.responses import Response, to_ms
 from sparklog.security.acl import CLUSTER_NAME, ResourceType
 from sparklog.structs import (
     CONTROLLER_NODE_ID,

@@ -11,11 +11,12 @@ import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from sparklog.controller.api_responses import alter_partition_topics
 from sparklog.controller.controller_context import ControllerContext
-from sparklog.controller.responses import Response, alter_partition_topics
 from sparklog.controller.results import ApiError
 from sparklog.errors import KafkaError
 from sparklog.metadata.alter_partition import IsrChange
+from sparklog.protocol.responses import Response
 from sparklog.structs import TopicPartition
 
 if TYPE_CHECKING:

@@ -37,9 +37,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sparklog.broker import kio_build
-from sparklog.broker.coordinator_forwarding import find_coordinator_response
-from sparklog.broker.group_apis import refusal
 from sparklog.coordinator.clock import WALL_CLOCK_FLOOR_MS, CoordinatorClock
 from sparklog.coordinator.context import CoordinatorContext
 from sparklog.coordinator.group.apis import GroupCoordinatorApis
@@ -55,7 +52,7 @@ from sparklog.coordinator.transaction.coordinator import TransactionCoordinator
 from sparklog.coordinator.transaction.marker_channel import TransactionMarkerChannel
 from sparklog.coordinator.transaction.persisted import MarkerJob
 from sparklog.errors import CoordinatorNotAvailableError
-from sparklog.protocol import envelope
+from sparklog.protocol import envelope, kio_build
 from sparklog.protocol.api_versions import (
     COORDINATOR_DELEGATED_APIS,
     GROUP_COORDINATOR_APIS,
@@ -66,6 +63,7 @@ from sparklog.protocol.async_client import api_versions_response
 from sparklog.protocol.connection import ProtocolError, Request, RequestContext
 from sparklog.protocol.loop_thread import LoopThread
 from sparklog.protocol.pipeline import throttle_time_ms
+from sparklog.protocol.responses import find_coordinator_response, refusal
 from sparklog.protocol.server import KafkaServer
 from sparklog.storage.object_store import join_location, storage_options
 from sparklog.structs import GROUP_COORDINATOR_NODE_ID

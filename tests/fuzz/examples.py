@@ -16,8 +16,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import TZAware, i32Timedelta, i64Timedelta
 
-from sparklog.broker import kio_build
-from sparklog.protocol import codec
+from sparklog.protocol import codec, kio_build
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.records import SimpleRecord, build_batch
 

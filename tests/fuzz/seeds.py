@@ -8,8 +8,7 @@ import hashlib
 import uuid
 from pathlib import Path
 
-from sparklog.broker import kio_build
-from sparklog.protocol import codec
+from sparklog.protocol import codec, kio_build
 from sparklog.protocol.api_versions import BROKER_APIS, GROUP_COORDINATOR_SERVED_APIS, ApiKey
 from sparklog.records import SimpleRecord, build_batch
 from sparklog.records.compression import CompressionType

@@ -12,8 +12,7 @@ import struct
 import time
 from typing import Any
 
-from sparklog.broker import kio_build
-from sparklog.protocol import codec
+from sparklog.protocol import codec, kio_build
 from sparklog.protocol.api_versions import BROKER_APIS, ApiKey
 from sparklog.protocol.async_client import AsyncKafkaConnection
 from sparklog.records import SimpleRecord, build_batch, iter_batches

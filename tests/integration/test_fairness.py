@@ -17,9 +17,8 @@ import struct
 
 import pytest
 
-from sparklog.broker import kio_build
 from sparklog.cluster.embedded import EmbeddedCluster
-from sparklog.protocol import codec, cooperative
+from sparklog.protocol import codec, cooperative, kio_build
 from sparklog.protocol.api_versions import ApiKey
 
 from .broker_wire import call, connect, create_topic

@@ -13,9 +13,8 @@ import uuid
 import pytest
 from confluent_kafka import Producer
 
-from sparklog.broker import kio_build
 from sparklog.cluster.embedded import EmbeddedCluster
-from sparklog.protocol import codec
+from sparklog.protocol import codec, kio_build
 from sparklog.protocol.api_versions import ApiKey
 
 

@@ -13,8 +13,7 @@ import uuid
 import pytest
 from sparklog.broker.embedded import EmbeddedCluster
 
-from sparklog.broker import kio_build
-from sparklog.protocol import codec
+from sparklog.protocol import codec, kio_build
 from sparklog.protocol.api_versions import BROKER_APIS, ApiKey
 from sparklog.protocol.async_client import AsyncKafkaConnection
 

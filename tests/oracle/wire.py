@@ -17,8 +17,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from sparklog.broker import kio_build
-from sparklog.protocol import codec
+from sparklog.protocol import codec, kio_build
 from sparklog.protocol.api_versions import BROKER_APIS, ApiKey
 from sparklog.protocol.async_client import AsyncKafkaConnection
 from tests.integration.broker_wire import host_port

@@ -10,14 +10,13 @@ import pytest
 from kio.schema.envelope.v0.response import EnvelopeResponse
 from kio.schema.errors import ErrorCode
 
-from sparklog.broker import kio_build
 from sparklog.broker.coordinator_channel import (
     CoordinatorChannel,
     CoordinatorUnreachableError,
     forward_timeout_s,
 )
 from sparklog.broker.coordinator_forwarding import coordinator_broker
-from sparklog.protocol import codec, envelope
+from sparklog.protocol import codec, envelope, kio_build
 from sparklog.protocol.api_versions import GROUP_COORDINATOR_SERVED_APIS, ApiKey
 from sparklog.protocol.connection import Request
 

@@ -13,8 +13,6 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from sparklog.broker import kio_build
-from sparklog.broker.kafka_apis import group_by_topic
 from sparklog.coordinator.context import TopicIds
 from sparklog.coordinator.group.coordinator import GroupCoordinator, OffsetCommitPartition
 from sparklog.errors import (
@@ -23,9 +21,11 @@ from sparklog.errors import (
     RequestTimedOutError,
     UnstableOffsetCommitError,
 )
+from sparklog.protocol import kio_build
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.protocol.connection import Request
 from sparklog.protocol.pipeline import authorized_operations
+from sparklog.protocol.responses import group_by_topic
 from sparklog.security.acl import AUTHORIZED_OPERATIONS_OMITTED, ResourceType
 
 #: Join/Sync wait at most this long past the rebalance timeout before answering (a bug guard).

@@ -13,12 +13,10 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from sparklog.broker import kio_build
-from sparklog.broker.kafka_apis import group_by_topic
 from sparklog.coordinator.group.apis import offset_commit_partitions
 from sparklog.coordinator.group.coordinator import GroupCoordinator
 from sparklog.coordinator.transaction.coordinator import TransactionCoordinator
-from sparklog.coordinator.transaction.metadata import TRANSACTION_STATE_NAMES, TxnState
+from sparklog.coordinator.transaction.metadata import TxnState
 from sparklog.coordinator.transaction.sink_batches import end_txn_batch
 from sparklog.errors import (
     InvalidProducerEpochError,
@@ -28,8 +26,10 @@ from sparklog.errors import (
     TransactionalIdNotFoundError,
     UnknownTopicOrPartitionError,
 )
+from sparklog.protocol import kio_build
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.protocol.connection import Request
+from sparklog.protocol.responses import TRANSACTION_STATE_NAMES, group_by_topic
 
 _NO_START = -1  # DescribeTransactions' start time of a transaction that has not started
 #: How long a request waits for its rows to be durable before answering REQUEST_TIMED_OUT.

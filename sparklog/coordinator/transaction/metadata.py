@@ -38,8 +38,6 @@ class TxnState(enum.StrEnum):
         return self in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
 
 
-TRANSACTION_STATE_NAMES = frozenset(s.value for s in TxnState)
-
 _T = TxnState
 #: state -> the states it may be entered from (Kafka's `TransactionState.validPreviousStates`).
 #: One addition: PrepareEpochFence -> Ongoing, the fence of a timed-out or superseded

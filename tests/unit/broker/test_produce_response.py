@@ -5,10 +5,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparklog.broker import kio_build
 from sparklog.broker.produce_response import encode_produce_body, produce_response_data
 from sparklog.broker.replica_manager import ProduceResult
-from sparklog.protocol import codec
+from sparklog.protocol import codec, kio_build
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.protocol.connection import Request, RequestContext
 from sparklog.storage.log_validator import RecordError

@@ -11,7 +11,6 @@ from kio.schema.fetch.v12.request import FetchRequest as FetchRequestV12
 from kio.schema.fetch.v12.response import FetchResponse as FetchResponseV12
 from kio.schema.produce.v9.request import ProduceRequest
 
-from sparklog.broker import kio_build
 from sparklog.broker.delayed import DelayedOperations, wait_until
 from sparklog.broker.kafka_apis import (
     fetch_params,
@@ -21,7 +20,7 @@ from sparklog.broker.kafka_apis import (
     produce_entries,
 )
 from sparklog.broker.replica_manager import FetchPartition, FetchResult
-from sparklog.protocol import codec
+from sparklog.protocol import codec, kio_build
 from sparklog.storage.txn_index import AbortedTxn
 
 

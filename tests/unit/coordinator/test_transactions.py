@@ -547,3 +547,12 @@ def test_a_failed_completion_write_never_completes_a_later_transaction(h: Harnes
     assert h.state("tx") is TxnState.PREPARE_COMMIT and len(h.markers) == 1
     h.deliver_markers()
     assert h.state("tx") is TxnState.COMPLETE_COMMIT
+
+
+def test_the_wire_names_of_transaction_states_are_the_coordinators_states():
+    # brokers check ListTransactions filters against the floor's list (they do not import the
+    # coordinator); it must name exactly the states the coordinator has
+    from sparklog.coordinator.transaction.metadata import TxnState
+    from sparklog.protocol.responses import TRANSACTION_STATE_NAMES
+
+    assert {s.value for s in TxnState} == TRANSACTION_STATE_NAMES

@@ -7,8 +7,7 @@ import os
 
 import pytest
 
-from sparklog.broker import kio_build
-from sparklog.protocol import codec
+from sparklog.protocol import codec, kio_build
 from sparklog.protocol.file_response import pieces, placeholder
 from sparklog.records.file_records import FileRecords, FileSlice
 

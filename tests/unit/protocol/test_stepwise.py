@@ -7,8 +7,7 @@ import asyncio
 
 import pytest
 
-from sparklog.broker import kio_build
-from sparklog.protocol import codec, cooperative, stepwise
+from sparklog.protocol import codec, cooperative, kio_build, stepwise
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.protocol.connection import Request
 

@@ -1,79 +1,20 @@
-"""Version-aware kio response building for the controller's handlers.
-
-`Response(request)` builds the response entities of the request's version and keeps only the
-fields that version has, so one handler serves every version a server announces (e.g.
-CreateTopics v2 has no per-topic configs, Metadata v1 no throttle time).
-"""
+"""Response entities of the controller's APIs that carry controller and metadata values (a
+missing topic's Metadata entry, DescribeConfigs entries, AlterConfigs results, AlterPartition
+topics), built with the shared version-aware `protocol.responses.Response`."""
 
 from __future__ import annotations
 
-import datetime
-import sys
 from collections.abc import Callable
-from dataclasses import fields
-from functools import cache
 from typing import Any
-
-from kio.schema.errors import ErrorCode
-from kio.static.primitive import i32Timedelta
 
 from sparklog.controller.replication_control import validate_topic_name
 from sparklog.controller.results import ApiError
 from sparklog.errors import InvalidTopicError, UnknownTopicIdError, UnknownTopicOrPartitionError
 from sparklog.metadata.alter_partition import IsrChangeOutcome
 from sparklog.metadata.configs import ConfigEntry, ConfigResource
-from sparklog.protocol import codec
 from sparklog.protocol.connection import Request
-from sparklog.protocol.pipeline import authorized_operations, throttle_time_ms
+from sparklog.protocol.responses import Response
 from sparklog.security.acl import AUTHORIZED_OPERATIONS_OMITTED, ResourceType
-
-
-class Response:
-    """Builds kio entities of one response version, keeping only the fields it has; the
-    response's `throttle_time_ms` and `authorized_operations` come from the request pipeline
-    (`sparklog.protocol.pipeline`)."""
-
-    def __init__(self, request: Request) -> None:
-        self.request = request
-        self.schema = codec.response_schema(request.api_key, request.api_version)
-        self.module = sys.modules[self.schema.__module__]
-
-    def __call__(self, **values: Any) -> Any:
-        throttle = i32Timedelta.parse(
-            datetime.timedelta(milliseconds=throttle_time_ms(self.request))
-        )
-        return _make(self.schema, {**values, "throttle_time": throttle})
-
-    def authorized_operations(self, resource_type: ResourceType, name: str) -> int:
-        """A resource's `authorized_operations` field (omitted unless the request asked)."""
-        return authorized_operations(self.request, resource_type, name)
-
-    def has(self, entity: str) -> bool:
-        """Whether this version has the nested entity (e.g. CreateTopics configs from v5)."""
-        return hasattr(self.module, entity)
-
-    def nested(self, entity: str, /, **values: Any) -> Any:
-        return _make(getattr(self.module, entity), values)
-
-
-@cache
-def _field_names(cls: type) -> frozenset[str]:
-    return frozenset(f.name for f in fields(cls))
-
-
-def _make(cls: type, values: dict[str, Any]) -> Any:
-    names = _field_names(cls)
-    kept = {k: v for k, v in values.items() if k in names}
-    if "error_code" in kept:
-        kept["error_code"] = ErrorCode(kept["error_code"])
-    return cls(**kept)
-
-
-def to_ms(value: Any) -> int:
-    """Milliseconds of a kio timedelta field (or a plain int)."""
-    if isinstance(value, datetime.timedelta):
-        return int(value.total_seconds() * 1000)
-    return int(value)
 
 
 def missing_topic(name: str | None, topic_id: Any) -> Callable[[Response], Any]:
