@@ -43,7 +43,7 @@ JARS_STAMPS := .jars/kafka/.fetched .jars/spark/.fetched .jars/s3proxy/.fetched
 jars: $(JARS_STAMPS)
 
 $(JARS_STAMPS) &: conf/jars/kafka/pom.xml conf/jars/spark/pom.xml conf/jars/s3proxy/pom.xml $(STAMP)
-	$(PY) -m sparklog.oracle.jars fetch
+	$(PY) -m sparklog.jars fetch
 
 # Debian's kcat is an interop oracle; install it when missing (needs root or sudo).
 kcat:

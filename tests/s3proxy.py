@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sparklog.oracle.jars import JarsMissing, s3proxy_jar
+from sparklog.jars import JarsMissing, s3proxy_jar
 
 ACCESS_KEY = "sparklog-test"
 SECRET_KEY = "sparklog-test-secret"

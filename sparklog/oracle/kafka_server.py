@@ -1,7 +1,7 @@
 """Apache Kafka itself on loopback: the oracle tests and benchmarks hold sparklog against.
 
 `ApacheKafka(data_dir, brokers=N).start()` formats and starts a KRaft cluster from the pinned
-JARs (`sparklog.oracle.jars`): node 1 is a combined controller+broker, nodes 2..N are brokers
+JARs (`sparklog.jars`): node 1 is a combined controller+broker, nodes 2..N are brokers
 only; every listener binds 127.0.0.1 on a free port; each JVM is capped with `-Xmx`. It is a
 context manager; `stop()` ends every process it started. `pids` gives the broker processes so
 benchmarks can read their CPU time and RSS from /proc.
@@ -16,7 +16,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from sparklog.oracle.jars import kafka_classpath
+from sparklog.jars import kafka_classpath
 
 _LOG4J2 = """\
 status = warn

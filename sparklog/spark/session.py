@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sparklog.oracle.jars import spark_jar_paths, spark_jars_or_none
+from sparklog.jars import spark_jar_paths, spark_jars_or_none
 
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sparklog.oracle.jars import JarsMissing, kafka_classpath
+from sparklog.jars import JarsMissing, kafka_classpath
 
 JAVA_DIR = Path(__file__).parent / "java"
 

@@ -11,7 +11,7 @@ import os
 import pytest
 
 from sparklog.cluster.embedded import EmbeddedCluster
-from sparklog.oracle.jars import JarsMissing, kafka_classpath
+from sparklog.jars import JarsMissing, kafka_classpath
 from sparklog.oracle.kafka_server import ApacheKafka, java_available
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from sparklog.oracle.jars import spark_jars_or_none
+from sparklog.jars import spark_jars_or_none
 from sparklog.spark.delta_read import read_delta
 
 SPARK_DELTA = True

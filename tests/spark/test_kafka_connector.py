@@ -13,7 +13,7 @@ import pytest
 
 import sparklog
 from sparklog.client import AdminClient, KafkaProducer, NewTopic
-from sparklog.oracle.jars import spark_jars_or_none
+from sparklog.jars import spark_jars_or_none
 
 pytestmark = [
     pytest.mark.spark,

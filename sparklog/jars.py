@@ -1,6 +1,6 @@
 """The pinned JARs sparklog is tested and benchmarked against (DESIGN D14), and where they live.
 
-`make` runs `python -m sparklog.oracle.jars fetch`, which resolves the manifests under
+`make` runs `python -m sparklog.jars fetch`, which resolves the manifests under
 `conf/jars/` with Maven into an ignored cache (`.jars/kafka`, `.jars/spark`, `.jars/s3proxy`)
 once; everything after that runs offline from the cache:
 
@@ -10,7 +10,8 @@ once; everything after that runs offline from the cache:
 
 Point elsewhere with `SPARKLOG_JARS_DIR` (a cache made by another checkout), `KAFKA_HOME` (an
 Apache Kafka installation: its `libs/` is used) or `SPARKLOG_SPARK_JARS` (a comma-separated list
-for `spark.jars`). Nothing here imports pyspark.
+for `spark.jars`). Nothing here imports pyspark. Spark sessions (`spark/session.py`), the Kafka
+oracle (`oracle/`) and the tests all use it, so it sits beside them, in neither.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 MANIFESTS = REPO_ROOT / "conf" / "jars"
 GROUPS = ("kafka", "spark", "s3proxy")
 _STAMP = ".fetched"
@@ -163,7 +164,7 @@ def fetch(group: str) -> Path:
 def main(argv: list[str]) -> int:
     if argv[:1] != ["fetch"]:
         print(
-            "usage: python -m sparklog.oracle.jars fetch [kafka|spark|s3proxy ...]",
+            "usage: python -m sparklog.jars fetch [kafka|spark|s3proxy ...]",
             file=sys.stderr,
         )
         return 2
