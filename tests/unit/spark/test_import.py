@@ -23,6 +23,16 @@ def test_importing_sparklog_does_not_import_pyspark():
     assert modules_loaded_by(code, ("pyspark",)) == []
 
 
+def test_the_servers_and_the_embedded_cluster_do_not_import_pyspark():
+    # nothing below `spark` imports pyspark (tests/unit/test_layering.py checks the source; this
+    # checks what the servers really load, their lazy imports on start excepted)
+    code = (
+        "import sparklog.broker.server, sparklog.controller.server, sparklog.coordinator.server\n"
+        "import sparklog.cluster.embedded, sparklog.client.producer, sparklog.client.consumer"
+    )
+    assert modules_loaded_by(code, ("pyspark",)) == []
+
+
 def test_planning_a_read_or_write_loads_neither_the_broker_nor_the_network_stack():
     # Spark plans each read and write in fresh Python workers, which unpickle the data source
     # and ask it for its schema and options: that must not import the broker (through the
