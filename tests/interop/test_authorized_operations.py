@@ -8,7 +8,7 @@ import time
 import uuid
 
 import pytest
-from sparklog.broker.embedded import EmbeddedCluster
+from sparklog.cluster.embedded import EmbeddedCluster
 
 pytestmark = pytest.mark.interop
 

@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from sparklog import errors
-from sparklog.oracle.jars import JarsMissing, kafka_classpath
+from sparklog.jars import JarsMissing, kafka_classpath
 from sparklog.oracle.kafka_server import java_available
 
 pytestmark = pytest.mark.oracle
