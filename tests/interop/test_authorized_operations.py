@@ -8,6 +8,7 @@ import time
 import uuid
 
 import pytest
+
 from sparklog.cluster.embedded import EmbeddedCluster
 
 pytestmark = pytest.mark.interop

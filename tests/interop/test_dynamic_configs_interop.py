@@ -11,8 +11,8 @@ import time
 import uuid
 
 import pytest
-from sparklog.broker.embedded import EmbeddedCluster
 
+from sparklog.cluster.embedded import EmbeddedCluster
 from sparklog.protocol import codec, kio_build
 from sparklog.protocol.api_versions import BROKER_APIS, ApiKey
 from sparklog.protocol.async_client import AsyncKafkaConnection
