@@ -24,7 +24,7 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from sparklog.broker.replica_manager import FetchPartition, FetchResult, Unchanged
+from sparklog.broker.fetch_params import FetchPartition, FetchResult, Unchanged
 from sparklog.errors import FetchSessionIdNotFoundError, InvalidFetchSessionEpochError
 from sparklog.protocol.fetch_session_handler import (
     FINAL_EPOCH,

@@ -21,6 +21,8 @@ from sparklog.broker.config import BrokerConfig
 from sparklog.broker.controller_client import ProducerIdManager
 from sparklog.broker.coordinator_channel import CoordinatorChannel
 from sparklog.broker.coordinator_forwarding import CoordinatorForwarding
+from sparklog.broker.delayed_produce import ProduceResult
+from sparklog.broker.fetch_params import FetchParams, FetchPartition, FetchResult
 from sparklog.broker.fetch_session import (
     FINAL_EPOCH,
     INVALID_SESSION_ID,
@@ -31,14 +33,8 @@ from sparklog.broker.group_apis import handle_not_coordinator
 from sparklog.broker.log_dirs import describe_log_dirs
 from sparklog.broker.metadata import BrokerMetadata
 from sparklog.broker.produce_response import encode_produce_body, produce_response_data
-from sparklog.broker.replica_manager import (
-    FetchParams,
-    FetchPartition,
-    FetchResult,
-    ProduceResult,
-    ReplicaManager,
-    error_code_of,
-)
+from sparklog.broker.replica_base import error_code_of
+from sparklog.broker.replica_manager import ReplicaManager
 from sparklog.broker.txn_apis import handle_describe_producers, handle_write_txn_markers
 from sparklog.broker.txn_verification import TransactionVerifier
 from sparklog.errors import (

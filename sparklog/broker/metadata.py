@@ -18,7 +18,7 @@ from types import MappingProxyType
 from sparklog.broker.config import BrokerConfig
 from sparklog.broker.controller_client import ControllerClient
 from sparklog.broker.partition import PartitionRegistration
-from sparklog.broker.replica_manager import TopicMetadata
+from sparklog.broker.replica_base import TopicMetadata
 from sparklog.errors import KafkaError, OffsetOutOfRangeError
 from sparklog.metadata.broker_configs import DEFAULT_RESOURCE, dynamic_topic_defaults
 from sparklog.metadata.image import BROKER_RESOURCE, MetadataImage, MetadataRecordError

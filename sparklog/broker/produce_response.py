@@ -14,7 +14,7 @@ import struct
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from sparklog.broker.replica_manager import ProduceResult
+from sparklog.broker.delayed_produce import ProduceResult
 from sparklog.errors import NotLeaderOrFollowerError
 from sparklog.protocol.codec import EncodedBody
 from sparklog.records.varint import encode_unsigned_varint

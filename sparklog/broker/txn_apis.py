@@ -8,7 +8,8 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from sparklog.broker.replica_manager import ReplicaManager, error_code_of
+from sparklog.broker.replica_base import error_code_of
+from sparklog.broker.replica_manager import ReplicaManager
 from sparklog.protocol import kio_build
 from sparklog.records.control import (
     ControlRecordType,

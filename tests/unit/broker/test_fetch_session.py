@@ -8,8 +8,8 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sparklog.broker.fetch_params import FetchPartition, FetchResult
 from sparklog.broker.fetch_session import FetchManager, FetchSessionCache
-from sparklog.broker.replica_manager import FetchPartition, FetchResult
 from sparklog.protocol.fetch_session_handler import (
     FINAL_EPOCH,
     INITIAL_EPOCH,

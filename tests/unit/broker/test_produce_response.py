@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sparklog.broker.delayed_produce import ProduceResult
 from sparklog.broker.produce_response import encode_produce_body, produce_response_data
-from sparklog.broker.replica_manager import ProduceResult
 from sparklog.protocol import codec, kio_build
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.protocol.connection import Request, RequestContext

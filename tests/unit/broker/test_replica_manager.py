@@ -8,14 +8,11 @@ import uuid
 import pytest
 
 from sparklog.broker.config import BrokerConfig
+from sparklog.broker.fetch_params import FetchParams, FetchPartition
 from sparklog.broker.log_manager import LogManager
 from sparklog.broker.partition import PartitionRegistration
-from sparklog.broker.replica_manager import (
-    FetchParams,
-    FetchPartition,
-    ReplicaManager,
-    TopicMetadata,
-)
+from sparklog.broker.replica_base import TopicMetadata
+from sparklog.broker.replica_manager import ReplicaManager
 from sparklog.errors import OffsetNotAvailableError
 from sparklog.records import SimpleRecord, build_batch, iter_batches
 from sparklog.records.control import (

@@ -9,21 +9,18 @@ import uuid
 import pytest
 
 from sparklog.broker.config import BrokerConfig
+from sparklog.broker.fetch_params import FetchParams, FetchPartition
 from sparklog.broker.isr_manager import AlterPartitionManager
 from sparklog.broker.log_manager import LogManager
 from sparklog.broker.partition import IsrChangeProposed, PartitionRegistration
+from sparklog.broker.replica_base import TopicMetadata
 from sparklog.broker.replica_fetcher import (
     FetchPhase,
     OutOfRangeReset,
     reset_for_out_of_range,
 )
 from sparklog.broker.replica_fetcher_manager import ReplicaFetcherManager, fetcher_id_for
-from sparklog.broker.replica_manager import (
-    FetchParams,
-    FetchPartition,
-    ReplicaManager,
-    TopicMetadata,
-)
+from sparklog.broker.replica_manager import ReplicaManager
 from sparklog.broker.truncation import truncation_for
 from sparklog.errors import FencedLeaderEpochError, NotLeaderOrFollowerError, RequestTimedOutError
 from sparklog.metadata.alter_partition import IsrChangeOutcome

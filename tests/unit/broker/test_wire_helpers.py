@@ -12,6 +12,7 @@ from kio.schema.fetch.v12.response import FetchResponse as FetchResponseV12
 from kio.schema.produce.v9.request import ProduceRequest
 
 from sparklog.broker.delayed import DelayedOperations, wait_until
+from sparklog.broker.fetch_params import FetchPartition, FetchResult
 from sparklog.broker.kafka_apis import (
     fetch_params,
     fetch_partition_data,
@@ -19,7 +20,6 @@ from sparklog.broker.kafka_apis import (
     group_by_topic,
     produce_entries,
 )
-from sparklog.broker.replica_manager import FetchPartition, FetchResult
 from sparklog.protocol import codec, kio_build
 from sparklog.storage.txn_index import AbortedTxn
 

@@ -1,0 +1,216 @@
+"""The fetch path of the replica manager (Kafka's `ReplicaManager.fetchMessages` and
+`readFromLog`): read each partition up to the high watermark (read_uncommitted), the last stable
+offset (read_committed) or the log end (followers, whose fetch position moves the high watermark
+and the ISR), sharing the fetch's byte budget; park the fetch as a `DelayedFetch` until
+`min_bytes` are there or `max_wait_ms` passed. Thread-safety: use from the broker's event loop
+only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Hashable, Iterable, Iterator
+from typing import Any
+
+from sparklog.broker.delayed import FollowerFetches
+from sparklog.broker.delayed_fetch import DelayedFetch, fetch_satisfied
+from sparklog.broker.fetch_params import (
+    FetchParams,
+    FetchPartition,
+    FetchResult,
+    Unchanged,
+)
+from sparklog.broker.replica_base import HostedPartition, ReplicaManagerBase, error_code_of
+from sparklog.errors import KafkaError
+from sparklog.protocol import cooperative
+from sparklog.records.file_records import FileRecords
+from sparklog.structs import IsolationLevel
+
+
+class ReadPath(ReplicaManagerBase):
+    """Reads: `fetch_messages` (consumers and followers)."""
+
+    async def fetch_messages(
+        self,
+        params: FetchParams,
+        partitions: list[FetchPartition],
+        unchanged: Unchanged | None = None,
+    ) -> list[FetchResult | None]:
+        """Read every partition, long-polling until `min_bytes` are there (Kafka's DelayedFetch).
+
+        A follower's fetch state is updated once, as the fetch arrives (Kafka's
+        updateFollowerFetchState). A caught-up partition for which `unchanged(tp, high
+        watermark, log start)` holds (an incremental fetch session that has nothing new to say
+        about it) gets None instead of a result. While the fetch waits, a wake re-reads only the
+        partitions notified since the last look: a large session mostly waits with nothing to
+        read, and re-reading all of it on every append cost more than the appends."""
+        results = await cooperative.complete(
+            self._read_all_steps(params, partitions, unchanged, arriving=True)
+        )
+        may_wait = params.max_wait_ms > 0 and params.min_bytes > 0 and partitions
+        if not may_wait or fetch_satisfied(params, results):
+            return results
+        delayed_fetch = DelayedFetch(
+            params,
+            partitions,
+            unchanged,
+            results,
+            read_all=self._read_all,
+            read_into=self._read_into,
+        )
+        keys: Iterable[Hashable] = delayed_fetch.index
+        live = self._live_brokers
+        if params.is_from_follower and live is not None and params.replica_id in live:
+            follower = FollowerFetches(params.replica_id)  # one key, not one per partition
+            self._follower_keys.add(follower)
+            keys = (follower,)
+        return await delayed_fetch.wait(self.delayed, keys)
+
+    def _read_all(
+        self,
+        params: FetchParams,
+        partitions: list[FetchPartition],
+        unchanged: Unchanged | None = None,
+    ) -> list[FetchResult | None]:
+        return cooperative.finish(self._read_all_steps(params, partitions, unchanged))
+
+    def _read_all_steps(
+        self,
+        params: FetchParams,
+        partitions: list[FetchPartition],
+        unchanged: Unchanged | None = None,
+        *,
+        arriving: bool = False,
+    ) -> Generator[None, None, list[FetchResult | None]]:
+        """Read each partition in turn, sharing `max_bytes`. An `arriving` follower fetch also
+        takes the follower's fetch state, partition by partition just before its read."""
+        follower = None
+        if arriving and params.is_from_follower:
+            eligible = self._live_brokers is None or params.replica_id in self._live_brokers
+            follower = (self._clock_ms(), eligible)
+        results: list[FetchResult | None] = [None] * len(partitions)
+        yield from self._read_into_steps(
+            results, params, partitions, range(len(partitions)), unchanged, follower
+        )
+        return results
+
+    def _read_into(
+        self,
+        results: list[FetchResult | None],
+        params: FetchParams,
+        partitions: list[FetchPartition],
+        indices: Iterable[int],
+        unchanged: Unchanged | None,
+    ) -> None:
+        cooperative.finish(self._read_into_steps(results, params, partitions, indices, unchanged))
+
+    def _read_into_steps(
+        self,
+        results: list[FetchResult | None],
+        params: FetchParams,
+        partitions: list[FetchPartition],
+        indices: Iterable[int],
+        unchanged: Unchanged | None,
+        follower: tuple[int, bool] | None = None,
+    ) -> Iterator[None]:
+        """Read `partitions[i]` into `results[i]` for each of `indices` in turn, sharing
+        `max_bytes` (the first batch read is returned whole, as Kafka's first one is); yields
+        after each partition, so a fetch of many partitions can let others run."""
+        budget = min(params.max_bytes, self.fetch_max_bytes)
+        min_one_batch = True
+        for i in indices:
+            p = partitions[i]
+            result = self._read_one(
+                params,
+                p,
+                max(0, min(p.partition_max_bytes, budget)),
+                min_one_batch,
+                unchanged,
+                follower,
+            )
+            if result is not None and result.records:
+                budget -= len(result.records)
+                min_one_batch = False
+            results[i] = result
+            yield
+
+    def _follower_fetched(
+        self,
+        replica_id: int,
+        p: FetchPartition,
+        hosted: HostedPartition,
+        follower: tuple[int, bool],
+    ) -> None:
+        log_ = hosted.log
+        end = log_.log_end_offset
+        if not log_.log_start_offset <= p.fetch_offset <= end:
+            return  # OFFSET_OUT_OF_RANGE, from the read
+        try:
+            events = hosted.partition.on_follower_fetch(
+                follower[0], replica_id, p.fetch_offset, end, replica_eligible=follower[1]
+            )
+        except KafkaError:
+            return  # not one of its replicas: the read answers it as any fetcher
+        if events:
+            self._apply_events((p.topic, p.partition), hosted, events)
+
+    def _read_one(
+        self,
+        params: FetchParams,
+        p: FetchPartition,
+        max_bytes: int,
+        min_one_batch: bool,
+        unchanged: Unchanged | None = None,
+        follower: tuple[int, bool] | None = None,
+    ) -> FetchResult | None:
+        """One partition's result. `follower` = (now, whether the follower may join the ISR):
+        the fetch just arrived from a follower, which holds everything below its fetch offset
+        (Kafka's updateFollowerFetchState); errors are left to the read, which answers them."""
+        try:
+            self.dir_failures.check()
+            hosted = self.hosted(p.topic, p.partition)
+            hosted.partition.check_leader(p.current_leader_epoch)
+            log_ = hosted.log
+            if follower is not None:
+                self._follower_fetched(params.replica_id, p, hosted, follower)
+            upper = _readable_end(params, log_)
+            end = log_.log_end_offset if upper is None else upper
+            if p.fetch_offset == end and p.fetch_offset >= log_.log_start_offset:
+                if unchanged is not None and unchanged(
+                    (p.topic, p.partition), log_.high_watermark, log_.log_start_offset
+                ):
+                    return None  # caught up, and the session already knows all there is
+                records: bytes | FileRecords = b""  # caught up: most partitions of a session
+                aborted = () if params.isolation_level == IsolationLevel.READ_COMMITTED else None
+            else:
+                data = log_.read(
+                    p.fetch_offset,
+                    max_bytes,
+                    upper_bound_offset=upper,
+                    min_one_batch=min_one_batch and max_bytes > 0,
+                    include_aborted=params.isolation_level == IsolationLevel.READ_COMMITTED,
+                    zero_copy=params.zero_copy,
+                )
+                records, aborted = data.records, data.aborted_transactions
+        except Exception as e:  # noqa: BLE001 - becomes this partition's error code
+            self._on_storage_error(e, f"fetch from {p.topic}-{p.partition}")
+            code, _message = error_code_of(e, f"fetch from {p.topic}-{p.partition}")
+            leader_id, leader_epoch = self.leader_of(p.topic, p.partition)
+            return FetchResult(code, leader_id=leader_id, leader_epoch=leader_epoch)
+        return FetchResult(
+            0,
+            high_watermark=log_.high_watermark,
+            last_stable_offset=log_.last_stable_offset,
+            log_start_offset=log_.log_start_offset,
+            records=records,
+            aborted_transactions=aborted,
+        )
+
+
+def _readable_end(params: FetchParams, log_: Any) -> int | None:
+    """Where a fetch's reads stop: the log end for followers (None), the LSO for
+    read_committed consumers, else the high watermark."""
+    if params.is_from_follower:
+        return None
+    if params.isolation_level == IsolationLevel.READ_COMMITTED:
+        return log_.last_stable_offset
+    return log_.high_watermark
