@@ -20,6 +20,10 @@ next start sends as BrokerRegistration's PreviousBrokerEpoch, KIP-966) and relea
 `kill()` skips the goodbye, the flush and the marker, as a crash would (tests use it to
 exercise recovery).
 
+The lease with the controller (registration, heartbeats, the controlled-shutdown handshake) is
+`lifecycle_manager.BrokerLifecycleManager`'s, as in Kafka; this module keeps the start and stop
+order and the broker's parts.
+
 Hosting: `await start()` / `await shutdown()` on a running loop; `start_in_thread()` / `stop()`
 run the broker on its own loop thread (tests, the embedded cluster); `sparklog.broker.run.run_broker(...)` blocks until
 the broker stops (the Spark task, `python -m sparklog serve`).
@@ -46,6 +50,7 @@ from sparklog.broker.controller_client import (
 )
 from sparklog.broker.isr_manager import AlterPartitionManager
 from sparklog.broker.kafka_apis import KafkaApis
+from sparklog.broker.lifecycle_manager import BrokerLifecycleManager
 from sparklog.broker.log_manager import LogManager, wall_clock_ms
 from sparklog.broker.meta_properties import (
     DataDirLock,
@@ -61,21 +66,13 @@ from sparklog.broker.metadata import (
 )
 from sparklog.broker.replica_fetcher_manager import ReplicaFetcherManager
 from sparklog.broker.replica_manager import ReplicaManager
-from sparklog.errors import (
-    BrokerIdNotRegisteredError,
-    DuplicateBrokerRegistrationError,
-    StaleBrokerEpochError,
-)
 from sparklog.metadata.broker_configs import dynamic_cleaner_config
 from sparklog.metadata.image import MetadataImage
 from sparklog.protocol.api_versions import BROKER_SERVED_APIS
 from sparklog.protocol.server import KafkaServer
+from sparklog.protocol.server_lifecycle import ServerLifecycle
 
 logger = logging.getLogger(__name__)
-
-_FENCED_HEARTBEAT_INTERVAL_S = 0.05  # heartbeat fast until unfenced (Kafka: "immediately")
-_GOODBYE_TIMEOUT_S = 2.0
-_SHUTDOWN_HEARTBEAT_ATTEMPTS = 3  # an unreachable controller ends a controlled shutdown
 
 
 class BrokerState(enum.Enum):
@@ -89,8 +86,14 @@ class BrokerState(enum.Enum):
     SHUTTING_DOWN = "shutting down"
 
 
-class BrokerServer:
-    """One broker. `node_id=None` takes the id stored in `data_dir`'s meta.properties."""
+class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
+    """One broker. `node_id=None` takes the id stored in `data_dir`'s meta.properties.
+
+    Its lease with the controller (registration, heartbeats, controlled shutdown) is
+    `lifecycle_manager.BrokerLifecycleManager`'s; loop-thread hosting and background tasks are
+    `ServerLifecycle`'s."""
+
+    start_timeout_s = None  # `start()` bounds itself (initial.broker.registration.timeout.ms)
 
     def __init__(
         self,
@@ -104,10 +107,12 @@ class BrokerServer:
         task_attempt: int = 0,
         claimed: tuple[MetaProperties, DataDirLock] | None = None,
     ) -> None:
+        super().__init__()
         self.data_dir = Path(data_dir)
         self.controller_bootstrap = controller_bootstrap
         self.config = BrokerConfig.from_properties(config)
         self.node_id = node_id if node_id is not None else _stored_node_id(self.data_dir)
+        self.thread_name = f"sparklog-broker-{self.node_id}"
         self.expected_cluster_id = cluster_id
         self.executor_id = executor_id
         self.task_attempt = task_attempt
@@ -118,11 +123,8 @@ class BrokerServer:
         self.stop_reason: str | None = None
         self._claimed = claimed
         self._lock: DataDirLock | None = None
-        self._tasks: list[asyncio.Task] = []
         self._unfenced: asyncio.Event | None = None
         self._shutdown_requested: asyncio.Event | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
         self._logs_loaded = False
         self._stop_task: asyncio.Task | None = None
         self._want_shut_down = False
@@ -224,11 +226,11 @@ class BrokerServer:
         """Start and return once registered and unfenced (see module doc)."""
         assert self.state is BrokerState.NOT_RUNNING, f"{self!r} started twice"
         self.state = BrokerState.STARTING
+        loop = self._enter_loop()
         self._unfenced = asyncio.Event()
         self._shutdown_requested = asyncio.Event()
         self._heartbeat_now = asyncio.Event()
         self._shut_down_granted = asyncio.Event()
-        loop = asyncio.get_running_loop()
         self.log_manager.dir_failures.add_listener(
             lambda: loop.call_soon_threadsafe(self._on_log_dir_offline)
         )
@@ -278,44 +280,14 @@ class BrokerServer:
             "broker %d running at %s (epoch %d)", self.node_id, self.bootstrap, self.broker_epoch
         )
 
-    async def _wait_unfenced(self) -> None:
-        """Until the controller unfences us; a stop requested meanwhile fails the start."""
-        assert self._unfenced is not None and self._shutdown_requested is not None
-        unfenced = asyncio.ensure_future(self._unfenced.wait())
-        stopping = asyncio.ensure_future(self._shutdown_requested.wait())
-        try:
-            await asyncio.wait([unfenced, stopping], return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            unfenced.cancel()
-            stopping.cancel()
-        if not self._unfenced.is_set():
-            raise RuntimeError(f"broker {self.node_id} stopped while starting: {self.stop_reason}")
+    def _spawn(self, coro: Any, name: str) -> asyncio.Task:
+        return super()._spawn(coro, f"broker-{self.node_id}-{name}")
 
-    def _spawn(self, coro: Any, name: str) -> None:
-        task = asyncio.get_running_loop().create_task(coro, name=f"broker-{self.node_id}-{name}")
-        task.add_done_callback(self._on_task_done)
-        self._tasks.append(task)
-
-    def _on_task_done(self, task: asyncio.Task) -> None:
-        if task.cancelled() or task.exception() is None:
-            return
-        logger.error(
-            "broker %d: %s failed: %r; stopping", self.node_id, task.get_name(), task.exception()
-        )
-        self.stop_reason = f"{task.get_name()} failed: {task.exception()!r}"
+    def _on_task_failed(self, task: asyncio.Task, error: BaseException) -> None:
+        logger.error("broker %d: %s failed: %r; stopping", self.node_id, task.get_name(), error)
+        self.stop_reason = f"{task.get_name()} failed: {error!r}"
         if self._shutdown_requested is not None:
             self._shutdown_requested.set()
-
-    async def _retry(self, call: Any) -> Any:
-        """Call the controller until it answers (it may still be starting)."""
-        delay = 0.05
-        while True:
-            try:
-                return await call()
-            except (ConnectionError, OSError) as e:
-                logger.debug("controller %s not reachable yet: %s", self.controller_bootstrap, e)
-                await asyncio.sleep(delay)
-                delay = min(1.0, delay * 2)
 
     def _hosted_lookup(self, image: MetadataImage) -> Any:
         topics = topics_from_image(image, self.config, self.node_id)
@@ -369,175 +341,11 @@ class BrokerServer:
             await asyncio.sleep(max(0.01, lag_ms / 2000))
             self.replica_manager.maybe_shrink_isr(wall_clock_ms(), lag_ms)
 
-    # -- lifecycle with the controller ------------------------------------------------------
-
-    async def _register(self) -> None:
-        """BrokerRegistration; a live older incarnation makes us retry until its lease ends."""
-        host, port = self.server.host, self.server.port
-        loop = asyncio.get_running_loop()
-        give_up_at = loop.time() + 3 * self.config.broker_session_timeout_ms / 1000
-        while True:
-            code, epoch = await self._retry(
-                lambda: self.controller.register(
-                    broker_id=self.node_id,
-                    cluster_id=self.metadata.cluster_id or "",
-                    incarnation_id=self.incarnation_id,
-                    host=host,
-                    port=port,
-                    rack=self.config.broker_rack,
-                    # KIP-966: this process's epoch when it registers again, else the epoch
-                    # its data dir's clean shutdown marker held (-1: none, maybe a power loss)
-                    previous_broker_epoch=self.broker_epoch
-                    if self.broker_epoch >= 0
-                    else self._previous_broker_epoch,
-                )
-            )
-            if code == 0:
-                self.broker_epoch = epoch
-                self.producer_ids.broker_epoch = epoch
-                logger.info("broker %d registered with epoch %d", self.node_id, epoch)
-                return
-            if code != DuplicateBrokerRegistrationError.code:
-                raise RuntimeError(f"broker {self.node_id}: registration refused with error {code}")
-            if loop.time() > give_up_at:  # a lease would have run out: a live process holds it
-                raise RuntimeError(
-                    f"broker {self.node_id}: another live process holds this broker id (a newer "
-                    "Spark task attempt, or a second broker started with the same id); this "
-                    "one stops"
-                )
-            logger.info("broker %d: another incarnation still holds the id; retrying", self.node_id)
-            await asyncio.sleep(self.config.broker_heartbeat_interval_ms / 1000)
-
-    async def _heartbeat_loop(self) -> None:
-        failures = 0
-        interval_s = self.config.broker_heartbeat_interval_ms / 1000
-        while True:
-            want_shut_down = self._want_shut_down
-            try:
-                response = await self.controller.heartbeat(
-                    broker_id=self.node_id,
-                    broker_epoch=self.broker_epoch,
-                    metadata_offset=self.metadata.published_offset,
-                    want_shut_down=want_shut_down,
-                    want_fence=self.log_manager.dir_failures.offline,
-                )
-            except (ConnectionError, OSError, TimeoutError) as e:
-                failures += 1
-                if failures == 1 or failures % 50 == 0:
-                    logger.warning(
-                        "broker %d: heartbeat failed (%d times): %s", self.node_id, failures, e
-                    )
-                if want_shut_down and failures >= _SHUTDOWN_HEARTBEAT_ATTEMPTS:
-                    assert self._shut_down_granted is not None
-                    self._shut_down_granted.set()  # no controller to hand anything over to
-                    return
-                await self._heartbeat_pause(
-                    _FENCED_HEARTBEAT_INTERVAL_S if want_shut_down else interval_s
-                )
-                continue
-            failures = 0
-            lost = response.error_code in (
-                StaleBrokerEpochError.code,
-                BrokerIdNotRegisteredError.code,
-            )
-            if lost and not response.should_shut_down:
-                logger.warning("broker %d: registration lost; registering again", self.node_id)
-                await self._register()
-                continue
-            pause_s = self._on_heartbeat(response, want_shut_down)
-            if pause_s is None:
-                return
-            await self._heartbeat_pause(pause_s)
-
-    def _on_heartbeat(self, response: Any, want_shut_down: bool) -> float | None:
-        """Act on a heartbeat answer; the pause before the next one (None: stop heartbeating)."""
-        assert self._unfenced is not None and self._shutdown_requested is not None
-        assert self._shut_down_granted is not None
-        if response.should_shut_down:
-            if response.error_code:  # a newer incarnation took our id: nothing to hand over
-                self.stop_reason = (
-                    f"the controller asked this broker to shut down (error "
-                    f"{response.error_code}: a newer registration)"
-                )
-            elif not want_shut_down and self.stop_reason is None:
-                self.stop_reason = "the controller asked this broker to shut down"
-            self._shutdown_requested.set()
-            if want_shut_down or response.error_code:
-                self._shut_down_granted.set()  # the controlled shutdown is complete
-                return None
-            self._want_shut_down = True  # go on: hand our leaderships over first
-            return 0.0
-        if response.error_code:
-            logger.warning(
-                "broker %d: heartbeat refused (error %d)", self.node_id, response.error_code
-            )
-        elif not response.is_fenced:
-            self._unfenced.set()
-        if response.is_fenced or want_shut_down:
-            return _FENCED_HEARTBEAT_INTERVAL_S
-        return self.config.broker_heartbeat_interval_ms / 1000
-
-    def _on_log_dir_offline(self) -> None:
-        """Stop following (nothing more is written) and ask the controller to fence us now,
-        so our leaderships move to replicas on healthy disks."""
-        for tp in self.replica_manager.partitions:
-            self.fetchers.remove_partition(tp)
-        if self._heartbeat_now is not None:
-            self._heartbeat_now.set()
-
-    async def _heartbeat_pause(self, interval_s: float) -> None:
-        """Sleep until the next heartbeat, or until a shutdown wants one sent now."""
-        assert self._heartbeat_now is not None
-        self._heartbeat_now.clear()
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(interval_s):
-                await self._heartbeat_now.wait()
-
     async def _watch_shutdown(self) -> None:
         assert self._shutdown_requested is not None
         await self._shutdown_requested.wait()
         if self._stop_task is None:
             self._stop_task = asyncio.get_running_loop().create_task(self._stop(clean=True))
-
-    async def _controlled_shutdown(self) -> None:
-        """Kafka's KRaft controlled shutdown: heartbeat `want_shut_down` (still serving and
-        fetching) until the controller, having moved our leaderships, answers should_shut_down;
-        at most one session timeout, after which the controller fences us by lease anyway."""
-        if self.broker_epoch < 0:
-            return
-        assert self._shut_down_granted is not None and self._heartbeat_now is not None
-        self._want_shut_down = True
-        if self._shut_down_granted.is_set():
-            return
-        heartbeating = any(
-            t.get_name().endswith("-heartbeat") and not t.done() for t in self._tasks
-        )
-        if not heartbeating or not self.config.controlled_shutdown_enable:
-            await self._say_goodbye()  # at least have the controller fence us at once
-            return
-        self._heartbeat_now.set()
-        timeout_s = max(_GOODBYE_TIMEOUT_S, self.config.broker_session_timeout_ms / 1000)
-        try:
-            async with asyncio.timeout(timeout_s):
-                await self._shut_down_granted.wait()
-        except TimeoutError:
-            logger.warning(
-                "broker %d: the controller did not finish the controlled shutdown in %.1f s; "
-                "stopping anyway",
-                self.node_id,
-                timeout_s,
-            )
-
-    async def _say_goodbye(self) -> None:
-        """One `want_shut_down` heartbeat (no heartbeat task to carry the handshake)."""
-        with contextlib.suppress(Exception):
-            async with asyncio.timeout(_GOODBYE_TIMEOUT_S):
-                await self.controller.heartbeat(
-                    broker_id=self.node_id,
-                    broker_epoch=self.broker_epoch,
-                    metadata_offset=self.metadata.published_offset,
-                    want_shut_down=True,
-                )
 
     # -- stop -------------------------------------------------------------------------------
 
@@ -564,14 +372,7 @@ class BrokerServer:
 
     async def _teardown(self, *, clean: bool) -> None:
         self.state = BrokerState.SHUTTING_DOWN
-        current = asyncio.current_task()
-        tasks = [t for t in self._tasks if t is not current]
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        self._tasks.clear()
+        await self._cancel_tasks()
         await self.fetchers.shutdown()  # before the logs close: no append after this
         self.replica_manager.close()  # waiting fetches and produces answer now
         await self.controller.close()  # forwarded requests fail fast instead of waiting
@@ -592,54 +393,11 @@ class BrokerServer:
 
     def start_in_thread(self, timeout_s: float | None = None) -> BrokerServer:
         """Run the broker on its own loop thread; returns once it is registered and unfenced."""
-        assert self._thread is None, f"{self!r} already has a thread"
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        self._thread = threading.Thread(
-            target=loop.run_forever, name=f"sparklog-broker-{self.node_id}", daemon=True
-        )
-        self._thread.start()
-        try:
-            asyncio.run_coroutine_threadsafe(self.start(timeout_s), loop).result()
-        except BaseException:
-            self._stop_thread()
-            raise
-        return self
-
-    def stop(self, timeout_s: float = 30.0) -> None:
-        """Graceful stop of a broker started with `start_in_thread`, joining its thread."""
-        self._run_in_thread(self.shutdown(), timeout_s)
-
-    def call_in_loop(self, fn: Any, timeout_s: float = 30.0) -> Any:
-        """`fn()` run on the loop of a broker started with `start_in_thread` (tests use it to
-        look at or poke loop-owned state safely)."""
-        assert self._loop is not None, f"{self!r} runs no loop thread"
-
-        async def call() -> Any:
-            return fn()
-
-        return asyncio.run_coroutine_threadsafe(call(), self._loop).result(timeout_s)
+        return self._start_on_thread(lambda: self.start(timeout_s), None)
 
     def kill_in_thread(self, timeout_s: float = 30.0) -> None:
-        self._run_in_thread(self.kill(), timeout_s)
-
-    def _run_in_thread(self, coro: Any, timeout_s: float) -> None:
-        if self._loop is None:
-            coro.close()
-            return
-        try:
-            asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout_s)
-        finally:
-            self._stop_thread()
-
-    def _stop_thread(self) -> None:
-        loop, thread = self._loop, self._thread
-        if loop is None or thread is None:
-            return
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join()
-        loop.close()
-        self._loop = self._thread = None
+        """`kill()` a broker started with `start_in_thread`, joining its thread."""
+        self._stop_on_thread(self.kill, timeout_s)
 
     def run_forever(self, stop_event: threading.Event | None = None) -> str:
         """Start, serve until `stop_event` is set or the controller says stop; returns why."""

@@ -19,10 +19,10 @@ class LoopThread:
         self._thread: threading.Thread | None = None
 
     def start(
-        self, start: Callable[[], Coroutine[Any, Any, None]], timeout_s: float
+        self, start: Callable[[], Coroutine[Any, Any, None]], timeout_s: float | None
     ) -> asyncio.AbstractEventLoop:
         """Run `start()` on a new loop in a new thread; return once it returned (raising what
-        it raised), leaving the loop running."""
+        it raised), leaving the loop running. `timeout_s` None: `start()` bounds itself."""
         ready = threading.Event()
         failure: list[BaseException] = []
 
@@ -50,13 +50,16 @@ class LoopThread:
         return self.loop
 
     def stop(self, shutdown: Callable[[], Coroutine[Any, Any, None]], timeout_s: float) -> None:
-        """Run `shutdown()` on the loop, then stop the loop and join the thread."""
+        """Run `shutdown()` on the loop, then stop the loop and join the thread (also when the
+        shutdown failed or timed out: its error is raised after)."""
         loop = self.loop
         if loop is None or loop.is_closed():
             return
         assert threading.current_thread() is not self._thread, "stop() from the loop itself"
-        asyncio.run_coroutine_threadsafe(shutdown(), loop).result(timeout_s)
-        if self._thread is not None:
-            loop.call_soon_threadsafe(loop.stop)
-            self._thread.join(timeout_s)
-            self._thread = None
+        try:
+            asyncio.run_coroutine_threadsafe(shutdown(), loop).result(timeout_s)
+        finally:
+            if self._thread is not None:
+                loop.call_soon_threadsafe(loop.stop)
+                self._thread.join(timeout_s)
+                self._thread = None
