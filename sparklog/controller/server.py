@@ -34,7 +34,6 @@ lost write (records are applied only after they are durable).
 from __future__ import annotations
 
 import asyncio
-import base64
 import concurrent.futures
 import contextlib
 import logging
@@ -49,22 +48,20 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sparklog.controller.apis import ControllerApis
+from sparklog.controller.cluster_id import load_or_format_cluster_id
 from sparklog.controller.metadata_log import MetadataLog
 from sparklog.controller.metadata_store import (
-    META_PROPERTIES,
-    LocalMetadataStore,
     MetadataLogFencedError,
-    MetadataStore,
     open_metadata_store,
 )
 from sparklog.controller.quorum_controller import QuorumController
 from sparklog.controller.results import ControllerResult
-from sparklog.metadata.configs import ControllerConfig, parse_properties
+from sparklog.metadata.configs import ControllerConfig
 from sparklog.metadata.image import GROUP_RESOURCE, MetadataImage
 from sparklog.protocol.api_versions import CONTROLLER_APIS
 from sparklog.protocol.connection import Request
-from sparklog.protocol.loop_thread import LoopThread
 from sparklog.protocol.server import KafkaServer
+from sparklog.protocol.server_lifecycle import ServerLifecycle
 from sparklog.storage.object_store import storage_options
 from sparklog.structs import CONTROLLER_NODE_ID
 
@@ -80,43 +77,10 @@ _CALL_TIMEOUT_S = 30.0
 _PROBE_INTERVAL_MS = 500
 
 
-def new_cluster_id() -> str:
-    """A Kafka-style cluster id: a random UUID in URL-safe base64 without padding. Like Kafka's
-    `Uuid.randomUuid`, never one starting with "-", which command lines (`kafka-storage format
-    -t ID`) would take for an option."""
-    while True:
-        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
-        if not text.startswith("-"):
-            return text
-
-
-def load_or_format_cluster_id(store: MetadataStore | Path, cluster_id: str | None = None) -> str:
-    """The cluster id in the store's `meta.properties`, written there first if absent (two
-    drivers formatting one object store at once agree on the first one's id).
-
-    Raises ValueError when the store belongs to another cluster than `cluster_id`.
-    """
-    if isinstance(store, Path):
-        store = LocalMetadataStore(store)
-    where = f"{store.location}/{META_PROPERTIES}"
-    text = store.read_meta_properties()
-    if text is None:
-        proposed = cluster_id or new_cluster_id()
-        new = f"version=1\ncluster.id={proposed}\nnode.id={CONTROLLER_NODE_ID}\n"
-        text = store.create_meta_properties(new)
-    found = parse_properties(text, where).get("cluster.id")
-    if not found:
-        raise ValueError(f"{where} has no cluster.id")
-    if cluster_id is not None and cluster_id != found:
-        raise ValueError(
-            f"{where} belongs to cluster {found}, not {cluster_id}; use another "
-            "metadata.log.dir (controller data dir) or the matching cluster id"
-        )
-    return found
-
-
-class ControllerServer:
+class ControllerServer(ServerLifecycle):
     """The driver-side controller: Kafka-protocol server over the metadata log."""
+
+    thread_name = "sparklog-controller"
 
     def __init__(
         self,
@@ -127,6 +91,7 @@ class ControllerServer:
         *,
         cluster_id: str | None = None,
     ) -> None:
+        super().__init__()
         self.data_dir = Path(data_dir)
         self.host = host
         self.port = port
@@ -149,9 +114,6 @@ class ControllerServer:
         self.coordinator_endpoint: tuple[str, int] | None = None
         self._tick_task: asyncio.Task | None = None
         self._appended: asyncio.Event | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._loop_thread_id: int | None = None
-        self._runner: LoopThread | None = None
         self._stopping = False
         #: this process's claim on the log (named in a fenced zombie's message)
         self.incarnation_id = str(uuid.uuid4())
@@ -170,8 +132,7 @@ class ControllerServer:
     async def start(self) -> None:
         """Open the metadata log, fence brokers without a lease, and start listening."""
         assert self._loop is None, "a ControllerServer starts once"
-        self._loop = asyncio.get_running_loop()
-        self._loop_thread_id = threading.get_ident()
+        self._enter_loop()
         self.metadata_log, image = MetadataLog.open(
             self.store,
             now_ms=_wall_ms(),
@@ -196,20 +157,15 @@ class ControllerServer:
         # After a restart every unfenced broker gets a full session to heartbeat again.
         self.controller.activate(self.now_ms())
         self.apis = ControllerApis(self)
-        self._server = KafkaServer(
-            self._handle,
-            CONTROLLER_APIS,
-            host=self.host,
-            port=self.port,
-            name="controller",
-        )
         try:
-            await self._server.start()
+            self._server = await self._bind_listener(
+                self._handle, CONTROLLER_APIS, host=self.host, port=self.port, name="controller"
+            )
         except BaseException:
             self.metadata_log.close()
             raise
         self.port = self._server.port
-        self._tick_task = asyncio.create_task(self._tick_loop(), name="controller-tick")
+        self._tick_task = self._spawn(self._tick_loop(), "controller-tick")
         logger.info(
             "controller of cluster %s listening on %s (metadata offset %d)",
             self.cluster_id,
@@ -297,26 +253,17 @@ class ControllerServer:
             self._writer.shutdown(wait=True)
         logger.info("controller on %s stopped", self.bootstrap)
 
-    def start_in_thread(self, timeout_s: float = 30.0) -> ControllerServer:
-        """Run the controller's loop in a daemon thread; returns once it is listening."""
-        self._runner = LoopThread("sparklog-controller")
-        self._runner.start(self.start, timeout_s)
-        return self
-
     def stop(self, timeout_s: float = 30.0) -> None:
         """Shut down from another thread (and join the loop thread of `start_in_thread`)."""
-        if self._runner is not None:
-            self._runner.stop(self.shutdown, timeout_s)
-            self._runner = None
-        elif self._loop is not None and not self._loop.is_closed():  # started on a caller's loop
+        if self._stop_on_thread(self.shutdown, timeout_s):
+            return
+        if self._loop is not None and not self._loop.is_closed():  # started on a caller's loop
             assert threading.get_ident() != self._loop_thread_id, "on the loop: await shutdown()"
             asyncio.run_coroutine_threadsafe(self.shutdown(), self._loop).result(timeout_s)
 
     def kill(self, timeout_s: float = 30.0) -> None:
         """Stop as a crash would for what is durable: no final snapshot (tests)."""
-        if self._runner is not None:
-            self._runner.stop(lambda: self.shutdown(snapshot=False), timeout_s)
-            self._runner = None
+        self._stop_on_thread(lambda: self.shutdown(snapshot=False), timeout_s)
 
     # -- writes (on the loop) ---------------------------------------------------------------
 

@@ -61,10 +61,10 @@ from sparklog.protocol.api_versions import (
 )
 from sparklog.protocol.async_client import api_versions_response
 from sparklog.protocol.connection import ProtocolError, Request, RequestContext
-from sparklog.protocol.loop_thread import LoopThread
 from sparklog.protocol.pipeline import throttle_time_ms
 from sparklog.protocol.responses import find_coordinator_response, refusal
 from sparklog.protocol.server import KafkaServer
+from sparklog.protocol.server_lifecycle import ServerLifecycle
 from sparklog.storage.object_store import join_location, storage_options
 from sparklog.structs import GROUP_COORDINATOR_NODE_ID
 
@@ -73,10 +73,13 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class GroupCoordinatorServer:
+class GroupCoordinatorServer(ServerLifecycle):
     """Serves the group APIs on (host, port); state in the Delta table at `offsets_table_path`
     (default `<metadata.log.dir or data_dir>/__consumer_offsets`; a path or an object-store
     URI reached with the `storage.options.*` settings)."""
+
+    thread_name = "sparklog-group-coordinator"
+    start_timeout_s = 60.0
 
     def __init__(
         self,
@@ -88,6 +91,7 @@ class GroupCoordinatorServer:
         store_factory: Callable[[str, int], CoordinatorStore] | None = None,
         clock: CoordinatorClock | None = None,
     ) -> None:
+        super().__init__()
         self.config = GroupConfig.from_properties(config or {})
         self.txn_config = TransactionConfig.from_properties(config or {})
         #: object-store credentials and endpoint (`storage.options.*` settings)
@@ -115,7 +119,6 @@ class GroupCoordinatorServer:
         self.markers: TransactionMarkerChannel | None = None
         self._server: KafkaServer | None = None
         self._apis: GroupCoordinatorApis | None = None
-        self._tasks: list[asyncio.Task[None]] = []
         self.runtime = CoordinatorRuntime(
             self.now_ms,
             linger_ms=self.config.offsets_commit_linger_ms,
@@ -123,8 +126,6 @@ class GroupCoordinatorServer:
             on_collect=self._hand_over_markers,
         )
         self._producer_ids = [0, 0]  # the current block: [next, end)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._runner: LoopThread | None = None
         self._stopping = False
         #: why the coordinator serves no group or transaction (None: it does)
         self.unavailable: str | None = None
@@ -147,7 +148,7 @@ class GroupCoordinatorServer:
     async def start(self) -> None:
         """Open the table, load every group and offset, then listen (when the table cannot be
         loaded: listen, and refuse groups and transactions)."""
-        self._loop = asyncio.get_running_loop()
+        self._enter_loop()
         try:
             rows = await self.runtime.open(self._open_store)
         except Exception as e:  # noqa: BLE001 - the brokers keep serving; the reason is logged
@@ -200,14 +201,13 @@ class GroupCoordinatorServer:
         )
 
     async def _listen(self) -> None:
-        self._server = KafkaServer(
+        self._server = await self._bind_listener(
             self.handle,
             GROUP_COORDINATOR_SERVED_APIS,
             host=self.host,
             port=self.port,
             name="group-coordinator",
         )
-        await self._server.start()
         self.port = self._server.port
 
     def _open_store(self) -> CoordinatorStore:
@@ -261,17 +261,6 @@ class GroupCoordinatorServer:
         if self.markers is not None:
             await self.markers.close()
         logger.info("group coordinator on %s stopped", self.bootstrap)
-
-    def start_in_thread(self, timeout_s: float = 60.0) -> GroupCoordinatorServer:
-        """Run the coordinator's loop in a daemon thread; returns once it is listening."""
-        self._runner = LoopThread("sparklog-group-coordinator")
-        self._runner.start(self.start, timeout_s)
-        return self
-
-    def stop(self, timeout_s: float = 30.0) -> None:
-        if self._runner is not None:
-            self._runner.stop(self.shutdown, timeout_s)
-            self._runner = None
 
     # -- requests ---------------------------------------------------------------------------
 

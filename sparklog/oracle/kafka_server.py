@@ -239,7 +239,7 @@ def run_tool(
 def _cluster_id() -> str:
     """A Kafka cluster id that `kafka-storage format -t` accepts (one starting with "-" failed
     about one start in 64)."""
-    from sparklog.controller.server import new_cluster_id
+    from sparklog.controller.cluster_id import new_cluster_id
 
     return new_cluster_id()
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from obstore.store import MemoryStore
 
+from sparklog.controller.cluster_id import load_or_format_cluster_id
 from sparklog.controller.metadata_log import MetadataLog
 from sparklog.controller.metadata_store import (
     LocalMetadataStore,
@@ -17,7 +18,6 @@ from sparklog.controller.metadata_store import (
     ObjectMetadataStore,
     open_metadata_store,
 )
-from sparklog.controller.server import load_or_format_cluster_id
 from sparklog.metadata.image import MetadataImage, MetadataRecordError
 from sparklog.storage.object_store import (
     StorageLocationError,
