@@ -15,10 +15,10 @@ import re
 from pathlib import Path
 
 from sparklog.records.batch import NO_PARTITION_LEADER_EPOCH
+from sparklog.storage.abstract_index import CorruptIndexError
 from sparklog.storage.checkpoint import CorruptCheckpointError
 from sparklog.storage.config import LogConfig
 from sparklog.storage.epoch_cache import LeaderEpochFileCache
-from sparklog.storage.offset_index import CorruptIndexError
 from sparklog.storage.producer_state import ProducerStateManager
 from sparklog.storage.segment import LogSegment, file_name
 

@@ -31,8 +31,9 @@ from sparklog.records.batch import (
 from sparklog.records.crc import crc32c
 from sparklog.records.errors import CorruptRecordError
 from sparklog.records.file_records import ZERO_COPY_MIN_BYTES, FileSlice
+from sparklog.storage.abstract_index import CorruptIndexError
 from sparklog.storage.config import LogConfig
-from sparklog.storage.offset_index import CorruptIndexError, OffsetIndex
+from sparklog.storage.offset_index import OffsetIndex
 from sparklog.storage.time_index import TimeIndex
 from sparklog.storage.txn_index import TransactionIndex
 from sparklog.structs import NO_TIMESTAMP

@@ -1,21 +1,16 @@
-"""The sparse time index of a log segment (`<base>.timeindex`), Kafka's `TimeIndex` byte for byte."""
+"""The sparse time index of a log segment (`<base>.timeindex`), Kafka's `TimeIndex` byte for byte
+(the file handling, truncation and searches it shares with the offset index are `AbstractIndex`'s).
+"""
 
 from __future__ import annotations
 
-import os
 import struct
 from array import array
-from bisect import bisect_right
 from typing import NamedTuple
 
 import numpy as np
 
-from sparklog.storage.offset_index import (
-    DEFAULT_MAX_INDEX_SIZE_BYTES,
-    CorruptIndexError,
-    InvalidOffsetError,
-    SortedIndexFile,
-)
+from sparklog.storage.abstract_index import AbstractIndex, CorruptIndexError, InvalidOffsetError
 from sparklog.structs import NO_TIMESTAMP
 
 __all__ = ["NO_TIMESTAMP", "TimeIndex", "TimestampOffset"]
@@ -31,7 +26,7 @@ class TimestampOffset(NamedTuple):
     offset: int
 
 
-class TimeIndex(SortedIndexFile):
+class TimeIndex(AbstractIndex):
     """Maps timestamps to offsets in a segment: entry (T, O) says the largest timestamp seen
     before offset O is T, so any record with a timestamp above T comes at or after O.
 
@@ -47,34 +42,12 @@ class TimeIndex(SortedIndexFile):
     """
 
     entry_size_bytes = _ENTRY.size
+    kind = "time index"
 
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        base_offset: int,
-        max_index_size_bytes: int = DEFAULT_MAX_INDEX_SIZE_BYTES,
-    ) -> None:
-        if max_index_size_bytes < self.entry_size_bytes:
-            raise ValueError(f"Invalid max index size: {max_index_size_bytes}")
-        super().__init__(path, base_offset, create=True)
-        self.max_index_size_bytes = max_index_size_bytes
-        data = self._read_file()
+    def _load(self, data: bytes) -> None:
         loaded = np.frombuffer(data, dtype=_ENTRY_DTYPE, count=len(data) // _ENTRY.size)
         self._timestamps = array("q", loaded["timestamp"].astype(np.int64).tobytes())
         self._relative_offsets = array("i", loaded["relative_offset"].astype(np.int32).tobytes())
-
-    @property
-    def entries_count(self) -> int:
-        return len(self._timestamps)
-
-    @property
-    def max_entries(self) -> int:
-        return self.max_index_size_bytes // self.entry_size_bytes
-
-    @property
-    def size_bytes(self) -> int:
-        """Bytes used by the entries (Kafka's `sizeInBytes`)."""
-        return self.entries_count * self.entry_size_bytes
 
     @property
     def last_entry(self) -> TimestampOffset:
@@ -89,15 +62,8 @@ class TimeIndex(SortedIndexFile):
 
     def entry(self, n: int) -> TimestampOffset:
         """The n-th entry (0-based)."""
-        if not 0 <= n < self.entries_count:
-            raise IndexError(
-                f"entry {n} requested from time index {self.path} of {self.entries_count}"
-            )
+        self._check_slot(n)
         return TimestampOffset(self._timestamps[n], self.base_offset + self._relative_offsets[n])
-
-    def entries(self) -> list[TimestampOffset]:
-        """All entries, oldest first."""
-        return [self.entry(n) for n in range(self.entries_count)]
 
     def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> None:
         """Add `(timestamp, offset)` if `timestamp` is above the last entry's (Kafka's `maybeAppend`).
@@ -105,10 +71,8 @@ class TimeIndex(SortedIndexFile):
         An offset below the last entry's, or a timestamp below the last entry's, is a caller bug
         and raises; re-adding the last entry (as a roll does) is a no-op.
         """
-        if not skip_full_check and self.is_full():
-            raise ValueError(
-                f"Attempt to append to a full time index {self.path} ({self.entries_count})"
-            )
+        if not skip_full_check:
+            self._check_not_full()
         last = self.last_entry
         if self._timestamps and offset < last.offset:
             raise InvalidOffsetError(
@@ -129,7 +93,7 @@ class TimeIndex(SortedIndexFile):
 
     def lookup(self, target_timestamp: int) -> TimestampOffset:
         """The entry with the largest timestamp <= `target_timestamp`; `(-1, base_offset)` if none."""
-        slot = bisect_right(self._timestamps, target_timestamp) - 1
+        slot = self.largest_lower_bound_slot(self._timestamps, target_timestamp)
         if slot < 0:
             return TimestampOffset(NO_TIMESTAMP, self.base_offset)
         return self.entry(slot)
@@ -145,11 +109,7 @@ class TimeIndex(SortedIndexFile):
         # Copies, not views: see OffsetIndex.sanity_check.
         timestamps = np.frombuffer(self._timestamps.tobytes(), dtype=np.int64)
         relative = np.frombuffer(self._relative_offsets.tobytes(), dtype=np.int32)
-        if relative[0] < 0:
-            raise CorruptIndexError(
-                f"Corrupt time index found, time index file {self.path} has an offset "
-                f"{self.base_offset + int(relative[0])} less than the base offset {self.base_offset}"
-            )
+        self._check_base(int(relative[0]))
         bad = np.flatnonzero(np.diff(timestamps) <= 0)
         if bad.size:
             slot = int(bad[0]) + 1

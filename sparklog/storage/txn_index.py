@@ -11,7 +11,7 @@ import os
 import struct
 from dataclasses import dataclass
 
-from sparklog.storage.offset_index import CorruptIndexError, IndexFile
+from sparklog.storage.abstract_index import CorruptIndexError, IndexFile
 
 __all__ = ["ABORTED_TXN_VERSION", "AbortedTxn", "TransactionIndex"]
 

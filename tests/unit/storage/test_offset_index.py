@@ -8,13 +8,12 @@ import struct
 
 import pytest
 
-from sparklog.storage.offset_index import (
+from sparklog.storage.abstract_index import (
     CorruptIndexError,
     IndexOffsetOverflowError,
     InvalidOffsetError,
-    OffsetIndex,
-    OffsetPosition,
 )
+from sparklog.storage.offset_index import OffsetIndex, OffsetPosition
 
 BASE_OFFSET = 45
 

@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-from sparklog.storage.offset_index import (
+from sparklog.storage.abstract_index import (
     CorruptIndexError,
     IndexOffsetOverflowError,
     InvalidOffsetError,

@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from sparklog.storage.offset_index import CorruptIndexError
+from sparklog.storage.abstract_index import CorruptIndexError
 from sparklog.storage.txn_index import AbortedTxn, TransactionIndex
 
 ABORTED = [
