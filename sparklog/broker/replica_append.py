@@ -13,7 +13,7 @@ from sparklog.errors import CorruptMessageError, InvalidRecordError, InvalidRequ
 from sparklog.protocol import cooperative
 from sparklog.records.batch import batch_size_at
 from sparklog.storage.log_validator import RecordValidationError
-from sparklog.storage.producer_state import AppendOrigin
+from sparklog.storage.producer_append_info import AppendOrigin
 from sparklog.structs import TopicPartition
 
 

@@ -16,7 +16,7 @@ from sparklog.records.control import (
     EndTransactionMarker,
     build_end_txn_marker_batch,
 )
-from sparklog.storage.producer_state import AppendOrigin
+from sparklog.storage.producer_append_info import AppendOrigin
 
 #: How long a marker append waits for the in-sync replicas (Kafka: request.timeout.ms).
 MARKER_APPEND_TIMEOUT_MS = 30_000

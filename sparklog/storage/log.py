@@ -41,13 +41,13 @@ from sparklog.storage.epoch_cache import LeaderEpochFileCache
 from sparklog.storage.local_log import LocalLog
 from sparklog.storage.log_validator import DEFAULT_DECOMPRESSED_MAX_BYTES, validate_client_records
 from sparklog.storage.offset_assignment import restamped, stamped_pieces
-from sparklog.storage.producer_state import (
+from sparklog.storage.producer_append_info import (
     AppendOrigin,
     CompletedTxn,
     DuplicateBatch,
     ProducerAppendInfo,
-    ProducerStateManager,
 )
+from sparklog.storage.producer_state import ProducerStateManager
 from sparklog.storage.segment import LogSegment
 from sparklog.storage.txn_index import AbortedTxn
 from sparklog.structs import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP

@@ -75,7 +75,7 @@ class _Logs:
 
 def produce_records(data: bytes) -> None:
     """Produce payload bytes appended as a leader does: appended, or a Kafka error."""
-    from sparklog.storage.producer_state import AppendOrigin
+    from sparklog.storage.producer_append_info import AppendOrigin
 
     log = _Logs.get()
     with contextlib.suppress(KafkaError):

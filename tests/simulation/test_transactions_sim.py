@@ -48,7 +48,7 @@ from sparklog.records.control import (
     build_end_txn_marker_batch,
 )
 from sparklog.storage.log import Log
-from sparklog.storage.producer_state import AppendOrigin
+from sparklog.storage.producer_append_info import AppendOrigin
 from tests.simulation.txn_replicas import PartitionReplicas
 
 PARTITIONS = 3

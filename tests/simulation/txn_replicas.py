@@ -27,7 +27,7 @@ from sparklog.broker.truncation import truncation_for
 from sparklog.records.batch import iter_batches
 from sparklog.storage.config import LogConfig
 from sparklog.storage.log import Log
-from sparklog.storage.producer_state import AppendOrigin
+from sparklog.storage.producer_append_info import AppendOrigin
 from tests.log_checks import aborted_view, check_log_consistent, producer_view
 
 REPLICAS = 3

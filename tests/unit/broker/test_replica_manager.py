@@ -21,7 +21,7 @@ from sparklog.records.control import (
     build_end_txn_marker_batch,
 )
 from sparklog.storage.config import LogConfig
-from sparklog.storage.producer_state import AppendOrigin
+from sparklog.storage.producer_append_info import AppendOrigin
 
 NOW = 1_700_000_000_000
 NODE = 1

@@ -350,7 +350,7 @@ def test_transactions_lso_and_aborted_index(tmp_path):
         EndTransactionMarker,
         build_end_txn_marker_batch,
     )
-    from sparklog.storage.producer_state import AppendOrigin
+    from sparklog.storage.producer_append_info import AppendOrigin
 
     def txn(pid, values, seq):
         return batch(

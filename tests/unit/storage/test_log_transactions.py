@@ -16,7 +16,7 @@ from sparklog.records.control import (
 )
 from sparklog.storage.config import LogConfig
 from sparklog.storage.log import Log
-from sparklog.storage.producer_state import AppendOrigin
+from sparklog.storage.producer_append_info import AppendOrigin
 from sparklog.storage.txn_index import AbortedTxn
 from tests.log_checks import aborted_view, check_log_consistent, producer_view
 

@@ -21,6 +21,13 @@ from sparklog.records.control import (
     decode_end_txn_marker,
 )
 from sparklog.records.crc import crc32c
+from sparklog.storage.producer_append_info import (
+    AppendOrigin,
+    CompletedTxn,
+    DuplicateBatch,
+    ProducerAppendInfo,
+    TxnMetadata,
+)
 from sparklog.storage.producer_snapshot import (
     BatchMetadata,
     CorruptSnapshotError,
@@ -31,13 +38,8 @@ from sparklog.storage.producer_snapshot import (
 )
 from sparklog.storage.producer_state import (
     LATE_TRANSACTION_BUFFER_MS,
-    AppendOrigin,
-    CompletedTxn,
-    DuplicateBatch,
-    ProducerAppendInfo,
     ProducerStateEntry,
     ProducerStateManager,
-    TxnMetadata,
 )
 from sparklog.structs import INT32_MAX
 
