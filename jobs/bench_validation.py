@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import sparklog.storage.log as log_module
+import sparklog.storage.log_validator as validator_module
 from sparklog.records import CompressionType, SimpleRecord, build_batch, iter_batches
 from sparklog.storage.config import LogConfig
 from sparklog.storage.log import Log
@@ -57,9 +57,9 @@ def walk_mb_s(data: list[bytes], record_size: int) -> float:
 
 def append_mb_s(data: list[bytes], record_size: int, validate: bool) -> float:
     directory = Path(tempfile.mkdtemp(prefix="bench-validation-"))
-    original = log_module.validate_client_records
+    original = validator_module.validate_client_records
     if not validate:
-        log_module.validate_client_records = lambda *args, **kwargs: None
+        validator_module.validate_client_records = lambda *args, **kwargs: None
     try:
         now = int(time.time() * 1000)
         log = Log.open(directory / "t-0", LogConfig(), now_ms=now)
@@ -70,7 +70,7 @@ def append_mb_s(data: list[bytes], record_size: int, validate: bool) -> float:
         log.close()
         return value_mb(data, record_size) / seconds
     finally:
-        log_module.validate_client_records = original
+        validator_module.validate_client_records = original
         shutil.rmtree(directory, ignore_errors=True)
 
 

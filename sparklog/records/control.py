@@ -11,7 +11,7 @@ import enum
 import struct
 from dataclasses import dataclass
 
-from sparklog.records.batch import NO_PARTITION_LEADER_EPOCH, BatchHeader
+from sparklog.records.batch import NO_PARTITION_LEADER_EPOCH, BatchHeader, RecordBatch
 from sparklog.records.builder import SimpleRecord, build_batch
 from sparklog.records.errors import CorruptRecordError
 
@@ -90,3 +90,14 @@ def decode_end_txn_marker(
     if version < 0:
         raise CorruptRecordError(position, f"negative end-transaction marker version {version}")
     return EndTransactionMarker(kind, coordinator_epoch)
+
+
+def end_txn_marker_at(
+    buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader
+) -> EndTransactionMarker:
+    """The COMMIT/ABORT marker held by the control batch at `pos` of `buf` (one record)."""
+    raw = memoryview(buf)[pos : pos + header.size_in_bytes]
+    records = RecordBatch(raw, pos).records()
+    if len(records) != 1:
+        raise CorruptRecordError(pos, f"a control batch holds one record, this one {len(records)}")
+    return decode_end_txn_marker(header, records[0].key, records[0].value)

@@ -23,23 +23,22 @@ from pathlib import Path
 
 from sparklog.errors import (
     InvalidRecordError,
-    MessageTooLargeError,
     OffsetOutOfRangeError,
     OutOfOrderSequenceNumberError,
 )
 from sparklog.records.batch import (
     NO_PARTITION_LEADER_EPOCH,
     BatchHeader,
-    RecordBatch,
-    iter_batches,
 )
-from sparklog.records.control import EndTransactionMarker, decode_end_txn_marker
-from sparklog.records.errors import CorruptRecordError
+from sparklog.records.control import end_txn_marker_at
 from sparklog.records.file_records import FileRecords
 from sparklog.storage.config import LogConfig
 from sparklog.storage.epoch_cache import LeaderEpochFileCache
 from sparklog.storage.local_log import LocalLog
-from sparklog.storage.log_validator import DEFAULT_DECOMPRESSED_MAX_BYTES, validate_client_records
+from sparklog.storage.log_validator import (
+    DEFAULT_DECOMPRESSED_MAX_BYTES,
+    analyze_and_validate_records,
+)
 from sparklog.storage.offset_assignment import restamped, stamped_pieces
 from sparklog.storage.producer_append_info import (
     AppendOrigin,
@@ -176,9 +175,11 @@ class Log:
         """
         with self._lock:
             buf = memoryview(records).cast("B")
-            headers = self._validate_batches(
+            headers = analyze_and_validate_records(
                 buf,
+                self.config,
                 now_ms,
+                self.directory.name,
                 origin=AppendOrigin(origin),
                 decompressed_max_bytes=decompressed_max_bytes,
             )
@@ -210,7 +211,9 @@ class Log:
         """Append batches fetched from the leader as they are (offsets and epochs kept)."""
         with self._lock:
             buf = memoryview(records).cast("B")
-            headers = self._validate_batches(buf, now_ms, origin=AppendOrigin.REPLICATION)
+            headers = analyze_and_validate_records(
+                buf, self.config, now_ms, self.directory.name, origin=AppendOrigin.REPLICATION
+            )
             first = headers[0][1]
             if first.base_offset < self.log_end_offset:
                 raise InvalidRecordError(
@@ -220,49 +223,6 @@ class Log:
             pending = self._prepare_producer_state(buf, headers, AppendOrigin.REPLICATION)
             assert not isinstance(pending, DuplicateBatch)
             return self._append([buf], headers, pending, now_ms, None, -1)
-
-    def _validate_batches(
-        self,
-        buf: bytes | bytearray | memoryview,
-        now_ms: int,
-        *,
-        origin: AppendOrigin,
-        decompressed_max_bytes: int = DEFAULT_DECOMPRESSED_MAX_BYTES,
-    ) -> list[tuple[int, BatchHeader]]:
-        found: list[tuple[int, BatchHeader]] = []
-        for batch in iter_batches(buf):
-            header = batch.header
-            # Followers take what the leader accepted (Kafka does not re-check the size).
-            too_large = header.size_in_bytes > self.config.max_message_bytes
-            if too_large and origin is not AppendOrigin.REPLICATION:
-                raise MessageTooLargeError(
-                    f"batch of {header.size_in_bytes} bytes exceeds max.message.bytes "
-                    f"{self.config.max_message_bytes} of {self.directory.name}"
-                )
-            batch.ensure_valid()
-            if origin is not AppendOrigin.REPLICATION:
-                self._validate_client_batch(header, origin)
-            found.append((batch.position, header))
-        if not found:
-            raise InvalidRecordError("an append needs at least one record batch")
-        if origin is AppendOrigin.CLIENT:
-            validate_client_records(
-                buf, found, self.config, now_ms, self.directory.name, decompressed_max_bytes
-            )
-        return found
-
-    def _validate_client_batch(self, header: BatchHeader, origin: AppendOrigin) -> None:
-        if header.records_count == 0 or header.records_count != header.last_offset_delta + 1:
-            raise InvalidRecordError(
-                f"batch declares {header.records_count} records but lastOffsetDelta "
-                f"{header.last_offset_delta}; client batches hold offset deltas 0..n-1"
-            )
-        if header.is_control != (origin is AppendOrigin.COORDINATOR):
-            raise InvalidRecordError(
-                "clients may not write control batches"
-                if header.is_control
-                else "the coordinator appends only control batches"
-            )
 
     def _prepare_producer_state(
         self,
@@ -275,7 +235,7 @@ class Log:
         for pos, header in headers:
             if not header.has_producer_id:
                 continue
-            marker = _marker_of(buf, pos, header) if header.is_control else None
+            marker = end_txn_marker_at(buf, pos, header) if header.is_control else None
             result = self.producer_state.prepare_append(
                 header, origin, marker=marker, pending=pending.get(header.producer_id)
             )
@@ -370,7 +330,7 @@ class Log:
                     marker = None
                     if header.is_control and header.has_producer_id:
                         raw = segment.read_bytes(found.position, header.size_in_bytes)
-                        marker = _marker_of(raw, 0, header)
+                        marker = end_txn_marker_at(raw, 0, header)
                     recovered = self.producer_state.replay_batch(header, marker)
                     if recovered is not None and recovered.txn.is_aborted:
                         txn = recovered.txn
@@ -631,14 +591,3 @@ def _aborted_txn(completed: CompletedTxn, last_stable_offset: int) -> AbortedTxn
     return AbortedTxn(
         completed.producer_id, completed.first_offset, completed.last_offset, last_stable_offset
     )
-
-
-def _marker_of(
-    buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader
-) -> EndTransactionMarker:
-    """The COMMIT/ABORT marker held by the control batch at `pos`."""
-    raw = memoryview(buf)[pos : pos + header.size_in_bytes]
-    records = RecordBatch(raw, pos).records()
-    if len(records) != 1:
-        raise CorruptRecordError(pos, f"a control batch holds one record, this one {len(records)}")
-    return decode_end_txn_marker(header, records[0].key, records[0].value)

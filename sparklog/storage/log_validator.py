@@ -1,7 +1,8 @@
 """What a leader checks in a client's batches before appending them (Kafka's `LogValidator`).
 
-The log has already checked each batch's header and CRC. Here every record of every batch is
-walked, by the native core in one pass that builds nothing when it is there (`leader_check`:
+`analyze_and_validate_records` checks each batch of an append (size, CRC, record count,
+control batches; Kafka's `UnifiedLog.analyzeAndValidateRecords`), then, for clients,
+`validate_client_records` walks every record of every batch, by the native core in one pass that builds nothing when it is there (`leader_check`:
 it only ever says "passes" or "ask the reference"), else, and whenever it is unsure, by
 `records.record_walk`: the structure must parse, offset deltas must run 0..n-1 (the
 broker never re-encodes, so readers see exactly these deltas), the header's maxTimestamp must
@@ -43,11 +44,13 @@ from sparklog.records.batch import (
     TIMESTAMP_TYPE_MASK,
     BatchHeader,
     TimestampType,
+    iter_batches,
 )
 from sparklog.records.compression import DECOMPRESSED_MAX_BYTES, CompressionType, decompress
 from sparklog.records.errors import CorruptRecordError, DecompressedTooLargeError
 from sparklog.records.record_walk import BatchFacts, walk_records
 from sparklog.storage.config import LogConfig
+from sparklog.storage.producer_append_info import AppendOrigin
 
 _SHOWN_ERRORS = 3
 _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1  # Kafka's message lists the first three record errors
@@ -134,6 +137,55 @@ def validate_client_records(
                     f"a batch to {partition} says maxTimestamp {header.max_timestamp} but its "
                     f"records' latest timestamp is {latest}"
                 )
+
+
+def analyze_and_validate_records(
+    buf: bytes | bytearray | memoryview,
+    config: LogConfig,
+    now_ms: int,
+    partition: str,
+    *,
+    origin: AppendOrigin,
+    decompressed_max_bytes: int = DEFAULT_DECOMPRESSED_MAX_BYTES,
+) -> list[tuple[int, BatchHeader]]:
+    """The batches of an append as (position, header), each checked (Kafka's
+    `UnifiedLog.analyzeAndValidateRecords` and `LogValidator`): size against
+    max.message.bytes and CRC for all; record counts, control batches and, for clients, every
+    record (`validate_client_records`) unless `origin` is REPLICATION (a follower takes what
+    its leader accepted). Raises as `Log.append_as_leader` documents; nothing is written."""
+    found: list[tuple[int, BatchHeader]] = []
+    for batch in iter_batches(buf):
+        header = batch.header
+        # Followers take what the leader accepted (Kafka does not re-check the size).
+        too_large = header.size_in_bytes > config.max_message_bytes
+        if too_large and origin is not AppendOrigin.REPLICATION:
+            raise MessageTooLargeError(
+                f"batch of {header.size_in_bytes} bytes exceeds max.message.bytes "
+                f"{config.max_message_bytes} of {partition}"
+            )
+        batch.ensure_valid()
+        if origin is not AppendOrigin.REPLICATION:
+            _validate_client_batch(header, origin)
+        found.append((batch.position, header))
+    if not found:
+        raise InvalidRecordError("an append needs at least one record batch")
+    if origin is AppendOrigin.CLIENT:
+        validate_client_records(buf, found, config, now_ms, partition, decompressed_max_bytes)
+    return found
+
+
+def _validate_client_batch(header: BatchHeader, origin: AppendOrigin) -> None:
+    if header.records_count == 0 or header.records_count != header.last_offset_delta + 1:
+        raise InvalidRecordError(
+            f"batch declares {header.records_count} records but lastOffsetDelta "
+            f"{header.last_offset_delta}; client batches hold offset deltas 0..n-1"
+        )
+    if header.is_control != (origin is AppendOrigin.COORDINATOR):
+        raise InvalidRecordError(
+            "clients may not write control batches"
+            if header.is_control
+            else "the coordinator appends only control batches"
+        )
 
 
 def _sections(
