@@ -22,7 +22,7 @@ import numpy as np
 
 from sparklog.errors import InvalidRecordError
 from sparklog.records import native
-from sparklog.records.arrow_decode import BatchSpans, le64, native_sections, read_headers
+from sparklog.records.arrow_decode import native_sections
 from sparklog.records.arrow_scan import Marks, scan_group
 from sparklog.records.batch import (
     COMPRESSION_MASK,
@@ -31,6 +31,7 @@ from sparklog.records.batch import (
     RecordBatch,
     TimestampType,
 )
+from sparklog.records.batch_spans import BatchSpans, le64, read_headers
 from sparklog.records.compression import DECOMPRESSED_MAX_BYTES
 from sparklog.records.errors import CorruptRecordError
 from sparklog.records.record import decode_records

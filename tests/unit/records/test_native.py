@@ -486,7 +486,7 @@ def test_lz4_frames_are_bounded_alike(data, checksums, store_size, draw) -> None
 
 @needs_core
 def test_the_native_checks_leave_an_lz4_bomb_to_the_reference() -> None:
-    from sparklog.records.arrow_decode import le64
+    from sparklog.records.batch_spans import le64
 
     batch = build_batch([SimpleRecord(bytes(3 << 20))], compression=CompressionType.LZ4)
     h = next(iter_batches(batch)).header
