@@ -29,6 +29,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparklog.records import native
+from sparklog.records.arrow_varints import (
+    length_widths,
+    lengths_field,
+    ragged,
+    uniform,
+    varint_field,
+    varint_widths,
+    widths_part,
+    zigzag,
+)
 from sparklog.records.batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
@@ -48,7 +58,6 @@ _MIN_RECORD_BYTES = 7  # length + attributes + tsDelta + offsetDelta + keyLen + 
 _CRC_OFFSET = 17
 _CRC_START = 21
 _INT32_MAX = 0x7FFFFFFF
-_Varints = tuple[np.ndarray, np.ndarray | int]  # (zigzag values, widths: array or one int)
 # The 61-byte v2 batch header (Kafka's DefaultRecordBatch) as a big-endian numpy record.
 HEADER_DTYPE = np.dtype(
     [
@@ -277,21 +286,21 @@ def _columns(records: pa.RecordBatch | pa.Table, now_ms: int | None) -> _Columns
             header_count = None
     key_len = wire_lengths(keys) if keys is not None else np.full(n, -1, dtype=np.int64)
     value_len = wire_lengths(values)
-    key_widths = _length_widths(key_len)
-    value_widths = _length_widths(value_len)
+    key_widths = length_widths(key_len)
+    value_widths = length_widths(value_len)
     tail_bytes = np.maximum(key_len, 0) + np.maximum(value_len, 0) + key_widths + value_widths
     if header_count is None:
         tail_bytes += 1
     else:
-        tail_bytes += _length_widths(header_count) + np.diff(_offsets(header_blobs))
+        tail_bytes += length_widths(header_count) + np.diff(_offsets(header_blobs))
     return _Columns(
         keys=keys,
         values=values,
         timestamps=timestamps,
         key_len=key_len,
-        key_widths=_uniform(key_widths),
+        key_widths=uniform(key_widths),
         value_len=value_len,
-        value_widths=_uniform(value_widths),
+        value_widths=uniform(value_widths),
         header_count=header_count,
         header_blobs=header_blobs,
         tail_bytes=tail_bytes,
@@ -382,8 +391,8 @@ def _encode_headers(headers: pa.Array) -> tuple[np.ndarray, pa.Array | None]:
         raise ValueError("header keys must not be null (Kafka's RecordHeader requires a key)")
     key_len = wire_lengths(h_keys)
     value_len = wire_lengths(h_values)
-    key_prefix = _ragged([_varint_field(key_len)])
-    value_prefix = _ragged([_varint_field(value_len)])
+    key_prefix = ragged([varint_field(key_len)])
+    value_prefix = ragged([varint_field(value_len)])
     encoded = _join([key_prefix, h_keys, value_prefix, h_values], h_values.null_count > 0)
     entry_offsets = np.frombuffer(encoded.buffers()[1], dtype=np.int32)[: len(encoded) + 1]
     blob_offsets = entry_offsets[offsets - offsets[0]].astype(np.int32)
@@ -416,8 +425,8 @@ def _record_size_bounds(cols: _Columns, max_batch_bytes: int) -> np.ndarray:
     # |tsDelta| <= max - min of all timestamps; offsetDelta < records per batch.
     max_records = min(len(cols), max_batch_bytes // _MIN_RECORD_BYTES + 1)
     reach = np.array([2 * (int(ts.max()) - int(ts.min())), 2 * max_records], dtype=np.uint64)
-    body = cols.tail_bytes + (1 + int(_varint_widths(reach).sum()))
-    return body + _varint_widths(_zigzag(body))
+    body = cols.tail_bytes + (1 + int(varint_widths(reach).sum()))
+    return body + varint_widths(zigzag(body))
 
 
 def _split(bounds: np.ndarray, max_batch_bytes: int) -> np.ndarray:
@@ -472,26 +481,26 @@ def _encode_records(
     if core is not None:
         return _encode_records_native(core, cols, lo, hi, ts_delta, offset_delta)
     n = hi - lo
-    ts_field = _varint_field(ts_delta)
-    offset_field = _varint_field(offset_delta)
+    ts_field = varint_field(ts_delta)
+    offset_field = varint_field(offset_delta)
     body = cols.tail_bytes[lo:hi] + ts_field[1] + offset_field[1] + 1
-    length_field = _varint_field(body)
-    key_field = _length_field(cols.key_len[lo:hi], _part(cols.key_widths, lo, hi))
-    value_field = _length_field(cols.value_len[lo:hi], _part(cols.value_widths, lo, hi))
+    length_field = varint_field(body)
+    key_field = lengths_field(cols.key_len[lo:hi], widths_part(cols.key_widths, lo, hi))
+    value_field = lengths_field(cols.value_len[lo:hi], widths_part(cols.value_widths, lo, hi))
     fields = [length_field, _ZERO, ts_field, offset_field, key_field]
     if cols.header_count is None:
         fields, skip, suffix = [_ZERO, *fields], 1, []  # previous record's count, then this
     else:
         count = cols.header_count[lo:hi]
-        count_field = _length_field(count, _uniform(_length_widths(count)))
-        skip, suffix = 0, [_ragged([count_field]), cols.header_blobs.slice(lo, n)]
+        count_field = lengths_field(count, uniform(length_widths(count)))
+        skip, suffix = 0, [ragged([count_field]), cols.header_blobs.slice(lo, n)]
     values = cols.values.slice(lo, n)
     if cols.keys is None:  # keyLen -1 and no key bytes: prefix and valueLen are one part
-        parts = [_ragged([*fields, value_field], skip), values, *suffix]
+        parts = [ragged([*fields, value_field], skip), values, *suffix]
         nulls = values.null_count
     else:
         keys = cols.keys.slice(lo, n)
-        parts = [_ragged(fields, skip), keys, _ragged([value_field]), values, *suffix]
+        parts = [ragged(fields, skip), keys, ragged([value_field]), values, *suffix]
         nulls = keys.null_count + values.null_count
     joined = _join(parts, nulls > 0)
     return memoryview(joined.buffers()[2]), np.cumsum(body + length_field[1])
@@ -546,92 +555,6 @@ def _join(parts: list[pa.Array], has_nulls: bool) -> pa.Array:
             *parts, b"", null_handling="replace", null_replacement=""
         )
     return pc.binary_join_element_wise(*parts, b"")
-
-
-# ----------------------------------------------------------------------------------- varints
-
-
-def _zigzag(values: np.ndarray) -> np.ndarray:
-    """Zigzag of int64 values as uint64 (Kafka's `ByteUtils.writeVarlong` mapping)."""
-    v = values.astype(np.int64, copy=False)
-    return ((v << 1) ^ (v >> 63)).view(np.uint64)
-
-
-def _varint_widths(z: np.ndarray) -> np.ndarray:
-    """Encoded size in bytes (1..10) of each zigzagged value (int64)."""
-    widths = np.ones(len(z), dtype=np.int64)
-    top = int(z.max(initial=0))
-    shift = 7
-    while shift < 64 and top >> shift:
-        widths += z >= np.uint64(1 << shift)
-        shift += 7
-    return widths
-
-
-def _varint_field(values: np.ndarray) -> _Varints:
-    """(zigzag values, widths) of one varint field; widths an int when all equal."""
-    z = _zigzag(values)
-    return z, _uniform(_varint_widths(z))
-
-
-def _length_widths(lengths: np.ndarray) -> np.ndarray:
-    """Varint sizes of lengths >= -1 (zigzag 2 * length; -1 is 1), int64."""
-    widths = np.ones(len(lengths), dtype=np.int64)
-    top = int(lengths.max(initial=0))
-    for bits in (6, 13, 20, 27):
-        if top < 1 << bits:
-            break
-        widths += lengths >= 1 << bits
-    return widths
-
-
-def _uniform(widths: np.ndarray) -> np.ndarray | int:
-    """`widths` as one int when all are equal (no ragged selection needed then)."""
-    if len(widths) and widths.min() == widths.max():
-        return int(widths[0])
-    return widths
-
-
-def _part(widths: np.ndarray | int, lo: int, hi: int) -> np.ndarray | int:
-    return widths if isinstance(widths, int) else _uniform(widths[lo:hi])
-
-
-def _length_field(lengths: np.ndarray, widths: np.ndarray | int) -> _Varints:
-    return _zigzag(lengths), widths
-
-
-def _ragged(fields: list[_Varints], skip: int = 0) -> pa.Array:
-    """A binary array whose row i is the varints of each field's row i, back to back
-    (leaving out the first `skip` bytes of row 0)."""
-    n = max(len(z) for z, _ in fields)
-    max_widths = [w if isinstance(w, int) else int(w.max(initial=1)) for _, w in fields]
-    matrix = np.empty((n, sum(max_widths)), dtype=np.uint8)
-    mask = None
-    col = 0
-    for (z, widths), wmax in zip(fields, max_widths, strict=True):
-        fixed = isinstance(widths, int)
-        if not fixed and mask is None:
-            mask = np.ones(matrix.shape, dtype=bool)
-        for k in range(wmax):
-            byte = (z >> np.uint64(7 * k)).astype(np.uint8) if k else z.astype(np.uint8)
-            if k + 1 < wmax:  # bytes before the last carry the continuation bit
-                byte |= np.uint8(0x80)
-                if not fixed:
-                    byte &= np.where(widths > k + 1, np.uint8(0xFF), np.uint8(0x7F))
-            matrix[:, col + k] = byte  # the last byte is < 0x80: z < 2**(7 * wmax)
-            if not fixed and k:
-                mask[:, col + k] = widths > k
-        col += wmax
-    row_len = sum(w for _, w in fields)
-    offsets = np.empty(n + 1, dtype=np.int32)
-    offsets[0] = skip
-    if isinstance(row_len, int):
-        offsets[1:] = np.arange(1, n + 1, dtype=np.int32) * row_len
-        data = matrix.reshape(-1)
-    else:
-        np.cumsum(row_len, out=offsets[1:])
-        data = matrix[mask]
-    return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
 def _offsets(arr: pa.Array) -> np.ndarray:
