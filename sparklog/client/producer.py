@@ -42,6 +42,7 @@ from .accumulator import (
     RecordMetadata,
     estimate_record_bytes,
 )
+from .arrow_send import BatchesFuture, byte_lengths, split_by_partition
 from .config import producer_config
 from .metadata import Metadata
 from .network import NetworkClient, now_ms
@@ -368,10 +369,10 @@ class KafkaProducer:
         ]
         data = record_batch.select(columns)
         max_batch_bytes = max(c["batch.size"], c["max.request.size"] - _REQUEST_OVERHEAD_BYTES)
-        aggregate = _Aggregate()
+        aggregate = BatchesFuture()
         encoded: list[tuple[int, bytes]] = []
         wall_ms = int(time.time() * 1000)
-        for p, part in _by_partition(data, partitions):
+        for p, part in split_by_partition(data, partitions):
             for raw in build_batches(
                 part, now_ms=wall_ms, compression=self._compression, max_batch_bytes=max_batch_bytes
             ):
@@ -425,8 +426,8 @@ class KafkaProducer:
         keys = batch.column("key") if "key" in batch.schema.names else None
         if isinstance(keys, pa.ChunkedArray):
             keys = keys.combine_chunks()
-        sizes = _byte_lengths(batch, "value") + (
-            _byte_lengths(batch, "key") if keys is not None else 0
+        sizes = byte_lengths(batch, "value") + (
+            byte_lengths(batch, "key") if keys is not None else 0
         )
         with self._lock:
             return self._partitioner.partition_array(topic, keys, sizes, self._metadata.cluster)
@@ -483,70 +484,6 @@ class KafkaProducer:
             raise ClientClosedError("cannot send after the producer is closed")
         if self._sender.fatal_error is not None:
             raise self._sender.fatal_error
-
-
-class _Aggregate:
-    """One future over many batches: the list of their metadata, or the first error."""
-
-    def __init__(self) -> None:
-        self.future: Future = Future()
-        self._lock = threading.Lock()
-        self._results: list[BatchMetadata] = []
-        self._expected = 0
-        self._finished = 0
-
-    def expect(self, count: int) -> None:
-        self._expected = count
-        if count == 0:
-            self.future.set_result([])
-
-    def thunk(self) -> Callable:
-        def complete(metadata: Any, error: BaseException | None) -> None:
-            with self._lock:
-                self._finished += 1
-                if metadata is not None:
-                    self._results.append(metadata)
-                done = self._finished == self._expected
-            if error is not None and not self.future.done():
-                self.future.set_exception(error)
-            elif done and not self.future.done():
-                self.future.set_result(
-                    sorted(self._results, key=lambda m: (m.partition, m.base_offset))
-                )
-
-        return complete
-
-
-def _by_partition(
-    data: pa.RecordBatch | pa.Table, partitions: np.ndarray
-) -> list[tuple[int, pa.RecordBatch | pa.Table]]:
-    """(partition, its rows in their original order) for each partition present: one stable
-    sort and one `take` for all partitions (none when all rows go to one), then slices."""
-    if not len(partitions):
-        return []
-    first = int(partitions[0])
-    if (partitions == first).all():
-        return [(first, data)]
-    # Stable argsort of 16-bit keys is a radix sort: about 4x faster than on int32.
-    keys = partitions.astype(np.int16) if int(partitions.max()) < 1 << 15 else partitions
-    order = np.argsort(keys, kind="stable")
-    sorted_parts = partitions[order]
-    starts = [0, *(np.flatnonzero(np.diff(sorted_parts)) + 1).tolist(), len(order)]
-    rows = data.take(pa.array(order))
-    return [
-        (int(sorted_parts[lo]), rows.slice(lo, hi - lo))
-        for lo, hi in zip(starts[:-1], starts[1:], strict=True)
-    ]
-
-
-def _byte_lengths(batch: pa.RecordBatch | pa.Table, name: str) -> np.ndarray:
-    column = batch.column(name)
-    if pa.types.is_null(column.type):
-        return np.zeros(batch.num_rows, dtype=np.int64)
-    lengths = pc.fill_null(pc.binary_length(column), 0)
-    if isinstance(lengths, pa.ChunkedArray):
-        lengths = lengths.combine_chunks()
-    return np.asarray(lengths.to_numpy(zero_copy_only=False), dtype=np.int64) + 8
 
 
 def _serialize(serializer: Any, topic: str, data: Any, what: str) -> bytes | None:
