@@ -13,7 +13,9 @@ stop and are hosted alike (Kafka's servers share the `startup()` / `shutdown()` 
   `shutdown()` there and joins the thread even if the shutdown failed;
 - `call_in_loop(fn)`: `fn()` on the server's loop, from any thread;
 - `_enter_loop()`: what `start()` does first, recording the loop it runs on;
-- `_bind_listener(...)`: bind a listening `KafkaServer` (port 0: the port the OS chose);
+- `_bind_listener(...)`: build and bind a listening `KafkaServer` (port 0: the port the OS
+  chose); the broker builds its listener, with its connection limits, at construction and
+  binds it in `start()` after claiming its data dir;
 - `_spawn(coro, name)` / `_cancel_tasks()`: background tasks owned by the server, a failed
   one reported to `_on_task_failed`, all cancelled and awaited at shutdown.
 
@@ -90,9 +92,9 @@ class ServerLifecycle:
         return task
 
     def _task_done(self, task: asyncio.Task) -> None:
-        if task.cancelled() or task.exception() is None:
-            return
-        self._on_task_failed(task, task.exception())  # type: ignore[arg-type]
+        error = None if task.cancelled() else task.exception()
+        if error is not None:
+            self._on_task_failed(task, error)
 
     def _on_task_failed(self, task: asyncio.Task, error: BaseException) -> None:
         """A background task ended with `error` (default: log it)."""
