@@ -40,9 +40,9 @@ from sparklog.storage.checkpoint import (
     fsync_dir,
     write_atomically,
 )
-from sparklog.storage.cleaner import LogCleaner
 from sparklog.storage.config import LogConfig
 from sparklog.storage.log import Log
+from sparklog.storage.log_cleaner import LogCleaner
 from sparklog.structs import TopicPartition
 
 logger = logging.getLogger(__name__)

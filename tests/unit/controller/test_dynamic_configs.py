@@ -18,7 +18,8 @@ from sparklog.metadata.configs import (
 )
 from sparklog.metadata.image import BROKER_RESOURCE, GROUP_RESOURCE
 from sparklog.settings import REGISTRY, Scope, UpdateMode
-from sparklog.storage.cleaner import CleanerConfig, LogCleaner
+from sparklog.storage.cleaner import CleanerConfig
+from sparklog.storage.log_cleaner import LogCleaner
 
 from .harness import Harness
 

@@ -22,7 +22,7 @@ from sparklog.records import (
 )
 from sparklog.records.compression import CompressionType
 from sparklog.storage.checkpoint import OffsetCheckpointFile
-from sparklog.storage.cleaner import Cleaner, CleanerConfig, LogCleaner, group_segments_by_size
+from sparklog.storage.cleaner import Cleaner, CleanerConfig, group_segments_by_size
 from sparklog.storage.cleaner_manager import (
     CLEANER_CHECKPOINT_FILE,
     CleanerManager,
@@ -32,6 +32,7 @@ from sparklog.storage.cleaner_manager import (
 )
 from sparklog.storage.config import LogConfig
 from sparklog.storage.log import Log
+from sparklog.storage.log_cleaner import LogCleaner
 from sparklog.storage.offset_map import OffsetMap
 
 NOW = 1_700_000_000_000

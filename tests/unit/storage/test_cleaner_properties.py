@@ -18,9 +18,10 @@ from sparklog.records import (
 )
 from sparklog.records.compression import CompressionType
 from sparklog.records.control import control_type_of
-from sparklog.storage.cleaner import CleanerConfig, LogCleaner
+from sparklog.storage.cleaner import CleanerConfig
 from sparklog.storage.config import LogConfig
 from sparklog.storage.log import Log
+from sparklog.storage.log_cleaner import LogCleaner
 
 NOW = 1_700_000_000_000
 RETENTION_MS = 5_000
