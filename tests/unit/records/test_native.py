@@ -313,6 +313,23 @@ def test_a_leaders_record_walk_matches_the_reference(records, codec, data) -> No
     assert fast == reference
 
 
+def test_a_zstd_header_damaged_to_declare_gigabytes_is_refused_alike() -> None:
+    """The example Hypothesis found: one null record, zstd, byte 65 (the frame's content
+    size) set to 208, so the frame declares more than 2 GiB; both walks refuse it alike."""
+    from sparklog.records.record_walk import walk_records
+
+    records = pa.RecordBatch.from_pydict(
+        {"value": pa.array([None], pa.binary()), "timestamp": pa.array([None], pa.int64())}
+    )
+    buf = bytearray(b"".join(build_batches(records, now_ms=5, compression=CompressionType.ZSTD)))
+    buf[65] = 208
+    batches = [(b.position, b.header) for b in iter_batches(buf)]
+    assert [read_section(buf, pos, h) for pos, h in batches] == [b""]
+    fast, reference = both(lambda: walk_records(bytes(buf), batches, 2**31 - 1))
+    assert fast == reference
+    assert reference[0] == "DecompressedTooLargeError"
+
+
 @needs_core
 @SETTINGS
 @given(rows(), st.sampled_from(CODECS), st.data())
@@ -450,10 +467,11 @@ def test_the_records_builder_refuses_bad_headers_and_empty_batches_alike() -> No
 
 
 def read_section(buf, pos: int, h) -> bytes:
-    """Batch `pos`'s records section decompressed without a bound (b"" when it does not)."""
+    """Batch `pos`'s records section decompressed under the default bound (b"" when it does
+    not decompress, or when a damaged header declares more than the bound holds)."""
     try:
         return decompress(h.compression, bytes(buf[pos + 61 : pos + h.size_in_bytes]))
-    except CorruptRecordError:
+    except (CorruptRecordError, DecompressedTooLargeError):
         return b""
 
 
