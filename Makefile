@@ -88,9 +88,11 @@ test-unit: $(STAMP) $(NATIVE)
 test-fast: $(STAMP) $(NATIVE) $(JARS_STAMPS) kcat netns-tools
 	$(PY) -m pytest -m "not slow" -q
 
+# ruff, then the type checker over sparklog/ (mypy; its settings are in pyproject.toml)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check sparklog tests jobs notebooks
 	$(VENV)/bin/ruff format --check sparklog tests jobs notebooks
+	$(PY) -m mypy
 
 bench: $(STAMP) $(NATIVE)
 	$(PY) jobs/bench_records.py

@@ -454,7 +454,7 @@ class Table(Mapping[str, Setting]):
     def __len__(self) -> int:
         return len(self._by_name)
 
-    def __or__(self, other: Mapping[str, Setting]) -> Table:  # type: ignore[override]
+    def __or__(self, other: Mapping[str, Setting]) -> Table:
         return Table([*self.values(), *other.values()])
 
     def default(self, name: str) -> Any:

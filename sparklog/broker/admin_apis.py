@@ -260,6 +260,7 @@ def forward_error_response(request: Request, code: int, message: str) -> Any:
     """The response to a forwarded admin request that never reached the controller."""
     body = request.body
     key = ApiKey(request.api_key)
+    data: dict[str, Any]
     if key == ApiKey.CREATE_TOPICS:
         data = {
             "topics": [

@@ -244,17 +244,17 @@ class BrokerConfig:
     @classmethod
     def from_properties(cls, props: Mapping[str, object] | None = None) -> BrokerConfig:
         """Parse Kafka-named broker properties; raises ConfigError naming a bad value."""
-        props = {str(k): str(v) for k, v in (props or {}).items()}
-        values = _TABLE.parse(props, unknown="ignore", by_attr=True)
+        given = {str(k): str(v) for k, v in (props or {}).items()}
+        values = _TABLE.parse(given, unknown="ignore", by_attr=True)
         cleaner = CleanerConfig(
             **{a: values.pop(a) for a in CLEANER_SETTINGS.defaults_by_attr() if a in values}
         )
-        endpoint = props.get("sparklog.group.coordinator.endpoint")
-        if "listeners.host" in props:
-            values["listeners"] = f"PLAINTEXT://{props['listeners.host']}:0"
+        endpoint = given.get("sparklog.group.coordinator.endpoint")
+        if "listeners.host" in given:
+            values["listeners"] = f"PLAINTEXT://{given['listeners.host']}:0"
         unknown = [
             name
-            for name in props
+            for name in given
             if name not in _ATTRS and REGISTRY.find(name, SERVER_SCOPES) is None
         ]
         if unknown:
@@ -262,9 +262,9 @@ class BrokerConfig:
         return cls(
             **values,
             sparklog_group_coordinator_endpoint=endpoint or None,
-            cluster=ControllerConfig.from_properties(props),
+            cluster=ControllerConfig.from_properties(given),
             cleaner=cleaner,
-            originals=props,
+            originals=given,
             unknown=tuple(unknown),
         )
 

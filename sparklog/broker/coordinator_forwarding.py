@@ -126,8 +126,12 @@ class CoordinatorForwarding:
         chosen = coordinator_broker(key, [b.broker_id for b in brokers])
         broker = next((b for b in brokers if b.broker_id == chosen), None)
         if broker is None:
-            fields = {"error_code": ErrorCode(CoordinatorNotAvailableError.code)}
-            fields.update(node_id=i32(-1), host="", port=i32(-1))
+            fields: dict[str, Any] = {
+                "error_code": ErrorCode(CoordinatorNotAvailableError.code),
+                "node_id": i32(-1),
+                "host": "",
+                "port": i32(-1),
+            }
             if hasattr(entry, "error_message"):
                 fields["error_message"] = "no live broker to name as coordinator"
             return dataclasses.replace(entry, **fields)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import cast
 
 from sparklog.broker.fetch_params import FetchPartition, FetchResult, Unchanged
 from sparklog.errors import FetchSessionIdNotFoundError, InvalidFetchSessionEpochError
@@ -86,7 +87,7 @@ class FetchSession:
     ) -> None:
         """An incremental request: add or update its partitions, drop the forgotten ones."""
         for p in requested:
-            tp = (p.topic, p.partition)
+            tp = TopicPartition(p.topic, p.partition)
             cached = self.partitions.get(tp)
             if cached is None:
                 self.partitions[tp] = CachedPartition(p)
@@ -122,12 +123,14 @@ class FetchContext:
         pairs = list(zip(self.partitions, results, strict=True))
         if self.kind == "error":
             return self.error_code, INVALID_SESSION_ID, []
+        # only an incremental session's reader skips partitions (`unchanged` is None otherwise)
+        whole = cast(list[tuple[FetchPartition, FetchResult]], pairs)
         if self.kind == "sessionless":
-            return 0, INVALID_SESSION_ID, pairs
+            return 0, INVALID_SESSION_ID, whole
         if self.kind == "full":
             assert self.cache is not None
-            session_id = self.cache.maybe_create(self.now_ms, self.privileged, pairs)
-            return 0, session_id, pairs
+            session_id = self.cache.maybe_create(self.now_ms, self.privileged, whole)
+            return 0, session_id, whole
         session = self.session
         assert session is not None
         if session.epoch != next_epoch(self.request_epoch):  # another request used the session
@@ -136,7 +139,7 @@ class FetchContext:
         for p, r in pairs:
             if r is None:
                 continue
-            tp = (p.topic, p.partition)
+            tp = TopicPartition(p.topic, p.partition)
             cached = session.partitions.get(tp)
             if cached is None or not cached.must_respond(r):
                 continue
@@ -178,7 +181,7 @@ class FetchSessionCache:
         for p, r in pairs:
             cached = CachedPartition(p)
             cached.must_respond(r)
-            partitions[(p.topic, p.partition)] = cached
+            partitions[TopicPartition(p.topic, p.partition)] = cached
         session_id = self._new_id()
         self.sessions[session_id] = FetchSession(
             session_id, privileged, partitions, now_ms, now_ms, next_epoch(INITIAL_EPOCH)

@@ -20,9 +20,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 from sparklog.broker.partition import IsrChangeProposed
 from sparklog.errors import KafkaError, NetworkExceptionError
@@ -57,12 +57,23 @@ class PendingProposal:
         )
 
 
+class AlterPartitionChannel(Protocol):
+    """Where AlterPartition requests go: the broker's controller client (`ControllerClient`),
+    or a test's fake controller."""
+
+    async def alter_partition(
+        self, broker_id: int, broker_epoch: int, changes: Sequence[IsrChange]
+    ) -> list[IsrChangeOutcome]:
+        """One outcome per change; raises the KafkaError of a top-level error."""
+        ...
+
+
 class AlterPartitionManager:
     """Batches ISR proposals into AlterPartition requests to `controller`."""
 
     def __init__(
         self,
-        controller: Any,
+        controller: AlterPartitionChannel,
         broker_id: int,
         broker_epoch: Callable[[], int],
         on_outcome: OutcomeHandler,

@@ -89,7 +89,9 @@ def produce_entries(body: Any) -> dict[TopicPartition, bytes | None]:
     entries: dict[TopicPartition, bytes | None] = {}
     for topic in body.topic_data:
         for p in topic.partition_data:
-            entries[(topic.name, int(p.index))] = None if p.records is None else bytes(p.records)
+            entries[TopicPartition(topic.name, int(p.index))] = (
+                None if p.records is None else bytes(p.records)
+            )
     return entries
 
 
@@ -132,7 +134,7 @@ def partitions_of(topics: Iterable[Any]) -> Iterator[tuple[Any, Any]]:
 def forgotten_partitions(body: Any) -> list[TopicPartition]:
     """The partitions an incremental Fetch drops from its session (v7+)."""
     return [
-        (t.topic, int(p))
+        TopicPartition(t.topic, int(p))
         for t in getattr(body, "forgotten_topics_data", None) or ()
         for p in t.partitions
     ]
@@ -356,7 +358,7 @@ class KafkaApis:
         seen: set[TopicPartition] = set()
         items = []
         async for topic, p in cooperative.each(partitions_of(body.topics)):
-            tp = (topic.name, int(p.partition_index))
+            tp = TopicPartition(topic.name, int(p.partition_index))
             data: dict[str, Any] = {"partition_index": tp[1]}
             try:
                 if tp in seen:
@@ -574,6 +576,7 @@ class KafkaApis:
             # Kafka's KafkaApis.handleDescribeCluster (KIP-919): a broker asked for controller
             # endpoints answers MISMATCHED_ENDPOINT_TYPE, any other type UNSUPPORTED_ENDPOINT_TYPE,
             # both with the response's default endpoint type (brokers) and no brokers.
+            error: type[KafkaError]
             if endpoint_type == _CONTROLLER_ENDPOINT:
                 error = MismatchedEndpointTypeError
                 message = "this is a broker endpoint: ask a controller for controller endpoints"

@@ -30,13 +30,13 @@ class LogDirFailureChannel:
         self.log_dir = log_dir
         self.reason: str | None = None
         self._lock = threading.Lock()
-        self._listeners: list[Callable[[], None]] = []
+        self._listeners: list[Callable[[], object]] = []
 
     @property
     def offline(self) -> bool:
         return self.reason is not None
 
-    def add_listener(self, listener: Callable[[], None]) -> None:
+    def add_listener(self, listener: Callable[[], object]) -> None:
         """Call `listener()` when the dir goes offline (e.g. to send a heartbeat now)."""
         self._listeners.append(listener)
 

@@ -71,7 +71,7 @@ def parse_log_dir_name(name: str) -> TopicPartition | None:
         return None
     if name.endswith(("-delete", "-stray", "-future")):
         return None
-    return topic, int(partition)
+    return TopicPartition(topic, int(partition))
 
 
 def read_partition_metadata(directory: Path) -> uuid.UUID | None:
@@ -209,13 +209,13 @@ class LogManager:
 
     def get_log(self, topic: str, partition: int) -> Log | None:
         with self._lock:
-            return self._logs.get((topic, partition))
+            return self._logs.get(TopicPartition(topic, partition))
 
     def get_or_create_log(
         self, topic: str, partition: int, topic_id: uuid.UUID, config: LogConfig
     ) -> Log:
         """The partition's log, created empty (with its `partition.metadata`) if new."""
-        tp = (topic, partition)
+        tp = TopicPartition(topic, partition)
         existing = self.get_log(topic, partition)
         if existing is not None:
             return existing
@@ -242,7 +242,7 @@ class LogManager:
 
     def delete_log(self, topic: str, partition: int) -> None:
         """The partition left this broker: close its log and remove its directory."""
-        tp = (topic, partition)
+        tp = TopicPartition(topic, partition)
         with self._lock:
             removed = self._logs.pop(tp, None)
         if removed is None:

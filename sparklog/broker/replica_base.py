@@ -14,7 +14,7 @@ import logging
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 from sparklog.broker.delayed import DelayedOperations, FollowerFetches
 from sparklog.broker.log_manager import LogManager
@@ -41,6 +41,24 @@ from sparklog.storage.log import Log
 from sparklog.structs import TopicPartition
 
 logger = logging.getLogger(__name__)
+
+
+class FollowerFetchers(Protocol):
+    """Who fetches the partitions this broker follows (`ReplicaFetcherManager`)."""
+
+    def add_partition(
+        self, tp: TopicPartition, topic_id: uuid.UUID, leader_id: int, leader_epoch: int
+    ) -> None: ...
+
+    def remove_partition(self, tp: TopicPartition) -> None: ...
+
+
+class IsrProposals(Protocol):
+    """Where a leader's ISR changes go to the controller (`AlterPartitionManager`)."""
+
+    def submit(
+        self, tp: TopicPartition, topic_id: uuid.UUID, proposal: IsrChangeProposed
+    ) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,8 +116,8 @@ class ReplicaManagerBase:
         self._partitions: dict[TopicPartition, HostedPartition] = {}
         self._topics: dict[str, TopicMetadata] = {}
         self._live_brokers: frozenset[int] | None = None  # None: every replica may join an ISR
-        self.fetchers: Any = None  # ReplicaFetcherManager: add_partition / remove_partition
-        self.alter_partition: Any = None  # AlterPartitionManager: submit
+        self.fetchers: FollowerFetchers | None = None  # set by the broker server
+        self.alter_partition: IsrProposals | None = None  # set by the broker server
 
     @property
     def partitions(self) -> dict[TopicPartition, HostedPartition]:
@@ -154,7 +172,7 @@ class ReplicaManagerBase:
 
     def hosted(self, topic: str, partition: int) -> HostedPartition:
         """The hosted partition, or the error Kafka gives for it."""
-        found = self._partitions.get((topic, partition))
+        found = self._partitions.get(TopicPartition(topic, partition))
         if found is not None:
             return found
         meta = self._topics.get(topic)

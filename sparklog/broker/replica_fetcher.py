@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import logging
 import uuid
 from collections.abc import Callable
@@ -53,6 +54,7 @@ from sparklog.protocol.fetch_session_handler import (
 )
 from sparklog.protocol.outbound import PLAINTEXT, Endpoint
 from sparklog.records.errors import CorruptRecordError
+from sparklog.storage.log import Log
 from sparklog.structs import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, TopicPartition
 
 logger = logging.getLogger(__name__)
@@ -114,11 +116,51 @@ def reset_for_out_of_range(
     return OutOfRangeReset(log_end_offset)
 
 
+class FollowedPartition(Protocol):
+    """A partition this broker follows (the replica manager's `HostedPartition`)."""
+
+    @property
+    def log(self) -> Log: ...
+
+
+class FollowerLogs(Protocol):
+    """What the fetchers need from the broker's replica manager: its followed logs, and the
+    only writes a follower makes to them (appends of fetched batches and truncations)."""
+
+    def following(self, tp: TopicPartition, leader_epoch: int) -> FollowedPartition:
+        """The partition, if this broker still follows it at `leader_epoch`; else raises."""
+        ...
+
+    def log_start_offset(self, tp: TopicPartition) -> int:
+        """The hosted log's start offset, -1 when not hosted."""
+        ...
+
+    def append_fetched(
+        self,
+        tp: TopicPartition,
+        leader_epoch: int,
+        records: bytes,
+        *,
+        leader_high_watermark: int,
+        leader_log_start_offset: int,
+    ) -> int:
+        """Append batches fetched from the leader; returns the new log end offset."""
+        ...
+
+    def truncate_follower(self, tp: TopicPartition, leader_epoch: int, offset: int) -> int:
+        """Cut a followed log to `offset`; returns the new log end offset."""
+        ...
+
+    def truncate_fully_follower(self, tp: TopicPartition, leader_epoch: int, offset: int) -> int:
+        """Empty a followed log and restart it at `offset`."""
+        ...
+
+
 class FetcherOwner(Protocol):
     """What a fetcher uses of the `ReplicaFetcherManager` that owns it."""
 
     node_id: int
-    replica_manager: Any
+    replica_manager: FollowerLogs
     config: BrokerConfig
     endpoint_of: EndpointLookup
     clock_ms: Callable[[], int]
@@ -299,14 +341,14 @@ class ReplicaFetcher:
         now = self.manager.clock_ms()
         for topic in response.topics:
             for p in topic.partitions:
-                tp = (topic.topic, int(p.partition))
-                state = asks.get(tp, (None, 0))[0]
-                if state is None or not self._current(tp, state):
+                tp = TopicPartition(topic.topic, int(p.partition))
+                asked = asks.get(tp, (None, 0))[0]
+                if asked is None or not self._current(tp, asked):
                     continue
                 if p.error_code:
-                    self._on_partition_error(tp, state, int(p.error_code), now)
+                    self._on_partition_error(tp, asked, int(p.error_code), now)
                     continue
-                self._apply_truncation(tp, state, int(p.leader_epoch), int(p.end_offset))
+                self._apply_truncation(tp, asked, int(p.leader_epoch), int(p.end_offset))
 
     def _apply_truncation(
         self, tp: TopicPartition, state: PartitionFetchState, epoch: int, end_offset: int
@@ -359,11 +401,7 @@ class ReplicaFetcher:
                     "isolation_level": 0,
                     "topics": _by_topic(
                         due,
-                        lambda tp, s, ts=timestamp: {
-                            "partition_index": tp[1],
-                            "current_leader_epoch": s.leader_epoch,
-                            "timestamp": ts,
-                        },
+                        functools.partial(_list_offsets_partition, timestamp=timestamp),
                         key="name",
                     ),
                 },
@@ -372,12 +410,12 @@ class ReplicaFetcher:
             found = offsets.setdefault(timestamp, {})
             for topic in response.topics:
                 for p in topic.partitions:
-                    tp = (topic.name, int(p.partition_index))
-                    state = due.get(tp)
-                    if state is None or not self._current(tp, state):
+                    tp = TopicPartition(topic.name, int(p.partition_index))
+                    pending = due.get(tp)
+                    if pending is None or not self._current(tp, pending):
                         continue
                     if p.error_code:
-                        self._on_partition_error(tp, state, int(p.error_code), now)
+                        self._on_partition_error(tp, pending, int(p.error_code), now)
                     else:
                         found[tp] = int(p.offset)
         for tp, state in due.items():
@@ -454,7 +492,7 @@ class ReplicaFetcher:
             raise
         now = self.manager.clock_ms()
         answered = [
-            ((topic.topic, int(p.partition_index)), p)
+            (TopicPartition(topic.topic, int(p.partition_index)), p)
             for topic in response.responses
             for p in topic.partitions
         ]
@@ -475,9 +513,9 @@ class ReplicaFetcher:
                 self._on_partition_error(tp, state, error_code, now)
             return
         for tp, p in answered:
-            state = due.get(tp)
-            if state is not None and self._current(tp, state):
-                self._process_partition(tp, state, p, now)
+            pending = due.get(tp)
+            if pending is not None and self._current(tp, pending):
+                self._process_partition(tp, pending, p, now)
 
     def _process_partition(
         self, tp: TopicPartition, state: PartitionFetchState, data: Any, now_ms: int
@@ -526,6 +564,16 @@ class ReplicaFetcher:
             return self.manager.replica_manager.following(tp, state.leader_epoch)
         except KafkaError:
             return None
+
+
+def _list_offsets_partition(
+    tp: TopicPartition, state: PartitionFetchState, timestamp: int
+) -> dict[str, Any]:
+    return {
+        "partition_index": tp[1],
+        "current_leader_epoch": state.leader_epoch,
+        "timestamp": timestamp,
+    }
 
 
 def _by_topic(

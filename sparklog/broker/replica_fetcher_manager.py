@@ -9,11 +9,15 @@ import logging
 import uuid
 import zlib
 from collections.abc import Callable
-from typing import Any
 
 from sparklog.broker.config import BrokerConfig
 from sparklog.broker.log_manager import TopicPartition
-from sparklog.broker.replica_fetcher import EndpointLookup, PartitionFetchState, ReplicaFetcher
+from sparklog.broker.replica_fetcher import (
+    EndpointLookup,
+    FollowerLogs,
+    PartitionFetchState,
+    ReplicaFetcher,
+)
 from sparklog.errors import KafkaStorageError
 
 logger = logging.getLogger(__name__)
@@ -30,7 +34,7 @@ class ReplicaFetcherManager:
     def __init__(
         self,
         node_id: int,
-        replica_manager: Any,
+        replica_manager: FollowerLogs,
         config: BrokerConfig,
         endpoint_of: EndpointLookup,
         *,

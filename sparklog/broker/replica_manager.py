@@ -90,7 +90,7 @@ class ReplicaManager(AppendPath, ReadPath, FollowerPath):
         for topic in topics.values():
             for index, registration in topic.partitions.items():
                 if self.node_id in registration.replicas:
-                    wanted[(topic.name, index)] = (topic, registration)
+                    wanted[TopicPartition(topic.name, index)] = (topic, registration)
         for tp, hosted in list(self._partitions.items()):
             found = wanted.get(tp)
             if found is None or found[0].topic_id != hosted.topic_id:
@@ -197,7 +197,7 @@ class ReplicaManager(AppendPath, ReadPath, FollowerPath):
             raise OffsetOutOfRangeError(f"cannot delete records before negative offset {offset}")
         low_watermark = log_.delete_records_before(offset)
         hosted.partition.reset_high_watermark(log_.high_watermark)
-        self._notify_all((topic, partition))
+        self._notify_all(TopicPartition(topic, partition))
         return low_watermark
 
     # -- ISR (leader side) ---------------------------------------------------------------------

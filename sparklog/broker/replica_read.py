@@ -8,7 +8,7 @@ only.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Hashable, Iterable, Iterator
+from collections.abc import Generator, Hashable, Iterable
 from typing import Any
 
 from sparklog.broker.delayed import FollowerFetches
@@ -23,7 +23,8 @@ from sparklog.broker.replica_base import HostedPartition, ReplicaManagerBase, er
 from sparklog.errors import KafkaError
 from sparklog.protocol import cooperative
 from sparklog.records.file_records import FileRecords
-from sparklog.structs import IsolationLevel
+from sparklog.storage.txn_index import AbortedTxn
+from sparklog.structs import IsolationLevel, TopicPartition
 
 
 class ReadPath(ReplicaManagerBase):
@@ -111,7 +112,7 @@ class ReadPath(ReplicaManagerBase):
         indices: Iterable[int],
         unchanged: Unchanged | None,
         follower: tuple[int, bool] | None = None,
-    ) -> Iterator[None]:
+    ) -> Generator[None, None, None]:
         """Read `partitions[i]` into `results[i]` for each of `indices` in turn, sharing
         `max_bytes` (the first batch read is returned whole, as Kafka's first one is); yields
         after each partition, so a fetch of many partitions can let others run."""
@@ -151,7 +152,7 @@ class ReadPath(ReplicaManagerBase):
         except KafkaError:
             return  # not one of its replicas: the read answers it as any fetcher
         if events:
-            self._apply_events((p.topic, p.partition), hosted, events)
+            self._apply_events(TopicPartition(p.topic, p.partition), hosted, events)
 
     def _read_one(
         self,
@@ -176,11 +177,13 @@ class ReadPath(ReplicaManagerBase):
             end = log_.log_end_offset if upper is None else upper
             if p.fetch_offset == end and p.fetch_offset >= log_.log_start_offset:
                 if unchanged is not None and unchanged(
-                    (p.topic, p.partition), log_.high_watermark, log_.log_start_offset
+                    TopicPartition(p.topic, p.partition), log_.high_watermark, log_.log_start_offset
                 ):
                     return None  # caught up, and the session already knows all there is
                 records: bytes | FileRecords = b""  # caught up: most partitions of a session
-                aborted = () if params.isolation_level == IsolationLevel.READ_COMMITTED else None
+                aborted: tuple[AbortedTxn, ...] | None = (
+                    () if params.isolation_level == IsolationLevel.READ_COMMITTED else None
+                )
             else:
                 data = log_.read(
                     p.fetch_offset,

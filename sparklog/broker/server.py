@@ -295,7 +295,7 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
         def hosted(topic: str, partition: int) -> Any:
             meta = topics.get(topic)
             registration = meta.partitions.get(partition) if meta else None
-            if registration is None or self.node_id not in registration.replicas:
+            if meta is None or registration is None or self.node_id not in registration.replicas:
                 return None
             return meta.topic_id, meta.config
 

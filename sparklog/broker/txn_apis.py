@@ -17,6 +17,7 @@ from sparklog.records.control import (
     build_end_txn_marker_batch,
 )
 from sparklog.storage.producer_append_info import AppendOrigin
+from sparklog.structs import TopicPartition
 
 #: How long a marker append waits for the in-sync replicas (Kafka: request.timeout.ms).
 MARKER_APPEND_TIMEOUT_MS = 30_000
@@ -36,7 +37,11 @@ async def handle_write_txn_markers(
             producer_epoch=int(marker.producer_epoch),
             timestamp_ms=clock_ms(),
         )
-        entries = {(t.name, int(p)): batch for t in marker.topics for p in t.partition_indexes}
+        entries: dict[TopicPartition, bytes | None] = {
+            TopicPartition(t.name, int(p)): batch
+            for t in marker.topics
+            for p in t.partition_indexes
+        }
         results = await replica_manager.append_records(
             -1, MARKER_APPEND_TIMEOUT_MS, entries, origin=AppendOrigin.COORDINATOR
         )

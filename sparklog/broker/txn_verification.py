@@ -138,7 +138,9 @@ class TransactionVerifier:
                 for p in topic.results_by_partition:
                     code = top or int(p.partition_error_code)
                     if code:
-                        codes[(topic.name, int(p.partition_index))] = _for_produce(code)
+                        codes[TopicPartition(topic.name, int(p.partition_index))] = _for_produce(
+                            code
+                        )
         if top:
             codes.update(dict.fromkeys(needed, _for_produce(top)))
         return {tp: c for tp, c in codes.items() if tp in needed}

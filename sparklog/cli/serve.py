@@ -180,7 +180,8 @@ def descendants(pid: int) -> set[int]:
             )
         except (OSError, ValueError, IndexError):
             continue
-    found, frontier = set(), {pid}
+    found: set[int] = set()
+    frontier = {pid}
     while frontier:
         frontier = {child for child, parent in parents.items() if parent in frontier} - found
         found |= frontier
@@ -214,6 +215,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         spark = _new_spark_session(master, args.brokers)
         proc = getattr(spark.sparkContext._gateway, "proc", None)
+        assert proc is not None  # the session above launched its JVM from this process
         try:
             if not serve_spark(
                 spark, args.brokers, data_dir, settings, stop, lambda: proc.poll() is None

@@ -13,9 +13,9 @@ from sparklog.cli.common import (
 from sparklog.errors import UnknownTopicOrPartitionError
 
 
-def _topic_name(args: argparse.Namespace, required: bool = True) -> str | None:
-    name = args.topic
-    if required and not name:
+def _topic_name(args: argparse.Namespace) -> str:
+    name: str | None = args.topic
+    if not name:
         raise CliError(f"topics {args.action} needs a topic: --topic NAME")
     return name
 
@@ -41,8 +41,7 @@ def cmd_topics(args: argparse.Namespace, out: TextIO) -> int:
                 return 0
             print(f"Created topic {name}.", file=out)
         elif args.action == "describe":
-            name = _topic_name(args, required=False)
-            names = [name] if name else admin.list_topics()
+            names = [args.topic] if args.topic else admin.list_topics()
             for description in describe_topics(admin, names).values():
                 _print_description(admin, description, out)
         elif args.action == "delete":

@@ -415,11 +415,10 @@ class RecordAccumulator:
         queue = self._queues.setdefault(batch.tp, deque())
         index = 0
         if batch.base_sequence is not None:
-            while (
-                index < len(queue)
-                and queue[index].base_sequence is not None
-                and queue[index].base_sequence < batch.base_sequence
-            ):
+            while index < len(queue):
+                queued = queue[index].base_sequence
+                if queued is None or queued >= batch.base_sequence:
+                    break
                 index += 1
         queue.insert(index, batch)
 
@@ -434,7 +433,7 @@ class RecordAccumulator:
 
     def expire(self, now_ms: int) -> list[ProducerBatch]:
         """Remove and return queued batches older than `delivery.timeout.ms`."""
-        expired = []
+        expired: list[ProducerBatch] = []
         for queue in self._queues.values():
             keep = deque(b for b in queue if now_ms - b.created_ms < self.delivery_timeout_ms)
             if len(keep) != len(queue):

@@ -120,7 +120,7 @@ class ClusterDescription:
 def list_offsets(
     network: NetworkClient,
     metadata: Metadata,
-    specs: Mapping[TopicPartition, int],
+    specs: Mapping[TopicPartition, int] | Mapping[TopicPartition | tuple[str, int], int],
     *,
     isolation_level: int,
     deadline_ms: int,
@@ -326,9 +326,9 @@ class AdminClient:
         timeout_ms: int | None = None,
     ) -> dict[ConfigResource, dict[str, ConfigEntry]]:
         """Current config values of topics or brokers (broker resources ask that broker)."""
-        resources = [ConfigResource(*r) for r in resources]
+        wanted = [ConfigResource(*r) for r in resources]
         out: dict[ConfigResource, dict[str, ConfigEntry]] = {}
-        for resource in resources:
+        for resource in wanted:
             fields = {
                 "resources": [
                     {
@@ -509,10 +509,14 @@ class AdminClient:
     def describe_group(self, group_id: str) -> GroupDescription:
         return admin_groups.describe_group(self._channel, group_id)
 
-    def list_group_offsets(self, group_id: str) -> dict[tuple[str, int], int]:
+    def list_group_offsets(self, group_id: str) -> dict[TopicPartition, int]:
         return admin_groups.list_group_offsets(self._channel, group_id)
 
-    def alter_group_offsets(self, group_id: str, offsets: Mapping[tuple[str, int], int]) -> None:
+    def alter_group_offsets(
+        self,
+        group_id: str,
+        offsets: Mapping[TopicPartition, int] | Mapping[tuple[str, int], int],
+    ) -> None:
         admin_groups.alter_group_offsets(self._channel, group_id, offsets)
 
     def delete_groups(self, group_ids: Iterable[str]) -> None:

@@ -123,7 +123,9 @@ def describe_group(channel: AdminChannel, group_id: str) -> GroupDescription:
     members = []
     for m in g.members:
         try:
-            assignment = tuple(assignment_partitions(bytes(m.member_assignment)))
+            assignment = tuple(
+                TopicPartition(*tp) for tp in assignment_partitions(bytes(m.member_assignment))
+            )
         except ValueError:
             assignment = ()
         members.append(
@@ -151,12 +153,14 @@ def list_group_offsets(channel: AdminChannel, group_id: str) -> dict[TopicPartit
             if int(p.error_code) != 0:
                 raise admin_error(int(p.error_code), f"offset of {t.name}-{p.partition_index}")
             if int(p.committed_offset) >= 0:
-                out[(t.name, int(p.partition_index))] = int(p.committed_offset)
+                out[TopicPartition(t.name, int(p.partition_index))] = int(p.committed_offset)
     return out
 
 
 def alter_group_offsets(
-    channel: AdminChannel, group_id: str, offsets: Mapping[TopicPartition, int]
+    channel: AdminChannel,
+    group_id: str,
+    offsets: Mapping[TopicPartition, int] | Mapping[tuple[str, int], int],
 ) -> None:
     """Commit `offsets` for a group with no active members (Kafka refuses otherwise:
     UNKNOWN_MEMBER_ID, i.e. stop the consumers first)."""
@@ -205,7 +209,7 @@ def delete_groups(channel: AdminChannel, group_ids: Iterable[str]) -> None:
 
 
 def delete_group_offsets(
-    channel: AdminChannel, group_id: str, partitions: Iterable[TopicPartition]
+    channel: AdminChannel, group_id: str, partitions: Iterable[tuple[str, int]]
 ) -> None:
     """Delete the group's committed offsets of `partitions` (not of subscribed topics)."""
     by_topic: dict[str, list[dict[str, int]]] = {}

@@ -27,7 +27,7 @@ def range_assign(
         start = 0
         for i, m in enumerate(members):
             size = n // k + (1 if i < n % k else 0)
-            out[m].extend((topic, p) for p in range(start, start + size))
+            out[m].extend(TopicPartition(topic, p) for p in range(start, start + size))
             start += size
     return out
 
@@ -47,7 +47,7 @@ def roundrobin_assign(
                 m = members[i % len(members)]
                 i += 1
                 if topic in subscriptions[m]:
-                    out[m].append((topic, p))
+                    out[m].append(TopicPartition(topic, p))
                     break
     return out
 
@@ -60,7 +60,7 @@ def sticky_assign(
     """Balanced, keeping each member's owned partitions where the balance allows."""
     out: dict[str, list[TopicPartition]] = {m: [] for m in subscriptions}
     every = [
-        (t, p)
+        TopicPartition(t, p)
         for t in sorted({t for ts in subscriptions.values() for t in ts})
         for p in range(counts.get(t, 0))
     ]

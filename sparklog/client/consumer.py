@@ -185,9 +185,8 @@ class KafkaConsumer:
             self._group = GroupMember(
                 self._network, self._metadata, self.config, self._on_assigned, self._on_revoked
             )
-        if offsets is None:
-            offsets = self._positions()
-        self._group.commit({_tp(tp): int(o) for tp, o in offsets.items()})
+        given = offsets if offsets is not None else self._positions()
+        self._group.commit({_tp(tp): int(o) for tp, o in given.items()})
 
     def group_metadata(self) -> dict[str, Any]:
         """This member's identity for `KafkaProducer.send_offsets_to_transaction` (Kafka's

@@ -214,10 +214,12 @@ class Fetcher:
     def close_session_requests(self) -> dict[int, dict]:
         """{broker: Fetch fields} that close this consumer's fetch sessions (Kafka's consumer
         sends them as it closes), so the brokers need not keep them until eviction."""
-        closing = {}
+        closing: dict[int, dict[str, Any]] = {}
         for node, session in self._sessions.items():
             if session.session_id != INVALID_SESSION_ID:
-                request = FetchRequestData(session.session_id, FINAL_EPOCH, {}, [])
+                request: FetchRequestData[TopicPartition, tuple[int, int]] = FetchRequestData(
+                    session.session_id, FINAL_EPOCH, {}, []
+                )
                 closing[node] = {**self._fields(request), "max_wait": 0, "min_bytes": 0}
         self._sessions.clear()
         return closing
@@ -271,7 +273,7 @@ class Fetcher:
         errors: list[BaseException] = []
         code = int(getattr(response, "error_code", 0))
         request = self._session_requests.pop(node, None) if node is not None else None
-        if request is not None:
+        if node is not None and request is not None:
             answered = [
                 TopicPartition(t.topic, int(p.partition_index))
                 for t in response.responses

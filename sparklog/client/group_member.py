@@ -196,7 +196,9 @@ class GroupMember:
             if self.owned and (not self.cooperative or self._lost):
                 self._revoke(self.owned, lost=self._lost)  # eager: give everything up first
             self._send("join", ApiKey.JOIN_GROUP, self._join_fields())
-        step, future, context = self._pending
+        pending = self._pending
+        assert pending is not None  # `_send` set it
+        step, future, context = pending
         remaining_s = max(0.0, (deadline_ms - now_ms()) / 1000)
         try:
             response = future.result(timeout=remaining_s)

@@ -314,9 +314,9 @@ class MetadataState:
             return set()
         topics = dict(self.cluster.topics)
         for name, changes in moved.items():
-            info = topics[name]
-            partitions = tuple(changes.get(p.partition, p) for p in info.partitions)
-            topics[name] = replace(info, partitions=partitions)
+            topic = topics[name]
+            partitions = tuple(changes.get(p.partition, p) for p in topic.partitions)
+            topics[name] = replace(topic, partitions=partitions)
         self.cluster = replace(self.cluster, brokers=brokers, topics=topics)
         self.version += 1
         return {TopicPartition(t, p) for t, changes in moved.items() for p in changes}

@@ -65,12 +65,12 @@ def _converter(hint: Any) -> Callable[[Any], Any]:
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         hint = next(a for a in args if a is not type(None))
         args = typing.get_args(hint)
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         entity = hint
         return lambda v: _build(entity, v) if isinstance(v, Mapping) else v
     if typing.get_origin(hint) is tuple:
         item = args[0]
-        if dataclasses.is_dataclass(item):
+        if isinstance(item, type) and dataclasses.is_dataclass(item):
             return lambda v: tuple(_build(item, x) for x in v)
         return tuple
     if hint is i32Timedelta or hint is i64Timedelta:

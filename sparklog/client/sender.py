@@ -32,7 +32,7 @@ from collections import deque
 from collections.abc import Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparklog.errors import (
     DuplicateSequenceNumberError,
@@ -52,6 +52,9 @@ from .accumulator import ProducerBatch, RecordAccumulator
 from .metadata import REFRESH_ERROR_CODES, BrokerNode, Metadata
 from .network import NetworkClient, now_ms
 from .request_builder import timestamp_ms
+
+if TYPE_CHECKING:
+    from .transaction_manager import TransactionManager
 
 logger = logging.getLogger(__name__)
 
@@ -222,7 +225,7 @@ class Sender:
         self.compression = CompressionType.from_name(config["compression.type"])
         self.idempotence = IdempotenceState() if config["enable.idempotence"] else None
         #: set by a transactional producer (its `TransactionManager`)
-        self.transaction: Any = None
+        self.transaction: TransactionManager | None = None
         self.fatal_error: BaseException | None = None
         self._completions: deque[tuple[int, list[ProducerBatch], Future]] = deque()
         self._woken = False
@@ -452,9 +455,10 @@ class Sender:
                 if in_flight:
                     self.accumulator.on_attempt_done(batch)
                 refresh = refresh or outcome.refresh_metadata
-                resettable = self.idempotence is not None and self.transaction is None
-                if resettable and outcome.reset_producer_id:
-                    self.idempotence.reset_pending = True
+                idempotence = self.idempotence
+                resettable = idempotence is not None and self.transaction is None
+                if idempotence is not None and resettable and outcome.reset_producer_id:
+                    idempotence.reset_pending = True
                 if (
                     self.transaction is not None
                     and outcome.decision is Decision.FAIL

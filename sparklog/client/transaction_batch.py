@@ -49,6 +49,9 @@ async def _end_transactions(
     handles: list[TransactionHandle],
     timeout_ms: int,
 ) -> BatchDecision:
+    from kio.schema.types import ProducerId, TransactionalId
+    from kio.static.primitive import i16
+
     from sparklog.protocol.sparklog_apis import EndTxnBatchRequest, EndTxnBatchTransaction
 
     request = EndTxnBatchRequest(
@@ -56,9 +59,9 @@ async def _end_transactions(
         committed=committed,
         transactions=tuple(
             EndTxnBatchTransaction(
-                transactional_id=h.transactional_id,
-                producer_id=h.producer_id,
-                producer_epoch=h.producer_epoch,
+                transactional_id=TransactionalId(h.transactional_id),
+                producer_id=ProducerId(h.producer_id),
+                producer_epoch=i16(h.producer_epoch),
             )
             for h in handles
         ),
@@ -99,6 +102,7 @@ def transactional_id_exists(
 ) -> bool:
     """Whether the coordinator knows `transactional_id` (DescribeTransactions)."""
     from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
+    from kio.schema.types import TransactionalId
 
     from sparklog.errors import TransactionalIdNotFoundError
 
@@ -106,7 +110,7 @@ def transactional_id_exists(
         _ask_coordinator(
             bootstrap_servers,
             transactional_id,
-            DescribeTransactionsRequest(transactional_ids=(transactional_id,)),
+            DescribeTransactionsRequest(transactional_ids=(TransactionalId(transactional_id),)),
             timeout_ms,
         )
     )

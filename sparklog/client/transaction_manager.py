@@ -20,7 +20,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from concurrent.futures import Future
+from typing import Any, Protocol
 
 from sparklog.errors import (
     ConcurrentTransactionsError,
@@ -88,6 +89,26 @@ class TransactionHandle:
     producer_epoch: int
 
 
+class CoordinatorChannel(Protocol):
+    """How the transaction manager reaches its coordinator: the producer's `NetworkClient`."""
+
+    def least_loaded_node(self, candidates: list[int] | None = None) -> int | None: ...
+
+    def set_address(self, node_id: int, host: str, port: int) -> None: ...
+
+    def send(
+        self,
+        node_id: int,
+        api_key: int,
+        fields: Mapping[str, Any],
+        *,
+        expects_response: bool = True,
+        timeout_ms: int | None = None,
+    ) -> Future:
+        """A future of the response (failed with the KafkaError of a connection failure)."""
+        ...
+
+
 class TransactionManager:
     """One producer's transactional state; see the module doc."""
 
@@ -95,7 +116,7 @@ class TransactionManager:
         self,
         transactional_id: str,
         timeout_ms: int,
-        network: Any,
+        network: CoordinatorChannel,
         candidates: Callable[[], list[int]],
         set_producer_id: Callable[[int, int], None],
         retry_backoff_ms: int = 100,

@@ -26,6 +26,8 @@ from sparklog.controller.cluster_control import (
     parse_broker_client_id,
 )
 from sparklog.controller.controller_context import ControllerContext
+from sparklog.controller.metadata_log import MetadataLog
+from sparklog.controller.quorum_controller import QuorumController
 from sparklog.controller.replication_control import (
     CreateTopicResult,
     NewPartitions,
@@ -112,12 +114,20 @@ class ControllerApis:
         return response
 
     @property
-    def controller(self) -> Any:
-        return self.server.controller
+    def controller(self) -> QuorumController:
+        controller = self.server.controller
+        assert controller is not None  # requests are served once the server started
+        return controller
+
+    @property
+    def metadata_log(self) -> MetadataLog:
+        metadata_log = self.server.metadata_log
+        assert metadata_log is not None  # requests are served once the server started
+        return metadata_log
 
     @property
     def image(self) -> MetadataImage:
-        return self.server.controller.image
+        return self.controller.image
 
     # -- cluster membership -----------------------------------------------------------------
 
@@ -206,6 +216,7 @@ class ControllerApis:
     def handle_describe_cluster(self, request: Request) -> Any:
         respond = Response(request)
         endpoint_type = getattr(request.body, "endpoint_type", _BROKERS_ENDPOINT)
+        nodes: list[tuple[int, str, int, str | None]]
         if endpoint_type == _CONTROLLERS_ENDPOINT:
             nodes = [(CONTROLLER_NODE_ID, self.server.host, self.server.port, None)]
             controller_id = CONTROLLER_NODE_ID
@@ -256,7 +267,7 @@ class ControllerApis:
             return respond(error_code=error, session_id=0, responses=())
         wanted = self._metadata_fetch_offset(body)
         max_wait_ms = min(to_ms(body.max_wait), _MAX_FETCH_WAIT_MS)
-        if wanted == self.server.metadata_log.end_offset and max_wait_ms > 0:
+        if wanted == self.metadata_log.end_offset and max_wait_ms > 0:
             await self.server.wait_for_metadata(wanted, max_wait_ms / 1000)
         responses = tuple(
             respond.nested(
@@ -280,7 +291,7 @@ class ControllerApis:
         return None
 
     def _fetch_partition(self, respond: Response, topic: str, p: Any, max_bytes: int) -> Any:
-        metadata_log = self.server.metadata_log
+        metadata_log = self.metadata_log
         values: dict[str, Any] = {
             "partition_index": p.partition,
             "high_watermark": metadata_log.end_offset,
@@ -318,7 +329,7 @@ class ControllerApis:
                 partition_index=p.partition_index,
                 error_code=UnknownTopicOrPartitionError.code,
             )
-        found = self.server.metadata_log.offset_for_timestamp(p.timestamp)
+        found = self.metadata_log.offset_for_timestamp(p.timestamp)
         offset, timestamp = found if found is not None else (-1, -1)
         return respond.nested(
             name,

@@ -184,7 +184,7 @@ def _all_partitions(image: MetadataImage) -> Iterable[TopicPartition]:
         topic = image.topic(name)
         assert topic is not None
         for index in sorted(topic.partitions):
-            yield name, index
+            yield TopicPartition(name, index)
 
 
 __all__ = ["ElectionType", "elect_leaders", "imbalanced_brokers", "rebalance_leaders"]

@@ -257,7 +257,7 @@ class MetadataLog:
 def _replay(log_: Log, image: MetadataImage) -> None:
     """Apply every record in the log from `image.offset` to its end."""
     while image.offset < log_.log_end_offset:
-        data = log_.read(image.offset, _REPLAY_READ_BYTES).records
+        data = bytes(log_.read(image.offset, _REPLAY_READ_BYTES).records)  # no copy of bytes
         if image.apply_batches(data) == 0:
             raise MetadataRecordError(
                 f"metadata log {log_.directory} has no readable record at offset {image.offset}"

@@ -37,7 +37,7 @@ import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from sparklog.metadata.image import (
     LEADER_CHANGE,
@@ -56,6 +56,9 @@ from sparklog.storage.object_store import (
     local_path,
     redact,
 )
+
+if TYPE_CHECKING:
+    from obstore.store import ObjectStore
 
 logger = logging.getLogger(__name__)
 
@@ -190,8 +193,8 @@ class MetadataStore:
         """Rebuild the working log from the objects: segments, then the batches after them."""
         segments = {}
         for key in self._keys(_SEGMENTS):
-            base, _, end = key.rsplit("/", 1)[1].partition("-")
-            segments[int(base)] = (int(end), key)
+            base, _, last = key.rsplit("/", 1)[1].partition("-")
+            segments[int(base)] = (int(last), key)
         chain_end = 0
         while chain_end in segments and segments[chain_end][0] > chain_end:
             chain_end = segments[chain_end][0]
@@ -308,7 +311,9 @@ class LocalMetadataStore(MetadataStore):
 class ObjectMetadataStore(MetadataStore):
     """The store under an object-store URI (`s3://bucket/prefix`)."""
 
-    def __init__(self, uri: str, storage_options: Mapping[str, str], store: Any = None) -> None:
+    def __init__(
+        self, uri: str, storage_options: Mapping[str, str], store: ObjectStore | None = None
+    ) -> None:
         super().__init__(ObstoreObjects(uri, storage_options, store))
 
 

@@ -94,8 +94,8 @@ def _place_rack_aware(
     for k in range(1, n):
         if len(replicas) == replication_factor:
             break
-        candidate = ordered[(partition + k) % n].broker_id
-        if candidate not in replicas:
-            replicas.append(candidate)
+        broker_id = ordered[(partition + k) % n].broker_id
+        if broker_id not in replicas:
+            replicas.append(broker_id)
     assert len(replicas) == replication_factor and len(set(replicas)) == replication_factor
     return replicas

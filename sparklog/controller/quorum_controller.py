@@ -79,6 +79,7 @@ from sparklog.metadata.image import (
     UNREGISTER_BROKER,
     MetadataImage,
 )
+from sparklog.structs import TopicPartition
 
 logger = logging.getLogger(__name__)
 
@@ -399,8 +400,8 @@ class QuorumController:
     # -- leaders and reassignments ----------------------------------------------------------
 
     def elect_leaders(
-        self, election_type: int, partitions: Sequence[tuple[str, int]] | None
-    ) -> ControllerResult[list[tuple[tuple[str, int], ApiError]]]:
+        self, election_type: int, partitions: Sequence[TopicPartition] | None
+    ) -> ControllerResult[list[tuple[TopicPartition, ApiError]]]:
         """ElectLeaders (KIP-460): PREFERRED (0) or UNCLEAN (1) elections; None = every
         partition (then partitions not needing one are left out of the results)."""
         results, records = elect_leaders(
@@ -410,10 +411,10 @@ class QuorumController:
 
     def alter_partition_reassignments(
         self,
-        reassignments: Sequence[tuple[tuple[str, int], Sequence[int] | None]],
+        reassignments: Sequence[tuple[TopicPartition, Sequence[int] | None]],
         *,
         allow_replication_factor_change: bool = True,
-    ) -> ControllerResult[list[tuple[tuple[str, int], ApiError]]]:
+    ) -> ControllerResult[list[tuple[TopicPartition, ApiError]]]:
         """AlterPartitionReassignments (KIP-455): a target replica list starts (or changes) a
         reassignment, None cancels one; per-partition results in request order."""
         results, records = alter_partition_reassignments(
@@ -427,7 +428,7 @@ class QuorumController:
         return ControllerResult(results, tuple(records))
 
     def list_partition_reassignments(
-        self, partitions: Sequence[tuple[str, int]] | None = None
+        self, partitions: Sequence[TopicPartition] | None = None
     ) -> list[OngoingReassignment]:
         """ListPartitionReassignments: the reassignments in progress (of `partitions`)."""
         return list_partition_reassignments(self.image, partitions)

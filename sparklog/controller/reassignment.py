@@ -84,6 +84,7 @@ def alter_partition_reassignments(
             if counts[tp] > 1:
                 raise InvalidRequestError(f"Partition {tp[0]}-{tp[1]} appears more than once.")
             partition = _partition(image, tp)
+            record: Record | None
             if target is None:
                 record = _cancel(
                     partition, tp, is_active, unclean_enabled(tp[0]), min_isr_of(partition)

@@ -45,10 +45,11 @@ async def handle_alter_partition(server: ControllerContext, request: Request) ->
             changes.append(
                 IsrChange(topic_id, p.partition_index, p.leader_epoch, p.partition_epoch, isr)
             )
-    assert server.controller is not None
+    controller = server.controller
+    assert controller is not None  # handlers run once the server started
     try:
         outcomes = await server.commit(
-            lambda: server.controller.alter_partition(
+            lambda: controller.alter_partition(
                 server.now_ms(),
                 body.broker_id,
                 body.broker_epoch,
@@ -68,12 +69,13 @@ async def handle_elect_leaders(server: ControllerContext, request: Request) -> A
     election_type = int(getattr(body, "election_type", 0))
     wanted = None
     if body.topic_partitions is not None:
-        wanted = [(t.topic, int(p)) for t in body.topic_partitions for p in t.partitions]
-    assert server.controller is not None
+        wanted = [
+            TopicPartition(t.topic, int(p)) for t in body.topic_partitions for p in t.partitions
+        ]
+    controller = server.controller
+    assert controller is not None  # handlers run once the server started
     try:
-        results = await server.commit(
-            lambda: server.controller.elect_leaders(election_type, wanted)
-        )
+        results = await server.commit(lambda: controller.elect_leaders(election_type, wanted))
     except KafkaError as e:
         return respond(error_code=e.code, replica_election_results=())
     return respond(
@@ -101,14 +103,18 @@ async def handle_alter_partition_reassignments(server: ControllerContext, reques
     """AlterPartitionReassignments v0-v1 (v1: allow_replication_factor_change, KIP-860)."""
     body, respond = request.body, Response(request)
     reassignments = [
-        ((t.name, int(p.partition_index)), None if p.replicas is None else list(p.replicas))
+        (
+            TopicPartition(t.name, int(p.partition_index)),
+            None if p.replicas is None else list(p.replicas),
+        )
         for t in body.topics
         for p in t.partitions
     ]
     allow = bool(getattr(body, "allow_replication_factor_change", True))
-    assert server.controller is not None
+    controller = server.controller
+    assert controller is not None  # handlers run once the server started
     results = await server.commit(
-        lambda: server.controller.alter_partition_reassignments(
+        lambda: controller.alter_partition_reassignments(
             reassignments, allow_replication_factor_change=allow
         )
     )
@@ -140,9 +146,10 @@ def handle_list_partition_reassignments(server: ControllerContext, request: Requ
     body, respond = request.body, Response(request)
     wanted = None
     if body.topics is not None:
-        wanted = [(t.name, int(p)) for t in body.topics for p in t.partition_indexes]
-    assert server.controller is not None
-    ongoing = server.controller.list_partition_reassignments(wanted)
+        wanted = [TopicPartition(t.name, int(p)) for t in body.topics for p in t.partition_indexes]
+    controller = server.controller
+    assert controller is not None  # handlers run once the server started
+    ongoing = controller.list_partition_reassignments(wanted)
     by_topic: dict[str, list[Any]] = {}
     for r in ongoing:
         by_topic.setdefault(r.topic, []).append(

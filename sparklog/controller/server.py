@@ -322,7 +322,7 @@ class ControllerServer(ServerLifecycle):
         returns the fenced ids."""
         assert self.controller is not None
         controller = self.controller
-        fenced = []
+        fenced: list[int] = []
         while True:
             broker_id = await self.commit(lambda: controller.tick(self.now_ms()))
             if broker_id is None:
@@ -483,7 +483,7 @@ class ControllerServer(ServerLifecycle):
         image = None if controller is None else controller.image
         found = None if image is None else image.topic(topic)
         registration = None if found is None else found.partitions.get(partition)
-        if registration is None or not registration.is_online:
+        if image is None or registration is None or not registration.is_online:
             return None
         broker = image.broker(registration.leader)
         if broker is None or broker.fenced:

@@ -42,7 +42,7 @@ LAST_SEQUENCE_KEY = "sparklog.lastSequence"
 _COMMIT = re.compile(r"^(\d{20})\.json$")
 _CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint\.parquet$")
 #: operation -> (metric counting add actions, metric counting remove actions)
-_ACTION_METRICS = {
+_ACTION_METRICS: dict[str | None, tuple[str, ...]] = {
     "WRITE": ("num_added_files", "num_removed_files"),
     "OPTIMIZE": ("numFilesAdded", "numFilesRemoved"),
 }

@@ -141,7 +141,7 @@ class OffsetsStore:
         self._maintenance: threading.Thread | None = None
 
     def _check_schema(self) -> None:
-        have = {f.name for f in self._table.schema().to_arrow()}
+        have = {f.name for f in self._table.schema().fields}
         missing = [f.name for f in SCHEMA if f.name not in have]
         if missing and set(missing) <= set(_ADDED_COLUMNS):
             from deltalake import Field

@@ -118,7 +118,8 @@ class CoordinatorRuntime:
         """Persist pending writes in one store commit, then complete them on the loop."""
         loop = asyncio.get_running_loop()
         while self.pending:
-            batch, rows = [], []
+            batch: list[Write] = []
+            rows: list[Row] = []
             while self.pending and len(rows) < self.max_rows_per_commit:
                 write = self.pending.popleft()
                 batch.append(write)

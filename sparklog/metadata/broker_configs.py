@@ -74,10 +74,10 @@ def dynamic_setting(name: str) -> Setting | None:
     if topic is not None:
         setting = TOPIC_SETTINGS[topic]
         return setting if setting.dynamic != UpdateMode.READ_ONLY else None
-    setting = broker_setting(name)
-    if setting is None or setting.name != name or setting.dynamic == UpdateMode.READ_ONLY:
+    declared = broker_setting(name)
+    if declared is None or declared.name != name or declared.dynamic == UpdateMode.READ_ONLY:
         return None
-    return setting
+    return declared
 
 
 def update_mode(name: str) -> UpdateMode | None:
@@ -200,7 +200,7 @@ def dynamic_topic_defaults(static: LogConfig, layers: Iterable[Mapping[str, str]
     try:
         return LogConfig.from_properties(overrides, base=static)
     except ValueError:
-        good = {}
+        good: dict[str, str] = {}
         for name, value in overrides.items():
             try:
                 LogConfig.from_properties({**good, name: value}, base=static)

@@ -258,7 +258,7 @@ def validate_topic_configs(configs: Mapping[str, str | None], defaults: LogConfi
         if name in TOPIC_SETTINGS and TOPIC_SETTINGS[name].type == ConfigType.INT:
             _check_int32(name, value)
     try:
-        LogConfig.from_properties(configs, base=defaults)  # type: ignore[arg-type]
+        LogConfig.from_properties(configs, base=defaults)
     except ValueError as e:
         raise InvalidConfigError(str(e)) from None
 

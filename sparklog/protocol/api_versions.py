@@ -7,6 +7,7 @@ Version ranges are capped where a newer version would change semantics we do not
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from types import MappingProxyType
 
 
@@ -227,7 +228,7 @@ FORWARDED_TO_COORDINATOR_APIS = frozenset(
 )
 
 
-def is_supported(table: MappingProxyType[ApiKey, VersionRange], api_key: int, version: int) -> bool:
+def is_supported(table: Mapping[ApiKey, VersionRange], api_key: int, version: int) -> bool:
     """Whether `table` serves `api_key` at `version`."""
     try:
         low, high = table[ApiKey(api_key)]

@@ -10,10 +10,11 @@ from __future__ import annotations
 import io
 import struct
 from functools import cache
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
+from kio.static.protocol import Entity, Payload
 
 _INT32 = struct.Struct(">i")
 _API_KEY_VERSION = struct.Struct(">hh")
@@ -21,7 +22,7 @@ _HEADER = struct.Struct(">ii")  # frame size, correlation id
 
 
 @cache
-def request_schema(api_key: int, version: int) -> type:
+def request_schema(api_key: int, version: int) -> type[Payload]:
     """kio's request class for (api_key, version); raises KeyError when kio lacks it."""
     from sparklog.protocol import sparklog_apis
 
@@ -34,7 +35,7 @@ def request_schema(api_key: int, version: int) -> type:
 
 
 @cache
-def response_schema(api_key: int, version: int) -> type:
+def response_schema(api_key: int, version: int) -> type[Payload]:
     from sparklog.protocol import schema_fixes, sparklog_apis
 
     if (api_key, version) in sparklog_apis.RESPONSES:
@@ -47,13 +48,20 @@ def response_schema(api_key: int, version: int) -> type:
         raise KeyError(f"no response schema for api {api_key} v{version}") from e
 
 
+def header_schema(schema: type[Payload]) -> Any:
+    """The header class of a kio message class (a request header v1/v2 or a response header
+    v0/v1, each with its own constructor). kio declares `__header_schema__` as an instance
+    property (so that its subclasses may narrow it); on the class it is a class attribute."""
+    return cast(Any, schema.__header_schema__)
+
+
 @cache
-def _reader(schema: type):
+def _reader(schema: type[Entity]):  # kio's Reader of that entity
     return entity_reader(schema)
 
 
 @cache
-def _writer(schema: type):
+def _writer(schema: type[Entity]):  # kio's Writer of that entity
     return entity_writer(schema)
 
 
@@ -68,7 +76,7 @@ def decode_request(frame: bytes | memoryview) -> tuple[Any, Any]:
     """(header, body) of a request frame (without its size prefix)."""
     api_key, version = peek_api_key_and_version(frame)
     schema = request_schema(api_key, version)
-    header, offset = _reader(schema.__header_schema__)(frame, 0)
+    header, offset = _reader(header_schema(schema))(frame, 0)
     # Bytes after the body are ignored, as Kafka's RequestContext does (librdkafka sends some).
     body, _size = _reader(schema)(frame, offset)
     return header, body
@@ -77,16 +85,16 @@ def decode_request(frame: bytes | memoryview) -> tuple[Any, Any]:
 def decode_response(frame: bytes | memoryview, api_key: int, version: int) -> tuple[int, Any]:
     """(correlation id, body) of a response frame (without its size prefix)."""
     schema = response_schema(api_key, version)
-    header, offset = _reader(schema.__header_schema__)(frame, 0)
+    header, offset = _reader(header_schema(schema))(frame, 0)
     body, _end = _reader(schema)(frame, offset)
     return header.correlation_id, body
 
 
-def encode_request(body: Any, correlation_id: int, client_id: str | None) -> bytes:
+def encode_request(body: Payload, correlation_id: int, client_id: str | None) -> bytes:
     """A size-prefixed request frame for a kio request entity."""
     schema = type(body)
-    header_schema = schema.__header_schema__
-    header = header_schema(
+    header_class = header_schema(schema)
+    header = header_class(
         request_api_key=schema.__api_key__,
         request_api_version=schema.__version__,
         correlation_id=correlation_id,
@@ -94,7 +102,7 @@ def encode_request(body: Any, correlation_id: int, client_id: str | None) -> byt
     )
     buf = io.BytesIO()
     buf.write(b"\0\0\0\0")
-    _writer(header_schema)(buf, header)
+    _writer(header_class)(buf, header)
     _writer(schema)(buf, body)
     data = buf.getbuffer()
     _INT32.pack_into(data, 0, len(data) - 4)
@@ -109,17 +117,17 @@ class EncodedBody(NamedTuple):
     flexible: bool
 
 
-def encode_response(body: Any, correlation_id: int) -> bytes:
+def encode_response(body: Payload | EncodedBody, correlation_id: int) -> bytes:
     """A size-prefixed response frame for a kio response entity (or an `EncodedBody`)."""
     if isinstance(body, EncodedBody):
         tagged = b"\0" if body.flexible else b""
         size = 4 + len(tagged) + len(body.data)
         return b"".join((_HEADER.pack(size, correlation_id), tagged, body.data))
     schema = type(body)
-    header_schema = schema.__header_schema__
+    header_class = header_schema(schema)
     buf = io.BytesIO()
     buf.write(b"\0\0\0\0")
-    _writer(header_schema)(buf, header_schema(correlation_id=correlation_id))
+    _writer(header_class)(buf, header_class(correlation_id=correlation_id))
     _writer(schema)(buf, body)
     data = buf.getbuffer()
     _INT32.pack_into(data, 0, len(data) - 4)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import enum
 import struct
 from collections import deque
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -43,12 +43,16 @@ if TYPE_CHECKING:
 _INT32 = struct.Struct(">i")
 
 
-class _NeedData:
+class _NeedData(enum.Enum):
+    """A one-member enum, so that `x is not NEED_DATA` narrows `x` for the type checker."""
+
+    NEED_DATA = "NEED_DATA"
+
     def __repr__(self) -> str:
         return "NEED_DATA"
 
 
-NEED_DATA: Final = _NeedData()
+NEED_DATA: Final = _NeedData.NEED_DATA
 
 DEFAULT_MAX_REQUEST_BYTES = 104_857_600  # socket.request.max.bytes
 
@@ -240,9 +244,9 @@ class _FrameBuffer:
         if self._frame is not None:
             if self._filled < self._frame_size:
                 return None
-            frame, self._frame = self._frame, None
+            large, self._frame = self._frame, None
             # kio reads read-only buffers only
-            return memoryview(frame)[: self._frame_size].toreadonly()
+            return memoryview(large)[: self._frame_size].toreadonly()
         available = len(self._buf) - self._start
         if available < 4:
             return None
@@ -298,7 +302,7 @@ class ServerConnection:
 
     def __init__(
         self,
-        apis: dict[ApiKey, VersionRange] | Any,
+        apis: Mapping[ApiKey, VersionRange],
         max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
         *,
         direct_frame_bytes: int = DIRECT_FRAME_BYTES,

@@ -5,6 +5,7 @@ only to describe groups and to refuse OffsetDelete on subscribed topics."""
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -62,7 +63,7 @@ def subscription_owned(metadata: bytes) -> list[tuple[str, int]]:
             r.pos += n
         if version < 1 or r.pos >= len(r.data):
             return []
-        owned = []
+        owned: list[tuple[str, int]] = []
         for _ in range(r.count()):
             topic = r.string()
             owned.extend((topic, r.i32()) for _ in range(r.count()))
@@ -78,7 +79,7 @@ def assignment_partitions(assignment: bytes) -> list[tuple[str, int]]:
     try:
         r = _Reader(assignment)
         r.i16()  # version
-        pairs = []
+        pairs: list[tuple[str, int]] = []
         for _ in range(r.count()):
             topic = r.string()
             pairs.extend((topic, r.i32()) for _ in range(r.count()))
@@ -104,7 +105,7 @@ def encode_subscription(
     return bytes(out)
 
 
-def _topic_partitions(partitions: list[tuple[str, int]]) -> bytes:
+def _topic_partitions(partitions: Sequence[tuple[str, int]]) -> bytes:
     by_topic: dict[str, list[int]] = {}
     for topic, p in partitions:
         by_topic.setdefault(topic, []).append(p)
@@ -117,7 +118,9 @@ def _topic_partitions(partitions: list[tuple[str, int]]) -> bytes:
     return bytes(out)
 
 
-def encode_assignment(partitions: list[tuple[str, int]], user_data: bytes | None = None) -> bytes:
+def encode_assignment(
+    partitions: Sequence[tuple[str, int]], user_data: bytes | None = None
+) -> bytes:
     """A version-0 ConsumerProtocolAssignment."""
     out = _I16.pack(0) + _topic_partitions(partitions)
     return out + (_I32.pack(-1) if user_data is None else _I32.pack(len(user_data)) + user_data)

@@ -26,6 +26,9 @@ from kio.serial._introspect import (
     classify_field,
     get_field_tag,
 )
+from kio.static.protocol import Payload
+
+from sparklog.protocol.codec import header_schema
 
 _FIXED = {
     "bool": 1,
@@ -113,7 +116,8 @@ _Field = tuple[str, str, Any, bool]  # name, kafka type, field class, nullable
 def _plan(schema: type) -> tuple[tuple[_Field, ...], dict[int, _Field]]:
     """The untagged fields in wire order, and the tagged ones by tag."""
     hints = typing.get_type_hints(schema)
-    untagged, tagged = [], {}
+    untagged: list[_Field] = []
+    tagged: dict[int, _Field] = {}
     for f in dataclasses.fields(schema):
         nullable = type(None) in typing.get_args(hints[f.name])
         entry = (f.name, f.metadata.get("kafka_type", ""), classify_field(f), nullable)
@@ -227,14 +231,14 @@ class _Unknown(Exception):
 _ENTITY_FIELDS = (EntityField, EntityTupleField)
 
 
-def check_request_frame(schema: type, frame: bytes | memoryview) -> None:
+def check_request_frame(schema: type[Payload], frame: bytes | memoryview) -> None:
     """Raise FrameBoundsError when a length in `frame` (a request of `schema`, without its
     size prefix) claims more bytes than are left."""
     for _ in check_request_frame_steps(schema, frame):
         pass
 
 
-def check_request_frame_steps(schema: type, frame: bytes | memoryview) -> Iterator[None]:
+def check_request_frame_steps(schema: type[Payload], frame: bytes | memoryview) -> Iterator[None]:
     """`check_request_frame` one array element at a time: a server walking a huge request
     lets other connections run between its steps."""
     flexible = bool(schema.__flexible__)
@@ -250,11 +254,11 @@ def check_request_frame_steps(schema: type, frame: bytes | memoryview) -> Iterat
         return
 
 
-def check_response_frame(schema: type, frame: bytes | memoryview) -> None:
+def check_response_frame(schema: type[Payload], frame: bytes | memoryview) -> None:
     """The same bounds and null checks over a response frame (without its size prefix), for
     clients reading what a broker sent: a broken or hostile server costs a ProtocolError."""
     r = _Reader(frame, 4)  # correlation id
-    if schema.__header_schema__.__flexible__:
+    if header_schema(schema).__flexible__:
         _skip_tagged(r)
     try:
         for _ in _walk(schema, r, bool(schema.__flexible__)):

@@ -18,10 +18,11 @@ import types
 import typing
 from collections.abc import Generator, Mapping
 from functools import cache
-from typing import Any
+from typing import Any, cast
 
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import TZAware, i32Timedelta, i64Timedelta
+from kio.static.protocol import Entity
 
 from sparklog.protocol import codec, cooperative
 from sparklog.protocol.pipeline import throttle_time_ms
@@ -34,10 +35,10 @@ class _FieldPlan:
     name: str
     convert: Any  # callable(value) -> kio value
     required: bool
-    element: type | None  # the entity type of an array of entities
+    element: type[Entity] | None  # the entity type of an array of entities
 
 
-def build(cls: type, data: Mapping[str, Any]) -> Any:
+def build(cls: type[Entity], data: Mapping[str, Any]) -> Any:
     """An instance of kio class `cls` from `data` (missing keys take the schema defaults)."""
     kwargs: dict[str, Any] = {}
     for plan in _plan(cls):
@@ -93,7 +94,7 @@ def _entries(data: Mapping[str, Any], limit: int = LARGE_ENTRIES) -> int:
     return total
 
 
-def _build_steps(cls: type, data: Mapping[str, Any]) -> Generator[None, None, Any]:
+def _build_steps(cls: type[Entity], data: Mapping[str, Any]) -> Generator[None, None, Any]:
     """`build(cls, data)`, yielding once per element of its arrays of entities."""
     kwargs: dict[str, Any] = {}
     for plan in _plan(cls):
@@ -119,7 +120,7 @@ def has_field(cls: type, name: str) -> bool:
 
 
 @cache
-def _plan(cls: type) -> tuple[_FieldPlan, ...]:
+def _plan(cls: type[Entity]) -> tuple[_FieldPlan, ...]:
     hints = typing.get_type_hints(cls)
     plans = []
     for f in dataclasses.fields(cls):
@@ -130,15 +131,21 @@ def _plan(cls: type) -> tuple[_FieldPlan, ...]:
     return tuple(plans)
 
 
-def _element(hint: Any) -> type | None:
+def _element(hint: Any) -> type[Entity] | None:
     """The entity type of a (possibly optional) tuple-of-entities hint, else None."""
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(hint) if a is not type(None)]
         hint = args[0] if len(args) == 1 else Any
     if typing.get_origin(hint) is tuple:
-        args = typing.get_args(hint)
-        if args and dataclasses.is_dataclass(args[0]):
-            return args[0]
+        params = typing.get_args(hint)
+        return _entity_class(params[0]) if params else None
+    return None
+
+
+def _entity_class(hint: Any) -> type[Entity] | None:
+    """`hint` when it is a kio entity class (kio's entities are its dataclasses), else None."""
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return cast("type[Entity]", hint)
     return None
 
 
@@ -167,8 +174,9 @@ def _base_converter(hint: Any, origin: Any) -> Any:
         return lambda v: v if isinstance(v, datetime.timedelta) else hint.parse(_ms(v))
     if hint is TZAware:
         return _to_datetime
-    if dataclasses.is_dataclass(hint):
-        return lambda v: v if isinstance(v, hint) else build(hint, v)
+    entity = _entity_class(hint)
+    if entity is not None:
+        return lambda v: v if isinstance(v, entity) else build(entity, v)
     return lambda v: v
 
 

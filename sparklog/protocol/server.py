@@ -20,9 +20,9 @@ import contextlib
 import logging
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from sparklog.protocol import cooperative, file_response
+from sparklog.protocol.api_versions import ApiKey, VersionRange
 from sparklog.protocol.connection import (
     DEFAULT_MAX_REQUEST_BYTES,
     NEED_DATA,
@@ -58,7 +58,7 @@ class KafkaServer:
     def __init__(
         self,
         handler: Handler,
-        apis: Any,
+        apis: Mapping[ApiKey, VersionRange],  # the versions served (api_versions.py's tables)
         *,
         host: str = "127.0.0.1",
         port: int = 0,
@@ -294,7 +294,7 @@ class _RequestProtocol(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
             self._pause()
         self._wake()
 
-    def eof_received(self) -> bool:
+    def eof_received(self) -> bool | None:
         self._ended = True
         self._wake()
         return super().eof_received()

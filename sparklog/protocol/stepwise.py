@@ -20,6 +20,7 @@ from kio.serial._introspect import EntityTupleField, classify_field, get_field_t
 from kio.serial._serialize import entity_writer, get_field_writer
 from kio.serial.writers import write_compact_array_length, write_legacy_array_length
 from kio.static.primitive import i32
+from kio.static.protocol import Entity
 
 #: A message with at least this many entities in its arrays is encoded step by step.
 LARGE_ENTITIES = 1_000
@@ -35,7 +36,7 @@ class _FieldPlan:
 
 
 @cache
-def _plan(schema: type) -> tuple[tuple[_FieldPlan, ...], tuple[str, ...]]:
+def _plan(schema: type[Entity]) -> tuple[tuple[_FieldPlan, ...], tuple[str, ...]]:
     """The untagged fields in wire order; the names of the entity arrays among them."""
     flexible = bool(schema.__flexible__)
     plans = []
@@ -48,7 +49,7 @@ def _plan(schema: type) -> tuple[tuple[_FieldPlan, ...], tuple[str, ...]]:
     return tuple(plans), tuple(p.name for p in plans if p.element is not None)
 
 
-def entity_count(entity: Any, limit: int = LARGE_ENTITIES) -> int:
+def entity_count(entity: Entity, limit: int = LARGE_ENTITIES) -> int:
     """Entities in `entity`'s arrays, counted until `limit` (cheap: stops there)."""
     total = 0
     pending = [entity]
@@ -64,7 +65,7 @@ def entity_count(entity: Any, limit: int = LARGE_ENTITIES) -> int:
     return total
 
 
-def _write_steps(buf: io.BytesIO, entity: Any) -> Iterator[None]:
+def _write_steps(buf: io.BytesIO, entity: Entity) -> Iterator[None]:
     schema = type(entity)
     plans, arrays = _plan(schema)
     if not arrays or entity_count(entity) < LARGE_ENTITIES:

@@ -242,7 +242,11 @@ class _Columns:
     _NAMES = ("offset", "timestamp", "timestamp_type", "key_null", "value_null")
 
     def __init__(
-        self, capacity: int, include_headers: bool, shared: np.ndarray, bound: type = np.int32
+        self,
+        capacity: int,
+        include_headers: bool,
+        shared: np.ndarray,
+        bound: np.dtype | type = np.int32,
     ) -> None:
         self.shared = shared  # the input buffer: its records are cut once, at the end
         self.cut: dict[int, tuple[pa.Array, pa.Array]] = {}  # first record -> (keys, values)
@@ -251,14 +255,14 @@ class _Columns:
         self.timestamp_type = np.empty(capacity, dtype=np.int32)
         self.key_null = np.empty(capacity, dtype=bool)
         self.value_null = np.empty(capacity, dtype=bool)
-        self.key_bounds = np.empty(2 * capacity, dtype=bound)
-        self.value_bounds = np.empty(2 * capacity, dtype=bound)
+        self.key_bounds: np.ndarray = np.empty(2 * capacity, dtype=bound)
+        self.value_bounds: np.ndarray = np.empty(2 * capacity, dtype=bound)
         self.header_count = np.empty(capacity, dtype=np.int64) if include_headers else None
         self.headers_start = np.empty(capacity, dtype=np.int64) if include_headers else None
         self.chunks: list[tuple[np.ndarray, int, int]] = []  # (data, first, end record)
         self.n = 0
 
-    def _grow(self, need: int, bound: type) -> None:
+    def _grow(self, need: int, bound: np.dtype | type) -> None:
         capacity = max(need, 2 * len(self.offset))
         for name in (*self._NAMES, "header_count", "headers_start"):
             old = getattr(self, name)
@@ -285,7 +289,7 @@ class _Columns:
         self.value_bounds[2 * a + 1 : 2 * b : 2] = f.value_start + np.maximum(f.value_len, 0)
         self.key_null[a:b] = f.key_len < 0
         self.value_null[a:b] = f.value_len < 0
-        if self.header_count is not None:
+        if self.header_count is not None and self.headers_start is not None:  # include_headers
             self.header_count[a:b] = f.header_count
             self.headers_start[a:b] = f.headers_start
         if self.chunks and self.chunks[-1][0] is data:
@@ -401,6 +405,7 @@ _EVENS = pa.array(np.arange(0, 1 << 17, 2, dtype=np.int64))
 
 def _headers_column(out: _Columns) -> pa.Array:
     """`headers` as list<struct<key, value>>, null for records without headers (as Spark)."""
+    assert out.header_count is not None and out.headers_start is not None  # include_headers
     n = out.n
     count = out.header_count[:n]
     has = count > 0

@@ -199,7 +199,9 @@ def _encode_group(
     payloads = []
     for a, b in zip(section_start.tolist(), section_end.tolist(), strict=True):
         # The join leaves out the group's last byte, the last record's 0 header count.
-        parts = (data[a:b],) if b <= len(data) else (data[a:], b"\x00")
+        parts: tuple[memoryview | bytes, ...] = (
+            (data[a:b],) if b <= len(data) else (data[a:], b"\x00")
+        )
         if codec != CompressionType.NONE:
             parts = (compress(codec, parts[0] if len(parts) == 1 else b"".join(parts)),)
         payloads.append(parts)
@@ -352,6 +354,7 @@ def _timestamps(records: pa.RecordBatch | pa.Table, n: int, now_ms: int | None) 
     if pa.types.is_timestamp(t) and t.unit != "ms":
         ts = ts * 1000 if t.unit == "s" else ts // {"us": 1000, "ns": 1_000_000}[t.unit]
     if nulls is not None:
+        assert now_ms is not None  # refused above
         ts = np.where(nulls, np.int64(now_ms), ts)
     return ts
 
@@ -488,7 +491,7 @@ def _encode_records(
     key_field = lengths_field(cols.key_len[lo:hi], widths_part(cols.key_widths, lo, hi))
     value_field = lengths_field(cols.value_len[lo:hi], widths_part(cols.value_widths, lo, hi))
     fields = [length_field, _ZERO, ts_field, offset_field, key_field]
-    if cols.header_count is None:
+    if cols.header_count is None or cols.header_blobs is None:  # None together
         fields, skip, suffix = [_ZERO, *fields], 1, []  # previous record's count, then this
     else:
         count = cols.header_count[lo:hi]
@@ -529,7 +532,7 @@ def _native_columns(cols: _Columns, lo: int, hi: int) -> tuple:
     if cols.keys is not None:
         key = native_column(cols.keys.slice(lo, n), cols.key_len[lo:hi])
     headers = None
-    if cols.header_count is not None:
+    if cols.header_count is not None and cols.header_blobs is not None:  # None together
         blobs = cols.header_blobs.slice(lo, n)
         blob_column = native_column(blobs, np.diff(_offsets(blobs)))
         headers = (int64_bytes(cols.header_count[lo:hi]), blob_column)

@@ -51,6 +51,17 @@ class Fields:
         "headers_start",
         "ok",
     )
+    attributes_pos: np.ndarray
+    end: np.ndarray
+    ts_delta: np.ndarray
+    offset_delta: np.ndarray
+    key_start: np.ndarray
+    key_len: np.ndarray
+    value_start: np.ndarray
+    value_len: np.ndarray
+    header_count: np.ndarray
+    headers_start: np.ndarray
+    ok: np.ndarray
 
     def take(self, rows: np.ndarray) -> Fields:
         out = Fields()
@@ -73,6 +84,9 @@ class Marks:
     """Two reusable byte maps for `_link`; a new tag per use saves clearing them."""
 
     def __init__(self, size: int) -> None:
+        self._allocate(size)
+
+    def _allocate(self, size: int) -> None:
         self.starts = np.zeros(size, dtype=np.uint8)
         self.ends = np.zeros(size, dtype=np.uint8)
         self.tag = 0
@@ -80,7 +94,7 @@ class Marks:
     def ensure(self, size: int) -> None:
         """Make the maps cover `size` positions."""
         if len(self.starts) < size:
-            self.__init__(max(size, 2 * len(self.starts)))
+            self._allocate(max(size, 2 * len(self.starts)))
 
     def next_tag(self) -> np.uint8:
         self.tag += 1
@@ -178,7 +192,7 @@ def varints(data: np.ndarray, pos: np.ndarray, max_bytes: int) -> tuple:
         return (v >> 1) ^ -(v & 1), 1, True
     raw = (b & 0x7F).astype(np.uint64)
     width = more.astype(np.int64) + 1
-    ok = True
+    ok: bool | np.ndarray = True
     k = 1
     while k < max_bytes and more.sum() * 4 > len(pos):  # most continue: whole-array steps
         b = data.take(pos + k, mode="clip")
@@ -195,7 +209,7 @@ def varints(data: np.ndarray, pos: np.ndarray, max_bytes: int) -> tuple:
         k += 1
     if rows.size:
         ok = np.ones(len(pos), dtype=bool)
-        ok[rows] = False
+        ok[rows] = False  # the varints still unfinished after max_bytes bytes
     if max_bytes == 5:
         raw &= np.uint64(0xFFFFFFFF)
     value = (raw >> np.uint64(1)).view(np.int64) ^ -(raw & np.uint64(1)).view(np.int64)
@@ -209,6 +223,10 @@ class _Pairs:
     """Possible records: a length varint [start, attributes) and the record's `end`."""
 
     __slots__ = ("attributes", "batch", "end", "start")
+    attributes: np.ndarray
+    batch: np.ndarray
+    end: np.ndarray
+    start: np.ndarray
 
     def take(self, rows: np.ndarray) -> _Pairs:
         out = _Pairs()
@@ -221,22 +239,18 @@ def _length_pairs(data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> _Pa
     """Every (length varint, attributes byte) reading that could be a record (step 1)."""
     first, last = int(starts[0]), int(ends[-1])
     q = _zero_positions(data, first, last)
-    if len(starts) == 1:
-        batch, section_start, limit = 0, first, last
-    else:
-        batch = np.searchsorted(starts, q, side="right") - 1
-        section_start, limit = starts.take(batch), ends.take(batch)
+    # one section: its bounds are two numbers; many: each candidate's section, gathered
+    batch = np.searchsorted(starts, q, side="right") - 1 if len(starts) > 1 else None
+    section_start: int | np.ndarray = first if batch is None else starts.take(batch)
+    limit: int | np.ndarray = last if batch is None else ends.take(batch)
     before = data.take(q - 1, mode="clip")
     inside = np.flatnonzero(
         ((before - np.uint8(1)) < np.uint8(0x7F)) & (q > section_start) & (q < limit)
     )
     q = q.take(inside)
-    if len(starts) > 1:
-        batch, section_start, limit = (
-            batch.take(inside),
-            section_start.take(inside),
-            limit.take(inside),
-        )
+    if batch is not None:
+        batch = batch.take(inside)
+        section_start, limit = starts.take(batch), ends.take(batch)
     raw = before.take(inside).astype(np.int64)
     room = limit - q
     more = np.ones(len(q), dtype=bool)
@@ -253,7 +267,7 @@ def _length_pairs(data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> _Pa
     pairs = _Pairs()
     rows = np.concatenate([r for r, _, _ in parts])
     pairs.attributes = q.take(rows)
-    pairs.batch = np.zeros(len(rows), dtype=np.int64) if len(starts) == 1 else batch.take(rows)
+    pairs.batch = np.zeros(len(rows), dtype=np.int64) if batch is None else batch.take(rows)
     pairs.start = pairs.attributes - np.concatenate([np.full(len(r), w) for r, w, _ in parts])
     pairs.end = pairs.attributes + np.concatenate([n for _, _, n in parts])
     return pairs

@@ -72,7 +72,7 @@ def ragged(fields: list[Varints], skip: int = 0) -> pa.Array:
     n = max(len(z) for z, _ in fields)
     max_widths = [w if isinstance(w, int) else int(w.max(initial=1)) for _, w in fields]
     matrix = np.empty((n, sum(max_widths)), dtype=np.uint8)
-    mask = None
+    mask: np.ndarray | None = None
     col = 0
     for (z, widths), wmax in zip(fields, max_widths, strict=True):
         fixed = isinstance(widths, int)
@@ -86,6 +86,7 @@ def ragged(fields: list[Varints], skip: int = 0) -> pa.Array:
                     byte &= np.where(widths > k + 1, np.uint8(0xFF), np.uint8(0x7F))
             matrix[:, col + k] = byte  # the last byte is < 0x80: z < 2**(7 * wmax)
             if not fixed and k:
+                assert mask is not None  # made above for every field with varying widths
                 mask[:, col + k] = widths > k
         col += wmax
     row_len = sum(w for _, w in fields)

@@ -35,6 +35,7 @@ from sparklog.records.crc import crc32c
 from sparklog.records.errors import CorruptRecordError, DecompressedTooLargeError
 
 _WORK_BYTES = 1 << 20
+_NO_BOUNDS = np.empty(0, dtype=np.int64)  # starts/ends of a group whose data is None
 _BATCH_LENGTH = struct.Struct(">i")  # at byte 8 of a batch
 _MAGIC_OFFSET = 16
 
@@ -169,7 +170,7 @@ class BatchSpans:
         self,
         max_bytes: int | None = None,
         given: list[bytes | None] | None = None,
-    ) -> Iterator[tuple[int, int, np.ndarray, np.ndarray, np.ndarray]]:
+    ) -> Iterator[tuple[int, int, np.ndarray | None, np.ndarray, np.ndarray]]:
         """Work groups: (lo, hi, data, starts, ends) for runs of whole batches holding about
         `_WORK_BYTES` of records, batch lo + i's records being data[starts[i]:ends[i]].
         `given[i]`, when not None, is batch i's section already decompressed.
@@ -213,7 +214,7 @@ class BatchSpans:
                 held += len(section)
                 hi += 1
             if not sections:  # batch lo does not decompress: its reader names the error
-                yield lo, lo + 1, None, None, None
+                yield lo, lo + 1, None, _NO_BOUNDS, _NO_BOUNDS
                 lo += 1
                 continue
             lengths = np.fromiter(map(len, sections), dtype=np.int64, count=len(sections))

@@ -52,6 +52,8 @@ class FileRecords:
     def tobytes(self) -> bytes:
         return b"".join(p if isinstance(p, bytes) else p.tobytes() for p in self.pieces)
 
+    __bytes__ = tobytes  # bytes(read.records) whatever a read returned
+
     def close(self) -> None:
         for p in self.pieces:
             if isinstance(p, FileSlice):

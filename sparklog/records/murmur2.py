@@ -57,7 +57,7 @@ def murmur2_array(keys: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     n = len(keys)
     valid = np.ones(n, dtype=bool) if keys.null_count == 0 else _valid_mask(keys)
     offsets_type = np.int32 if pa.types.is_binary(keys.type) else np.int64
-    offsets = np.frombuffer(keys.buffers()[1], dtype=offsets_type)[
+    offsets: np.ndarray = np.frombuffer(keys.buffers()[1], dtype=offsets_type)[
         keys.offset : keys.offset + n + 1
     ]
     starts = offsets[:-1].astype(np.int64)

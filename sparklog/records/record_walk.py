@@ -75,7 +75,7 @@ def walk_records(
     when a record's bytes do not parse as the header says; nothing is returned partially.
     """
     view = memoryview(buf).cast("B")
-    given = sections if sections is not None else [None] * len(batches)
+    given: list[bytes | None] = sections if sections is not None else [None] * len(batches)
     records = sum(h.records_count for _, h in batches)
     core = native.core()
     if core is not None and records > _NATIVE_FROM_RECORDS:
@@ -254,6 +254,7 @@ def _lean_walk(data: bytes, count: int) -> tuple[list, list, list] | None:
 def _facts(h: BatchHeader, deltas: Any, ts_deltas: Any, nulls: Any) -> BatchFacts:
     """What readers will see: LogAppendTime batches read maxTimestamp for every record.
     Lists stay lists (small appends), numpy arrays stay arrays (int64 wraps like Java's long)."""
+    stamps: list[int] | np.ndarray
     if h.timestamp_type == TimestampType.LOG_APPEND_TIME:
         stamps = [h.max_timestamp] * len(deltas)
     elif isinstance(ts_deltas, np.ndarray):

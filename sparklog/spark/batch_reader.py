@@ -83,6 +83,7 @@ class SparkLogBatchReader(DataSourceReader):
                     + ", ".join(f"{t}-{p}" for t, p in reader.missing)
                 )
             start = reader.resolve(self.options.starting, tps, starting=True)
+            assert self.options.ending is not None  # checked in __init__
             end = reader.resolve(self.options.ending, tps, starting=False)
         return to_input_partitions(plan_ranges(start, end, self.options), self.options)
 

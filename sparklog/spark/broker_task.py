@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -101,7 +101,7 @@ def _stop_when_jvm_dies(stop: threading.Event) -> None:
     threading.Thread(target=watch, name="sparklog-jvm-watch", daemon=True).start()
 
 
-def broker_task(specs: Iterator[BrokerTaskSpec]) -> Iterator[dict]:
+def broker_task(specs: Iterable[BrokerTaskSpec]) -> Iterator[dict]:
     """Run one broker per spec (the launcher sends exactly one) and report how it ended."""
     from pyspark import TaskContext
 

@@ -27,11 +27,14 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparklog.broker.kafka_apis import GROUP_COORDINATOR_ENDPOINT
 from sparklog.spark.broker_task import BrokerTaskSpec, broker_task
 from sparklog.storage.object_store import without_storage_options
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 logger = logging.getLogger(__name__)
 
@@ -106,7 +109,9 @@ def driver_host(sc: Any) -> str:
 class SparkLogCluster:
     """A running sparklog cluster inside this Spark application."""
 
-    def __init__(self, spark: Any, brokers: int, settings: dict[str, str], data_dir: Path) -> None:
+    def __init__(
+        self, spark: SparkSession, brokers: int, settings: dict[str, str], data_dir: Path
+    ) -> None:
         from sparklog.controller.server import ControllerServer
 
         self.spark = spark
@@ -114,7 +119,9 @@ class SparkLogCluster:
         self.settings = settings
         self.data_dir = data_dir
         self.broker_count = brokers
-        mode, _, _ = task_slots(self.sc.master, 0)
+        master = self.sc.master
+        assert master is not None  # a running SparkContext has one (or would not have started)
+        mode, _, _ = task_slots(master, 0)
         #: where the brokers listen: decided here in the local modes, on each executor otherwise
         self.broker_host = _local_ip() if mode != "cluster" else None
         self.controller = ControllerServer(

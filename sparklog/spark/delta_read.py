@@ -103,5 +103,4 @@ def _arrow_schema(table: DeltaTable) -> Any:
     import pyarrow as pa
 
     schema = table.schema()
-    arrow = schema.to_arrow() if hasattr(schema, "to_arrow") else schema.to_pyarrow()
-    return pa.schema(arrow)
+    return pa.schema(schema.to_arrow())

@@ -52,6 +52,7 @@ def offsets_table(
             "no sparklog cluster here: start one with sparklog.start(spark), or pass "
             "path='<offsets.table.path of the cluster>'"
         )
+    assert cluster is not None  # it has a coordinator
     table_path = path or coordinator.table_path
     own = table_path.rstrip("/") == str(coordinator.table_path).rstrip("/")
     return table_path, (options_of(cluster.settings) or None) if own else None

@@ -13,7 +13,13 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from sparklog.client import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, AdminClient, ConfigResource
+from sparklog.client import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    AdminClient,
+    ConfigResource,
+    TopicPartition,
+)
 
 TOPICS_DDL = "topic string, partitions int, replication_factor int, configs map<string,string>"
 OFFSETS_DDL = "topic string, partition int, leader int, earliest long, latest long, records long"
@@ -89,13 +95,16 @@ def partition_offsets(
         names = _topic_names(admin, topic)
         described = admin.describe_topics(names) if names else {}
         leaders = {
-            (name, p.partition): p.leader for name in names for p in described[name].partitions
+            TopicPartition(name, p.partition): p.leader
+            for name in names
+            for p in described[name].partitions
         }
         earliest = admin.list_offsets(dict.fromkeys(leaders, EARLIEST_TIMESTAMP))
         latest = admin.list_offsets(dict.fromkeys(leaders, LATEST_TIMESTAMP))
     rows = []
-    for (name, partition), leader in sorted(leaders.items()):
-        first, end = earliest[(name, partition)].offset, latest[(name, partition)].offset
+    for tp, leader in sorted(leaders.items()):
+        name, partition = tp
+        first, end = earliest[tp].offset, latest[tp].offset
         rows.append((name, partition, leader, first, end, end - first))
     return rows
 

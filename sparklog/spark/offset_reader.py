@@ -100,7 +100,9 @@ class OffsetReader:
                 "describing topics", lambda: self.admin.describe_topics(names)
             )
             found = sorted(
-                (name, int(p.partition)) for name, d in described.items() for p in d.partitions
+                TopicPartition(name, int(p.partition))
+                for name, d in described.items()
+                for p in d.partitions
             )
         if isinstance(sub, Assign):
             self.missing = sorted(set(sub.partitions) - set(found))
@@ -118,7 +120,7 @@ class OffsetReader:
                 dict(specs), isolation_level=self.options.isolation_level
             ),
         )
-        return {(tp[0], int(tp[1])): r for tp, r in found.items()}
+        return {TopicPartition(tp[0], int(tp[1])): r for tp, r in found.items()}
 
     def earliest(self, tps: Iterable[TopicPartition]) -> PartitionOffsets:
         """Log start offsets."""

@@ -45,7 +45,7 @@ def to_json_dict(offsets: Mapping[TopicPartition, int]) -> dict[str, dict[str, i
 def from_json_dict(data: Mapping[str, Mapping[str, int]]) -> PartitionOffsets:
     """The inverse of `to_json_dict` (what Spark hands back from its offset log)."""
     return {
-        (topic, int(partition)): int(offset)
+        TopicPartition(topic, int(partition)): int(offset)
         for topic, parts in data.items()
         for partition, offset in parts.items()
     }
@@ -57,7 +57,7 @@ def ranges_between(
     """One range per partition of `end` (a partition missing from `start` reads from 0, the
     caller resolves new partitions first), sorted by topic and partition."""
     return [
-        OffsetRange(topic, partition, start.get((topic, partition), 0), until)
+        OffsetRange(topic, partition, start.get(TopicPartition(topic, partition), 0), until)
         for (topic, partition), until in sorted(end.items())
     ]
 

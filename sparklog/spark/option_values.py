@@ -11,6 +11,7 @@ from dataclasses import replace
 from typing import Any
 
 from sparklog.settings import Check, ConfigError, ConfigType, Range, Scope, Setting, Table, define
+from sparklog.structs import TopicPartition
 
 DEFAULT_POLL_TIMEOUT_MS = 120_000  # Spark: spark.network.timeout
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000  # "15m"
@@ -61,10 +62,10 @@ def display(key: str) -> str:
     return names.get(key, key)
 
 
-def partition_map(raw: str, key: str, example: str) -> dict[tuple[str, int], int]:
+def partition_map(raw: str, key: str, example: str) -> dict[TopicPartition, int]:
     """Spark's per-partition JSON, `{"topic": {"0": n}}`, as {(topic, partition): n}."""
     data = parse_json(raw, key, example)
-    out: dict[tuple[str, int], int] = {}
+    out: dict[TopicPartition, int] = {}
     for topic, parts in data.items():
         if not isinstance(parts, dict):
             raise SparkLogOptionError(
@@ -77,7 +78,7 @@ def partition_map(raw: str, key: str, example: str) -> dict[tuple[str, int], int
                     f"option '{display(key)}': {topic!r} partition {partition!r} -> {value!r} "
                     f"is not a number pair; expected e.g. {example}"
                 )
-            out[(topic, int(partition))] = int(value)
+            out[TopicPartition(topic, int(partition))] = int(value)
     return dict(sorted(out.items()))
 
 

@@ -34,7 +34,7 @@ from sparklog.spark.option_values import (
     parse_json,
     partition_map,
 )
-from sparklog.structs import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from sparklog.structs import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, TopicPartition
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ _SPARK_ONLY = {"group.id"}
 class Assign:
     """`assign`: exactly these partitions."""
 
-    partitions: tuple[tuple[str, int], ...]
+    partitions: tuple[TopicPartition, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,14 +120,14 @@ class LatestOffsets:
 class SpecificOffsets:
     """Offsets per partition; -2 means earliest and -1 latest (Spark's JSON)."""
 
-    offsets: Mapping[tuple[str, int], int]
+    offsets: Mapping[TopicPartition, int]
 
 
 @dataclass(frozen=True, slots=True)
 class SpecificTimestamps:
     """Per partition: the first offset whose timestamp is >= the given epoch ms."""
 
-    timestamps: Mapping[tuple[str, int], int]
+    timestamps: Mapping[TopicPartition, int]
     strategy: str = "error"  # no such record when starting: "error" or "latest"
 
 
@@ -426,7 +426,7 @@ def _subscription(opts: Mapping[str, str]) -> Subscription:
     return SubscribePattern(pattern)
 
 
-def _parse_assign(value: str) -> tuple[tuple[str, int], ...]:
+def _parse_assign(value: str) -> tuple[TopicPartition, ...]:
     example = '{"topicA":[0,1],"topicB":[2,4]}'
     if not value.strip().startswith("{"):
         raise SparkLogOptionError(
@@ -434,14 +434,14 @@ def _parse_assign(value: str) -> tuple[tuple[str, int], ...]:
             f"{value!r}; expected JSON like {example}"
         )
     data = parse_json(value, "assign", example)
-    out: list[tuple[str, int]] = []
+    out: list[TopicPartition] = []
     for topic, parts in data.items():
         if not isinstance(parts, list) or not all(is_int(p) for p in parts):
             raise SparkLogOptionError(
                 f"option 'assign': topic {topic!r} needs a list of partition numbers, got "
                 f"{parts!r}; expected e.g. {example}"
             )
-        out.extend((topic, int(p)) for p in parts)
+        out.extend(TopicPartition(topic, int(p)) for p in parts)
     if not out:
         raise SparkLogOptionError(
             f"No topicpartitions to assign as specified value for option 'assign' is {value!r}"

@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
 
+from sparklog.client import TopicPartition
 from sparklog.spark.client_pool import CONSUMERS
 from sparklog.spark.offsets import OffsetRange
 from sparklog.spark.options import SourceOptions
@@ -121,10 +122,37 @@ def read_range(r: OffsetRange, options: SourceOptions) -> Iterator[pa.RecordBatc
         yield from _RangeReader(consumer, r, options).batches()
 
 
+class RangeConsumer(Protocol):
+    """What a range reader needs from its consumer (a pooled `sparklog.client.KafkaConsumer`):
+    one assigned partition, positioned by hand, polled as Arrow."""
+
+    def assign(self, partitions: Iterable[tuple[str, int]]) -> None: ...
+
+    def seek(self, partition: tuple[str, int], offset: int) -> None: ...
+
+    def position(self, partition: tuple[str, int], timeout_ms: int | None = None) -> int: ...
+
+    def poll_arrow(
+        self, timeout_ms: int = 0, *, include_headers: bool = False
+    ) -> pa.RecordBatch: ...
+
+    def beginning_offsets(
+        self, partitions: Iterable[tuple[str, int]], timeout_ms: int | None = None
+    ) -> dict[TopicPartition, int]:
+        """Log start offset by partition."""
+        ...
+
+    def end_offsets(
+        self, partitions: Iterable[tuple[str, int]], timeout_ms: int | None = None
+    ) -> dict[TopicPartition, int]:
+        """Log end offset by partition."""
+        ...
+
+
 class _RangeReader:
     """The poll loop of one range; `position` is the next offset the range still needs."""
 
-    def __init__(self, consumer: Any, r: OffsetRange, options: SourceOptions) -> None:
+    def __init__(self, consumer: RangeConsumer, r: OffsetRange, options: SourceOptions) -> None:
         self.consumer = consumer
         self.range = r
         self.options = options

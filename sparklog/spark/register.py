@@ -115,13 +115,14 @@ def append_by_default() -> None:
         partitionBy: Any = None,  # noqa: N803 - PySpark's name
         **options: Any,
     ) -> None:
-        source = (format or getattr(self, "_sparklog_format", "")).lower()
-        wanted = (mode or getattr(self, "_sparklog_mode", "error")).lower()
+        source = str(format or getattr(self, "_sparklog_format", "")).lower()
+        wanted = str(mode or getattr(self, "_sparklog_mode", "error")).lower()
         if source == NAME and wanted in _ERROR_MODES:
             mode = "append"
         return original_save(self, path, format, mode, partitionBy, **options)
 
-    DataFrameWriter.format = format
-    DataFrameWriter.mode = mode
-    DataFrameWriter.save = save
-    DataFrameWriter._sparklog_append_by_default = True
+    # Patching PySpark's class is the point here (see the docstring); its stubs forbid it.
+    DataFrameWriter.format = format  # type: ignore[method-assign]
+    DataFrameWriter.mode = mode  # type: ignore[method-assign]
+    DataFrameWriter.save = save  # type: ignore[method-assign]
+    DataFrameWriter._sparklog_append_by_default = True  # type: ignore[attr-defined]

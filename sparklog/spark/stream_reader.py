@@ -72,7 +72,7 @@ class SparkLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"options": self.options}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["options"])
+        type(self).__init__(self, state["options"])
 
     @property
     def offsets(self) -> OffsetReader:
@@ -109,6 +109,7 @@ class SparkLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = self._current_start(from_json_dict(start))
         latest = self._ends(begin)
         self._latest = latest
+        end: PartitionOffsets | None
         if isinstance(limit, ReadAllAvailable) or not isinstance(limit, ReadLimit):
             end = latest
         else:

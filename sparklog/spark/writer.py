@@ -27,8 +27,9 @@ import dataclasses
 import logging
 import time
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -192,10 +193,22 @@ class SparkLogCommitMessage(WriterCommitMessage):
     transaction: tuple[str, int, int] | None = None
 
 
+class ArrowProducer(Protocol):
+    """What a task writer needs from its producer (a pooled `sparklog.client.KafkaProducer`)."""
+
+    def send_arrow(
+        self, topic: str, record_batch: pa.RecordBatch | pa.Table, partition: int | None = None
+    ) -> Future: ...
+
+    def flush(self, timeout_ms: int | None = None) -> None: ...
+
+
 class _TaskWriter:
     """Sends one task's Arrow batches through one producer (leased from the pool)."""
 
-    def __init__(self, options: SinkOptions, columns: tuple[str, ...], producer: Any) -> None:
+    def __init__(
+        self, options: SinkOptions, columns: tuple[str, ...], producer: ArrowProducer
+    ) -> None:
         self.options = options
         self.columns = list(columns)
         self.records = 0

@@ -24,6 +24,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from sparklog.structs import TopicPartition
+
 __all__ = [
     "CURRENT_VERSION",
     "CheckpointFile",
@@ -218,12 +220,15 @@ class OffsetCheckpointFile:
     def path(self) -> Path:
         return self._file.path
 
-    def write(self, offsets: Mapping[tuple[str, int], int]) -> None:
+    def write(self, offsets: Mapping[TopicPartition, int]) -> None:
         """Atomically replace the file with `offsets`."""
         entries = [(topic, partition, offset) for (topic, partition), offset in offsets.items()]
         entries.sort(key=lambda entry: (entry[0], entry[1]))
         self._file.write(entries)
 
-    def read(self) -> dict[tuple[str, int], int]:
+    def read(self) -> dict[TopicPartition, int]:
         """The checkpointed offsets; `{}` if the file does not exist yet."""
-        return {(topic, partition): offset for topic, partition, offset in self._file.read()}
+        return {
+            TopicPartition(topic, partition): offset
+            for topic, partition, offset in self._file.read()
+        }

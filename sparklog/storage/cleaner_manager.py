@@ -83,7 +83,7 @@ def topic_partition_of(log_: Log) -> TopicPartition:
         raise ValueError(
             f"log dir {log_.directory} is not named <topic>-<partition>; pass topic_partition"
         )
-    return topic, int(partition)
+    return TopicPartition(topic, int(partition))
 
 
 def racy_read(read: Callable[[], T], attempts: int = 5) -> T:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 from pathlib import Path
+from typing import cast
 
 from sparklog.records.errors import CorruptRecordError
 from sparklog.records.file_records import FileRecords, FileSlice
@@ -95,7 +96,8 @@ class LocalLog:
                 offset = max(offset, self.bases[index])
         if any(isinstance(c, FileSlice) for c in chunks):
             return FileRecords(tuple(chunks))
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)  # type: ignore[arg-type]
+        plain = cast(list[bytes], chunks)  # no FileSlice among them
+        return plain[0] if len(plain) == 1 else b"".join(plain)
 
     def position_of(self, offset: int, index: int) -> int | None:
         """Byte position of `offset` in segment `index`, None if it lies beyond it."""

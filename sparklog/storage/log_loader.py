@@ -129,7 +129,7 @@ def _recover_segments(segments: list[LogSegment], recovery_point: int) -> list[L
     for i, segment in enumerate(segments):
         next_base = segments[i + 1].base_offset if i + 1 < len(segments) else None
         unflushed = next_base is None or next_base > recovery_point
-        needs = unflushed or getattr(segment, "needs_recovery", False)
+        needs = unflushed or segment.needs_recovery
         if not needs:
             try:
                 segment.sanity_check()

@@ -25,10 +25,13 @@ import os
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from sparklog.settings import ConfigType, Importance, Scope, Setting, define
 from sparklog.storage.checkpoint import fsync_dir
+
+if TYPE_CHECKING:
+    from obstore.store import ObjectStore, S3Config
 
 __all__ = [
     "STORAGE_OPTIONS_PREFIX",
@@ -180,7 +183,7 @@ def _canonical(key: str) -> str:
     return "endpoint" if name == "endpoint_url" else name
 
 
-def open_object_store(uri: str, options: Mapping[str, str]) -> Any:
+def open_object_store(uri: str, options: Mapping[str, str]) -> ObjectStore:
     """An `obstore` store rooted at `uri` (its keys are relative to the URI's path)."""
     try:
         from obstore.store import S3Store, from_url
@@ -196,8 +199,11 @@ def open_object_store(uri: str, options: Mapping[str, str]) -> Any:
             bucket, _, prefix = rest.partition("/")
             if not bucket:
                 raise StorageLocationError(f"{uri}: an S3 location is s3://<bucket>/<prefix>")
-            return S3Store(bucket, prefix=prefix.strip("/") or None, config=config)
-        return from_url(uri, config=config or None)
+            # the keys are the user's storage options, checked by obstore when it opens
+            s3_config = cast("S3Config", config)
+            return S3Store(bucket, prefix=prefix.strip("/") or None, config=s3_config)
+        # any scheme: obstore checks the keys against that scheme's config when it opens
+        return from_url(uri, config=config or None)  # type: ignore[arg-type]
     except StorageLocationError:
         raise
     except Exception as e:  # noqa: BLE001 - obstore's configuration errors, named for the user
@@ -216,8 +222,10 @@ class Objects(Protocol):
     location: str
     #: what to check when the location cannot be reached, for messages
     hint: str
-    #: the options it was opened with (their secret values are hidden from messages)
-    options: Mapping[str, str]
+
+    @property
+    def options(self) -> Mapping[str, str]:
+        """The options it was opened with (their secret values are hidden from messages)."""
 
     def get(self, key: str) -> bytes | None:
         """The object's bytes; None when there is no such object."""
@@ -236,7 +244,9 @@ class ObstoreObjects:
     """`Objects` on an object store through `obstore`: create is a conditional put
     (`If-None-Match: *`), which S3 and S3-compatible stores evaluate atomically."""
 
-    def __init__(self, uri: str, options: Mapping[str, str], store: Any = None) -> None:
+    def __init__(
+        self, uri: str, options: Mapping[str, str], store: ObjectStore | None = None
+    ) -> None:
         self.location = uri.rstrip("/")
         #: for `redact` (messages never carry a credential)
         self.options = _object_store_config(options)

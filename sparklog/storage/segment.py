@@ -93,6 +93,8 @@ class LogSegment:
         self.config = config
         self.suffix = suffix
         self.created_ms = created_ms
+        # set by the log loader when an index file was missing at start: recover before use
+        self.needs_recovery = False
         self._reported_corruption: set[int] = set()  # positions of damaged batches, logged once
         self.log_path = self.directory / file_name(base_offset, ".log" + suffix)
         self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -266,13 +268,15 @@ class LogSegment:
             if not batches:  # the header the reader asked for is itself damaged
                 raise self._corrupt_on_disk(first.position, "its header is damaged") from None
         size = min(end, self.size_bytes) - first.position
-        records = self._zero_copy_read(first.position, size, batches) if zero_copy else None
+        records: FileSlice | bytes | None = (
+            self._zero_copy_read(first.position, size, batches) if zero_copy else None
+        )
         if records is not None:
             length = len(records)
         else:
-            records = self.read_bytes(first.position, end - first.position)
-            length = _good_length(records, batches)
-            records = records[:length]
+            data = self.read_bytes(first.position, end - first.position)
+            length = _good_length(data, batches)
+            records = data[:length]
         if not length and batches:  # no reader is ever handed a damaged batch
             raise self._corrupt_on_disk(first.position, "its CRC-32C does not match")
         return first.position, records

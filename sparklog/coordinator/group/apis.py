@@ -27,6 +27,7 @@ from sparklog.protocol.connection import Request
 from sparklog.protocol.pipeline import authorized_operations
 from sparklog.protocol.responses import group_by_topic
 from sparklog.security.acl import AUTHORIZED_OPERATIONS_OMITTED, ResourceType
+from sparklog.structs import TopicPartition
 
 #: Join/Sync wait at most this long past the rebalance timeout before answering (a bug guard).
 _WAIT_SLACK_S = 30.0
@@ -76,6 +77,11 @@ class GroupCoordinatorApis:
             ApiKey.CONSUMER_GROUP_HEARTBEAT: self.handle_consumer_group_heartbeat,
             ApiKey.CONSUMER_GROUP_DESCRIBE: self.handle_consumer_group_describe,
         }
+
+    @property
+    def _topic_ids(self) -> TopicIds:
+        assert self.topics is not None, "the KIP-848 APIs are served with topic lookups"
+        return self.topics
 
     async def _wait(
         self, start: Callable[[Callable[[Any], None]], None], wait_s: float, slack_s: float = 0.0
@@ -156,6 +162,7 @@ class GroupCoordinatorApis:
 
     async def handle_leave_group(self, request: Request) -> Any:
         body = request.body
+        members: list[tuple[str, str | None]]
         if request.api_version < 3:
             members = [(body.member_id, None)]
         else:
@@ -244,12 +251,12 @@ class GroupCoordinatorApis:
         partition an open transaction holds an offset for answers UNSTABLE_OFFSET_COMMIT."""
         wanted = None
         if topics is not None:
-            wanted = [(t.name, int(p)) for t in topics for p in t.partition_indexes]
+            wanted = [TopicPartition(t.name, int(p)) for t in topics for p in t.partition_indexes]
         found = self.coordinator.fetch_offsets(group_id, wanted)
         items = []
         for (topic, partition), o in found.items():
             if require_stable and self.coordinator.has_pending_txn_offset(
-                group_id, (topic, partition)
+                group_id, TopicPartition(topic, partition)
             ):
                 items.append(
                     (
@@ -280,7 +287,11 @@ class GroupCoordinatorApis:
 
     async def handle_offset_delete(self, request: Request) -> Any:
         body = request.body
-        partitions = [(t.name, int(p.partition_index)) for t in body.topics for p in t.partitions]
+        partitions = [
+            TopicPartition(t.name, int(p.partition_index))
+            for t in body.topics
+            for p in t.partitions
+        ]
         top, codes = await self._wait(
             lambda respond: self.coordinator.delete_offsets(
                 body.group_id,
@@ -355,7 +366,7 @@ class GroupCoordinatorApis:
         if body.topic_partitions is not None:
             owned = {}
             for tp in body.topic_partitions:
-                name = self.topics.topic_name(tp.topic_id)
+                name = self._topic_ids.topic_name(tp.topic_id)
                 if name is not None:  # a deleted topic's partitions are simply gone
                     owned[name] = {int(p) for p in tp.partitions}
         values = self.coordinator.consumer_heartbeat(
@@ -389,7 +400,7 @@ class GroupCoordinatorApis:
     def _by_id(self, assignment: dict[str, set[int]]) -> list[dict[str, Any]]:
         out = []
         for topic, partitions in sorted(assignment.items()):
-            topic_id = self.topics.topic_id(topic)
+            topic_id = self._topic_ids.topic_id(topic)
             if topic_id is not None and partitions:
                 out.append({"topic_id": topic_id, "partitions": sorted(partitions)})
         return out
@@ -451,7 +462,7 @@ class GroupCoordinatorApis:
 
     def _named(self, assignment: dict[str, set[int]]) -> list[dict[str, Any]]:
         return [
-            {"topic_id": self.topics.topic_id(t), "topic_name": t, "partitions": sorted(ps)}
+            {"topic_id": self._topic_ids.topic_id(t), "topic_name": t, "partitions": sorted(ps)}
             for t, ps in sorted(assignment.items())
-            if ps and self.topics.topic_id(t) is not None
+            if ps and self._topic_ids.topic_id(t) is not None
         ]

@@ -151,11 +151,11 @@ class GroupCoordinator:
         (`clock.loaded_ms`)."""
         kind, group_id = row["record_type"], row["group_id"]
         if kind == "offset":
-            tp = (row["topic"], int(row["partition"]))
+            tp = TopicPartition(row["topic"], int(row["partition"]))
             value = None if row["committed_offset"] is None else _offset_of(row, now_ms)
             self._apply_offsets(group_id, {tp: value})
         elif kind == "txn_offset":
-            tp = (row["topic"], int(row["partition"]))
+            tp = TopicPartition(row["topic"], int(row["partition"]))
             pending = self.txn_offsets.setdefault(int(row["producer_id"]), {})
             pending.setdefault(group_id, {})[tp] = _offset_of(row, now_ms)
         elif kind == "transaction":
@@ -239,7 +239,7 @@ class GroupCoordinator:
         partitions are durable (or at once when the whole request is refused)."""
         code = self._check_commit(group_id, generation_id, member_id, group_instance_id)
         if code:
-            return respond({(p.topic, p.partition): code for p in partitions})
+            return respond({TopicPartition(p.topic, p.partition): code for p in partitions})
         expire_ms = now_ms + retention_time_ms if retention_time_ms >= 0 else None
         codes, valid = self._validate_offsets(partitions, now_ms, expire_ms)
         changes: dict[TopicPartition, CommittedOffset | None] = dict(valid)
@@ -271,7 +271,7 @@ class GroupCoordinator:
         codes: dict[TopicPartition, int] = {}
         changes: dict[TopicPartition, CommittedOffset] = {}
         for p in partitions:
-            tp = (p.topic, p.partition)
+            tp = TopicPartition(p.topic, p.partition)
             metadata = p.metadata or ""
             if len(metadata.encode()) > self.config.offset_metadata_max_bytes:
                 codes[tp] = OffsetMetadataTooLargeError.code
@@ -306,7 +306,7 @@ class GroupCoordinator:
         if not code:
             code = self._check_commit(group_id, generation_id, member_id, group_instance_id)
         if code:
-            return respond({(p.topic, p.partition): code for p in partitions})
+            return respond({TopicPartition(p.topic, p.partition): code for p in partitions})
         codes, changes = self._validate_offsets(partitions, now_ms, None)
         if not changes:
             return respond(codes)
@@ -400,7 +400,9 @@ class GroupCoordinator:
         codes = {
             tp: GroupSubscribedToTopicError.code if tp[0] in subscribed else 0 for tp in partitions
         }
-        changes = {tp: None for tp, c in codes.items() if c == 0 and self.offsets.get(group_id, tp)}
+        changes: dict[TopicPartition, CommittedOffset | None] = {
+            tp: None for tp, c in codes.items() if c == 0 and self.offsets.get(group_id, tp)
+        }
 
         def done(_now_ms: int, error: int) -> None:
             respond(error, codes if error == 0 else dict.fromkeys(codes, error))

@@ -30,6 +30,7 @@ from sparklog.protocol import kio_build
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.protocol.connection import Request
 from sparklog.protocol.responses import TRANSACTION_STATE_NAMES, group_by_topic
+from sparklog.structs import TopicPartition
 
 _NO_START = -1  # DescribeTransactions' start time of a transaction that has not started
 #: How long a request waits for its rows to be durable before answering REQUEST_TIMED_OUT.
@@ -117,7 +118,9 @@ class TransactionApis:
         if version >= 4:
             results = [await self._add_partitions_v4(t) for t in body.transactions]
             return kio_build.response(request, {"error_code": 0, "results_by_transaction": results})
-        partitions = [(t.name, int(p)) for t in body.v3_and_below_topics for p in t.partitions]
+        partitions = [
+            TopicPartition(t.name, int(p)) for t in body.v3_and_below_topics for p in t.partitions
+        ]
         codes = await self._add_partitions(
             body.v3_and_below_transactional_id,
             int(body.v3_and_below_producer_id),
@@ -129,7 +132,7 @@ class TransactionApis:
         return kio_build.response(request, {"results_by_topic_v3_and_below": _topic_results(codes)})
 
     async def _add_partitions_v4(self, txn: Any) -> dict[str, Any]:
-        partitions = [(t.name, int(p)) for t in txn.topics for p in t.partitions]
+        partitions = [TopicPartition(t.name, int(p)) for t in txn.topics for p in t.partitions]
         codes = await self._add_partitions(
             txn.transactional_id,
             int(txn.producer_id),
@@ -144,10 +147,10 @@ class TransactionApis:
         transactional_id: str,
         producer_id: int,
         producer_epoch: int,
-        partitions: list[tuple[str, int]],
+        partitions: list[TopicPartition],
         *,
         verify_only: bool,
-    ) -> dict[tuple[str, int], int]:
+    ) -> dict[TopicPartition, int]:
         unknown = [tp for tp in partitions if not 0 <= tp[1] < self.partition_count(tp[0])]
         if unknown:  # Kafka: the unknown ones say so, the others were not attempted
             return {
@@ -347,7 +350,7 @@ class TransactionApis:
         )
 
 
-def _topic_results(codes: dict[tuple[str, int], int]) -> list[dict[str, Any]]:
+def _topic_results(codes: dict[TopicPartition, int]) -> list[dict[str, Any]]:
     items = [
         (topic, {"partition_index": partition, "partition_error_code": code})
         for (topic, partition), code in codes.items()

@@ -104,7 +104,7 @@ class TransactionMetadata:
             state=TxnState(record["state"]),
             last_producer_id=int(record["last_producer_id"]),
             last_producer_epoch=int(record["last_producer_epoch"]),
-            partitions={(t, int(p)) for t, p in record["partitions"]},
+            partitions={TopicPartition(t, int(p)) for t, p in record["partitions"]},
             groups=set(record["groups"]),
             txn_start_ms=int(record["txn_start_ms"]),
             last_update_ms=int(record["last_update_ms"]),
