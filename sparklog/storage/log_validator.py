@@ -5,11 +5,20 @@ control batches; Kafka's `UnifiedLog.analyzeAndValidateRecords`), then, for clie
 `validate_client_records` walks every record of every batch, by the native core in one pass that builds nothing when it is there (`leader_check`:
 it only ever says "passes" or "ask the reference"), else, and whenever it is unsure, by
 `records.record_walk`: the structure must parse, offset deltas must run 0..n-1 (the
-broker never re-encodes, so readers see exactly these deltas), the header's maxTimestamp must
-be the records' maximum, and per record: a key on compacted topics, a timestamp within
-`message.timestamp.before/after.max.ms`. Rule breaks found in records are reported as Kafka
-reports them (KIP-467): one `RecordError` per record (its index within the batch and why), the
-whole append refused with INVALID_RECORD, or INVALID_TIMESTAMP when a timestamp was at fault.
+broker never re-encodes, so readers see exactly these deltas), and per record: a key on
+compacted topics, a timestamp within `message.timestamp.before/after.max.ms`. Rule breaks found
+in records are reported as Kafka reports them (KIP-467): one `RecordError` per record (its
+index within the batch and why), the whole append refused with INVALID_RECORD, or
+INVALID_TIMESTAMP when a timestamp was at fault.
+
+What Kafka's `LogValidator` rewrites in a batch's header instead of refusing, this one does
+too: a CreateTime batch's maxTimestamp is the records' latest timestamp, or -1 (NO_TIMESTAMP)
+when none is later than -1, whatever the client wrote (`setMaxTimestamp(CREATE_TIME,
+maxBatchTimestamp)`: librdkafka writes 0 there when every record's timestamp is -1). The
+validated headers carry it, and `offset_assignment` writes it with a new CRC; no record byte
+changes. What would need the records rewritten (offset deltas not 0..n-1, which Kafka re-encodes
+in compressed batches and stores as sent in uncompressed ones) is refused: those records would
+read back at other offsets than the ones assigned.
 
 Compressed sections are unpacked under a bound (`decompressed_max_bytes`, the broker's
 `sparklog.batch.decompressed.max.bytes`, never below the topic's `max.message.bytes`): a
@@ -94,8 +103,9 @@ def validate_client_records(
     now_ms: int,
     partition: str,
     decompressed_max_bytes: int = DEFAULT_DECOMPRESSED_MAX_BYTES,
-) -> None:
-    """Raise unless every record of the client `batches` (positions in `buf`) may be appended."""
+) -> list[tuple[int, BatchHeader]]:
+    """Raise unless every record of the client `batches` (positions in `buf`) may be appended;
+    returns `batches` with the headers to write (maxTimestamp set as Kafka's validator sets it)."""
     lowest = now_ms - config.message_timestamp_before_max_ms
     highest = now_ms + config.message_timestamp_after_max_ms
     # An uncompressed batch may hold max.message.bytes: a compressed one may unpack to as much.
@@ -106,7 +116,7 @@ def validate_client_records(
         if core is not None and _pass_natively(
             core, buf, batches, sections, config, lowest, highest, bound
         ):
-            return
+            return batches  # the core passes only headers whose maxTimestamp is right
         walked = walk_records(buf, batches, bound, sections)
     except DecompressedTooLargeError as e:
         raise MessageTooLargeError(
@@ -114,7 +124,8 @@ def validate_client_records(
             f"{e}, the most this broker unpacks ({DECOMPRESSED_MAX_BYTES_SETTING}, at least "
             f"max.message.bytes); send smaller batches or raise the setting"
         ) from None
-    for (_pos, header), facts in zip(batches, walked, strict=True):
+    validated: list[tuple[int, BatchHeader]] = []
+    for (pos, header), facts in zip(batches, walked, strict=True):
         if len(facts.offset_deltas) != header.records_count:  # the walk refuses this first
             raise InvalidRecordError(f"a batch to {partition} holds a wrong number of records")
         keyless, late = _bad_records(facts, config, lowest, highest)
@@ -132,11 +143,11 @@ def validate_client_records(
         if header.timestamp_type == TimestampType.CREATE_TIME:
             ts = facts.timestamps
             latest = int(ts.max()) if facts.vectorized else max(ts)  # no Python loop per record
+            latest = max(latest, NO_TIMESTAMP)  # Kafka's maxBatchTimestamp starts at -1
             if latest != header.max_timestamp:
-                raise InvalidRecordError(
-                    f"a batch to {partition} says maxTimestamp {header.max_timestamp} but its "
-                    f"records' latest timestamp is {latest}"
-                )
+                header = header._replace(max_timestamp=latest)
+        validated.append((pos, header))
+    return validated
 
 
 def analyze_and_validate_records(
@@ -170,7 +181,10 @@ def analyze_and_validate_records(
     if not found:
         raise InvalidRecordError("an append needs at least one record batch")
     if origin is AppendOrigin.CLIENT:
-        validate_client_records(buf, found, config, now_ms, partition, decompressed_max_bytes)
+        # the headers as Kafka's validator leaves them (maxTimestamp set)
+        found = validate_client_records(
+            buf, found, config, now_ms, partition, decompressed_max_bytes
+        )
     return found
 
 

@@ -154,6 +154,86 @@ def test_a_producers_log_append_time_flag_is_treated_alike(brokers):
     assert [s[:2] for s in stored["kafka"]] == [(0, now), (0, now)]  # CreateTime, kept
 
 
+def librdkafka_style(timestamps: list[int], header_max: int, codec=CompressionType.NONE) -> bytes:
+    """A batch as librdkafka writes one for records with no timestamp (-1): baseTimestamp the
+    first record's, deltas from it, and `header_max` as maxTimestamp (librdkafka writes 0)."""
+    rows = [SimpleRecord(b"v%d" % i, b"k%d" % i, ts) for i, ts in enumerate(timestamps)]
+    now = int(time.time() * 1000)
+    data = bytearray(build_batch(rows, now_ms=now, compression=codec))
+    struct.pack_into(">q", data, 35, header_max)
+    return recrc(data)
+
+
+def test_batches_kafka_accepts_with_a_rewritten_max_timestamp(brokers):
+    """Issue 29: Kafka's LogValidator stores a CreateTime batch with maxTimestamp set to its
+    records' latest timestamp (-1 when none is later), whatever the client wrote; sparklog
+    refused these with INVALID_RECORD (librdkafka's batches of records without a timestamp
+    among them). On a LogAppendTime topic both stamp the append time. Both brokers must store
+    the same headers and record timestamps (the append time aside)."""
+    from sparklog.records import iter_batches
+
+    from .test_differential_log import fetch_body
+
+    now = int(time.time() * 1000)
+    sends = [
+        librdkafka_style([-1, -1, -1], 0),
+        librdkafka_style([-1, -1, -1], 0, CompressionType.ZSTD),
+        librdkafka_style([-1, now - 5_000, -1, now - 9_000], 0),
+        librdkafka_style([-1, now - 5_000], 0, CompressionType.LZ4),
+        librdkafka_style([now - 2_000, now - 1_000], now + 60_000),  # a lying maxTimestamp
+    ]
+    create_time = f"oracle-nots-ct-{uuid.uuid4().hex[:8]}"
+    log_append_time = f"oracle-nots-lat-{uuid.uuid4().hex[:8]}"
+
+    async def go():
+        async with Pair(brokers) as pair:
+            await create(pair, create_time)
+            await create(pair, log_append_time, {"message.timestamp.type": "LogAppendTime"})
+            codes, fetched = [], {}
+            for topic in (create_time, log_append_time):
+                for data in sends:
+                    answers = await pair.ask(ApiKey.PRODUCE, produce_body(topic, data))
+                    codes.append(
+                        {
+                            n: partition_of(answers[n], "responses", "partition_responses")[
+                                "error_code"
+                            ]
+                            for n in NAMES
+                        }
+                    )
+                fetched[topic] = await pair.ask(
+                    ApiKey.FETCH, fetch_body(topic, 0, 1 << 20, 1 << 20)
+                )
+            return codes, fetched
+
+    codes, fetched = run(go())
+    assert codes == [{"kafka": NONE, "sparklog": NONE}] * (2 * len(sends))
+    stored: dict[str, dict[str, list]] = {}
+    for topic, responses in fetched.items():
+        for name in NAMES:
+            rows = stored.setdefault(topic, {}).setdefault(name, [])
+            for batch in iter_batches(partition_of(responses[name])["records"]):
+                batch.ensure_valid()
+                h = batch.header
+                times = [r.timestamp for r in batch.records()]
+                if h.timestamp_type == 1:  # the append time differs: every record reads it
+                    assert times == [h.max_timestamp] * len(times) and h.max_timestamp >= now
+                    times, max_timestamp = None, "append time"
+                else:
+                    max_timestamp = h.max_timestamp
+                rows.append((h.timestamp_type, max_timestamp, h.base_offset, times))
+    for topic in stored:
+        assert stored[topic]["sparklog"] == stored[topic]["kafka"], topic
+    assert [row[:2] for row in stored[create_time]["kafka"]] == [
+        (0, -1),
+        (0, -1),
+        (0, now - 5_000),
+        (0, now - 5_000),
+        (0, now - 1_000),
+    ]
+    assert {row[:2] for row in stored[log_append_time]["kafka"]} == {(1, "append time")}
+
+
 def test_a_compression_bomb_is_stored_by_kafka_and_refused_by_sparklog(brokers):
     """Issue 27, a kept difference: 101 MiB of zeros in a 4 KB zstd batch. Kafka's validator
     streams the records without keeping them and stores the batch (every reader then unpacks

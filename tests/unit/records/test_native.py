@@ -335,9 +335,10 @@ def test_a_zstd_header_damaged_to_declare_gigabytes_is_refused_alike() -> None:
 @given(rows(), st.sampled_from(CODECS), st.data())
 def test_a_leaders_one_pass_check_gives_the_references_verdict(records, codec, data) -> None:
     """Validation with the native `leader_check` first accepts and refuses exactly what the
-    reference walk does, with its message: damaged records, a lying maxTimestamp, keyless
-    records on a compacted topic, timestamps out of bounds. Batches the reference accepts
-    pass the check itself (else it would save nothing)."""
+    reference walk does, with its message, and leaves the same headers: damaged records, a
+    lying maxTimestamp (accepted, the header set to the records' latest, as Kafka's
+    LogValidator does), keyless records on a compacted topic, timestamps out of bounds.
+    Batches the reference accepts pass the check itself (else it would save nothing)."""
     from sparklog.storage.config import LogConfig
     from sparklog.storage.log_validator import validate_client_records
 
@@ -363,16 +364,16 @@ def test_a_leaders_one_pass_check_gives_the_references_verdict(records, codec, d
 
     def verdict():
         try:
-            validate_client_records(bytes(buf), batches, config, now, "t-0", bound)
+            headers = validate_client_records(bytes(buf), batches, config, now, "t-0", bound)
         except Exception as e:  # noqa: BLE001 - compared by type and message
             return (type(e).__name__, str(e))
-        return "accepted"
+        return ("accepted", headers)
 
     fast, reference = both(verdict)
     assert fast == reference
     if codec != CompressionType.NONE and max(sizes) > max(bound, config.max_message_bytes):
         assert reference[0] == "MessageTooLargeError"  # refused before any record is walked
-    if reference == "accepted" and damage is None:
+    if reference[0] == "accepted" and damage is None:
         low = max(now - config.message_timestamp_before_max_ms, -(2**63))
         high = min(now + config.message_timestamp_after_max_ms, 2**63 - 1)
         rules = (config.compact, not config.log_append_time)

@@ -140,11 +140,72 @@ def test_log_append_time_topics_do_not_check_producer_timestamps(tmp_path):
     assert log.log_end_offset == 1
 
 
-def test_a_max_timestamp_that_lies_is_refused(tmp_path):
+def stored_batches(log: Log) -> list:
+    read = log.read(0, 1 << 20)
+    batches = list(iter_batches(read.records))
+    for batch in batches:
+        batch.ensure_valid()  # the CRC was computed again over the rewritten header
+    return batches
+
+
+@pytest.mark.parametrize("codec", list(CompressionType), ids=lambda c: c.name.lower())
+def test_a_max_timestamp_that_lies_is_rewritten_as_kafka_does(tmp_path, codec):
+    """Issue 29: Kafka's LogValidator sets a CreateTime batch's maxTimestamp to its records'
+    latest (`setMaxTimestamp`) instead of refusing the batch; so does sparklog, rewriting only
+    the header (and its CRC)."""
     log = open_log(tmp_path)
-    bad = bytearray(build_batch(records(2), now_ms=NOW))
+    good = build_batch(records(2), now_ms=NOW, compression=codec)
+    bad = bytearray(good)
     struct.pack_into(">q", bad, 35, NOW + 1000)  # maxTimestamp: records say NOW
-    refused(log, recrc(bad), InvalidRecordError)
+    info = log.append_as_leader(recrc(bad), 0, NOW)
+    assert info.max_timestamp == NOW
+    (batch,) = stored_batches(log)
+    assert batch.header.max_timestamp == NOW
+    assert bytes(read_stored(log))[HEADER_SIZE:] == good[HEADER_SIZE:]  # records untouched
+
+
+def read_stored(log: Log) -> bytes:
+    records_ = log.read(0, 1 << 20).records
+    return records_ if isinstance(records_, bytes) else records_.tobytes()
+
+
+def librdkafka_style(timestamps: list[int], header_max: int, codec=CompressionType.NONE) -> bytes:
+    """A batch as librdkafka writes one whose records carry no timestamp (-1): baseTimestamp is
+    the first record's, deltas from it, and maxTimestamp `header_max` (librdkafka writes 0)."""
+    rows = [SimpleRecord(b"v%d" % i, b"k%d" % i, ts) for i, ts in enumerate(timestamps)]
+    data = bytearray(build_batch(rows, now_ms=NOW, compression=codec))
+    struct.pack_into(">q", data, 35, header_max)
+    return recrc(data)
+
+
+@pytest.mark.parametrize("codec", list(CompressionType), ids=lambda c: c.name.lower())
+@pytest.mark.parametrize(
+    ("timestamps", "expected_max"),
+    [([-1, -1, -1], -1), ([-1, NOW - 5, -1, NOW - 9], NOW - 5), ([-7, -3], -1)],
+    ids=["all-no-timestamp", "mixed", "below-no-timestamp"],
+)
+def test_batches_without_timestamps_are_accepted_with_kafkas_max_timestamp(
+    tmp_path, codec, timestamps, expected_max
+):
+    """Issue 29: a batch whose records all have timestamp -1 (NO_TIMESTAMP) with maxTimestamp 0
+    in its header, as librdkafka writes it, was refused with INVALID_RECORD; Kafka stores it
+    with maxTimestamp -1 (its maxBatchTimestamp starts at -1), and the records read -1."""
+    log = open_log(tmp_path)
+    data = librdkafka_style(timestamps, 0, codec)
+    info = log.append_as_leader(data, 0, NOW)
+    assert info.max_timestamp == expected_max
+    (batch,) = stored_batches(log)
+    assert batch.header.max_timestamp == expected_max
+    assert [r.timestamp for r in batch.records()] == timestamps
+    assert bytes(read_stored(log))[HEADER_SIZE:] == data[HEADER_SIZE:]
+
+
+def test_log_append_time_topics_stamp_batches_without_timestamps(tmp_path):
+    log = open_log(tmp_path, **{"message.timestamp.type": "LogAppendTime"})
+    log.append_as_leader(librdkafka_style([-1, -1], 0), 0, NOW + 7)
+    (batch,) = stored_batches(log)
+    assert batch.header.max_timestamp == NOW + 7
+    assert [r.timestamp for r in batch.records()] == [NOW + 7, NOW + 7]
 
 
 @pytest.mark.parametrize("codec", list(CompressionType), ids=lambda c: c.name.lower())
