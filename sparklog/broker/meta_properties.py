@@ -24,6 +24,7 @@ logger = logging.getLogger(__name__)
 
 META_PROPERTIES_FILE = "meta.properties"
 LOCK_FILE = ".lock"
+LISTENER_PORT_FILE = ".listener-port"
 
 
 class DataDirError(Exception):
@@ -80,6 +81,19 @@ def read_meta_properties(data_dir: Path) -> MetaProperties | None:
 
 def write_meta_properties(data_dir: Path, meta: MetaProperties) -> None:
     write_atomically(data_dir / META_PROPERTIES_FILE, meta.to_text().encode("utf-8"))
+
+
+def read_listener_port(data_dir: Path) -> int | None:
+    """The port this data dir's broker last listened on (None: never, or unreadable)."""
+    try:
+        port = int((data_dir / LISTENER_PORT_FILE).read_text("ascii").strip())
+    except (OSError, ValueError):
+        return None
+    return port if 0 < port < 65536 else None
+
+
+def write_listener_port(data_dir: Path, port: int) -> None:
+    write_atomically(data_dir / LISTENER_PORT_FILE, f"{port}\n".encode("ascii"))
 
 
 class DataDirLock:

@@ -56,7 +56,9 @@ from sparklog.broker.meta_properties import (
     DataDirLock,
     MetaProperties,
     claim_data_dir,
+    read_listener_port,
     read_meta_properties,
+    write_listener_port,
 )
 from sparklog.broker.metadata import (
     BrokerMetadata,
@@ -252,7 +254,7 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
         self.metadata.cluster_id = cluster_id
         _meta, self._lock = self._claimed or claim_data_dir(self.data_dir, cluster_id, self.node_id)
         self._previous_broker_epoch = self.log_manager.take_clean_shutdown_epoch()
-        await self.server.start()
+        await self._bind_last_port_or_any()
         registration_timeout_s = self.config.initial_broker_registration_timeout_ms / 1000
         end_offset = await self._retry(self.controller.metadata_end_offset)
         await self.follower.catch_up(end_offset, registration_timeout_s)
@@ -279,6 +281,37 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
         logger.info(
             "broker %d running at %s (epoch %d)", self.node_id, self.bootstrap, self.broker_epoch
         )
+
+    async def _bind_last_port_or_any(self) -> None:
+        """Bind the listener. With an ephemeral port (`listeners` port 0: the embedded cluster,
+        Spark tasks) a restarted broker takes the port its data dir last had when it is free,
+        so it comes back at the address clients hold for its node id, as a Kafka broker with
+        static `listeners` does. librdkafka depends on it: its transaction and group
+        coordinator handles copy a broker's address when FindCoordinator names that broker and
+        do not follow a later Metadata change while the same node id stays coordinator, so a
+        coordinator broker back on another port would be dialled at the old one until
+        FindCoordinator named some other broker (`rd_kafka_txn_coord_set`)."""
+        if self.server.port == 0:
+            previous_port = read_listener_port(self.data_dir)
+            if previous_port is not None:
+                self.server.port = previous_port
+                try:
+                    await self.server.start()
+                except OSError as e:
+                    logger.warning(
+                        "broker %d: port %d of its last run is taken (%s); binding another, so "
+                        "clients that held the old address must find this broker again",
+                        self.node_id,
+                        previous_port,
+                        e,
+                    )
+                    self.server.port = 0
+                else:
+                    return
+            await self.server.start()
+            write_listener_port(self.data_dir, self.server.port)
+        else:
+            await self.server.start()
 
     def _spawn(self, coro: Any, name: str) -> asyncio.Task:
         return super()._spawn(coro, f"broker-{self.node_id}-{name}")

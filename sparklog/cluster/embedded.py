@@ -12,9 +12,10 @@ Integration tests and `python -m sparklog serve --master none` use it::
 Settings use Kafka's names; as keyword arguments, underscores stand for dots
 (`log_retention_check_interval_ms=100`). Faults for tests: `kill_broker(i)` stops a broker as a
 crash would, `restart_broker(i)` brings it back on the same data dir (same identity, recovered
-logs) or, with `wipe=True`, on an empty one (same id, everything re-replicated), and
-`restart_controller()` restarts the controller on its data dir and port so brokers reconnect;
-`restart_coordinator()` restarts the group coordinator, which reloads its Delta table;
+logs, the same port when it is free) or, with `wipe=True`, on an empty one (same id, everything
+re-replicated), and `restart_controller()` restarts the controller on its data dir and port so
+brokers reconnect; `restart_coordinator()` restarts the group coordinator, which reloads its
+Delta table;
 `restart_driver(new_dir)` kills both and starts them on a new, empty controller dir, as a
 driver restarted on another host would (what survives is what `metadata.log.dir` and
 `offsets.table.path` keep on shared storage).

@@ -21,6 +21,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from sparklog.broker.coordinator_forwarding import coordinator_broker
 from sparklog.cluster.embedded import EmbeddedCluster
 
 pytestmark = pytest.mark.interop
@@ -236,6 +237,37 @@ def test_exactly_once_queue_with_a_killed_leader_and_a_restarted_coordinator(clu
     committed = checker.committed([TopicPartition(source, p) for p in range(PARTITIONS)], 30)
     checker.close()
     assert sum(tp.offset for tp in committed) == total, "the group's offsets cover the input"
+
+
+def test_a_coordinator_broker_killed_and_restarted_is_found_at_its_address(cluster):
+    """The broker FindCoordinator names for a transactional id crashes and comes back before
+    the controller fenced it, so FindCoordinator keeps naming it. librdkafka's transaction
+    coordinator handle keeps the address it copied when that node id was first named, so the
+    broker must come back on the same port (as a Kafka broker with static listeners does): on
+    another one the producer dialled the dead port for minutes and this commit timed out."""
+    topic = new_topic(cluster, "coord-restart")
+    node_ids = sorted(b.node_id for b in cluster.brokers)
+    victim = node_ids[1]
+    tid = next(
+        t
+        for t in (f"coord-restart-{uuid.uuid4().hex[:6]}" for _ in range(1000))
+        if coordinator_broker(t, node_ids) == victim
+    )
+    producer = txn_producer(cluster, tid)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"before", partition=0)
+    producer.commit_transaction(30)
+
+    index = cluster.broker_index(victim)
+    port = cluster.brokers[index].port
+    cluster.kill_broker(index)
+    cluster.restart_broker(index)
+    assert cluster.brokers[index].port == port, "a restarted broker takes its last port again"
+
+    producer.begin_transaction()
+    producer.produce(topic, value=b"after", partition=0)
+    producer.commit_transaction(20)
+    assert sorted(read_committed(cluster, topic, 2)) == [b"after", b"before"]
 
 
 def test_a_zombie_producer_is_fenced_and_its_records_never_show(cluster):
