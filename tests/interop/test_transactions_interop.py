@@ -93,7 +93,18 @@ def txn_producer(cluster: EmbeddedCluster, tid: str, **extra) -> Producer:
 
 
 class Worker(threading.Thread):
-    """Consume-transform-produce with offsets in the transaction; aborts one in `abort_every`."""
+    """Consume-transform-produce with offsets in the transaction; aborts one in `abort_every`.
+
+    Errors are handled as librdkafka documents for transactional producers (INTRODUCTION.md,
+    "Handling of other errors"): a retriable error from `commit_transaction` means the commit
+    is still under way and the call is repeated (a new call resumes it) until a deadline;
+    `txn_requires_abort()` → `abort_transaction`; a fatal error, or an abort that fails, → a
+    new producer with the same transactional id (InitProducerId fences the old one and ends
+    its transaction). Each failure is recorded in `errors`; a transaction whose end is unknown
+    (given up on) is in neither `aborted_tags` nor the commit count, and the consumer goes back
+    to the group's committed offsets whatever happened."""
+
+    COMMIT_DEADLINE_S = 90.0
 
     def __init__(self, cluster, name: str, source: str, sink: str, group: str, seed: int):
         super().__init__(name=name, daemon=True)
@@ -116,7 +127,7 @@ class Worker(threading.Thread):
             }
         )
         consumer.subscribe([self.source])
-        producer = txn_producer(self.cluster, f"{self.group}-{self.name}")
+        producer = self._new_producer()
         seq = 0
         try:
             while not self.stop.is_set():
@@ -137,44 +148,71 @@ class Worker(threading.Thread):
                     # the second transaction always aborts, so every run has aborted ones
                     # even when large consume batches make the run short
                     if seq == 2 or self.rng.random() < 0.15:
-                        self.aborted_tags.add(tag)
                         producer.abort_transaction(30)
+                        self.aborted_tags.add(tag)
                         self._rewind(consumer)
                         continue
                     self._commit(producer)
                     self.committed_txns += 1
                 except KafkaException as e:
-                    error = e.args[0]
-                    self.aborted_tags.add(tag)
-                    if error.txn_requires_abort():
-                        producer.abort_transaction(30)
-                        self._rewind(consumer)
-                    elif error.fatal():
-                        self.errors.append(f"fatal: {error}")
-                        producer = txn_producer(self.cluster, f"{self.group}-{self.name}")
-                        self._rewind(consumer)
-                    elif error.retriable():
-                        # the killed broker was the one FindCoordinator named (it forwards
-                        # to the driver's coordinator): as with a Kafka coordinator's broker,
-                        # the call fails retriably and the application aborts and retries
-                        self.errors.append(f"retriable: {error}")
-                        producer.abort_transaction(30)
-                        self._rewind(consumer)
-                    else:
-                        self.errors.append(f"unexpected: {error}")
-                        self._rewind(consumer)
+                    producer = self._recover(producer, consumer, e.args[0], tag)
         finally:
             consumer.close()
 
+    def _new_producer(self) -> Producer:
+        return txn_producer(self.cluster, f"{self.group}-{self.name}")
+
     def _commit(self, producer: Producer) -> None:
-        for attempt in range(10):
+        """`commit_transaction`, repeated on retriable errors until the deadline (a coordinator
+        broker killed or a coordinator restarting takes a few seconds to find again)."""
+        deadline = time.monotonic() + self.COMMIT_DEADLINE_S
+        while True:
             try:
                 producer.commit_transaction(30)
                 return
             except KafkaException as e:
-                if not e.args[0].retriable() or attempt == 9:
+                error = e.args[0]
+                if not error.retriable() or time.monotonic() > deadline:
                     raise
+                self.errors.append(f"commit retried: {error}")
+                time.sleep(0.1)
+
+    def _recover(self, producer: Producer, consumer: Consumer, error, tag: str) -> Producer:
+        """The producer to go on with after `error` ended transaction `tag`, the consumer back
+        at the group's committed offsets. Never raises a KafkaException: a worker that dies
+        stops consuming its partitions and the queue never drains."""
+        if error.txn_requires_abort():
+            try:
+                producer.abort_transaction(30)
+                self.aborted_tags.add(tag)
+            except KafkaException as e:
+                self.errors.append(f"abort failed: {e.args[0]}")
+                producer = self._replace(producer)
+        elif error.fatal():
+            self.errors.append(f"fatal: {error}")
+            producer = self._replace(producer)
+        else:  # retriable past the deadline, or anything else: the outcome is unknown
+            self.errors.append(f"{'retriable' if error.retriable() else 'unexpected'}: {error}")
+            producer = self._replace(producer)
+        while not self.stop.is_set():
+            try:
+                self._rewind(consumer)
+                return producer
+            except KafkaException as e:
+                self.errors.append(f"rewind failed: {e.args[0]}")
                 time.sleep(0.2)
+        return producer
+
+    def _replace(self, old: Producer) -> Producer:
+        """A new producer with the same transactional id: InitProducerId fences `old` and ends
+        whatever transaction it left (Kafka's coordinator completes a commit already decided
+        and aborts an open one). Retried until it works or the worker is stopped."""
+        while not self.stop.is_set():
+            try:
+                return self._new_producer()
+            except KafkaException as e:
+                self.errors.append(f"new producer failed: {e.args[0]}")
+        return old
 
     @staticmethod
     def _rewind(consumer: Consumer) -> None:
@@ -227,7 +265,8 @@ def test_exactly_once_queue_with_a_killed_leader_and_a_restarted_coordinator(clu
     tags = {v.split(b"|")[1].decode() for v in seen}
     aborted = set().union(*(w.aborted_tags for w in workers))
     assert sorted(inputs, key=int) == [b"%d" % i for i in range(total)], (
-        f"{len(inputs)} read, {len(set(inputs))} distinct of {total}"
+        f"{len(inputs)} read, {len(set(inputs))} distinct of {total}; the workers' last "
+        f"errors: {[(w.name, w.is_alive(), w.errors[-8:]) for w in workers]}"
     )
     assert not tags & aborted, "records of aborted transactions are invisible"
     assert aborted, "the run aborted some transactions on purpose"
