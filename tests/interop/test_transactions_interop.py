@@ -124,6 +124,10 @@ class Worker(threading.Thread):
                 "auto.offset.reset": "earliest",
                 "enable.auto.commit": False,
                 "session.timeout.ms": 6000,
+                # librdkafka can stay inside one transactional call past its timeout when a
+                # broker it cached as coordinator left Metadata (librdkafka #5511, Kafka too):
+                # the member then leaves the group on its own and the other takes over
+                "max.poll.interval.ms": 15000,
             }
         )
         consumer.subscribe([self.source])
