@@ -27,7 +27,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from sparklog.protocol import codec, stepwise
-from sparklog.protocol.api_versions import ApiKey, VersionRange, is_supported
+from sparklog.protocol.api_versions import (
+    FORWARDED_TO_COORDINATOR_APIS,
+    ApiKey,
+    VersionRange,
+    is_supported,
+)
 from sparklog.protocol.frame_check import check_request_frame_steps, check_response_frame
 from sparklog.security.session import (
     ANONYMOUS,
@@ -77,7 +82,11 @@ class RequestContext:
 @dataclass(frozen=True, slots=True)
 class Request:
     """One decoded request. `body` is None for an ApiVersions request at a version we do not
-    know: Kafka answers it with a v0 response carrying UNSUPPORTED_VERSION and its table."""
+    know: Kafka answers it with a v0 response carrying UNSUPPORTED_VERSION and its table.
+
+    `raw` is the frame as received (header and body, no size prefix) for the APIs a broker
+    forwards to the coordinator (`FORWARDED_TO_COORDINATOR_APIS`), so its Envelope carries the
+    client's bytes as Kafka's `ForwardingManager` does, not a re-encoding; None for others."""
 
     api_key: int
     api_version: int
@@ -86,6 +95,7 @@ class Request:
     body: Any
     size_bytes: int
     context: RequestContext = field(default_factory=RequestContext)
+    raw: bytes | None = None
 
     @property
     def session(self) -> Session:
@@ -437,8 +447,16 @@ class ServerConnection:
                 f"malformed {ApiKey(api_key).name} v{version} request: {e}"
             ) from None
         context = RequestContext(self.session(header.client_id))
+        raw = _raw_frame(frame) if api_key in FORWARDED_TO_COORDINATOR_APIS else None
         return Request(
-            api_key, version, header.correlation_id, header.client_id, body, len(frame), context
+            api_key,
+            version,
+            header.correlation_id,
+            header.client_id,
+            body,
+            len(frame),
+            context,
+            raw,
         )
 
     def send_response(self, request: Request, body: Any) -> bytes:
@@ -450,6 +468,15 @@ class ServerConnection:
         if isinstance(body, codec.EncodedBody):
             return codec.encode_response(body, request.correlation_id)
         return (yield from stepwise.encode_response_steps(body, request.correlation_id))
+
+
+def _raw_frame(frame: memoryview) -> bytes:
+    """The bytes of `frame`: a usual-size frame already is a `bytes` of its own (kept, not
+    copied); a large one sits in the reused buffer and is copied out."""
+    whole = frame.obj
+    if type(whole) is bytes and len(whole) == len(frame):
+        return whole
+    return bytes(frame)
 
 
 @dataclass(frozen=True, slots=True)

@@ -65,10 +65,13 @@ def client_host_of(address: bytes) -> str:
 def wrap(
     request: Request, client_host: str, principal: bytes = ANONYMOUS_PRINCIPAL
 ) -> EnvelopeRequest:
-    """The Envelope forwarding `request` (re-encoded with the client's own header)."""
-    frame = codec.encode_request(request.body, request.correlation_id, request.client_id)
+    """The Envelope forwarding `request`: its bytes as the client sent them (`Request.raw`,
+    KIP-590), or re-encoded with the client's own header when they were not kept."""
+    data = request.raw
+    if data is None:
+        data = codec.encode_request(request.body, request.correlation_id, request.client_id)[4:]
     return EnvelopeRequest(
-        request_data=frame[4:],
+        request_data=data,
         request_principal=principal,
         client_host_address=client_address(client_host),
     )

@@ -17,8 +17,8 @@ from sparklog.broker.coordinator_channel import (
 )
 from sparklog.broker.coordinator_forwarding import coordinator_broker
 from sparklog.protocol import codec, envelope, kio_build
-from sparklog.protocol.api_versions import GROUP_COORDINATOR_SERVED_APIS, ApiKey
-from sparklog.protocol.connection import Request
+from sparklog.protocol.api_versions import BROKER_APIS, GROUP_COORDINATOR_SERVED_APIS, ApiKey
+from sparklog.protocol.connection import Request, ServerConnection
 
 
 def request(api: ApiKey, version: int, data: dict, client_id: str = "consumer-1") -> Request:
@@ -27,6 +27,7 @@ def request(api: ApiKey, version: int, data: dict, client_id: str = "consumer-1"
 
 
 HEARTBEAT = {"group_id": "g", "generation_id": 3, "member_id": "m", "group_instance_id": None}
+PRODUCE = {"transactional_id": None, "acks": 1, "timeout": 1000, "topic_data": []}
 
 
 def test_an_envelope_carries_the_request_and_the_client_and_back():
@@ -47,6 +48,33 @@ def test_an_envelope_carries_the_request_and_the_client_and_back():
     assert envelope.decode_inner(inner, data) == answer
 
 
+def test_an_envelope_carries_the_clients_bytes_as_received():
+    # KIP-590: the broker forwards the frame it received, not a re-encoding of its decoded
+    # body; bytes the client put after the body (librdkafka does) travel with it too
+    frame = codec.encode_request(request(ApiKey.HEARTBEAT, 4, HEARTBEAT).body, 41, "consumer-1")
+    frame = (len(frame) - 4 + 2).to_bytes(4, "big") + frame[4:] + b"\0\0"
+    conn = ServerConnection(BROKER_APIS)
+    conn.receive_data(frame)
+    received = conn.next_request()
+    assert isinstance(received, Request)
+    assert received.raw == frame[4:]
+
+    wrapped = envelope.wrap(received, "/10.1.2.3")
+    assert wrapped.request_data == frame[4:]
+    opened, _client_host = envelope.unwrap(wrapped, GROUP_COORDINATOR_SERVED_APIS)
+    assert (opened.correlation_id, opened.client_id, opened.body) == (
+        41,
+        "consumer-1",
+        received.body,
+    )
+
+    # a request the broker serves itself keeps no copy
+    produce = request(ApiKey.PRODUCE, 9, PRODUCE).body
+    conn.receive_data(codec.encode_request(produce, 42, "producer-1"))
+    served = conn.next_request()
+    assert isinstance(served, Request) and served.raw is None
+
+
 @pytest.mark.parametrize("version", [0, 3])  # a response header without tagged fields
 def test_an_old_versions_answer_comes_back_byte_for_byte(version):
     inner = request(ApiKey.HEARTBEAT, version, HEARTBEAT)
@@ -56,11 +84,7 @@ def test_an_old_versions_answer_comes_back_byte_for_byte(version):
 
 
 def test_an_envelope_of_an_api_the_coordinator_does_not_serve_is_refused():
-    produce = request(
-        ApiKey.PRODUCE,
-        9,
-        {"transactional_id": None, "acks": 1, "timeout": 1000, "topic_data": []},
-    )
+    produce = request(ApiKey.PRODUCE, 9, PRODUCE)
     with pytest.raises(envelope.EnvelopeError) as refused:
         envelope.unwrap(envelope.wrap(produce, ""), GROUP_COORDINATOR_SERVED_APIS)
     assert refused.value.code == 35  # UNSUPPORTED_VERSION
