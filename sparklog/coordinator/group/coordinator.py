@@ -28,7 +28,7 @@ from sparklog.coordinator.group.config import GroupConfig
 from sparklog.coordinator.group.consumer_group import ConsumerGroup
 from sparklog.coordinator.group.consumer_heartbeat import ConsumerConfig, ConsumerGroups
 from sparklog.coordinator.group.offsets import CommittedOffset, OffsetCache
-from sparklog.coordinator.shard import Row, Write, no_answer, replay_rows
+from sparklog.coordinator.shard import Row, Write, no_answer
 from sparklog.errors import (
     CoordinatorNotAvailableError,
     FencedInstanceIdError,
@@ -66,6 +66,24 @@ def offset_row(group_id: str, tp: TopicPartition, value: CommittedOffset | None)
     }
 
 
+def commit_row(
+    group_id: str, p: OffsetCommitPartition, now_ms: int, expire_ms: int | None
+) -> dict[str, Any]:
+    """`offset_row` of a validated partition of an OffsetCommit, committed at `now_ms`."""
+    return {
+        "record_type": "offset",
+        "group_id": group_id,
+        "topic": p.topic,
+        "partition": p.partition,
+        "committed_offset": p.committed_offset,
+        "leader_epoch": p.leader_epoch,
+        "metadata": p.metadata or "",
+        "commit_timestamp_ms": now_ms,
+        "expire_timestamp_ms": expire_ms,
+        "group_metadata": None,
+    }
+
+
 def group_row(group_id: str, record: dict[str, Any] | None, now_ms: int) -> dict[str, Any]:
     """The persisted row of a group's membership (None: the group was deleted)."""
     return {
@@ -80,6 +98,14 @@ def group_row(group_id: str, record: dict[str, Any] | None, now_ms: int) -> dict
         "expire_timestamp_ms": None,
         "group_metadata": None if record is None else json.dumps(record, sort_keys=True),
     }
+
+
+@dataclasses.dataclass(slots=True)
+class _OffsetRun:
+    """Consecutive offset rows of one group, each partition once (`replay_rows`)."""
+
+    group_id: str | None = None
+    changes: dict[TopicPartition, CommittedOffset | None] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -171,6 +197,28 @@ class GroupCoordinator:
             else:
                 self._replay_group(group_id, json.loads(meta), now_ms)
 
+    def replay_rows(self, rows: Iterable[Row], now_ms: int) -> None:
+        """`replay` each row, in order. A run of one group's offset rows (an OffsetCommit's,
+        each partition once) lands as one change: the state `replay` leaves row by row."""
+        run = _OffsetRun()
+        for row in rows:
+            if row["record_type"] != "offset":
+                run = self._apply_run(run)
+                self.replay(row, now_ms)
+                continue
+            tp = TopicPartition(row["topic"], int(row["partition"]))
+            if row["group_id"] != run.group_id or tp in run.changes:
+                run = self._apply_run(run)
+                run.group_id = row["group_id"]
+            run.changes[tp] = None if row["committed_offset"] is None else _offset_of(row, now_ms)
+        self._apply_run(run)
+
+    def _apply_run(self, run: _OffsetRun) -> _OffsetRun:
+        """Apply a run of offset rows (if any); a new, empty run."""
+        if run.group_id is not None:
+            self._apply_offsets(run.group_id, run.changes)
+        return _OffsetRun()
+
     def _replay_group(self, group_id: str, record: dict[str, Any], now_ms: int) -> None:
         if record.get("type") == "consumer":
             group: ClassicGroup | ConsumerGroup = ConsumerGroup.from_record(
@@ -194,7 +242,7 @@ class GroupCoordinator:
     def load(self, rows: Iterable[Row], now_ms: int) -> None:
         """Rebuild groups and offsets after a restart: replay every persisted row in order."""
         assert not self.groups and not self.offsets.groups(), "load into an empty coordinator"
-        replay_rows([self], rows, now_ms)
+        self.replay_rows(rows, now_ms)
         logger.info(
             "group coordinator loaded %d groups, %d with committed offsets",
             len(self.groups),
@@ -241,15 +289,15 @@ class GroupCoordinator:
         if code:
             return respond({TopicPartition(p.topic, p.partition): code for p in partitions})
         expire_ms = now_ms + retention_time_ms if retention_time_ms >= 0 else None
-        codes, valid = self._validate_offsets(partitions, now_ms, expire_ms)
-        changes: dict[TopicPartition, CommittedOffset | None] = dict(valid)
+        codes, changes = self._check_partitions(partitions)
         if not changes:
             return respond(codes)
 
         def done(_now_ms: int, error: int) -> None:
             respond({tp: (error if tp in changes else c) for tp, c in codes.items()})
 
-        rows = [offset_row(group_id, tp, v) for tp, v in changes.items()]
+        # the rows straight from the request: `replay` builds the cache's CommittedOffset
+        rows = [commit_row(group_id, p, now_ms, expire_ms) for p in changes.values()]
         self._writes.append(Write(rows, done))
 
     def _apply_offsets(
@@ -259,30 +307,43 @@ class GroupCoordinator:
         exists from here on, as Kafka's `OffsetMetadataManager.replay` creates it: created
         earlier, at the request, a tick could forget it (no offsets yet) while its offsets
         were being written, leaving offsets in a group that reads as Dead (issue 29)."""
-        committed = [v for v in changes.values() if v is not None]
-        if group_id not in self.groups and committed:
-            self.groups[group_id] = ClassicGroup(group_id, committed[0].commit_timestamp_ms)
+        if group_id not in self.groups:
+            first = next((v for v in changes.values() if v is not None), None)
+            if first is not None:
+                self.groups[group_id] = ClassicGroup(group_id, first.commit_timestamp_ms)
         self.offsets.apply(group_id, changes)
 
     def _validate_offsets(
         self, partitions: list[OffsetCommitPartition], now_ms: int, expire_ms: int | None
     ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, CommittedOffset]]:
         """Per-partition error codes, and the offsets of the partitions that passed."""
+        codes, valid = self._check_partitions(partitions)
+        changes = {
+            tp: CommittedOffset(
+                p.committed_offset, p.leader_epoch, p.metadata or "", now_ms, expire_ms
+            )
+            for tp, p in valid.items()
+        }
+        return codes, changes
+
+    def _check_partitions(
+        self, partitions: list[OffsetCommitPartition]
+    ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, OffsetCommitPartition]]:
+        """Per-partition error codes, and the partitions that passed (a partition named twice:
+        the later wins)."""
         codes: dict[TopicPartition, int] = {}
-        changes: dict[TopicPartition, CommittedOffset] = {}
+        valid: dict[TopicPartition, OffsetCommitPartition] = {}
+        max_bytes = self.config.offset_metadata_max_bytes
         for p in partitions:
             tp = TopicPartition(p.topic, p.partition)
-            metadata = p.metadata or ""
-            if len(metadata.encode()) > self.config.offset_metadata_max_bytes:
+            if len((p.metadata or "").encode()) > max_bytes:
                 codes[tp] = OffsetMetadataTooLargeError.code
             elif not 0 <= p.partition < self.partition_count(p.topic):
                 codes[tp] = UnknownTopicOrPartitionError.code
             else:
                 codes[tp] = 0
-                changes[tp] = CommittedOffset(
-                    p.committed_offset, p.leader_epoch, metadata, now_ms, expire_ms
-                )
-        return codes, changes
+                valid[tp] = p
+        return codes, valid
 
     def txn_commit_offsets(
         self,

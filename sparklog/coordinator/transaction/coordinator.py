@@ -21,7 +21,7 @@ import logging
 from collections.abc import Callable, Iterable
 
 from sparklog.coordinator.clock import loaded_ms
-from sparklog.coordinator.shard import Row, Write, replay_rows
+from sparklog.coordinator.shard import Row, Write
 from sparklog.coordinator.transaction.config import TransactionConfig
 from sparklog.coordinator.transaction.metadata import (
     MAX_PRODUCER_EPOCH,
@@ -44,6 +44,8 @@ from sparklog.structs import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TopicPartition
 logger = logging.getLogger(__name__)
 
 _S = TxnState
+#: the rows `replay` reads (every other kind is the group coordinator's)
+_REPLAYED_KINDS = frozenset({"transaction", "sink_batch"})
 Respond = Callable[[int], None]
 
 
@@ -551,11 +553,17 @@ class TransactionCoordinator:
             meta.last_update_ms = loaded_ms(meta.last_update_ms, now_ms)
             self.transactions[tid] = meta
 
+    def replay_rows(self, rows: Iterable[Row], now_ms: int) -> None:
+        """`replay` each row this core concerns, in order (offset rows are most rows)."""
+        for row in rows:
+            if row["record_type"] in _REPLAYED_KINDS:
+                self.replay(row, now_ms)
+
     def load(self, rows: Iterable[Row], now_ms: int) -> None:
         """Rebuild every id after a restart (a replay of every row, in order) and re-send the
         markers of every prepared transaction."""
         assert not self.transactions, "load into an empty coordinator"
-        replay_rows([self], rows, now_ms)
+        self.replay_rows(rows, now_ms)
         prepared = [m for m in self.transactions.values() if m.state.is_prepared]
         for meta in prepared:
             self._send_markers(meta)
