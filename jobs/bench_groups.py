@@ -54,6 +54,9 @@ class MemoryStore:
     def version(self) -> int:
         return 0
 
+    def wait_for_maintenance(self, timeout_s: float = 60.0) -> None:
+        pass
+
 
 def commit_fields(group: str, partitions: int, offset: int) -> dict[str, Any]:
     return {

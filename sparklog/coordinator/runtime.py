@@ -95,6 +95,8 @@ class CoordinatorRuntime:
         if self.pending:
             await self.flush()
         self._store_thread.shutdown(wait=True)
+        if self.store is not None:  # its upkeep thread must not outlive the coordinator
+            await asyncio.get_running_loop().run_in_executor(None, self.store.wait_for_maintenance)
 
     # -- writes -----------------------------------------------------------------------------
 

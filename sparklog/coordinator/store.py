@@ -26,6 +26,11 @@ class CoordinatorStore(Protocol):
         """The table's version (the coordinator epoch derives from it)."""
         ...
 
+    def wait_for_maintenance(self, timeout_s: float = 60.0) -> None:
+        """Wait for background upkeep (compaction, checkpoints, vacuum) to end: a stopped
+        coordinator leaves nothing writing to its table."""
+        ...
+
 
 class InMemoryStore:
     """A `CoordinatorStore` in memory: rows survive a coordinator restart within the process."""
@@ -44,3 +49,6 @@ class InMemoryStore:
 
     def version(self) -> int:
         return self.commits
+
+    def wait_for_maintenance(self, timeout_s: float = 60.0) -> None:
+        """Nothing runs in the background here."""
