@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from sparklog.coordinator.group.coordinator import CommittedOffset, group_row, offset_row
+from sparklog.coordinator.group.offsets import CommittedOffset
+from sparklog.coordinator.group.rows import group_row, offset_row
 from sparklog.coordinator.offsets_store import (
     APP_ID,
     SCHEMA,

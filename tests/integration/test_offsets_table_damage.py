@@ -17,7 +17,8 @@ import pytest
 
 from sparklog.cluster.embedded import EmbeddedCluster
 from sparklog.coordinator import delta_log
-from sparklog.coordinator.group.coordinator import CommittedOffset, offset_row
+from sparklog.coordinator.group.offsets import CommittedOffset
+from sparklog.coordinator.group.rows import offset_row
 from sparklog.coordinator.offsets_store import OffsetsStore, OffsetsTableDamagedError
 from sparklog.protocol.api_versions import ApiKey
 

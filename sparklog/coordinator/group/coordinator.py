@@ -22,13 +22,19 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from sparklog.coordinator.clock import loaded_ms
 from sparklog.coordinator.group.classic_group import ClassicGroup, GroupState, Responder
 from sparklog.coordinator.group.classic_protocol import ClassicGroups
 from sparklog.coordinator.group.config import GroupConfig
 from sparklog.coordinator.group.consumer_group import ConsumerGroup
 from sparklog.coordinator.group.consumer_heartbeat import ConsumerConfig, ConsumerGroups
 from sparklog.coordinator.group.offsets import CommittedOffset, OffsetCache
+from sparklog.coordinator.group.rows import (
+    OffsetCommitPartition,
+    commit_row,
+    group_row,
+    offset_of,
+    offset_row,
+)
 from sparklog.coordinator.shard import Row, Write, no_answer
 from sparklog.errors import (
     CoordinatorNotAvailableError,
@@ -55,71 +61,12 @@ _S = GroupState
 _topic_partition = functools.partial(tuple.__new__, TopicPartition)
 
 
-def offset_row(group_id: str, tp: TopicPartition, value: CommittedOffset | None) -> dict[str, Any]:
-    """The persisted row of a commit (or, with None, of a deletion)."""
-    return {
-        "record_type": "offset",
-        "group_id": group_id,
-        "topic": tp[0],
-        "partition": tp[1],
-        "committed_offset": None if value is None else value.committed_offset,
-        "leader_epoch": None if value is None else value.leader_epoch,
-        "metadata": None if value is None else value.metadata,
-        "commit_timestamp_ms": None if value is None else value.commit_timestamp_ms,
-        "expire_timestamp_ms": None if value is None else value.expire_timestamp_ms,
-        "group_metadata": None,
-    }
-
-
-def commit_row(
-    group_id: str, p: OffsetCommitPartition, now_ms: int, expire_ms: int | None
-) -> dict[str, Any]:
-    """`offset_row` of a validated partition of an OffsetCommit, committed at `now_ms`."""
-    return {
-        "record_type": "offset",
-        "group_id": group_id,
-        "topic": p.topic,
-        "partition": p.partition,
-        "committed_offset": p.committed_offset,
-        "leader_epoch": p.leader_epoch,
-        "metadata": p.metadata or "",
-        "commit_timestamp_ms": now_ms,
-        "expire_timestamp_ms": expire_ms,
-        "group_metadata": None,
-    }
-
-
-def group_row(group_id: str, record: dict[str, Any] | None, now_ms: int) -> dict[str, Any]:
-    """The persisted row of a group's membership (None: the group was deleted)."""
-    return {
-        "record_type": "group",
-        "group_id": group_id,
-        "topic": None,
-        "partition": None,
-        "committed_offset": None,
-        "leader_epoch": None,
-        "metadata": None,
-        "commit_timestamp_ms": now_ms,
-        "expire_timestamp_ms": None,
-        "group_metadata": None if record is None else json.dumps(record, sort_keys=True),
-    }
-
-
 @dataclasses.dataclass(slots=True)
 class _OffsetRun:
     """Consecutive offset rows of one group, each partition once (`replay_rows`)."""
 
     group_id: str | None = None
     changes: dict[TopicPartition, CommittedOffset | None] = dataclasses.field(default_factory=dict)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class OffsetCommitPartition:
-    topic: str
-    partition: int
-    committed_offset: int
-    leader_epoch: int
-    metadata: str | None
 
 
 class GroupCoordinator:
@@ -183,12 +130,12 @@ class GroupCoordinator:
         kind, group_id = row["record_type"], row["group_id"]
         if kind == "offset":
             tp = _topic_partition((row["topic"], int(row["partition"])))
-            value = None if row["committed_offset"] is None else _offset_of(row, now_ms)
+            value = None if row["committed_offset"] is None else offset_of(row, now_ms)
             self._apply_offsets(group_id, {tp: value})
         elif kind == "txn_offset":
             tp = _topic_partition((row["topic"], int(row["partition"])))
             pending = self.txn_offsets.setdefault(int(row["producer_id"]), {})
-            pending.setdefault(group_id, {})[tp] = _offset_of(row, now_ms)
+            pending.setdefault(group_id, {})[tp] = offset_of(row, now_ms)
         elif kind == "transaction":
             # a decision (or a new epoch): the producer's pending offsets are settled; a
             # commit's offsets follow as plain offset rows in the same Delta commit. An
@@ -215,7 +162,7 @@ class GroupCoordinator:
             if row["group_id"] != run.group_id or tp in run.changes:
                 run = self._apply_run(run)
                 run.group_id = row["group_id"]
-            run.changes[tp] = None if row["committed_offset"] is None else _offset_of(row, now_ms)
+            run.changes[tp] = None if row["committed_offset"] is None else offset_of(row, now_ms)
         self._apply_run(run)
 
     def _apply_run(self, run: _OffsetRun) -> _OffsetRun:
@@ -603,22 +550,6 @@ class GroupCoordinator:
                 rows.append(group_row(group_id, None, now_ms))
             logger.info("group %s: %d offsets expired", group_id, len(expired))
             self._writes.append(Write(rows, no_answer))
-
-
-def _offset_of(row: dict[str, Any], now_ms: int) -> CommittedOffset:
-    committed_ms = int(row["commit_timestamp_ms"])
-    expire_ms = None if row["expire_timestamp_ms"] is None else int(row["expire_timestamp_ms"])
-    if (loaded := loaded_ms(committed_ms, now_ms)) != committed_ms:
-        # written as uptime: the commit counts from now, an explicit retention with it
-        expire_ms = None if expire_ms is None else expire_ms + loaded - committed_ms
-        committed_ms = loaded
-    return CommittedOffset(
-        int(row["committed_offset"]),
-        int(row["leader_epoch"] if row["leader_epoch"] is not None else -1),
-        row["metadata"] or "",
-        committed_ms,
-        expire_ms,
-    )
 
 
 def describe_consumer_group_classic(group: ConsumerGroup) -> dict[str, Any]:
