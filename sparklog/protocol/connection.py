@@ -43,6 +43,7 @@ from sparklog.security.session import (
 )
 
 if TYPE_CHECKING:
+    from sparklog.security.audit import AuditSink
     from sparklog.security.authorizer import Authorizer
 
 _INT32 = struct.Struct(">i")
@@ -77,6 +78,13 @@ class RequestContext:
     authorizer: Authorizer | None = None
     #: set by the pipeline's throttle stage (quotas); the response's `throttle_time_ms`
     throttle_time_ms: int = 0
+    #: set by the pipeline's authorize stage: where denials (and, with `audit.log.allowed`,
+    #: grants) are reported; None: the log only (`sparklog.security.audit.LOG_ONLY`)
+    audit: AuditSink | None = None
+    #: whether allowed decisions are reported too (`audit.log.allowed`)
+    audit_allowed: bool = False
+    #: the node deciding (broker id, controller or coordinator node id), for audit events
+    node_id: int = -1
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,11 +31,14 @@ context decides.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from sparklog.protocol.api_versions import ApiKey
 from sparklog.protocol.connection import Request
-from sparklog.security.acl import AUTHORIZED_OPERATIONS_OMITTED, ResourceType
+from sparklog.security.acl import AUTHORIZED_OPERATIONS_OMITTED, AclOperation, ResourceType
+from sparklog.security.audit import LOG_ONLY, AuditEvent
 from sparklog.security.authorizer import authorized_operations as _authorized_operations
 
 #: A handler returns the response body, or None when no response is due (Produce acks=0).
@@ -165,3 +168,42 @@ def authorized_operations(
         return AUTHORIZED_OPERATIONS_OMITTED
     context = request.context
     return _authorized_operations(context.authorizer, context.session, resource_type, name)
+
+
+def authorize(
+    request: Request,
+    operation: AclOperation,
+    resource_type: ResourceType,
+    name: str,
+    *,
+    audit_denied: bool = True,
+) -> bool:
+    """Whether `request`'s session may perform `operation` on the literal resource
+    (`resource_type`, `name`): True without an authorizer. Handlers call this for every
+    check Kafka's "Operations and Resources on Protocols" table lists, and answer a refusal
+    with the resource type's *_AUTHORIZATION_FAILED error. A denial is reported to the
+    request's audit sink (unless `audit_denied` is false: Kafka's quiet checks, e.g. topics
+    left out of an all-topics Metadata answer); a grant only with `audit.log.allowed`."""
+    context = request.context
+    authorizer = context.authorizer
+    if authorizer is None:
+        return True
+    allowed = authorizer.authorize(context.session, operation, resource_type, name)
+    if (not allowed and audit_denied) or (allowed and context.audit_allowed):
+        session = context.session
+        api = ApiKey(request.api_key).name if request.api_key in ApiKey._value2member_map_ else ""
+        (context.audit or LOG_ONLY).record(
+            AuditEvent(
+                time_ms=int(time.time() * 1000),
+                principal=str(session.principal),
+                client_address=session.client_address,
+                listener=session.listener_name,
+                api=api or str(request.api_key),
+                resource_type=resource_type.name,
+                resource_name=name,
+                operation=operation.name,
+                decision="ALLOWED" if allowed else "DENIED",
+                node_id=context.node_id,
+            )
+        )
+    return allowed

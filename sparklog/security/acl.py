@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Final
 
 
@@ -113,3 +114,61 @@ def from_bitfield(field: int) -> frozenset[AclOperation]:
     if field == AUTHORIZED_OPERATIONS_OMITTED:
         return frozenset()
     return frozenset(op for op in AclOperation if field & (1 << op))
+
+
+# -- ACL bindings (the security issue's contract: CreateAcls/DescribeAcls/DeleteAcls, the
+# controller's ACL records and the StandardAuthorizer all speak these) ----------------------
+
+
+class PatternType(enum.IntEnum):
+    """Kafka's `PatternType`: LITERAL and PREFIXED are stored; ANY and MATCH only filter."""
+
+    UNKNOWN = 0
+    ANY = 1
+    MATCH = 2
+    LITERAL = 3
+    PREFIXED = 4
+
+
+class AclPermissionType(enum.IntEnum):
+    """Kafka's `AclPermissionType`."""
+
+    UNKNOWN = 0
+    ANY = 1
+    DENY = 2
+    ALLOW = 3
+
+
+#: A LITERAL resource name matching every resource of its type (Kafka's `WILDCARD_RESOURCE`).
+WILDCARD_RESOURCE: Final = "*"
+#: The principal matching every user (`User:*`) and the host matching every address.
+WILDCARD_PRINCIPAL: Final = "User:*"
+WILDCARD_HOST: Final = "*"
+
+
+@dataclass(frozen=True, slots=True)
+class ResourcePattern:
+    """Which resources an ACL covers (Kafka's `ResourcePattern`)."""
+
+    resource_type: ResourceType
+    name: str
+    pattern_type: PatternType = PatternType.LITERAL
+
+
+@dataclass(frozen=True, slots=True)
+class AccessControlEntry:
+    """Who may or may not do what, from where (Kafka's `AccessControlEntry`); `principal` is
+    `type:name` as ACLs name it (`User:alice`, `User:*`)."""
+
+    principal: str
+    host: str
+    operation: AclOperation
+    permission_type: AclPermissionType
+
+
+@dataclass(frozen=True, slots=True)
+class AclBinding:
+    """One ACL: an entry bound to a resource pattern (Kafka's `AclBinding`)."""
+
+    pattern: ResourcePattern
+    entry: AccessControlEntry
