@@ -352,7 +352,11 @@ _CONVERT: dict[ConfigType, Callable[[Any], Any]] = {
 #: controller and coordinator never import each other). Each module is small and pure.
 DECLARED_IN: Mapping[Scope, tuple[str, ...]] = {
     Scope.TOPIC: ("sparklog.storage.config",),
-    Scope.BROKER: ("sparklog.storage.cleaner", "sparklog.broker.config"),
+    Scope.BROKER: (
+        "sparklog.storage.cleaner",
+        "sparklog.broker.config",
+        "sparklog.security.listeners",
+    ),
     Scope.CONTROLLER: ("sparklog.metadata.configs", "sparklog.storage.object_store"),
     Scope.COORDINATOR: (
         "sparklog.coordinator.group.config",

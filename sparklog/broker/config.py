@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from sparklog.metadata.configs import CLUSTER_SETTINGS, ControllerConfig
+from sparklog.security.listeners import LISTENER_SETTINGS, LISTENERS, ListenerConfig
 from sparklog.settings import (
     LONG_MAX,
     REGISTRY,
@@ -52,7 +53,6 @@ def _nullable(raw: object) -> str | None:
 #: Kafka's `SocketServerConfigs`, `ReplicationConfigs`, `ServerLogConfigs` ... that a broker
 #: reads, and sparklog's own broker settings (`sparklog.*`).
 BROKER_SETTINGS = define(
-    _broker("listeners", _STR, "PLAINTEXT://127.0.0.1:0", "the PLAINTEXT listener host:port"),
     _broker("broker.rack", _STR, None, "rack of this broker", parser=_nullable),
     _broker("socket.request.max.bytes", _INT, 104_857_600, "largest request"),
     _broker("max.connections", _INT, INT32_MAX, "connections the broker accepts"),
@@ -176,15 +176,17 @@ INERT_SETTINGS = define(
             "num.network.threads",
             "num.io.threads",
             "num.recovery.threads.per.data.dir",
-            "advertised.listeners",
-            "listener.security.protocol.map",
-            "inter.broker.listener.name",
         )
     )
 )
 #: What a broker parses: its own settings, the cluster settings it also reads, its cleaner's.
 _SHARED = ("broker.heartbeat.interval.ms", "broker.session.timeout.ms", "auto.create.topics.enable")
-_TABLE = BROKER_SETTINGS | {n: CLUSTER_SETTINGS[n] for n in _SHARED} | CLEANER_SETTINGS
+_TABLE = (
+    BROKER_SETTINGS
+    | {LISTENERS: LISTENER_SETTINGS[LISTENERS]}
+    | {n: CLUSTER_SETTINGS[n] for n in _SHARED}
+    | CLEANER_SETTINGS
+)
 _D = _TABLE.default
 _ATTRS = frozenset(s.attr for s in _TABLE.values())
 
@@ -237,6 +239,8 @@ class BrokerConfig:
     #: cluster settings and topic defaults, parsed as the controller parses them
     cluster: ControllerConfig = field(default_factory=ControllerConfig)
     cleaner: CleanerConfig = field(default_factory=CleanerConfig)
+    #: the listeners, advertised endpoints and per-listener settings (security/listeners.py)
+    listener_config: ListenerConfig = field(default_factory=ListenerConfig.from_properties)
     #: every property as given
     originals: Mapping[str, str] = field(default_factory=dict)
     unknown: tuple[str, ...] = ()
@@ -250,8 +254,11 @@ class BrokerConfig:
             **{a: values.pop(a) for a in CLEANER_SETTINGS.defaults_by_attr() if a in values}
         )
         endpoint = given.get("sparklog.group.coordinator.endpoint")
+        listener_props = dict(given)
         if "listeners.host" in given:
-            values["listeners"] = f"PLAINTEXT://{given['listeners.host']}:0"
+            values["listeners"] = listener_props[LISTENERS] = (
+                f"PLAINTEXT://{given['listeners.host']}:0"
+            )
         unknown = [
             name
             for name in given
@@ -264,6 +271,7 @@ class BrokerConfig:
             sparklog_group_coordinator_endpoint=endpoint or None,
             cluster=ControllerConfig.from_properties(given),
             cleaner=cleaner,
+            listener_config=ListenerConfig.from_properties(listener_props),
             originals=given,
             unknown=tuple(unknown),
         )
@@ -317,6 +325,7 @@ class BrokerConfig:
         """The broker's own settings by Kafka name (DescribeConfigs of a BROKER resource adds
         these to the cluster settings)."""
         out = BROKER_SETTINGS.formatted(self)
+        out[LISTENERS] = self.listeners
         out.update(
             {
                 n: CLUSTER_SETTINGS[n].format(getattr(self, CLUSTER_SETTINGS[n].attr))

@@ -86,7 +86,14 @@ def _doc_tables(path: Path):
 
 
 @pytest.mark.parametrize(
-    "doc", ["README.md", "docs/groups.md", "docs/replication.md", "docs/transactions.md"]
+    "doc",
+    [
+        "README.md",
+        "docs/groups.md",
+        "docs/replication.md",
+        "docs/transactions.md",
+        "docs/security.md",
+    ],
 )
 def test_the_docs_settings_tables_agree_with_the_registry(doc):
     checked, wrong = 0, {}

@@ -1,0 +1,571 @@
+"""Kafka's listener model: which ports a server binds, what it advertises, and how each one is
+secured (Kafka's `SocketServerConfigs`, `KafkaConfig.listeners` / `effectiveAdvertisedBrokerListeners`
+/ `interBrokerListenerName` / `valuesWithPrefixOverride`, and `ListenerName`).
+
+Theory of operation. A server's properties name its listeners (`listeners=CLIENT://:9092,
+REPLICATION://:9093`), the security protocol of each name (`listener.security.protocol.map`,
+whose default maps the four protocol names to themselves), the addresses other processes are
+told (`advertised.listeners`, defaulting to `listeners`), the listener brokers use between
+themselves (`inter.broker.listener.name`, or the older `security.inter.broker.protocol`: one
+of the two, never both) and the controller's listeners (`controller.listener.names`).
+`ListenerConfig.from_properties` parses and validates all of it once, at start, refusing a bad
+combination with Kafka's own message (a `ConfigError`), so a configuration Kafka refuses is
+refused here with the same words.
+
+Per-listener settings: any setting may be given for one listener only as
+`listener.name.<listener, lower case>.<setting>` (`listener.name.internal.ssl.keystore.location`);
+`ListenerSettings` is one listener's view of the properties, overrides first, as Kafka's
+`valuesWithPrefixOverride(listenerName.configPrefix)`. SASL's mechanism-scoped keys
+(`listener.name.<l>.<mechanism>.sasl.jaas.config`) are read with `for_mechanism`.
+
+`ListenerSecurity` is what a server needs to secure one listener's connections: the TLS
+server context (SSL, SASL_SSL) and the SASL server side (SASL_PLAINTEXT, SASL_SSL). It is built
+by `listener_security(endpoint, settings)`, the one place the connection-level security parts
+plug in: `server_ssl_context` (the TLS part) and `sasl_server` (the SASL part) below. Until a
+part exists, a listener that needs it refuses to start with a message naming the listener
+and the fix, rather than serving plaintext on a port its operator believes secured.
+
+sparklog's servers and their listeners (one property dict serves the whole cluster):
+
+- a broker binds every listener of `listeners` not named in `controller.listener.names`, one
+  `KafkaServer` each, and registers every advertised endpoint with the controller;
+- the driver's controller serves the listeners named in `controller.listener.names` (their
+  `listeners` entries give host and port when present); without that setting it serves one
+  listener named and secured like the inter-broker listener, as brokers are its only clients;
+- the driver's group/transaction coordinator is reached only by brokers (Envelope forwarding)
+  and reaches them (markers): it serves one listener named and secured like the inter-broker
+  listener, and connects to brokers' inter-broker endpoints.
+
+Pure: no I/O, no sockets; safe to import anywhere on the floor.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import ssl
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from sparklog.security.session import SecurityProtocol
+from sparklog.settings import (
+    ConfigError,
+    ConfigType,
+    Importance,
+    OneOf,
+    Scope,
+    Setting,
+    define,
+)
+
+LISTENERS: Final = "listeners"
+ADVERTISED_LISTENERS: Final = "advertised.listeners"
+PROTOCOL_MAP: Final = "listener.security.protocol.map"
+INTER_BROKER_LISTENER_NAME: Final = "inter.broker.listener.name"
+INTER_BROKER_PROTOCOL: Final = "security.inter.broker.protocol"
+CONTROLLER_LISTENER_NAMES: Final = "controller.listener.names"
+#: The prefix of a per-listener setting: `listener.name.<listener lower case>.<setting>`.
+LISTENER_PREFIX: Final = "listener.name."
+
+#: sparklog binds loopback when a listener names no host (tests and the embedded cluster
+#: must not open ports on every interface by default; Kafka binds the wildcard address).
+DEFAULT_BIND_HOST: Final = "127.0.0.1"
+DEFAULT_LISTENERS: Final = f"PLAINTEXT://{DEFAULT_BIND_HOST}:0"
+#: Kafka's default map: each protocol's name is a listener name of that protocol.
+DEFAULT_PROTOCOL_MAP: Final = ",".join(f"{p.name}:{p.name}" for p in SecurityProtocol)
+
+
+def _listener(name: str, default: object, doc: str, **extra: Any) -> Setting:
+    return Setting(
+        name,
+        ConfigType.STRING,
+        default,
+        doc=doc,
+        scope=Scope.BROKER,
+        group="listeners",
+        importance=Importance.HIGH,
+        **extra,
+    )
+
+
+#: Kafka's `SocketServerConfigs` listener settings and `ReplicationConfigs`' inter-broker ones.
+LISTENER_SETTINGS = define(
+    _listener(
+        LISTENERS,
+        DEFAULT_LISTENERS,
+        "NAME://host:port,... the server binds (port 0: any free port; no host: 127.0.0.1)",
+    ),
+    _listener(
+        ADVERTISED_LISTENERS,
+        None,
+        "NAME://host:port,... registered for clients and other brokers (default: listeners)",
+    ),
+    _listener(
+        PROTOCOL_MAP,
+        DEFAULT_PROTOCOL_MAP,
+        "NAME:PROTOCOL,... the security protocol of each listener name",
+    ),
+    _listener(
+        INTER_BROKER_LISTENER_NAME,
+        None,
+        "the listener brokers (and the driver's coordinator) use between themselves",
+    ),
+    _listener(
+        INTER_BROKER_PROTOCOL,
+        SecurityProtocol.PLAINTEXT.name,
+        "the inter-broker listener by protocol name (when inter.broker.listener.name is unset)",
+        validator=OneOf(tuple(p.name for p in SecurityProtocol)),
+        parser=lambda raw: str(raw).strip().upper(),
+    ),
+    _listener(
+        CONTROLLER_LISTENER_NAMES,
+        None,
+        "the listeners the driver's controller serves (brokers connect to the first)",
+    ),
+    Setting(
+        LISTENER_PREFIX,
+        ConfigType.STRING,
+        None,
+        doc="listener.name.<listener>.<setting>: a setting for that listener only",
+        scope=Scope.BROKER,
+        group="listeners",
+        importance=Importance.MEDIUM,
+        prefix=True,
+    ),
+)
+
+
+def normalised(name: str) -> str:
+    """A listener name as Kafka compares it (`ListenerName.normalised`: upper case)."""
+    return name.strip().upper()
+
+
+def config_prefix(listener_name: str) -> str:
+    """`listener.name.<name lower case>.` (Kafka's `ListenerName.configPrefix`)."""
+    return f"{LISTENER_PREFIX}{listener_name.lower()}."
+
+
+def security_protocol(name: str, config_name: str) -> SecurityProtocol:
+    """A protocol name (any case, as Kafka's `SecurityProtocol.forName`); ConfigError names
+    the setting it came from."""
+    try:
+        return SecurityProtocol[name.strip().upper()]
+    except KeyError:
+        raise ConfigError(
+            f"Invalid security protocol `{name.strip()}` defined in {config_name} "
+            f"(one of {', '.join(p.name for p in SecurityProtocol)})"
+        ) from None
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerEndpoint:
+    """One listener: its name, security protocol and address (Kafka's `Endpoint`).
+
+    `host` "" means no host was named: the server binds `DEFAULT_BIND_HOST`."""
+
+    listener_name: str
+    security_protocol: SecurityProtocol
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.listener_name}://{host}:{self.port}"
+
+    @property
+    def bind_host(self) -> str:
+        return self.host or DEFAULT_BIND_HOST
+
+    def with_address(self, host: str, port: int) -> ListenerEndpoint:
+        return ListenerEndpoint(self.listener_name, self.security_protocol, host, port)
+
+
+# Kafka's URI_PARSE_REGEXP: NAME://host:port, the host optionally in [] (IPv6).
+_ENDPOINT = re.compile(r"^(.*)://\[?([0-9a-zA-Z\-%._:]*)\]?:(-?[0-9]+)$")
+
+
+def _split_csv(value: str | None) -> list[str]:
+    return [item.strip() for item in (value or "").split(",") if item.strip()]
+
+
+def parse_protocol_map(value: str) -> dict[str, SecurityProtocol]:
+    """`listener.security.protocol.map` as {normalised listener name: protocol}."""
+    out: dict[str, SecurityProtocol] = {}
+    for entry in _split_csv(value):
+        name, sep, protocol = entry.partition(":")
+        if not sep or not name.strip() or not protocol.strip():
+            raise ConfigError(
+                f"Error parsing configuration property '{PROTOCOL_MAP}': entry {entry!r} is "
+                "not LISTENER_NAME:SECURITY_PROTOCOL (e.g. INTERNAL:SSL,EXTERNAL:SASL_SSL)"
+            )
+        key = normalised(name)
+        if key in out:
+            raise ConfigError(
+                f"Error parsing configuration property '{PROTOCOL_MAP}': listener {key} "
+                "appears more than once (each listener name should only appear once)"
+            )
+        out[key] = security_protocol(protocol, PROTOCOL_MAP)
+    return out
+
+
+def parse_listener_list(
+    value: str,
+    protocol_map: Mapping[str, SecurityProtocol],
+    *,
+    require_distinct_ports: bool = True,
+) -> tuple[ListenerEndpoint, ...]:
+    """A `listeners` / `advertised.listeners` value as endpoints, validated as Kafka's
+    `listenerListToEndPoints` does (names unique; ports unique but 0, when required)."""
+    endpoints = []
+    for entry in _split_csv(value):
+        m = _ENDPOINT.match(entry)
+        if m is None:
+            raise ConfigError(
+                f"Error creating broker listeners from '{value}': Unable to parse {entry} to "
+                "a broker endpoint (expected NAME://host:port, e.g. PLAINTEXT://:9092)"
+            )
+        name = normalised(m.group(1))
+        protocol = protocol_map.get(name)
+        if protocol is None:
+            raise ConfigError(
+                f"Error creating broker listeners from '{value}': No security protocol "
+                f"defined for listener {name} (add {name}:<protocol> to {PROTOCOL_MAP})"
+            )
+        port = int(m.group(3))
+        if not 0 <= port <= 65535:
+            raise ConfigError(
+                f"Error creating broker listeners from '{value}': port {port} of {entry} is "
+                "not 0..65535"
+            )
+        endpoints.append(ListenerEndpoint(name, protocol, m.group(2), port))
+    names = [e.listener_name for e in endpoints]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"Each listener must have a different name, listeners: {value}")
+    if require_distinct_ports:
+        _check_distinct_ports(endpoints, value)
+    return tuple(endpoints)
+
+
+def _check_distinct_ports(endpoints: list[ListenerEndpoint], value: str) -> None:
+    """Ports other than 0 are unique, except one IPv4 and one IPv6 listener may share one
+    (KAFKA-13590, as Kafka 4.x allows)."""
+    by_port: dict[int, list[ListenerEndpoint]] = {}
+    for e in endpoints:
+        if e.port != 0:
+            by_port.setdefault(e.port, []).append(e)
+    for port, group in by_port.items():
+        if len(group) == 1:
+            continue
+        versions = sorted(_ip_version(e.host) for e in group)
+        if versions != [4, 6]:
+            raise ConfigError(
+                "Each listener must have a different port unless exactly one listener has "
+                f"an IPv4 address and the other IPv6 address, listeners: {value}, port: {port}"
+            )
+
+
+def _ip_version(host: str) -> int:
+    try:
+        return ipaddress.ip_address(host).version
+    except ValueError:
+        return 0
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class ListenerSettings:
+    """One listener's view of a server's properties: `listener.name.<l>.<setting>` wins over
+    `<setting>` (Kafka's `valuesWithPrefixOverride`). Values may be secrets (keystore
+    passwords, JAAS configs): the repr names the listener only."""
+
+    listener_name: str
+    properties: Mapping[str, str] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        return f"ListenerSettings({self.listener_name})"
+
+    @property
+    def prefix(self) -> str:
+        return config_prefix(self.listener_name)
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        """The listener's value of `name`: its override, else the server-wide value."""
+        value = self.properties.get(self.prefix + name)
+        if value is None:
+            value = self.properties.get(name)
+        return default if value is None else value
+
+    def is_overridden(self, name: str) -> bool:
+        return self.prefix + name in self.properties
+
+    def overrides(self) -> dict[str, str]:
+        """The listener's own settings, prefix removed."""
+        n = len(self.prefix)
+        return {k[n:]: v for k, v in self.properties.items() if k.startswith(self.prefix)}
+
+    def values(self, names: Iterable[str] | None = None) -> dict[str, str]:
+        """Every setting as this listener sees it (server-wide values under its overrides);
+        only `names` when given."""
+        if names is not None:
+            return {n: v for n in names if (v := self.get(n)) is not None}
+        merged = {k: v for k, v in self.properties.items() if not k.startswith(LISTENER_PREFIX)}
+        merged.update(self.overrides())
+        return merged
+
+    def for_mechanism(self, mechanism: str, name: str) -> str | None:
+        """A SASL mechanism's setting for this listener:
+        `listener.name.<l>.<mechanism lower case>.<name>` (how Kafka's brokers read
+        `sasl.jaas.config` and the callback handler classes), None when not given."""
+        return self.properties.get(f"{self.prefix}{mechanism.lower()}.{name}")
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class ListenerSecurity:
+    """What a server needs to secure one listener's connections (Kafka's per-listener
+    `ChannelBuilder`): the TLS server context when the protocol is SSL or SASL_SSL, and the
+    SASL server side when it is SASL_PLAINTEXT or SASL_SSL. Built by `listener_security`."""
+
+    endpoint: ListenerEndpoint
+    settings: ListenerSettings
+    #: the server-side TLS context (`ssl.*` settings); None on PLAINTEXT and SASL_PLAINTEXT
+    ssl_context: ssl.SSLContext | None = None
+    #: the SASL server side (enabled mechanisms, JAAS options, credential lookups) the
+    #: connection's authenticator is made from; None on PLAINTEXT and SSL
+    sasl: Any = None
+
+    def __repr__(self) -> str:
+        return f"ListenerSecurity({self.endpoint.listener_name}, {self.security_protocol.name})"
+
+    @property
+    def listener_name(self) -> str:
+        return self.endpoint.listener_name
+
+    @property
+    def security_protocol(self) -> SecurityProtocol:
+        return self.endpoint.security_protocol
+
+    @property
+    def uses_tls(self) -> bool:
+        return uses_tls(self.security_protocol)
+
+    @property
+    def uses_sasl(self) -> bool:
+        return uses_sasl(self.security_protocol)
+
+
+def uses_tls(protocol: SecurityProtocol) -> bool:
+    return protocol in (SecurityProtocol.SSL, SecurityProtocol.SASL_SSL)
+
+
+def uses_sasl(protocol: SecurityProtocol) -> bool:
+    return protocol in (SecurityProtocol.SASL_PLAINTEXT, SecurityProtocol.SASL_SSL)
+
+
+def _not_served_yet(endpoint: ListenerEndpoint, part: str) -> ConfigError:
+    return ConfigError(
+        f"listener {endpoint.listener_name} uses {endpoint.security_protocol.name}, and this "
+        f"sparklog cannot serve {part} yet: map it to PLAINTEXT in {PROTOCOL_MAP} "
+        f"(e.g. {endpoint.listener_name}:PLAINTEXT) or remove it from {LISTENERS}"
+    )
+
+
+def server_ssl_context(endpoint: ListenerEndpoint, settings: ListenerSettings) -> ssl.SSLContext:
+    """The TLS part: the server context of an SSL / SASL_SSL listener from its `ssl.*`
+    settings (Kafka's `DefaultSslEngineFactory`). Refuses until TLS is served."""
+    raise _not_served_yet(endpoint, "TLS")
+
+
+def sasl_server(endpoint: ListenerEndpoint, settings: ListenerSettings) -> Any:
+    """The SASL part: the server side of a SASL_PLAINTEXT / SASL_SSL listener from its
+    `sasl.enabled.mechanisms` and `listener.name.<l>.<mechanism>.sasl.jaas.config`
+    (Kafka's `SaslChannelBuilder`). Refuses until SASL is served."""
+    raise _not_served_yet(endpoint, "SASL")
+
+
+def listener_security(endpoint: ListenerEndpoint, settings: ListenerSettings) -> ListenerSecurity:
+    """The security of `endpoint`'s connections; ConfigError when a part it needs is missing
+    or misconfigured (raised at server start, before any port is bound)."""
+    protocol = endpoint.security_protocol
+    return ListenerSecurity(
+        endpoint,
+        settings,
+        ssl_context=server_ssl_context(endpoint, settings) if uses_tls(protocol) else None,
+        sasl=sasl_server(endpoint, settings) if uses_sasl(protocol) else None,
+    )
+
+
+#: A PLAINTEXT listener's security (in-process servers and tests).
+def plaintext(listener_name: str = "PLAINTEXT", host: str = "", port: int = 0) -> ListenerSecurity:
+    endpoint = ListenerEndpoint(normalised(listener_name), SecurityProtocol.PLAINTEXT, host, port)
+    return ListenerSecurity(endpoint, ListenerSettings(endpoint.listener_name))
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class ListenerConfig:
+    """A server's listeners, parsed and validated (module doc). Endpoints keep the configured
+    ports (0: any free one); `advertised` holds what is registered, `listeners` when
+    `advertised.listeners` is unset, controller listeners left out of both broker lists."""
+
+    #: every entry of `listeners`, in order
+    listeners: tuple[ListenerEndpoint, ...]
+    #: the broker endpoints to advertise (`advertised.listeners`, else the broker listeners)
+    advertised: tuple[ListenerEndpoint, ...]
+    protocol_map: Mapping[str, SecurityProtocol]
+    inter_broker_listener_name: str
+    controller_listener_names: tuple[str, ...]
+    properties: Mapping[str, str]
+
+    def __repr__(self) -> str:
+        return (
+            f"ListenerConfig(listeners={','.join(map(str, self.listeners))}, "
+            f"inter_broker={self.inter_broker_listener_name})"
+        )
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, object] | None = None) -> ListenerConfig:
+        """Parse and validate (module doc); ConfigError with Kafka's message otherwise."""
+        given = {str(k): str(v) for k, v in (props or {}).items() if v is not None}
+        listeners_value = given.get(LISTENERS, DEFAULT_LISTENERS)
+        controller_names = tuple(
+            normalised(n) for n in _split_csv(given.get(CONTROLLER_LISTENER_NAMES))
+        )
+        protocol_map = _effective_protocol_map(given, controller_names)
+        listeners = parse_listener_list(listeners_value, protocol_map)
+        broker_listeners = tuple(e for e in listeners if e.listener_name not in controller_names)
+        advertised_value = given.get(ADVERTISED_LISTENERS)
+        if advertised_value is None or not advertised_value.strip():
+            advertised = broker_listeners
+        else:
+            advertised = tuple(
+                e
+                for e in parse_listener_list(
+                    advertised_value, protocol_map, require_distinct_ports=False
+                )
+                if e.listener_name not in controller_names
+            )
+        inter_broker = _inter_broker_listener_name(given, protocol_map)
+        config = cls(
+            listeners=listeners,
+            advertised=advertised,
+            protocol_map=dict(protocol_map),
+            inter_broker_listener_name=inter_broker,
+            controller_listener_names=controller_names,
+            properties=given,
+        )
+        config._validate()
+        return config
+
+    def _validate(self) -> None:
+        advertised_names = [e.listener_name for e in self.advertised]
+        if not advertised_names:
+            raise ConfigError(
+                "There must be at least one broker advertised listener. Perhaps all "
+                f"listeners appear in {CONTROLLER_LISTENER_NAMES}?"
+            )
+        if self.inter_broker_listener_name not in advertised_names:
+            raise ConfigError(
+                f"{INTER_BROKER_LISTENER_NAME} must be a listener name defined in "
+                f"{ADVERTISED_LISTENERS}. The valid options based on currently configured "
+                f"listeners are {','.join(advertised_names)}"
+            )
+        names = [e.listener_name for e in self.listeners]
+        if not set(advertised_names) <= set(names):
+            raise ConfigError(
+                f"{ADVERTISED_LISTENERS} listener names must be equal to or a subset of the "
+                f"ones defined in {LISTENERS}. Found {','.join(advertised_names)}. The valid "
+                f"options based on the current configuration are {','.join(names)}"
+            )
+        if any(e.host == "0.0.0.0" for e in self.advertised):
+            raise ConfigError(
+                f"{ADVERTISED_LISTENERS} cannot use the nonroutable meta-address 0.0.0.0. "
+                "Use a routable IP address."
+            )
+
+    # -- what each server binds and advertises ----------------------------------------------
+
+    @property
+    def broker_listeners(self) -> tuple[ListenerEndpoint, ...]:
+        """The listeners a broker binds (Kafka's `dataPlaneListeners`), in order."""
+        return tuple(
+            e for e in self.listeners if e.listener_name not in self.controller_listener_names
+        )
+
+    @property
+    def inter_broker_protocol(self) -> SecurityProtocol:
+        return self.protocol_map[self.inter_broker_listener_name]
+
+    def advertised_for(self, listener_name: str) -> ListenerEndpoint | None:
+        name = normalised(listener_name)
+        return next((e for e in self.advertised if e.listener_name == name), None)
+
+    def controller_listener(self, host: str = "", port: int = 0) -> ListenerEndpoint:
+        """The driver controller's listener: the first of `controller.listener.names` (its
+        `listeners` entry gives the address when there is one), else one named and secured
+        like the inter-broker listener; `host`/`port` are the launcher's."""
+        if self.controller_listener_names:
+            name = self.controller_listener_names[0]
+            listed = next((e for e in self.listeners if e.listener_name == name), None)
+            if listed is not None and (listed.host or listed.port):
+                return listed
+            return ListenerEndpoint(name, self.protocol_map[name], host, port)
+        return self.coordinator_listener(host, port)
+
+    def coordinator_listener(self, host: str = "", port: int = 0) -> ListenerEndpoint:
+        """The driver coordinator's listener: named and secured like the inter-broker one."""
+        name = self.inter_broker_listener_name
+        return ListenerEndpoint(name, self.protocol_map[name], host, port)
+
+    def settings(self, listener_name: str) -> ListenerSettings:
+        return ListenerSettings(normalised(listener_name), self.properties)
+
+    def security(self, endpoint: ListenerEndpoint) -> ListenerSecurity:
+        """`endpoint`'s `ListenerSecurity` (raises ConfigError when it cannot be served)."""
+        return listener_security(endpoint, self.settings(endpoint.listener_name))
+
+
+def _effective_protocol_map(
+    given: Mapping[str, str], controller_names: tuple[str, ...]
+) -> dict[str, SecurityProtocol]:
+    """The map, plus controller listeners as PLAINTEXT when the map was not given and nothing
+    but PLAINTEXT is in use (Kafka's `effectiveListenerSecurityProtocolMap` under KRaft)."""
+    explicit = PROTOCOL_MAP in given
+    protocol_map = parse_protocol_map(given.get(PROTOCOL_MAP, DEFAULT_PROTOCOL_MAP))
+    missing = [n for n in controller_names if n not in protocol_map]
+    if not missing:
+        return protocol_map
+    in_use = {
+        protocol_map.get(normalised(m.group(1)))
+        for entry in _split_csv(given.get(LISTENERS, DEFAULT_LISTENERS))
+        if (m := _ENDPOINT.match(entry)) and normalised(m.group(1)) not in controller_names
+    }
+    if explicit or in_use - {SecurityProtocol.PLAINTEXT}:
+        raise ConfigError(
+            f"Controller listener with name {missing[0]} defined in {CONTROLLER_LISTENER_NAMES} "
+            f"not found in {PROTOCOL_MAP} (an explicit security mapping for each controller "
+            f"listener is required if {PROTOCOL_MAP} is non-empty, or if there are security "
+            "protocols other than PLAINTEXT in use)"
+        )
+    return protocol_map | {n: SecurityProtocol.PLAINTEXT for n in missing}
+
+
+def _inter_broker_listener_name(
+    given: Mapping[str, str], protocol_map: Mapping[str, SecurityProtocol]
+) -> str:
+    """Kafka's `interBrokerListenerNameAndSecurityProtocol`: the name if given (it must be in
+    the map), else the listener named after `security.inter.broker.protocol`."""
+    name = (given.get(INTER_BROKER_LISTENER_NAME) or "").strip()
+    if name:
+        if (given.get(INTER_BROKER_PROTOCOL) or "").strip():
+            raise ConfigError(
+                f"Only one of {INTER_BROKER_LISTENER_NAME} and {INTER_BROKER_PROTOCOL} "
+                "should be set."
+            )
+        listener = normalised(name)
+        if listener not in protocol_map:
+            raise ConfigError(
+                f"Listener with name {listener} defined in {INTER_BROKER_LISTENER_NAME} not "
+                f"found in {PROTOCOL_MAP}."
+            )
+        return listener
+    protocol = (given.get(INTER_BROKER_PROTOCOL) or "").strip() or SecurityProtocol.PLAINTEXT.name
+    return security_protocol(protocol, INTER_BROKER_PROTOCOL).name
