@@ -356,13 +356,14 @@ DECLARED_IN: Mapping[Scope, tuple[str, ...]] = {
         "sparklog.storage.cleaner",
         "sparklog.broker.config",
         "sparklog.security.listeners",
+        "sparklog.security.ssl_factory",
     ),
     Scope.CONTROLLER: ("sparklog.metadata.configs", "sparklog.storage.object_store"),
     Scope.COORDINATOR: (
         "sparklog.coordinator.group.config",
         "sparklog.coordinator.transaction.config",
     ),
-    Scope.CLIENT: ("sparklog.client.config",),
+    Scope.CLIENT: ("sparklog.client.config", "sparklog.security.ssl_factory"),
     Scope.SPARK_OPTION: ("sparklog.spark.option_values",),
     Scope.GROUP: ("sparklog.metadata.group_configs",),
 }
