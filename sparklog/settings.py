@@ -357,6 +357,7 @@ DECLARED_IN: Mapping[Scope, tuple[str, ...]] = {
         "sparklog.broker.config",
         "sparklog.security.listeners",
         "sparklog.security.ssl_factory",
+        "sparklog.security.principal",
     ),
     Scope.CONTROLLER: ("sparklog.metadata.configs", "sparklog.storage.object_store"),
     Scope.COORDINATOR: (
