@@ -13,6 +13,8 @@ replicas; its eligible leader replicas (ELR, KIP-966) are replicas outside the I
 `broker_epoch` is its own offset (Kafka's broker epoch). Finalized feature levels
 (`FeatureLevel` records, Kafka's `FeatureLevelRecord`) gate behaviour that changes what the log
 means: `eligible.leader.replicas.version` >= 1 turns on KIP-966's Eligible Leader Replicas.
+ACL and SCRAM credential records (Kafka's `AccessControlEntryRecord`,
+`UserScramCredentialRecord` and their removals) are folded in by `acls.py` and `scram.py`.
 
 A record that breaks these rules (or an unknown type) raises `MetadataRecordError` and leaves the
 image unchanged: the log came from disk or a peer, so it is input, not our bug.
@@ -27,7 +29,14 @@ from dataclasses import asdict, dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
+from sparklog.metadata.acls import ACCESS_CONTROL_ENTRY, REMOVE_ACCESS_CONTROL_ENTRY, AclsImage
+from sparklog.metadata.scram import (
+    REMOVE_USER_SCRAM_CREDENTIAL,
+    USER_SCRAM_CREDENTIAL,
+    ScramCredentials,
+)
 from sparklog.records import iter_batches
+from sparklog.security.acl import AclBinding
 from sparklog.structs import NO_LEADER
 
 REGISTER_BROKER = "RegisterBroker"
@@ -177,6 +186,8 @@ class MetadataImage:
         self._topic_ids: dict[str, uuid.UUID] = {}
         self._configs: dict[tuple[str, str], dict[str, str]] = {}
         self._features: dict[str, int] = {}
+        self._acls = AclsImage()  # metadata/acls.py
+        self._credentials = ScramCredentials()  # metadata/scram.py
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -236,6 +247,20 @@ class MetadataImage:
     def elr_enabled(self) -> bool:
         """KIP-966's Eligible Leader Replicas are on (Kafka's `isElrFeatureEnabled`)."""
         return self._features.get(ELR_FEATURE, 0) >= ELR_FEATURE_LEVEL
+
+    @property
+    def acls(self) -> Mapping[uuid.UUID, AclBinding]:
+        """Every ACL by id (what the authorizer is fed from); `acls_image` has the lookups."""
+        return self._acls.bindings
+
+    @property
+    def acls_image(self) -> AclsImage:
+        return self._acls
+
+    @property
+    def credentials(self) -> ScramCredentials:
+        """The SCRAM credentials: a `CredentialStore` that follows this image as it moves."""
+        return self._credentials
 
     # -- apply ------------------------------------------------------------------------------
 
@@ -457,6 +482,8 @@ class MetadataImage:
                 for k, v in sorted(self._configs.items())
             ],
             "features": dict(sorted(self._features.items())),
+            "acls": self._acls.to_list(),
+            "scram_credentials": self._credentials.to_list(),
         }
 
     @classmethod
@@ -478,6 +505,9 @@ class MetadataImage:
                 image._configs[key] = {str(k): str(v) for k, v in c["configs"].items()}
             # snapshots from before feature levels have none (every feature at level 0)
             image._features = {str(k): int(v) for k, v in data.get("features", {}).items()}
+            # ... and before ACLs and SCRAM credentials, none of them
+            image._acls = AclsImage.from_list(data.get("acls", ()))
+            image._credentials = ScramCredentials.from_list(data.get("scram_credentials", ()))
         except (KeyError, TypeError, ValueError) as e:
             if isinstance(e, MetadataRecordError):
                 raise
@@ -512,6 +542,10 @@ _HANDLERS = {
     FEATURE_LEVEL: MetadataImage._feature_level,
     CLEAR_ELR: MetadataImage._clear_elr,
     LEADER_CHANGE: lambda image, record: None,
+    ACCESS_CONTROL_ENTRY: lambda image, record: image._acls.replay_create(record),
+    REMOVE_ACCESS_CONTROL_ENTRY: lambda image, record: image._acls.replay_remove(record),
+    USER_SCRAM_CREDENTIAL: lambda image, record: image._credentials.replay(record),
+    REMOVE_USER_SCRAM_CREDENTIAL: lambda image, record: image._credentials.replay_remove(record),
 }
 
 
