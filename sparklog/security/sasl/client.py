@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
-import scramp  # type: ignore[import-untyped]  # no py.typed marker
+import scramp
 
 from sparklog.errors import (
     IllegalSaslStateError,
