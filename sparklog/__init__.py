@@ -4,7 +4,8 @@
 `sparklog.register(spark)` makes `format("sparklog")` known to a session (done automatically
 by `start`, and at import when a SparkSession is already active). `sparklog.topics_df(spark)`,
 `offsets_df`, `brokers_df` and `query_lag_df` are small DataFrames to `display()` in a notebook;
-`group_offsets_df` and `consumer_lag_df` read the consumer groups' Delta table.
+`group_offsets_df` and `consumer_lag_df` read the consumer groups' Delta table, `audit_df` the
+audit trail's (authentication failures, denials, ACL and credential changes).
 Importing sparklog does not import pyspark.
 """
 
@@ -40,6 +41,7 @@ _NOTEBOOK_VIEWS = {
     "query_lag_df": "sparklog.spark.notebook",
     "group_offsets_df": "sparklog.spark.group_views",
     "consumer_lag_df": "sparklog.spark.group_views",
+    "audit_df": "sparklog.spark.audit_views",
 }
 
 

@@ -358,11 +358,13 @@ DECLARED_IN: Mapping[Scope, tuple[str, ...]] = {
         "sparklog.security.listeners",
         "sparklog.security.ssl_factory",
         "sparklog.security.principal",
+        "sparklog.security.audit",
     ),
     Scope.CONTROLLER: ("sparklog.metadata.configs", "sparklog.storage.object_store"),
     Scope.COORDINATOR: (
         "sparklog.coordinator.group.config",
         "sparklog.coordinator.transaction.config",
+        "sparklog.coordinator.audit_log",
     ),
     Scope.CLIENT: ("sparklog.client.config", "sparklog.security.ssl_factory"),
     Scope.SPARK_OPTION: ("sparklog.spark.option_values",),

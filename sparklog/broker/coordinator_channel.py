@@ -104,26 +104,36 @@ class CoordinatorChannel:
         `client_host`. Raises `CoordinatorUnreachableError` when it cannot be asked, and
         `envelope.EnvelopeError` when it refuses the Envelope itself."""
         wrapped = envelope.wrap(request, client_host)
+        what = f"forwarding {type(request.body).__name__}"
+        answer = await self.send(wrapped, timeout_s=timeout_s, what=what)
+        self.forwarded += 1
+        if int(answer.error_code):
+            raise envelope.EnvelopeError(int(answer.error_code), "the coordinator refused it")
+        return bytes(answer.response_data or b"")
+
+    async def send(
+        self, body: Any, *, timeout_s: float | None = None, what: str | None = None
+    ) -> Any:
+        """The coordinator's response to a request of the broker's own (an Envelope, or
+        sparklog's AuditEvents), on a pooled connection. Raises `CoordinatorUnreachableError`
+        when the coordinator cannot be asked."""
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.max_in_flight)
         async with self._slots:
             conn = await self._take()
             self._busy.add(conn)
             try:
-                answer = await conn.request(wrapped, timeout_s=timeout_s)
+                answer = await conn.request(body, timeout_s=timeout_s)
             except (ConnectionError, OSError, TimeoutError) as e:
                 await conn.close()  # a timed-out request still holds it: never reuse it
                 raise CoordinatorUnreachableError(
-                    f"forwarding {type(request.body).__name__} to the coordinator at "
+                    f"{what or 'sending ' + type(body).__name__} to the coordinator at "
                     f"{self.endpoint} failed: {e}"
                 ) from e
             finally:
                 self._busy.discard(conn)
             self._give_back(conn)
-        self.forwarded += 1
-        if int(answer.error_code):
-            raise envelope.EnvelopeError(int(answer.error_code), "the coordinator refused it")
-        return bytes(answer.response_data or b"")
+        return answer
 
     async def _take(self) -> AsyncKafkaConnection:
         while self._idle:

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from sparklog.broker.admin_apis import AdminApis
+from sparklog.broker.audit_forwarder import ForwardingAuditSink
 from sparklog.broker.config import BrokerConfig
 from sparklog.broker.controller_client import (
     ControllerClient,
@@ -73,6 +74,7 @@ from sparklog.metadata.image import MetadataImage
 from sparklog.protocol.api_versions import BROKER_SERVED_APIS
 from sparklog.protocol.server import KafkaServer
 from sparklog.protocol.server_lifecycle import ServerLifecycle
+from sparklog.security.audit import LOG_ONLY, AuditConfig, AuditSink
 
 logger = logging.getLogger(__name__)
 
@@ -113,6 +115,7 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
         self.data_dir = Path(data_dir)
         self.controller_bootstrap = controller_bootstrap
         self.config = BrokerConfig.from_properties(config)
+        self.audit_config = AuditConfig.from_properties(config)
         self.node_id = node_id if node_id is not None else _stored_node_id(self.data_dir)
         self.thread_name = f"sparklog-broker-{self.node_id}"
         self.expected_cluster_id = cluster_id
@@ -182,6 +185,16 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
             admin=admin,
             producer_ids=self.producer_ids,
         )
+        #: where this broker's authentication failures and authorization decisions go (the
+        #: authorize stage binds it to `RequestContext.audit`): to the driver's audit table
+        #: when there is a coordinator, else the log only
+        self.audit: AuditSink = LOG_ONLY
+        if self.apis.forwarding is not None:
+            self.audit = ForwardingAuditSink(
+                self.node_id,
+                self.apis.forwarding.channel,
+                max_events=self.audit_config.audit_buffer_max_events,
+            )
         host, port = self.config.listener_host_port
         self.server = KafkaServer(
             self.apis.handle,
@@ -255,6 +268,8 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
         _meta, self._lock = self._claimed or claim_data_dir(self.data_dir, cluster_id, self.node_id)
         self._previous_broker_epoch = self.log_manager.take_clean_shutdown_epoch()
         await self._bind_last_port_or_any()
+        if isinstance(self.audit, ForwardingAuditSink):  # from the first connection on
+            self._spawn(self.audit.run(), "audit-forwarder")
         registration_timeout_s = self.config.initial_broker_registration_timeout_ms / 1000
         end_offset = await self._retry(self.controller.metadata_end_offset)
         await self.follower.catch_up(end_offset, registration_timeout_s)
@@ -409,6 +424,8 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
         await self.fetchers.shutdown()  # before the logs close: no append after this
         self.replica_manager.close()  # waiting fetches and produces answer now
         await self.controller.close()  # forwarded requests fail fast instead of waiting
+        if clean and isinstance(self.audit, ForwardingAuditSink):
+            await self.audit.close()  # the last events, while the channel is still open
         if self.apis.forwarding is not None:  # so do those forwarded to the coordinator
             await self.apis.forwarding.close()
         await self.server.stop()

@@ -62,6 +62,7 @@ from sparklog.protocol.api_versions import CONTROLLER_APIS
 from sparklog.protocol.connection import Request
 from sparklog.protocol.server import KafkaServer
 from sparklog.protocol.server_lifecycle import ServerLifecycle
+from sparklog.security.audit import LOG_ONLY, AuditSink
 from sparklog.storage.object_store import storage_options
 from sparklog.structs import CONTROLLER_NODE_ID
 
@@ -112,6 +113,10 @@ class ControllerServer(ServerLifecycle):
         self.apis: ControllerApis | None = None
         #: (host, port) of the group coordinator, listed as a node in Metadata answers
         self.coordinator_endpoint: tuple[str, int] | None = None
+        #: where the controller's authentication failures, denials and ACL / credential
+        #: changes go (the authorize stage binds it to `RequestContext.audit`): the log only
+        #: until the launcher hands it the driver's audit table (`GroupCoordinatorServer.audit`)
+        self.audit: AuditSink = LOG_ONLY
         self._tick_task: asyncio.Task | None = None
         self._appended: asyncio.Event | None = None
         self._stopping = False

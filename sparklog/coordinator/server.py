@@ -37,6 +37,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+from sparklog.coordinator.audit_log import AuditStore, DeltaAuditSink, audit_table_path
 from sparklog.coordinator.clock import WALL_CLOCK_FLOOR_MS, CoordinatorClock
 from sparklog.coordinator.context import CoordinatorContext
 from sparklog.coordinator.group.apis import GroupCoordinatorApis
@@ -51,7 +52,7 @@ from sparklog.coordinator.transaction.config import TransactionConfig
 from sparklog.coordinator.transaction.coordinator import TransactionCoordinator
 from sparklog.coordinator.transaction.marker_channel import TransactionMarkerChannel
 from sparklog.coordinator.transaction.persisted import MarkerJob
-from sparklog.errors import CoordinatorNotAvailableError
+from sparklog.errors import ClusterAuthorizationFailedError, CoordinatorNotAvailableError
 from sparklog.protocol import envelope, kio_build
 from sparklog.protocol.api_versions import (
     COORDINATOR_DELEGATED_APIS,
@@ -61,10 +62,12 @@ from sparklog.protocol.api_versions import (
 )
 from sparklog.protocol.async_client import api_versions_response
 from sparklog.protocol.connection import ProtocolError, Request, RequestContext
-from sparklog.protocol.pipeline import throttle_time_ms
+from sparklog.protocol.pipeline import authorize, throttle_time_ms
 from sparklog.protocol.responses import find_coordinator_response, refusal
 from sparklog.protocol.server import KafkaServer
 from sparklog.protocol.server_lifecycle import ServerLifecycle
+from sparklog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
+from sparklog.security.audit import AuditConfig, AuditEvent, dropped_event
 from sparklog.storage.object_store import join_location, storage_options
 from sparklog.structs import GROUP_COORDINATOR_NODE_ID
 
@@ -108,6 +111,19 @@ class GroupCoordinatorServer(ServerLifecycle):
         self.table_path = self.config.offsets_table_path or join_location(
             str(home), "__consumer_offsets"
         )
+        #: the driver's audit sink (`audit_log`): the controller's, this server's and, through
+        #: AuditEvents requests, every broker's events land in the audit table beside the
+        #: offsets table; started with the server, drained and closed at shutdown
+        self.audit = DeltaAuditSink(
+            AuditStore(
+                audit_table_path(config or {}, str(home)),
+                maintenance_commits=self.config.offsets_table_maintenance_commits,
+                storage_options=options,
+            ),
+            linger_ms=self.config.offsets_commit_linger_ms,
+            max_events=AuditConfig.from_properties(config).audit_buffer_max_events,
+            node_id=GROUP_COORDINATOR_NODE_ID,
+        )
         self.controller = controller
         #: wall-clock ms that never jump in this process (tests inject one; see `clock`)
         self.clock = clock or CoordinatorClock()
@@ -149,6 +165,7 @@ class GroupCoordinatorServer(ServerLifecycle):
         """Open the table, load every group and offset, then listen (when the table cannot be
         loaded: listen, and refuse groups and transactions)."""
         self._enter_loop()
+        self.audit.start()
         try:
             rows = await self.runtime.open(self._open_store)
         except Exception as e:  # noqa: BLE001 - the brokers keep serving; the reason is logged
@@ -260,6 +277,7 @@ class GroupCoordinatorServer(ServerLifecycle):
                 await task
         if self.markers is not None:
             await self.markers.close()
+        await asyncio.get_running_loop().run_in_executor(None, self.audit.close)
         logger.info("group coordinator on %s stopped", self.bootstrap)
 
     # -- requests ---------------------------------------------------------------------------
@@ -276,6 +294,8 @@ class GroupCoordinatorServer(ServerLifecycle):
             )
         if api in COORDINATOR_DELEGATED_APIS:
             return await self.controller.handle_from_other_loop(request)
+        if api == ApiKey.SPARKLOG_AUDIT_EVENTS:  # its own table: served even when unavailable
+            return self._audit_events(request)
         if self.unavailable is not None:
             return await self._refuse(request)
         assert self._apis is not None
@@ -313,6 +333,34 @@ class GroupCoordinatorServer(ServerLifecycle):
         )
         body = await self.handle(dataclasses.replace(inner, context=RequestContext(session)))
         return envelope.envelope_response(envelope.response_data(inner, body))
+
+    def _audit_events(self, request: Request) -> Any:
+        """A broker's audit events (`sparklog_apis.AuditEventsRequest`) into the driver's sink;
+        a broker-only RPC, so it needs CLUSTER_ACTION on the cluster (Kafka's rule for them)."""
+        if not authorize(request, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
+            return kio_build.response(request, {"error_code": ClusterAuthorizationFailedError.code})
+        body = request.body
+        for e in body.events:
+            self.audit.buffer(
+                AuditEvent(
+                    time_ms=int(e.time_ms),
+                    principal=e.principal,
+                    client_address=e.client_address,
+                    listener=e.listener,
+                    api=e.api,
+                    resource_type=e.resource_type,
+                    resource_name=e.resource_name,
+                    operation=e.operation,
+                    decision=e.decision,
+                    node_id=int(e.node_id),
+                    detail=e.detail,
+                )
+            )
+        if body.dropped > 0:
+            self.audit.buffer(
+                dropped_event(self.now_ms(), int(body.dropped), int(body.node_id), "broker's")
+            )
+        return kio_build.response(request, {"error_code": 0})
 
     async def _init_producer_id(self, request: Request) -> Any:
         """InitProducerId for idempotent producers: ids from a controller block, like a

@@ -64,6 +64,8 @@ class ApiKey(enum.IntEnum):
     CONSUMER_GROUP_DESCRIBE = 69
     #: sparklog's extension (`sparklog_apis`): many transactions ended in one decision
     SPARKLOG_END_TXN_BATCH = 32_001
+    #: sparklog's extension (`sparklog_apis`): a broker's audit events for the driver's table
+    SPARKLOG_AUDIT_EVENTS = 32_002
 
 
 VersionRange = tuple[int, int]
@@ -207,11 +209,17 @@ GROUP_COORDINATOR_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyTyp
 )
 
 
-#: What the coordinator's listener accepts: what it announces plus sparklog's extension, which
-#: is not announced (sparklog's own clients send it at v0; other clients never see it), and
-#: Envelope (KIP-590), in which brokers forward their clients' group and transaction requests.
+#: What the coordinator's listener accepts: what it announces plus sparklog's extensions, which
+#: are not announced (sparklog's own clients and brokers send them at v0; other clients never
+#: see them), and Envelope (KIP-590), in which brokers forward their clients' group and
+#: transaction requests.
 GROUP_COORDINATOR_SERVED_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
-    {**GROUP_COORDINATOR_APIS, ApiKey.SPARKLOG_END_TXN_BATCH: (0, 0), ApiKey.ENVELOPE: (0, 0)}
+    {
+        **GROUP_COORDINATOR_APIS,
+        ApiKey.SPARKLOG_END_TXN_BATCH: (0, 0),
+        ApiKey.SPARKLOG_AUDIT_EVENTS: (0, 0),
+        ApiKey.ENVELOPE: (0, 0),
+    }
 )
 
 #: The requests a broker forwards to the driver's coordinator in an Envelope: every group and

@@ -1,11 +1,19 @@
-"""sparklog's one extension to Kafka's protocol: EndTxnBatch, which ends many transactions in
-one coordinator decision (one Delta commit), keyed so that a replay is recognised.
+"""sparklog's extensions to Kafka's protocol: EndTxnBatch, which ends many transactions in
+one coordinator decision (one Delta commit), keyed so that a replay is recognised, and
+AuditEvents, in which a broker hands the driver its audit events (DESIGN D16).
 
 Spark's exactly-once sink needs it: each task of a micro-batch writes its rows as its own
 transaction, and the driver's `commit(batchId)` must make all of them visible at once, or
 none. Kafka's EndTxn ends one transaction per request; a crash between two of them would
 leave a micro-batch half visible. The schema follows kio's generated classes so the codec
 reads and writes it like any Kafka message; the key lies far above Kafka's API keys.
+
+AuditEvents: brokers decide most authorizations and every authentication on their own
+listeners, but the audit table is the driver's (one Delta writer, `coordinator.audit_log`). A
+broker buffers its events (bounded, dropping and counting when full) and sends them in batches
+on its channel to the coordinator; `dropped` carries how many it lost since its last batch, so
+the gap is recorded in the table itself. The coordinator answers CLUSTER_AUTHORIZATION_FAILED
+to a sender without CLUSTER_ACTION on the cluster, as Kafka does for its broker-only RPCs.
 """
 
 from dataclasses import dataclass, field
@@ -16,9 +24,10 @@ from kio.schema.request_header.v2.header import RequestHeader
 from kio.schema.response_header.v1.header import ResponseHeader
 from kio.schema.types import ProducerId, TransactionalId
 from kio.static.constants import EntityType
-from kio.static.primitive import i16, i32Timedelta
+from kio.static.primitive import i16, i32, i32Timedelta, i64
 
 END_TXN_BATCH = 32_001
+AUDIT_EVENTS = 32_002
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,5 +83,52 @@ class EndTxnBatchResponse:
     results: tuple[EndTxnBatchTransactionResult, ...]
 
 
-REQUESTS = {(END_TXN_BATCH, 0): EndTxnBatchRequest}
-RESPONSES = {(END_TXN_BATCH, 0): EndTxnBatchResponse}
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuditEventEntry:
+    """One `sparklog.security.audit.AuditEvent`, field for field."""
+
+    __type__: ClassVar = EntityType.nested
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(AUDIT_EVENTS)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    time_ms: i64 = field(metadata={"kafka_type": "int64"})
+    principal: str = field(metadata={"kafka_type": "string"})
+    client_address: str = field(metadata={"kafka_type": "string"})
+    listener: str = field(metadata={"kafka_type": "string"})
+    api: str = field(metadata={"kafka_type": "string"})
+    resource_type: str = field(metadata={"kafka_type": "string"})
+    resource_name: str = field(metadata={"kafka_type": "string"})
+    operation: str = field(metadata={"kafka_type": "string"})
+    decision: str = field(metadata={"kafka_type": "string"})
+    node_id: i32 = field(metadata={"kafka_type": "int32"})
+    detail: str = field(metadata={"kafka_type": "string"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuditEventsRequest:
+    __type__: ClassVar = EntityType.request
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(AUDIT_EVENTS)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    node_id: i32 = field(metadata={"kafka_type": "int32"})
+    """The sending broker."""
+    dropped: i64 = field(metadata={"kafka_type": "int64"})
+    """Events the sender dropped (its buffer full) since its last accepted batch."""
+    events: tuple[AuditEventEntry, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuditEventsResponse:
+    __type__: ClassVar = EntityType.response
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(AUDIT_EVENTS)
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+    throttle_time: i32Timedelta = field(metadata={"kafka_type": "timedelta_i32"})
+    error_code: ErrorCode = field(metadata={"kafka_type": "error_code"})
+
+
+REQUESTS = {(END_TXN_BATCH, 0): EndTxnBatchRequest, (AUDIT_EVENTS, 0): AuditEventsRequest}
+RESPONSES = {(END_TXN_BATCH, 0): EndTxnBatchResponse, (AUDIT_EVENTS, 0): AuditEventsResponse}

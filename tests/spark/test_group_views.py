@@ -167,3 +167,38 @@ def test_an_offsets_table_on_s3_reads_with_the_storage_options(spark, s3proxy, c
     assert "reading its files on the driver" in caplog.text
     rows = read_delta(spark, path, storage_options=options).orderBy("sequence").collect()
     assert [r.committed_offset for r in rows] == [10, 11, 30]
+
+
+def test_audit_df_reads_the_clusters_audit_table(spark, cluster):
+    """`sparklog.audit_df(spark)` (D16, docs/security.md "Audit trail"): the audit table of
+    the cluster running here, queryable with Spark SQL; on this module's cluster to spare a
+    second `sparklog.start`."""
+    from sparklog.security.audit import AuditEvent
+
+    tag = uuid.uuid4().hex[:8]
+    before = sparklog.audit_df(spark)  # empty (no table yet) or what other tests recorded
+    assert before.columns[:3] == ["time", "principal", "client_address"]
+    assert before.where(before.resource_name.contains(tag)).count() == 0
+    denied = AuditEvent(
+        time_ms=1_764_000_000_000,
+        principal="User:mallory",
+        client_address="192.0.2.9",
+        listener="SASL_SSL",
+        api="DELETE_TOPICS",
+        resource_type="TOPIC",
+        resource_name=f"payments-{tag}",
+        operation="DELETE",
+        decision="DENIED",
+        node_id=0,
+    )
+    cluster.controller.audit.record(denied)  # the driver's sink, as the controller reports
+    assert cluster.coordinator.audit.flush(30)
+
+    sparklog.audit_df(spark).createOrReplaceTempView("audit")
+    rows = spark.sql(
+        "select principal, client_address, api, operation, decision, "
+        f"unix_millis(time) from audit where resource_name = 'payments-{tag}'"
+    ).collect()
+    assert [tuple(r) for r in rows] == [
+        ("User:mallory", "192.0.2.9", "DELETE_TOPICS", "DELETE", "DENIED", 1_764_000_000_000)
+    ]
