@@ -115,6 +115,7 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
         self.data_dir = Path(data_dir)
         self.controller_bootstrap = controller_bootstrap
         self.config = BrokerConfig.from_properties(config)
+        #: `audit.log.allowed` (the authorize stage reads it) and the buffer bound
         self.audit_config = AuditConfig.from_properties(config)
         self.node_id = node_id if node_id is not None else _stored_node_id(self.data_dir)
         self.thread_name = f"sparklog-broker-{self.node_id}"
@@ -209,6 +210,7 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
             connections_max_idle_ms=self.config.connections_max_idle_ms,
             queued_max_requests=self.config.queued_max_requests,
             queued_max_request_bytes=self.config.queued_max_request_bytes,
+            audit=self.audit,
         )
 
     def __repr__(self) -> str:

@@ -62,7 +62,7 @@ from sparklog.protocol.api_versions import CONTROLLER_APIS
 from sparklog.protocol.connection import Request
 from sparklog.protocol.server import KafkaServer
 from sparklog.protocol.server_lifecycle import ServerLifecycle
-from sparklog.security.audit import LOG_ONLY, AuditSink
+from sparklog.security.audit import LOG_ONLY, AuditConfig, AuditSink
 from sparklog.storage.object_store import storage_options
 from sparklog.structs import CONTROLLER_NODE_ID
 
@@ -113,10 +113,9 @@ class ControllerServer(ServerLifecycle):
         self.apis: ControllerApis | None = None
         #: (host, port) of the group coordinator, listed as a node in Metadata answers
         self.coordinator_endpoint: tuple[str, int] | None = None
-        #: where the controller's authentication failures, denials and ACL / credential
-        #: changes go (the authorize stage binds it to `RequestContext.audit`): the log only
-        #: until the launcher hands it the driver's audit table (`GroupCoordinatorServer.audit`)
-        self.audit: AuditSink = LOG_ONLY
+        self._audit: AuditSink = LOG_ONLY
+        #: `audit.log.allowed` (the authorize stage reads it) and the buffer bound
+        self.audit_config = AuditConfig.from_properties(props)
         self._tick_task: asyncio.Task | None = None
         self._appended: asyncio.Event | None = None
         self._stopping = False
@@ -131,6 +130,20 @@ class ControllerServer(ServerLifecycle):
     @property
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
+
+    @property
+    def audit(self) -> AuditSink:
+        """Where the controller's authentication failures, denials and ACL / credential
+        changes go (the authorize stage binds it to `RequestContext.audit`): the log only until
+        the launcher hands it the driver's audit table (`GroupCoordinatorServer.audit`), which
+        starts after the controller."""
+        return self._audit
+
+    @audit.setter
+    def audit(self, sink: AuditSink) -> None:
+        self._audit = sink
+        if self._server is not None:
+            self._server.audit = sink
 
     # -- lifecycle (on the loop) ------------------------------------------------------------
 
@@ -164,7 +177,12 @@ class ControllerServer(ServerLifecycle):
         self.apis = ControllerApis(self)
         try:
             self._server = await self._bind_listener(
-                self._handle, CONTROLLER_APIS, host=self.host, port=self.port, name="controller"
+                self._handle,
+                CONTROLLER_APIS,
+                host=self.host,
+                port=self.port,
+                name="controller",
+                audit=self._audit,
             )
         except BaseException:
             self.metadata_log.close()

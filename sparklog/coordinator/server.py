@@ -111,6 +111,8 @@ class GroupCoordinatorServer(ServerLifecycle):
         self.table_path = self.config.offsets_table_path or join_location(
             str(home), "__consumer_offsets"
         )
+        #: `audit.log.allowed` and the buffer bound (the authorize stage reads the former)
+        self.audit_config = AuditConfig.from_properties(config)
         #: the driver's audit sink (`audit_log`): the controller's, this server's and, through
         #: AuditEvents requests, every broker's events land in the audit table beside the
         #: offsets table; started with the server, drained and closed at shutdown
@@ -121,7 +123,7 @@ class GroupCoordinatorServer(ServerLifecycle):
                 storage_options=options,
             ),
             linger_ms=self.config.offsets_commit_linger_ms,
-            max_events=AuditConfig.from_properties(config).audit_buffer_max_events,
+            max_events=self.audit_config.audit_buffer_max_events,
             node_id=GROUP_COORDINATOR_NODE_ID,
         )
         self.controller = controller
@@ -224,6 +226,7 @@ class GroupCoordinatorServer(ServerLifecycle):
             host=self.host,
             port=self.port,
             name="group-coordinator",
+            audit=self.audit,
         )
         self.port = self._server.port
 

@@ -38,6 +38,7 @@ from sparklog.protocol.request_queue import (
     MemoryPool,
     RequestSlots,
 )
+from sparklog.security.audit import LOG_ONLY, AuditSink
 
 logger = logging.getLogger(__name__)
 
@@ -72,9 +73,13 @@ class KafkaServer:
         queued_max_request_bytes: int = UNBOUNDED,
         listener_name: str = "PLAINTEXT",
         stages: Sequence[RequestStage] | None = None,
+        audit: AuditSink | None = None,
     ) -> None:
         #: the one place cross-cutting policy runs around `handler` (module docstring)
         self.pipeline = RequestPipeline(handler, stages)
+        #: the owning server's audit sink (`BrokerServer.audit`, ...), for what this listener
+        #: audits outside a request's pipeline (authentication failures)
+        self.audit: AuditSink = audit or LOG_ONLY
         self.listener_name = listener_name
         self.apis = apis
         self.host = host

@@ -77,6 +77,9 @@ def test_events_from_a_broker_and_the_driver_land_in_the_audit_table(cluster):
     on_driver = event("ACL_CREATED", api="CREATE_ACLS", node_id=3000, detail=f"acl {tag}")
     assert isinstance(broker.audit, ForwardingAuditSink)
     assert cluster.controller.audit is coordinator.audit  # the driver's one table
+    # each listener knows its server's sink (authentication failures are audited there)
+    assert broker.server.audit is broker.audit
+    assert cluster.controller._server.audit is coordinator._server.audit is coordinator.audit
     broker.audit.record(on_broker)
     cluster.controller.audit.record(on_driver)
 
