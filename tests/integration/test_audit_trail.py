@@ -250,3 +250,31 @@ def test_audit_events_from_a_sender_without_cluster_action_are_refused(cluster):
     assert (sink.sent, sink.dropped) == (0, 1)
     assert coordinator.audit.flush(30)
     assert not [r for r in rows_of(coordinator.audit.path) if tag in r["detail"]]
+
+
+def test_upkeep_runs_beside_the_appends_and_keeps_every_row(tmp_path):
+    """Compaction, checkpoint and vacuum every `maintenance_commits` commits, on a thread of
+    their own: the table keeps every row, with fewer files and a checkpoint."""
+    store = AuditStore(str(tmp_path / "audit"), maintenance_commits=3)
+    for i in range(3):
+        store.append([event(detail=f"row {i}-{j}") for j in range(4)])
+    store.wait_for_maintenance()
+    store.append([event(detail="after")])
+    rows = rows_of(store.path)
+    assert sorted(r["detail"] for r in rows) == sorted(
+        [f"row {i}-{j}" for i in range(3) for j in range(4)] + ["after"]
+    )
+    assert list((tmp_path / "audit" / "_delta_log").glob("*.checkpoint.parquet"))
+
+
+def test_the_trail_survives_a_coordinator_restart(cluster):
+    """(Last in this module: it restarts the module's coordinator.) The new coordinator appends
+    to the same table, and the controller reports to the new coordinator's sink."""
+    tag = uuid.uuid4().hex[:8]
+    cluster.controller.audit.record(event(detail=f"{tag} before"))
+    assert cluster.coordinator.audit.flush(30)
+    cluster.restart_coordinator()
+    assert cluster.controller.audit is cluster.coordinator.audit
+    cluster.brokers[0].audit.record(event(detail=f"{tag} after"))
+    found = wait_for_rows(cluster.coordinator.audit.path, lambda r: tag in r["detail"], count=2)
+    assert sorted(r["detail"] for r in found) == [f"{tag} after", f"{tag} before"]
