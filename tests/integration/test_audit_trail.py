@@ -19,9 +19,18 @@ from sparklog.coordinator.audit_log import AuditReader, AuditStore, DeltaAuditSi
 from sparklog.protocol import pipeline
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.protocol.pipeline import RequestStage
-from sparklog.security.acl import AclOperation, ResourceType
+from sparklog.security.acl import (
+    AccessControlEntry,
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+)
 from sparklog.security.audit import EVENTS_DROPPED, AuditEvent
 from sparklog.security.session import KafkaPrincipal
+from sparklog.security.standard_authorizer import StandardAuthorizer
 
 
 def event(decision: str = "DENIED", **fields) -> AuditEvent:
@@ -89,27 +98,34 @@ def test_events_from_a_broker_and_the_driver_land_in_the_audit_table(cluster):
     assert broker.audit.statistics()["dropped"] == 0
 
 
-class DenySecretTopics:
-    """An authorizer denying every topic named secret-* (the StandardAuthorizer stands in
-    here once it lands: this only decides, as it will)."""
-
-    def authorize(self, session, operation, resource_type, name) -> bool:
-        return not (resource_type == ResourceType.TOPIC and name.startswith("secret-"))
+#: everything allowed but topics named secret-* (a prefixed DENY wins)
+SECRET_TOPICS_DENIED = StandardAuthorizer(
+    allow_everyone_if_no_acl_found=True,
+    acls=[
+        AclBinding(
+            ResourcePattern(ResourceType.TOPIC, "secret-", PatternType.PREFIXED),
+            AccessControlEntry("User:*", "*", AclOperation.ALL, AclPermissionType.DENY),
+        )
+    ],
+)
 
 
 class AuthorizeTopicsInMetadata(RequestStage):
-    """The authorize stage as the authz stage binds it (authorizer, the server's audit sink,
-    its node id), checking DESCRIBE on the topics a Metadata request names."""
+    """The authorize stage as the authz engineer's binds it (authorizer, the server's audit
+    sink and `audit.log.allowed`, its node id), checking DESCRIBE on the topics a Metadata
+    request names, until the handlers' own checks land."""
 
     name = "authorize"
 
-    def __init__(self, broker) -> None:
+    def __init__(self, broker, log_allowed: bool = False) -> None:
         self.broker = broker
+        self.log_allowed = log_allowed
 
     def on_request(self, request):
         context = request.context
-        context.authorizer = DenySecretTopics()
+        context.authorizer = SECRET_TOPICS_DENIED
         context.audit = self.broker.audit
+        context.audit_allowed = self.log_allowed
         context.node_id = self.broker.node_id
         if request.api_key == ApiKey.METADATA and request.body.topics:
             for topic in request.body.topics:
@@ -140,6 +156,26 @@ def test_a_real_clients_denied_request_lands_in_the_audit_table(cluster):
         "DESCRIBE",
     )
     assert (row["decision"], row["node_id"]) == ("DENIED", broker.node_id)
+
+
+def test_allowed_decisions_are_audited_only_when_asked(cluster):
+    """`audit.log.allowed` (RequestContext.audit_allowed): off, an allowed request leaves no
+    row; on, it leaves an ALLOWED one."""
+    broker, coordinator = cluster.brokers[0], cluster.coordinator
+    quiet, logged = (f"public-{uuid.uuid4().hex[:8]}" for _ in range(2))
+    before = broker.server.pipeline
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    try:
+        for topic, log_allowed in ((quiet, False), (logged, True)):
+            broker.server.pipeline = before.with_stage(
+                AuthorizeTopicsInMetadata(broker, log_allowed)
+            )
+            admin.list_topics(topic=topic, timeout=10)
+    finally:
+        broker.server.pipeline = before
+    found = wait_for_rows(coordinator.audit.path, lambda r: r["resource_name"] == logged)
+    assert {r["decision"] for r in found} == {"ALLOWED"}
+    assert not [r for r in rows_of(coordinator.audit.path) if r["resource_name"] == quiet]
 
 
 def test_a_full_broker_buffer_drops_and_counts_and_the_table_says_so(cluster):
