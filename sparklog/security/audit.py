@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from sparklog.security.session import Session
 from sparklog.settings import ConfigType, Range, Setting, define
 
 logger = logging.getLogger(__name__)
@@ -172,6 +173,67 @@ class BufferedAuditSink:
 
     def statistics(self) -> dict[str, int]:
         return {"recorded": self.recorded, "dropped": self.dropped, "buffered": self.buffered}
+
+
+def authentication_failed(
+    time_ms: int,
+    *,
+    client_address: str,
+    listener: str,
+    mechanism: str,
+    reason: str,
+    principal: str = "",
+    node_id: int = -1,
+    api: str = "SASL_AUTHENTICATE",
+) -> AuditEvent:
+    """The event of a failed authentication (a SASL exchange, a TLS handshake): `principal`
+    is the name the client claimed when known ("" otherwise), `reason` Kafka's generic
+    failure text. Never put a password, token or client-final message in `reason`."""
+    return AuditEvent(
+        time_ms=time_ms,
+        principal=principal,
+        client_address=client_address,
+        listener=listener,
+        api=api,
+        resource_type="",
+        resource_name="",
+        operation="",
+        decision="AUTHENTICATION_FAILED",
+        node_id=node_id,
+        detail=f"{mechanism}: {reason}" if mechanism else reason,
+    )
+
+
+def change_event(
+    time_ms: int,
+    session: Session,
+    *,
+    api: str,
+    decision: str,
+    resource_type: str,
+    resource_name: str,
+    detail: str,
+    node_id: int = -1,
+    operation: str = "",
+) -> AuditEvent:
+    """The event of a change to security metadata made by `session`'s principal: `decision`
+    "ACL_CREATED" / "ACL_DELETED" (`resource_*`: the ACL's resource, `detail`: its pattern
+    type, principal, host, operation and permission) or "CREDENTIAL_ALTERED" /
+    "CREDENTIAL_DELETED" (`resource_type` "USER", `detail`: the mechanism and iterations;
+    never the salted password)."""
+    return AuditEvent(
+        time_ms=time_ms,
+        principal=str(session.principal),
+        client_address=session.client_address,
+        listener=session.listener_name,
+        api=api,
+        resource_type=resource_type,
+        resource_name=resource_name,
+        operation=operation,
+        decision=decision,
+        node_id=node_id,
+        detail=detail,
+    )
 
 
 def dropped_event(time_ms: int, count: int, node_id: int, where: str) -> AuditEvent:
