@@ -318,26 +318,35 @@ class DeltaAuditSink(BufferedAuditSink):
             self._append(events, counted)
 
     def _append(self, events: list[AuditEvent], counted: int) -> None:
+        failures = 0
         while True:
             try:
                 self.store.append(events)
-            except Exception:  # noqa: BLE001 - keep the events, retry; the buffer bounds the rest
+            except Exception as e:  # noqa: BLE001 - keep the events, retry; the buffer bounds the rest
+                failures += 1
                 if self._closing.is_set():
-                    logger.exception(
-                        "writing %d audit events to %s failed; they are lost",
+                    logger.error(
+                        "writing %d audit events to %s failed (%s); they are lost",
                         len(events),
                         self.path,
+                        e,
                     )
                     self._finish(lost=counted)
                     return
-                logger.exception(
-                    "writing %d audit events to %s failed; retrying in %.0f s",
-                    len(events),
-                    self.path,
-                    RETRY_BACKOFF_S,
-                )
+                if failures == 1:  # once per outage, not once a second
+                    logger.error(
+                        "writing %d audit events to %s failed; retrying every %.0f s while "
+                        "new events wait (at most audit.buffer.max.events, then dropped and "
+                        "counted)",
+                        len(events),
+                        self.path,
+                        RETRY_BACKOFF_S,
+                        exc_info=True,
+                    )
                 self._closing.wait(RETRY_BACKOFF_S)
                 continue
+            if failures:
+                logger.info("the audit table %s is writable again", self.path)
             self._finish(written=counted)
             return
 

@@ -314,3 +314,21 @@ def test_the_trail_survives_a_coordinator_restart(cluster):
     cluster.brokers[0].audit.record(event(detail=f"{tag} after"))
     found = wait_for_rows(cluster.coordinator.audit.path, lambda r: tag in r["detail"], count=2)
     assert sorted(r["detail"] for r in found) == [f"{tag} after", f"{tag} before"]
+
+
+def test_a_path_holding_another_delta_table_is_refused_with_the_fix(tmp_path, caplog):
+    """audit.table.path pointing at, say, the offsets table: nothing is written to it, the
+    error names the setting, and the sink keeps taking (and bounding) events."""
+    from sparklog.coordinator.offsets_store import OffsetsStore
+
+    OffsetsStore(tmp_path / "offsets")
+    store = AuditStore(str(tmp_path / "offsets"))
+    sink = DeltaAuditSink(store, linger_ms=0, max_events=2).start()
+    try:
+        for i in range(5):
+            sink.record(event(detail=str(i)))
+        assert sink.dropped >= 2  # nothing drains while every append fails
+    finally:
+        sink.close(timeout_s=10)
+    assert "point audit.table.path at another location" in caplog.text
+    assert sink.written == 0 and sink.lost >= 1
