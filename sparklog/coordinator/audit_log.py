@@ -310,7 +310,7 @@ class DeltaAuditSink(BufferedAuditSink):
             events = self.drain(self.max_rows_per_commit)
             dropped = self.take_dropped()
             if dropped:
-                events.append(dropped_event(self.now_ms(), dropped, self.node_id, "driver"))
+                events.append(dropped_event(self.now_ms(), dropped, self.node_id, "driver's"))
                 logger.warning("%d audit events were dropped (buffers full)", dropped)
             if not events:
                 return

@@ -246,7 +246,7 @@ def test_a_full_driver_sink_drops_and_counts_rather_than_stalls(tmp_path):
     details = sorted(r["detail"] for r in rows if r["decision"] != EVENTS_DROPPED)
     assert details == sorted(["first"] + [f"then {i}" for i in range(10)])
     assert [r for r in rows if r["decision"] == EVENTS_DROPPED][0]["detail"] == (
-        "15 audit events dropped: the driver audit buffer was full"
+        "15 audit events dropped: the driver's audit buffer was full"
     )
     assert sink.statistics()["written"] == 11
 
