@@ -61,7 +61,7 @@ from sparklog.protocol.api_versions import (
     ApiKey,
 )
 from sparklog.protocol.async_client import api_versions_response
-from sparklog.protocol.connection import ProtocolError, Request, RequestContext
+from sparklog.protocol.connection import ProtocolError, Request
 from sparklog.protocol.pipeline import authorize, throttle_time_ms
 from sparklog.protocol.responses import find_coordinator_response, refusal
 from sparklog.protocol.server import KafkaServer
@@ -334,7 +334,11 @@ class GroupCoordinatorServer(ServerLifecycle):
             client_port=-1,
             client_id=inner.client_id,
         )
-        body = await self.handle(dataclasses.replace(inner, context=RequestContext(session)))
+        # the inner request is decided as the client's, under this listener's authorize-stage
+        # bindings (authorizer, audit sink, audit.log.allowed, node id), so a denial of a
+        # forwarded group or transaction request is audited like any other
+        context = dataclasses.replace(request.context, session=session, throttle_time_ms=0)
+        body = await self.handle(dataclasses.replace(inner, context=context))
         return envelope.envelope_response(envelope.response_data(inner, body))
 
     def _audit_events(self, request: Request) -> Any:

@@ -303,19 +303,6 @@ def test_upkeep_runs_beside_the_appends_and_keeps_every_row(tmp_path):
     assert list((tmp_path / "audit" / "_delta_log").glob("*.checkpoint.parquet"))
 
 
-def test_the_trail_survives_a_coordinator_restart(cluster):
-    """(Last in this module: it restarts the module's coordinator.) The new coordinator appends
-    to the same table, and the controller reports to the new coordinator's sink."""
-    tag = uuid.uuid4().hex[:8]
-    cluster.controller.audit.record(event(detail=f"{tag} before"))
-    assert cluster.coordinator.audit.flush(30)
-    cluster.restart_coordinator()
-    assert cluster.controller.audit is cluster.coordinator.audit
-    cluster.brokers[0].audit.record(event(detail=f"{tag} after"))
-    found = wait_for_rows(cluster.coordinator.audit.path, lambda r: tag in r["detail"], count=2)
-    assert sorted(r["detail"] for r in found) == [f"{tag} after", f"{tag} before"]
-
-
 def test_a_path_holding_another_delta_table_is_refused_with_the_fix(tmp_path, caplog):
     """audit.table.path pointing at, say, the offsets table: nothing is written to it, the
     error names the setting, and the sink keeps taking (and bounding) events."""
@@ -332,3 +319,67 @@ def test_a_path_holding_another_delta_table_is_refused_with_the_fix(tmp_path, ca
         sink.close(timeout_s=10)
     assert "point audit.table.path at another location" in caplog.text
     assert sink.written == 0 and sink.lost >= 1
+
+
+class BindDenyingAuthorizer(RequestStage):
+    """The coordinator listener's authorize stage with no ACL at all (everything denied)."""
+
+    name = "authorize"
+
+    def __init__(self, coordinator) -> None:
+        self.coordinator = coordinator
+
+    def on_request(self, request):
+        request.context.authorizer = StandardAuthorizer()
+        request.context.audit = self.coordinator.audit
+        request.context.node_id = 3001
+        return None
+
+
+def test_a_denial_inside_a_forwarded_request_is_audited_as_the_clients(cluster):
+    """A request a broker forwards in an Envelope is decided under the coordinator listener's
+    authorize bindings, as its client's: the denial lands with the client's address."""
+    from sparklog.protocol.connection import Request
+    from sparklog.protocol.sparklog_apis import AuditEventsRequest
+
+    coordinator = cluster.coordinator
+    server = coordinator._server
+    inner = Request(
+        api_key=ApiKey.SPARKLOG_AUDIT_EVENTS,
+        api_version=0,
+        correlation_id=7,
+        client_id="intruder",
+        body=AuditEventsRequest(node_id=9, dropped=0, events=()),
+        size_bytes=0,
+    )
+
+    async def forward() -> None:
+        channel = CoordinatorChannel(coordinator.bootstrap)
+        try:
+            await channel.forward(inner, "/198.51.100.4", timeout_s=10)
+        finally:
+            await channel.close()
+
+    before = server.pipeline
+    server.pipeline = before.with_stage(BindDenyingAuthorizer(coordinator))
+    try:
+        asyncio.run(forward())
+    finally:
+        server.pipeline = before
+    found = wait_for_rows(coordinator.audit.path, lambda r: r["client_address"] == "198.51.100.4")
+    assert [
+        (r["api"], r["resource_type"], r["operation"], r["decision"], r["node_id"]) for r in found
+    ] == [("SPARKLOG_AUDIT_EVENTS", "CLUSTER", "CLUSTER_ACTION", "DENIED", 3001)]
+
+
+def test_the_trail_survives_a_coordinator_restart(cluster):
+    """(Last in this module: it restarts the module's coordinator.) The new coordinator appends
+    to the same table, and the controller reports to the new coordinator's sink."""
+    tag = uuid.uuid4().hex[:8]
+    cluster.controller.audit.record(event(detail=f"{tag} before"))
+    assert cluster.coordinator.audit.flush(30)
+    cluster.restart_coordinator()
+    assert cluster.controller.audit is cluster.coordinator.audit
+    cluster.brokers[0].audit.record(event(detail=f"{tag} after"))
+    found = wait_for_rows(cluster.coordinator.audit.path, lambda r: tag in r["detail"], count=2)
+    assert sorted(r["detail"] for r in found) == [f"{tag} after", f"{tag} before"]
