@@ -111,7 +111,7 @@ class EmbeddedCluster:
             self.controller_dir, self.controller, port=port, config=self.config, clock=clock
         ).start_in_thread()
         self.controller.coordinator_endpoint = (coordinator.host, coordinator.port)
-        self.controller.audit = coordinator.audit  # the driver's one audit table
+        self.controller.audit.switch_to(coordinator.audit)  # the driver's one audit table
         return coordinator
 
     def broker_dir(self, node_id: int) -> Path:
@@ -186,7 +186,7 @@ class EmbeddedCluster:
         if self.coordinator is not None:
             self.coordinator.controller = self.controller
             self.controller.coordinator_endpoint = (self.coordinator.host, self.coordinator.port)
-            self.controller.audit = self.coordinator.audit
+            self.controller.audit.switch_to(self.coordinator.audit)
 
     def restart_coordinator(self, clock: Any = None) -> None:
         """Stop the group coordinator and start it again on the same table and port: every

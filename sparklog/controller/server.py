@@ -62,7 +62,7 @@ from sparklog.protocol.api_versions import CONTROLLER_APIS
 from sparklog.protocol.connection import Request
 from sparklog.protocol.server import KafkaServer
 from sparklog.protocol.server_lifecycle import ServerLifecycle
-from sparklog.security.audit import LOG_ONLY, AuditConfig, AuditSink
+from sparklog.security.audit import AuditConfig, SwitchableAuditSink
 from sparklog.storage.object_store import storage_options
 from sparklog.structs import CONTROLLER_NODE_ID
 
@@ -113,7 +113,12 @@ class ControllerServer(ServerLifecycle):
         self.apis: ControllerApis | None = None
         #: (host, port) of the group coordinator, listed as a node in Metadata answers
         self.coordinator_endpoint: tuple[str, int] | None = None
-        self._audit: AuditSink = LOG_ONLY
+        #: where the controller's authentication failures, denials and ACL / credential
+        #: changes go (the authorize stage binds it to `RequestContext.audit`): the log only
+        #: until the launcher switches it to the driver's audit table
+        #: (`audit.switch_to(GroupCoordinatorServer.audit)`: the coordinator starts after the
+        #: controller); a constant object, so what captured it follows the switch
+        self.audit = SwitchableAuditSink()
         #: `audit.log.allowed` (the authorize stage reads it) and the buffer bound
         self.audit_config = AuditConfig.from_properties(props)
         self._tick_task: asyncio.Task | None = None
@@ -130,20 +135,6 @@ class ControllerServer(ServerLifecycle):
     @property
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
-
-    @property
-    def audit(self) -> AuditSink:
-        """Where the controller's authentication failures, denials and ACL / credential
-        changes go (the authorize stage binds it to `RequestContext.audit`): the log only until
-        the launcher hands it the driver's audit table (`GroupCoordinatorServer.audit`), which
-        starts after the controller."""
-        return self._audit
-
-    @audit.setter
-    def audit(self, sink: AuditSink) -> None:
-        self._audit = sink
-        if self._server is not None:
-            self._server.audit = sink
 
     # -- lifecycle (on the loop) ------------------------------------------------------------
 
@@ -182,7 +173,7 @@ class ControllerServer(ServerLifecycle):
                 host=self.host,
                 port=self.port,
                 name="controller",
-                audit=self._audit,
+                audit=self.audit,
             )
         except BaseException:
             self.metadata_log.close()

@@ -110,6 +110,22 @@ class LogOnlyAuditSink:
 LOG_ONLY = LogOnlyAuditSink()
 
 
+class SwitchableAuditSink:
+    """A sink that hands each event to `target`, which can be switched at any time: a server
+    that starts before the sink it should report to exists (the controller starts before the
+    coordinator that owns the driver's audit table) is given this one, so whatever captured it
+    (its listeners, its authorize stage) follows the switch."""
+
+    def __init__(self, target: AuditSink | None = None) -> None:
+        self.target: AuditSink = target or LOG_ONLY
+
+    def switch_to(self, target: AuditSink) -> None:
+        self.target = target
+
+    def record(self, event: AuditEvent) -> None:
+        self.target.record(event)
+
+
 class BufferedAuditSink:
     """A bounded buffer of events for a writer to drain: `record` takes the event (and logs it
     as `LOG_ONLY` does) or, when `max_events` wait already, drops it and counts it; it never

@@ -150,7 +150,7 @@ class SparkLogCluster:
             config=self.settings,
         ).start_in_thread()
         self.controller.coordinator_endpoint = (self.coordinator.host, self.coordinator.port)
-        self.controller.audit = self.coordinator.audit  # the driver's one audit table
+        self.controller.audit.switch_to(self.coordinator.audit)  # the driver's one audit table
         for _ in range(self.broker_count):
             slot = _Slot(self.controller.next_node_id())
             self._slots.append(slot)

@@ -85,10 +85,11 @@ def test_events_from_a_broker_and_the_driver_land_in_the_audit_table(cluster):
     )
     on_driver = event("ACL_CREATED", api="CREATE_ACLS", node_id=3000, detail=f"acl {tag}")
     assert isinstance(broker.audit, ForwardingAuditSink)
-    assert cluster.controller.audit is coordinator.audit  # the driver's one table
+    assert cluster.controller.audit.target is coordinator.audit  # the driver's one table
     # each listener knows its server's sink (authentication failures are audited there)
     assert broker.server.audit is broker.audit
-    assert cluster.controller._server.audit is coordinator._server.audit is coordinator.audit
+    assert cluster.controller._server.audit is cluster.controller.audit
+    assert coordinator._server.audit is coordinator.audit
     broker.audit.record(on_broker)
     cluster.controller.audit.record(on_driver)
 
@@ -379,7 +380,7 @@ def test_the_trail_survives_a_coordinator_restart(cluster):
     cluster.controller.audit.record(event(detail=f"{tag} before"))
     assert cluster.coordinator.audit.flush(30)
     cluster.restart_coordinator()
-    assert cluster.controller.audit is cluster.coordinator.audit
+    assert cluster.controller.audit.target is cluster.coordinator.audit
     cluster.brokers[0].audit.record(event(detail=f"{tag} after"))
     found = wait_for_rows(cluster.coordinator.audit.path, lambda r: tag in r["detail"], count=2)
     assert sorted(r["detail"] for r in found) == [f"{tag} after", f"{tag} before"]

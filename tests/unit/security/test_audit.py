@@ -12,6 +12,7 @@ from sparklog.security.audit import (
     LOG_ONLY,
     AuditConfig,
     BufferedAuditSink,
+    SwitchableAuditSink,
     authentication_failed,
     change_event,
 )
@@ -100,3 +101,16 @@ def test_audit_settings_parse_with_kafkas_types():
     assert config == AuditConfig(True, 5)
     with pytest.raises(ConfigError, match="audit.buffer.max.events"):
         AuditConfig.from_properties({"audit.buffer.max.events": "0"})
+
+
+def test_what_captured_a_switchable_sink_follows_the_switch():
+    """The controller starts before the driver's audit table exists: its listener and its
+    authorize stage capture its sink at construction, and still reach the table later."""
+    controller_sink = SwitchableAuditSink()
+    captured = controller_sink  # as a listener or a stage keeps it
+    table = BufferedAuditSink(10)
+    event = authentication_failed(1, client_address="h", listener="L", mechanism="", reason="r")
+    captured.record(event)  # before the switch: the log only
+    controller_sink.switch_to(table)
+    captured.record(event)
+    assert table.drain(10) == [event]
