@@ -24,6 +24,7 @@ from sparklog.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
+from sparklog.metadata import security_wire
 from sparklog.metadata.broker_configs import DEFAULT_RESOURCE, describe_broker_resource
 from sparklog.metadata.configs import (
     ConfigEntry,
@@ -34,7 +35,7 @@ from sparklog.metadata.configs import (
 from sparklog.metadata.group_configs import describe_group_configs
 from sparklog.metadata.image import BROKER_RESOURCE, GROUP_RESOURCE
 from sparklog.protocol import codec, cooperative, kio_build
-from sparklog.protocol.api_versions import ApiKey
+from sparklog.protocol.api_versions import SECURITY_METADATA_APIS, ApiKey
 from sparklog.protocol.connection import Request
 
 logger = logging.getLogger(__name__)
@@ -261,6 +262,8 @@ def forward_error_response(request: Request, code: int, message: str) -> Any:
     body = request.body
     key = ApiKey(request.api_key)
     data: dict[str, Any]
+    if key in SECURITY_METADATA_APIS:
+        return security_wire.refused(request, code, message)
     if key == ApiKey.CREATE_TOPICS:
         data = {
             "topics": [

@@ -35,6 +35,7 @@ from sparklog.broker.metadata import BrokerMetadata
 from sparklog.broker.produce_response import encode_produce_body, produce_response_data
 from sparklog.broker.replica_base import error_code_of
 from sparklog.broker.replica_manager import ReplicaManager
+from sparklog.broker.security_apis import security_handlers
 from sparklog.broker.txn_apis import handle_describe_producers, handle_write_txn_markers
 from sparklog.broker.txn_verification import TransactionVerifier
 from sparklog.errors import (
@@ -237,6 +238,7 @@ class KafkaApis:
             ApiKey.ELECT_LEADERS: admin.handle_forwarded,
             ApiKey.ALTER_PARTITION_REASSIGNMENTS: admin.handle_forwarded,
             ApiKey.LIST_PARTITION_REASSIGNMENTS: admin.handle_forwarded,
+            **security_handlers(admin, metadata),
         }
         assert set(self._handlers) == set(BROKER_SERVED_APIS), "every API served has a handler"
 

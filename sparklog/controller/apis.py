@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from sparklog.controller import replication_apis
+from sparklog.controller import replication_apis, security_apis
 from sparklog.controller.api_responses import (
     alter_configs_response,
     described_config,
@@ -98,6 +98,15 @@ class ControllerApis:
             ApiKey.UNREGISTER_BROKER: self.handle_unregister_broker,
             ApiKey.ALLOCATE_PRODUCER_IDS: self.handle_allocate_producer_ids,
             ApiKey.DESCRIBE_CLUSTER: self.handle_describe_cluster,
+            ApiKey.CREATE_ACLS: self._with_server(security_apis.handle_create_acls),
+            ApiKey.DELETE_ACLS: self._with_server(security_apis.handle_delete_acls),
+            ApiKey.DESCRIBE_ACLS: self._with_server(security_apis.handle_describe_acls),
+            ApiKey.ALTER_USER_SCRAM_CREDENTIALS: self._with_server(
+                security_apis.handle_alter_user_scram_credentials
+            ),
+            ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: self._with_server(
+                security_apis.handle_describe_user_scram_credentials
+            ),
         }
 
     def _with_server(self, handler: Callable[[Any, Request], Any]) -> Callable[[Request], Any]:

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sparklog.controller import acl_control, scram_control
 from sparklog.controller.cluster_control import (
     BrokerHeartbeat,
     BrokerHeartbeatManager,
@@ -79,6 +80,8 @@ from sparklog.metadata.image import (
     UNREGISTER_BROKER,
     MetadataImage,
 )
+from sparklog.security.acl import AclBinding
+from sparklog.security.acl_filter import AclBindingFilter
 from sparklog.structs import TopicPartition
 
 logger = logging.getLogger(__name__)
@@ -108,6 +111,7 @@ class QuorumController:
         image: MetadataImage | None = None,
         *,
         topic_id_factory: Callable[[], uuid.UUID] = uuid.uuid4,
+        acl_id_factory: Callable[[], uuid.UUID] = uuid.uuid4,
     ) -> None:
         #: the settings the controller started with; `config` adds the cluster-wide dynamic
         #: broker configs of the image (refreshed as they are replayed)
@@ -118,6 +122,7 @@ class QuorumController:
         self.heartbeats = BrokerHeartbeatManager(config.broker_session_timeout_ms)
         self.replication = ReplicationControl(self.image, self.config, topic_id_factory)
         self.configs = ConfigurationControl(self.image, lambda: self.config)
+        self._acl_id_factory = acl_id_factory
         self._next_node_id = 0
         self._shutdown_all = False
         self._shutdown_brokers: set[int] = set()
@@ -482,6 +487,31 @@ class QuorumController:
     ) -> ControllerResult[list[tuple[ConfigResource, ApiError]]]:
         """AlterConfigs (legacy): the given configs replace all of a resource's overrides."""
         return self.configs.alter(resources, validate_only=validate_only)
+
+    # -- ACLs and SCRAM credentials (acl_control.py, scram_control.py) -----------------------
+
+    def create_acls(self, bindings: Sequence[AclBinding]) -> ControllerResult[list[ApiError]]:
+        """CreateAcls: one result per binding, in request order."""
+        results, records = acl_control.create_acls(self.image, bindings, self._acl_id_factory)
+        return ControllerResult(results, tuple(records))
+
+    def delete_acls(
+        self, filters: Sequence[AclBindingFilter]
+    ) -> ControllerResult[list[tuple[ApiError, list[AclBinding]]]]:
+        """DeleteAcls: per filter, an error or the bindings it deleted."""
+        results, records = acl_control.delete_acls(self.image, filters)
+        return ControllerResult(results, tuple(records))
+
+    def alter_user_scram_credentials(
+        self,
+        deletions: Sequence[scram_control.ScramDeletion],
+        upsertions: Sequence[scram_control.ScramUpsertion],
+    ) -> ControllerResult[list[tuple[str, ApiError]]]:
+        """AlterUserScramCredentials: one result per user."""
+        results, records = scram_control.alter_user_scram_credentials(
+            self.image, deletions, upsertions
+        )
+        return ControllerResult(results, tuple(records))
 
     # -- producer ids -----------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ the binding's fields as Kafka's record schema names them, with Kafka's enum code
 `AclsImage` folds them into id -> `AclBinding`, the view the authorizer is fed from
 (`MetadataImage.acls`). Replay checks what a stored ACL must be (Kafka's
 `AclControlManager.validateNewAcl`: a concrete resource type, LITERAL or PREFIXED, a concrete
-operation, ALLOW or DENY, a non-empty name, a `type:name` principal); the controller validates
+operation, ALLOW or DENY, a non-empty name, a `type:name` principal, a host); the controller validates
 requests before it writes, so a record failing here came from a damaged log.
 """
 
@@ -32,6 +32,7 @@ from sparklog.security.acl import (
     ResourcePattern,
     ResourceType,
 )
+from sparklog.security.acl_filter import AclBindingFilter
 
 ACCESS_CONTROL_ENTRY = "AccessControlEntry"
 REMOVE_ACCESS_CONTROL_ENTRY = "RemoveAccessControlEntry"
@@ -59,6 +60,8 @@ def check_storable(binding: AclBinding) -> None:
             f"Could not parse principal from `{entry.principal}` (no colon is present "
             "separating the principal type from the principal name)"
         )
+    if not entry.host:
+        raise InvalidAclError("Host pattern cannot be null or empty")
 
 
 def acl_record(acl_id: uuid.UUID, binding: AclBinding) -> dict[str, Any]:
@@ -153,3 +156,26 @@ class AclsImage:
         for record in records:
             acls.replay_create(record)
         return acls
+
+
+def sorted_acls(acls: Mapping[uuid.UUID, AclBinding]) -> list[tuple[uuid.UUID, AclBinding]]:
+    """ACLs in a stable order: by resource type, name, pattern type, then entry."""
+
+    def key(item: tuple[uuid.UUID, AclBinding]) -> tuple[Any, ...]:
+        p, e = item[1].pattern, item[1].entry
+        return (p.resource_type, p.name, p.pattern_type, e.principal, e.host, e.operation,
+                e.permission_type)  # fmt: skip
+
+    return sorted(acls.items(), key=key)
+
+
+def describe_acls(
+    acls: Mapping[uuid.UUID, AclBinding], acl_filter: AclBindingFilter
+) -> dict[ResourcePattern, list[AclBinding]]:
+    """DescribeAcls: the bindings `acl_filter` matches, grouped by resource pattern (the
+    response's shape), in `sorted_acls` order (a filter with an UNKNOWN field matches nothing)."""
+    by_pattern: dict[ResourcePattern, list[AclBinding]] = {}
+    for _, binding in sorted_acls(acls):
+        if acl_filter.matches(binding):
+            by_pattern.setdefault(binding.pattern, []).append(binding)
+    return by_pattern

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from sparklog.errors import DuplicateResourceError, ResourceNotFoundError
 from sparklog.security.credentials import (
     MAX_ITERATIONS,
     MIN_ITERATIONS,
@@ -130,3 +132,45 @@ class ScramCredentials:
         for record in records:
             credentials.replay(record)
         return credentials
+
+
+_DESCRIBE_DUPLICATE = (
+    "Cannot describe SCRAM credentials for the same user twice in a single request: "
+)
+_DESCRIBE_MISSING = "Attempt to describe a user credential that does not exist: "
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedUser:
+    """One user of a DescribeUserScramCredentials answer: an error, or its credentials as
+    (mechanism, iterations) pairs (never keys)."""
+
+    user: str
+    error_code: int = 0
+    error_message: str | None = None
+    credentials: tuple[tuple[ScramMechanism, int], ...] = ()
+
+
+def describe_user_scram_credentials(
+    credentials: ScramCredentials, users: Sequence[str] | None
+) -> list[DescribedUser]:
+    """Kafka's `ScramImage.describe`: every user with a credential when `users` is None or
+    empty; otherwise each named user once, DUPLICATE_RESOURCE for one named twice and
+    RESOURCE_NOT_FOUND for one without credentials."""
+    stored = credentials.users()
+    named: dict[str, bool] = {}  # user -> named more than once
+    for user in users or stored:
+        named[user] = user in named
+    described = []
+    for user, repeated in named.items():
+        if repeated:
+            described.append(
+                DescribedUser(user, DuplicateResourceError.code, _DESCRIBE_DUPLICATE + user)
+            )
+        elif user not in stored:
+            described.append(
+                DescribedUser(user, ResourceNotFoundError.code, _DESCRIBE_MISSING + user)
+            )
+        else:
+            described.append(DescribedUser(user, credentials=tuple(sorted(stored[user].items()))))
+    return described

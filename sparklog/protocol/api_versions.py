@@ -39,6 +39,9 @@ class ApiKey(enum.IntEnum):
     END_TXN = 26
     WRITE_TXN_MARKERS = 27
     TXN_OFFSET_COMMIT = 28
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
     DESCRIBE_LOG_DIRS = 35
@@ -50,6 +53,8 @@ class ApiKey(enum.IntEnum):
     ALTER_PARTITION_REASSIGNMENTS = 45
     LIST_PARTITION_REASSIGNMENTS = 46
     OFFSET_DELETE = 47
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
     ALTER_PARTITION = 56
     ENVELOPE = 58
     DESCRIBE_CLUSTER = 60
@@ -103,6 +108,18 @@ TRANSACTION_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
     }
 )
 
+#: ACLs and SCRAM credentials (cluster metadata): the versions Kafka 4.x serves (v0 of the ACL
+#: APIs went with Kafka 4.0, KIP-896). Brokers forward the writes to the controller.
+SECURITY_METADATA_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
+    {
+        ApiKey.DESCRIBE_ACLS: (1, 3),
+        ApiKey.CREATE_ACLS: (1, 3),
+        ApiKey.DELETE_ACLS: (1, 3),
+        ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+        ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
+    }
+)
+
 #: What a broker serves to clients (and followers).
 BROKER_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
     {
@@ -128,6 +145,7 @@ BROKER_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
         ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
         ApiKey.WRITE_TXN_MARKERS: (1, 1),
         ApiKey.DESCRIBE_PRODUCERS: (0, 0),
+        **SECURITY_METADATA_APIS,
         # group and transaction APIs: brokers forward them to the driver's coordinator
         # (`FORWARDED_TO_COORDINATOR_APIS`), which serves `GROUP_COORDINATOR_APIS`
         **GROUP_APIS,
@@ -171,6 +189,7 @@ CONTROLLER_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
         ApiKey.UNREGISTER_BROKER: (0, 0),
         ApiKey.ALLOCATE_PRODUCER_IDS: (0, 0),
         ApiKey.DESCRIBE_CLUSTER: (0, 1),
+        **SECURITY_METADATA_APIS,
     }
 )
 
