@@ -360,7 +360,11 @@ DECLARED_IN: Mapping[Scope, tuple[str, ...]] = {
         "sparklog.security.principal",
         "sparklog.security.audit",
     ),
-    Scope.CONTROLLER: ("sparklog.metadata.configs", "sparklog.storage.object_store"),
+    Scope.CONTROLLER: (
+        "sparklog.metadata.configs",
+        "sparklog.storage.object_store",
+        "sparklog.metadata.scram_bootstrap",
+    ),
     Scope.COORDINATOR: (
         "sparklog.coordinator.group.config",
         "sparklog.coordinator.transaction.config",

@@ -60,6 +60,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--config", action="append", metavar="K=V", help="cluster/broker setting")
     serve.add_argument("--config-file", help=f"properties file (default conf/{DEFAULTS_FILE})")
+    serve.add_argument(
+        "--add-scram",
+        action="append",
+        metavar="MECHANISM=[name=U,password=P]",
+        help="a SCRAM credential created at start when missing (kafka-storage format "
+        "--add-scram syntax; repeatable)",
+    )
 
     def client_command(name: str, help_text: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text)

@@ -65,6 +65,12 @@ def server_settings(args: argparse.Namespace) -> dict[str, str]:
     path = args.config_file if args.config_file is not None else default_config_file()
     settings = read_properties_file(path) if path else {}
     settings.update(parse_pairs(args.config, "--config"))
+    add_scram = getattr(args, "add_scram", None)
+    if add_scram:
+        from sparklog.metadata.scram_bootstrap import ADD_SCRAM, parse_entries
+
+        parse_entries(add_scram)  # a mistake fails here, naming the entry (never a password)
+        settings[ADD_SCRAM] = ";".join([settings.get(ADD_SCRAM, ""), *add_scram]).strip(";")
     return settings
 
 

@@ -37,7 +37,13 @@ from sparklog.errors import (
     RequestTimedOutError,
     UnsupportedVersionError,
 )
-from sparklog.protocol.api_versions import ApiKey, UnsupportedApiError, VersionRange, pick_version
+from sparklog.protocol.api_versions import (
+    SECURITY_METADATA_APIS,
+    ApiKey,
+    UnsupportedApiError,
+    VersionRange,
+    pick_version,
+)
 from sparklog.protocol.connection import NEED_DATA, ClientConnection, ProtocolError
 from sparklog.protocol.outbound import PLAINTEXT, ClientSecurity, Endpoint, open_socket
 
@@ -58,6 +64,7 @@ CLIENT_APIS: Mapping[ApiKey, VersionRange] = types.MappingProxyType(
         ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
         ApiKey.DESCRIBE_CONFIGS: (1, 4),
         ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+        **SECURITY_METADATA_APIS,
         ApiKey.CREATE_PARTITIONS: (0, 3),
         ApiKey.DESCRIBE_CLUSTER: (0, 1),
         ApiKey.ELECT_LEADERS: (0, 2),

@@ -19,8 +19,6 @@ match them by user. DescribeUserScramCredentials reads the image only:
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,11 +32,14 @@ from sparklog.errors import (
     UnsupportedSaslMechanismError,
 )
 from sparklog.metadata.image import MetadataImage
-from sparklog.metadata.scram import remove_scram_record, scram_record
+from sparklog.metadata.scram import (
+    credential_from_salted_password,
+    remove_scram_record,
+    scram_record,
+)
 from sparklog.security.credentials import (
     MAX_ITERATIONS,
     MIN_ITERATIONS,
-    ScramCredential,
     ScramMechanism,
 )
 
@@ -61,24 +62,6 @@ class ScramUpsertion:
 
     def __repr__(self) -> str:  # the salted password stays out of logs
         return f"ScramUpsertion({self.user!r}, mechanism={self.mechanism}, iterations={self.iterations})"
-
-
-def credential_from_salted_password(
-    mechanism: ScramMechanism, salt: bytes, salted_password: bytes, iterations: int
-) -> ScramCredential:
-    """The stored form of a salted password (Kafka's `ScramFormatter.storedKey/serverKey`)."""
-    digest = mechanism.hash_name
-    client_key = hmac.new(salted_password, b"Client Key", digest).digest()
-    stored_key = hashlib.new(digest, client_key).digest()
-    server_key = hmac.new(salted_password, b"Server Key", digest).digest()
-    return ScramCredential(salt, stored_key, server_key, iterations)
-
-
-def salted_password(
-    mechanism: ScramMechanism, password: str, salt: bytes, iterations: int
-) -> bytes:
-    """RFC 5802's Hi(): PBKDF2 with the mechanism's HMAC (what a client sends)."""
-    return hashlib.pbkdf2_hmac(mechanism.hash_name, password.encode(), salt, iterations)
 
 
 def alter_user_scram_credentials(

@@ -58,6 +58,7 @@ from sparklog.controller.quorum_controller import QuorumController
 from sparklog.controller.results import ControllerResult
 from sparklog.metadata.configs import ControllerConfig
 from sparklog.metadata.image import GROUP_RESOURCE, MetadataImage
+from sparklog.metadata.scram_bootstrap import bootstrap_credentials, missing_credential_records
 from sparklog.protocol.api_versions import CONTROLLER_APIS
 from sparklog.protocol.connection import Request
 from sparklog.protocol.server import KafkaServer
@@ -107,6 +108,8 @@ class ControllerServer(ServerLifecycle):
         self.metadata_log_dir = str(props.get(METADATA_LOG_DIR) or self.data_dir)
         self.store = open_metadata_store(self.metadata_log_dir, storage_options(props))
         self.cluster_id = load_or_format_cluster_id(self.store, cluster_id)
+        #: `sparklog.add.scram`: credentials written at start when the log lacks them
+        self.bootstrap_credentials = bootstrap_credentials(props)
         self.controller: QuorumController | None = None
         self.metadata_log: MetadataLog | None = None
         self._server: KafkaServer | None = None
@@ -200,7 +203,11 @@ class ControllerServer(ServerLifecycle):
             # A new cluster finalizes its features first (Kafka's bootstrap metadata): Eligible
             # Leader Replicas (KIP-966) on, as Kafka 4.1+. A log from before them keeps them
             # off. Recomputed when another driver wrote meanwhile (it may have bootstrapped).
-            return (*controller.bootstrap().records, *claim.records)
+            # The first SCRAM users (kafka-storage format --add-scram), those not there yet.
+            users = missing_credential_records(
+                self.bootstrap_credentials, controller.image.credentials
+            )
+            return (*controller.bootstrap().records, *users, *claim.records)
 
         controller.replay(self.metadata_log.claim(records, _wall_ms(), controller.image))
         logger.info(

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +52,24 @@ def scram_record(
 def remove_scram_record(user: str, mechanism: ScramMechanism) -> dict[str, Any]:
     """The `RemoveUserScramCredential` record deleting (`user`, `mechanism`)."""
     return {"type": REMOVE_USER_SCRAM_CREDENTIAL, "name": user, "mechanism": int(mechanism)}
+
+
+def credential_from_salted_password(
+    mechanism: ScramMechanism, salt: bytes, salted_password: bytes, iterations: int
+) -> ScramCredential:
+    """The stored form of a salted password (Kafka's `ScramFormatter.storedKey/serverKey`)."""
+    digest = mechanism.hash_name
+    client_key = hmac.new(salted_password, b"Client Key", digest).digest()
+    stored_key = hashlib.new(digest, client_key).digest()
+    server_key = hmac.new(salted_password, b"Server Key", digest).digest()
+    return ScramCredential(salt, stored_key, server_key, iterations)
+
+
+def salted_password(
+    mechanism: ScramMechanism, password: str, salt: bytes, iterations: int
+) -> bytes:
+    """RFC 5802's Hi(): PBKDF2 with the mechanism's HMAC (what a client sends)."""
+    return hashlib.pbkdf2_hmac(mechanism.hash_name, password.encode(), salt, iterations)
 
 
 def _b64(data: bytes) -> str:

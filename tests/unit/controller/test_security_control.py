@@ -12,7 +12,6 @@ from sparklog.controller.scram_control import (
     ScramDeletion,
     ScramUpsertion,
     alter_user_scram_credentials,
-    salted_password,
 )
 from sparklog.errors import (
     DuplicateResourceError,
@@ -21,6 +20,7 @@ from sparklog.errors import (
     UnacceptableCredentialError,
 )
 from sparklog.metadata.image import MetadataImage
+from sparklog.metadata.scram import salted_password
 from sparklog.security.acl import (
     AccessControlEntry,
     AclBinding,
