@@ -4,7 +4,8 @@ enum code closes the connection, the cluster ALTER check, CreateAcls' whole-requ
 and then forwarded to the controller like every admin write (`AdminApis.handle_forwarded`:
 the answer comes once this broker's image holds the change); DescribeAcls and
 DescribeUserScramCredentials are answered from this broker's image, as Kafka's brokers
-answer from their metadata cache. Wire details: `sparklog.metadata.security_wire`.
+answer from their metadata cache. DescribeClientQuotas answers none (sparklog stores no client
+quotas yet), which `kafka-configs.sh --describe --entity-type users` needs. Wire details: `sparklog.metadata.security_wire`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from sparklog.metadata import security_wire as wire
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.protocol.connection import Request
 from sparklog.protocol.pipeline import authorize
+from sparklog.protocol.responses import Response
 from sparklog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 _REFUSED = (ClusterAuthorizationFailedError.code, "Cluster authorization failed.")
@@ -64,7 +66,15 @@ def security_handlers(
             return wire.describe_scram_refused(request, *_REFUSED)
         return wire.describe_scram_response(request, metadata.image.credentials)
 
+    async def describe_client_quotas(request: Request) -> Any:
+        # Kafka's KafkaApis: DESCRIBE_CONFIGS on the cluster; sparklog stores no client quotas
+        if not _cluster_allowed(request, AclOperation.DESCRIBE_CONFIGS):
+            code, message = _REFUSED
+            return Response(request)(error_code=code, error_message=message, entries=None)
+        return Response(request)(error_code=0, error_message=None, entries=())
+
     return {
+        ApiKey.DESCRIBE_CLIENT_QUOTAS: describe_client_quotas,
         ApiKey.CREATE_ACLS: create_acls,
         ApiKey.DELETE_ACLS: delete_acls,
         ApiKey.DESCRIBE_ACLS: describe_acls,

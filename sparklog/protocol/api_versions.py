@@ -53,6 +53,7 @@ class ApiKey(enum.IntEnum):
     ALTER_PARTITION_REASSIGNMENTS = 45
     LIST_PARTITION_REASSIGNMENTS = 46
     OFFSET_DELETE = 47
+    DESCRIBE_CLIENT_QUOTAS = 48
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
     ALTER_PARTITION = 56
@@ -146,6 +147,9 @@ BROKER_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
         ApiKey.WRITE_TXN_MARKERS: (1, 1),
         ApiKey.DESCRIBE_PRODUCERS: (0, 0),
         **SECURITY_METADATA_APIS,
+        # no client quotas exist yet: answered with none, so kafka-configs.sh can describe
+        # users (it asks for their quotas beside their SCRAM credentials)
+        ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1),
         # group and transaction APIs: brokers forward them to the driver's coordinator
         # (`FORWARDED_TO_COORDINATOR_APIS`), which serves `GROUP_COORDINATOR_APIS`
         **GROUP_APIS,
