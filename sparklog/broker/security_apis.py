@@ -5,11 +5,14 @@ and then forwarded to the controller like every admin write (`AdminApis.handle_f
 the answer comes once this broker's image holds the change); DescribeAcls and
 DescribeUserScramCredentials are answered from this broker's image, as Kafka's brokers
 answer from their metadata cache. DescribeClientQuotas answers none (sparklog stores no client
-quotas yet), which `kafka-configs.sh --describe --entity-type users` needs. Wire details: `sparklog.metadata.security_wire`.
+quotas yet), which `kafka-configs.sh --describe --entity-type users` needs. Each ACL and
+credential change is reported to the request's audit sink (ACL_CREATED, ACL_DELETED,
+CREDENTIAL_ALTERED, CREDENTIAL_DELETED) with the client's principal. Wire details: `sparklog.metadata.security_wire`.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -21,13 +24,48 @@ from sparklog.protocol.api_versions import ApiKey
 from sparklog.protocol.connection import Request
 from sparklog.protocol.pipeline import authorize
 from sparklog.protocol.responses import Response
-from sparklog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
+from sparklog.security.acl import CLUSTER_NAME, AclBinding, AclOperation, ResourceType
+from sparklog.security.audit import LOG_ONLY, AuditEvent
 
 _REFUSED = (ClusterAuthorizationFailedError.code, "Cluster authorization failed.")
 
 
 def _cluster_allowed(request: Request, operation: AclOperation) -> bool:
     return authorize(request, operation, ResourceType.CLUSTER, CLUSTER_NAME)
+
+
+def _audit(request: Request, decision: str, rtype: str, name: str, detail: str) -> None:
+    """Report a change the broker made for its client (the client's principal is known here,
+    not at the controller, which sees the forwarding broker)."""
+    context, session = request.context, request.context.session
+    (context.audit or LOG_ONLY).record(
+        AuditEvent(
+            time_ms=int(time.time() * 1000),
+            principal=str(session.principal),
+            client_address=session.client_address,
+            listener=session.listener_name,
+            api=ApiKey(request.api_key).name,
+            resource_type=rtype,
+            resource_name=name,
+            operation=AclOperation.ALTER.name,
+            decision=decision,
+            node_id=context.node_id,
+            detail=detail,
+        )
+    )
+
+
+def _audit_acl(request: Request, decision: str, b: AclBinding) -> None:
+    e = b.entry
+    detail = (
+        f"{e.permission_type.name} {e.principal} {e.operation.name} from {e.host} "
+        f"({b.pattern.pattern_type.name})"
+    )
+    _audit(request, decision, b.pattern.resource_type.name, b.pattern.name, detail)
+
+
+def _audit_user(request: Request, decision: str, user: str, detail: str) -> None:
+    _audit(request, decision, ResourceType.USER.name, user, detail)  # never salts or keys
 
 
 def security_handlers(
@@ -41,14 +79,22 @@ def security_handlers(
             return wire.create_acls_refused(request, *_REFUSED)
         if wire.names_any(bindings):
             return wire.create_acls_refused(request, UnknownServerError.code, None)
-        return await admin.handle_forwarded(request)
+        response = await admin.handle_forwarded(request)
+        for binding, result in zip(bindings, response.results, strict=False):
+            if result.error_code == 0:
+                _audit_acl(request, "ACL_CREATED", binding)
+        return response
 
     async def delete_acls(request: Request) -> Any:
         for f in request.body.filters:
             wire.acl_filter(f)
         if not _cluster_allowed(request, AclOperation.ALTER):
             return wire.delete_acls_refused(request, *_REFUSED)
-        return await admin.handle_forwarded(request)
+        response = await admin.handle_forwarded(request)
+        for result in response.filter_results:
+            for m in result.matching_acls:
+                _audit_acl(request, "ACL_DELETED", wire.matching_acl_binding(m))
+        return response
 
     async def describe_acls(request: Request) -> Any:
         wire.acl_filter(request.body)
@@ -59,7 +105,17 @@ def security_handlers(
     async def alter_scram(request: Request) -> Any:
         if not _cluster_allowed(request, AclOperation.ALTER):
             return wire.alter_scram_refused(request, *_REFUSED)
-        return await admin.handle_forwarded(request)
+        response = await admin.handle_forwarded(request)
+        body = request.body
+        changed = {r.user for r in response.results if r.error_code == 0}
+        for d in body.deletions:
+            if d.name in changed:
+                _audit_user(request, "CREDENTIAL_DELETED", d.name, f"mechanism {d.mechanism}")
+        for u in body.upsertions:
+            if u.name in changed:
+                detail = f"mechanism {u.mechanism}, {u.iterations} iterations"
+                _audit_user(request, "CREDENTIAL_ALTERED", u.name, detail)
+        return response
 
     async def describe_scram(request: Request) -> Any:
         if not _cluster_allowed(request, AclOperation.DESCRIBE):

@@ -19,9 +19,6 @@ from sparklog.errors import (
     error_for_code,
 )
 from sparklog.protocol.api_versions import ApiKey
-from sparklog.security.acl import AclBinding
-from sparklog.security.acl_filter import ANY_BINDING, AclBindingFilter
-from sparklog.security.credentials import ScramMechanism
 from sparklog.structs import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
@@ -30,11 +27,11 @@ from sparklog.structs import (
     TopicPartition,
 )
 
-from . import admin_groups, admin_reassignments, admin_security
+from . import admin_groups, admin_reassignments
 from .admin_channel import AdminChannel, admin_error, raise_first, retry_until
 from .admin_groups import GroupDescription, GroupListing
 from .admin_reassignments import PartitionReassignment
-from .admin_security import ScramUpsert
+from .admin_security import AdminSecurityCalls
 from .config import admin_config
 from .metadata import (
     REFRESH_ERROR_CODES,
@@ -200,7 +197,7 @@ def _cluster_for(metadata: Metadata, partitions: Iterable[TopicPartition]) -> Cl
     return cluster
 
 
-class AdminClient:
+class AdminClient(AdminSecurityCalls):
     """Blocking cluster administration over the Kafka protocol. Thread-safe."""
 
     def __init__(self, config: Mapping[str, Any]) -> None:
@@ -548,38 +545,6 @@ class AdminClient:
         return admin_reassignments.list_partition_reassignments(
             self._channel, partitions, timeout_ms
         )
-
-    # ------------------------------------------------------- ACLs and SCRAM users
-
-    def create_acls(self, bindings: Iterable[AclBinding], *, timeout_ms: int | None = None) -> None:
-        """Create ACLs; raises the first binding's error."""
-        admin_security.create_acls(self._channel, bindings, timeout_ms)
-
-    def describe_acls(
-        self, acl_filter: AclBindingFilter = ANY_BINDING, *, timeout_ms: int | None = None
-    ) -> list[AclBinding]:
-        return admin_security.describe_acls(self._channel, acl_filter, timeout_ms)
-
-    def delete_acls(
-        self, filters: Iterable[AclBindingFilter], *, timeout_ms: int | None = None
-    ) -> list[AclBinding]:
-        """Delete the ACLs the filters match; returns what was deleted."""
-        return admin_security.delete_acls(self._channel, filters, timeout_ms)
-
-    def alter_user_scram_credentials(
-        self,
-        upserts: Iterable[ScramUpsert] = (),
-        deletions: Iterable[tuple[str, ScramMechanism]] = (),
-        *,
-        timeout_ms: int | None = None,
-    ) -> None:
-        """Create/replace and delete SCRAM credentials (passwords are salted before sending)."""
-        admin_security.alter_user_scram_credentials(self._channel, upserts, deletions, timeout_ms)
-
-    def describe_user_scram_credentials(
-        self, users: Iterable[str] | None = None, *, timeout_ms: int | None = None
-    ) -> dict[str, Mapping[ScramMechanism, int]]:
-        return admin_security.describe_user_scram_credentials(self._channel, users, timeout_ms)
 
 
 def _resource_type(resource: ConfigResource) -> int:

@@ -25,7 +25,7 @@ from sparklog.security.acl import (
     ResourcePattern,
     ResourceType,
 )
-from sparklog.security.acl_filter import AclBindingFilter
+from sparklog.security.acl_filter import ANY_BINDING, AclBindingFilter
 from sparklog.security.credentials import ScramMechanism
 
 from .admin_channel import AdminChannel, admin_error, raise_first
@@ -194,6 +194,42 @@ def describe_user_scram_credentials(
     }
 
 
+class AdminSecurityCalls:
+    """`AdminClient`'s ACL and SCRAM methods (a base class keeps admin.py's size down)."""
+
+    _channel: AdminChannel
+
+    def create_acls(self, bindings: Iterable[AclBinding], *, timeout_ms: int | None = None) -> None:
+        """Create ACLs; raises the first binding's error."""
+        create_acls(self._channel, bindings, timeout_ms)
+
+    def describe_acls(
+        self, acl_filter: AclBindingFilter = ANY_BINDING, *, timeout_ms: int | None = None
+    ) -> list[AclBinding]:
+        return describe_acls(self._channel, acl_filter, timeout_ms)
+
+    def delete_acls(
+        self, filters: Iterable[AclBindingFilter], *, timeout_ms: int | None = None
+    ) -> list[AclBinding]:
+        """Delete the ACLs the filters match; returns what was deleted."""
+        return delete_acls(self._channel, filters, timeout_ms)
+
+    def alter_user_scram_credentials(
+        self,
+        upserts: Iterable[ScramUpsert] = (),
+        deletions: Iterable[tuple[str, ScramMechanism]] = (),
+        *,
+        timeout_ms: int | None = None,
+    ) -> None:
+        """Create/replace and delete SCRAM credentials (passwords are salted before sending)."""
+        alter_user_scram_credentials(self._channel, upserts, deletions, timeout_ms)
+
+    def describe_user_scram_credentials(
+        self, users: Iterable[str] | None = None, *, timeout_ms: int | None = None
+    ) -> dict[str, Mapping[ScramMechanism, int]]:
+        return describe_user_scram_credentials(self._channel, users, timeout_ms)
+
+
 def _describe(binding: AclBinding) -> str:
     p, e = binding.pattern, binding.entry
     return (
@@ -203,6 +239,7 @@ def _describe(binding: AclBinding) -> str:
 
 
 __all__ = [
+    "AdminSecurityCalls",
     "ScramUpsert",
     "alter_user_scram_credentials",
     "create_acls",

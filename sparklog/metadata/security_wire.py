@@ -113,6 +113,21 @@ def create_acls_refused(request: Request, code: int, message: str | None) -> Any
     return create_acls_response(request, [(code, message)] * len(request.body.creations))
 
 
+def matching_acl_binding(m: Any) -> AclBinding:
+    """A DeleteAcls response's matching ACL as a binding (codes from our own answer)."""
+    return AclBinding(
+        ResourcePattern(
+            ResourceType(int(m.resource_type)), m.resource_name, PatternType(int(m.pattern_type))
+        ),
+        AccessControlEntry(
+            m.principal,
+            m.host,
+            AclOperation(int(m.operation)),
+            AclPermissionType(int(m.permission_type)),
+        ),
+    )
+
+
 def delete_acls_response(
     request: Request, results: Sequence[tuple[Outcome, Sequence[AclBinding]]]
 ) -> Any:

@@ -160,3 +160,21 @@ def test_a_broker_down_during_a_change_gets_it_when_it_rejoins(secured_cluster):
     assert allow("while-away", principal="User:bob") in image.acls.values()
     assert logs_in(image.credentials, SHA512, "bob", "bob-secret")
     assert (2, "while-away", 3, "User:bob", 3) in describe_acls_at(f"127.0.0.1:{rejoined.port}")
+
+
+def test_acl_and_credential_changes_are_audited_with_the_clients_principal(secured_cluster, caplog):
+    """With no audit table configured, changes go to the log-only sink (Kafka's authorizer
+    logger); the audit engineer's Delta sink receives the same events."""
+    caplog.set_level("INFO", logger="sparklog.security.audit")
+    with AdminClient({"bootstrap.servers": secured_cluster.bootstrap_servers}) as admin:
+        admin.create_acls([allow("audited")])
+        admin.delete_acls([AclBindingFilter(name="audited")])
+        admin.alter_user_scram_credentials([ScramUpsert("carol", SHA256, "carol-secret")])
+        admin.alter_user_scram_credentials(deletions=[("carol", SHA256)])
+    lines = [r.getMessage() for r in caplog.records if r.name == "sparklog.security.audit"]
+    decisions = [line.split()[0] for line in lines]
+    assert decisions == ["ACL_CREATED", "ACL_DELETED", "CREDENTIAL_ALTERED", "CREDENTIAL_DELETED"]
+    assert all("User:ANONYMOUS from 127.0.0.1" in line for line in lines), lines
+    assert "TOPIC:audited ALLOW User:alice READ from * (LITERAL)" in lines[0]
+    assert "USER:carol mechanism 1, 4096 iterations" in lines[2]
+    assert not any("carol-secret" in line for line in lines)
