@@ -145,8 +145,17 @@ def without_storage_options(settings: Mapping[str, Any]) -> dict[str, Any]:
     """`settings` minus every `storage.options.*` entry: what a broker gets. Only the driver's
     controller and coordinator reach the object store, so credentials never travel to
     executors (in a Spark task's payload), into a broker's settings (which it may describe or
-    log) or into a broker process."""
-    return {k: v for k, v in settings.items() if not str(k).startswith(STORAGE_OPTIONS_PREFIX)}
+    log) or into a broker process. The same goes for the other driver-only secrets."""
+    return {
+        k: v
+        for k, v in settings.items()
+        if not str(k).startswith(STORAGE_OPTIONS_PREFIX) and k not in _DRIVER_ONLY_SECRETS
+    }
+
+
+#: Other settings only the driver's controller reads that hold secrets: the first SCRAM
+#: users' passwords (`sparklog.add.scram`, sparklog.metadata.scram_bootstrap).
+_DRIVER_ONLY_SECRETS = frozenset({"sparklog.add.scram"})
 
 
 #: storage options whose values are not secrets (shown in messages; every other value is not)

@@ -90,3 +90,10 @@ def test_only_credentials_the_log_lacks_are_written():
     stored = image.credentials.scram_credential(ScramMechanism.SCRAM_SHA_256, "alice")
     assert logs_in(stored, "SCRAM-SHA-256", "alice", "first")
     assert bootstrap_credentials({}) == []
+
+
+def test_brokers_never_get_the_first_users_passwords():
+    from sparklog.storage.object_store import without_storage_options
+
+    settings = {"sparklog.add.scram": "SCRAM-SHA-256=[name=a,password=p]", "num.partitions": "3"}
+    assert without_storage_options(settings) == {"num.partitions": "3"}
