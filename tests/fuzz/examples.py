@@ -54,9 +54,24 @@ def example_frames(
     return out
 
 
+#: The enum fields of the ACL APIs, as a topic READ ALLOW ACL: 0 is UNKNOWN, which Kafka's
+#: request parsing refuses by closing the connection, so a plausible request never has it.
+_ACL_CODES = {
+    "resource_type": 2,
+    "resource_type_filter": 2,
+    "resource_pattern_type": 3,
+    "pattern_type_filter": 3,
+    "operation": 3,
+    "permission_type": 3,
+}
+
+
 def _example(cls: type, topic: str) -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
-    return {f.name: _value(f.name, hints[f.name], topic) for f in dataclasses.fields(cls)}
+    values = {f.name: _value(f.name, hints[f.name], topic) for f in dataclasses.fields(cls)}
+    if "_acls." in cls.__module__ and "response" not in cls.__module__:
+        values.update({k: v for k, v in _ACL_CODES.items() if k in values})
+    return values
 
 
 def _value(name: str, hint: Any, topic: str) -> Any:
