@@ -6,6 +6,8 @@ catching up when it rejoins."""
 from __future__ import annotations
 
 import asyncio
+import json
+from pathlib import Path
 
 import pytest
 import scramp
@@ -96,6 +98,8 @@ def secured_cluster(tmp_path):
         "sparklog.add.scram": "SCRAM-SHA-512=[name=admin,password=admin-secret]",
         "broker.heartbeat.interval.ms": "200",
         "broker.session.timeout.ms": "3000",
+        # snapshots every few records: a restart reads ACLs and users from one, then the log
+        "metadata.log.snapshot.records": "4",
     }
     with EmbeddedCluster(brokers=2, data_dir=tmp_path, config=config) as cluster:
         yield cluster
@@ -122,7 +126,12 @@ def test_users_and_acls_survive_a_controller_restart_and_reach_every_broker(secu
         assert describe_acls_at(f"127.0.0.1:{broker.port}") == expected
         assert logs_in(broker.metadata.image.credentials, SHA256, "alice", "alice-secret")
 
-    cluster.restart_controller()
+    cluster.restart_controller()  # the stopped controller's snapshot writes are done
+    snapshots = sorted(Path(cluster.controller.metadata_log_dir).glob("**/snapshots/*.json"))
+    assert snapshots, "metadata.log.snapshot.records=4 wrote snapshots"
+    newest = json.loads(snapshots[-1].read_text())["image"]
+    assert len(newest["acls"]) == 2 and len(newest["scram_credentials"]) == 2
+    assert "admin-secret" not in snapshots[-1].read_text()
     image = cluster.controller.controller.image
     assert {(b.pattern.name, b.entry.principal) for b in image.acls.values()} == {
         ("orders", "User:alice"),
