@@ -25,7 +25,7 @@ from sparklog.protocol.connection import Request
 from sparklog.protocol.pipeline import authorize
 from sparklog.protocol.responses import Response
 from sparklog.security.acl import CLUSTER_NAME, AclBinding, AclOperation, ResourceType
-from sparklog.security.audit import LOG_ONLY, AuditEvent
+from sparklog.security.audit import LOG_ONLY, change_event
 
 _REFUSED = (ClusterAuthorizationFailedError.code, "Cluster authorization failed.")
 
@@ -37,22 +37,19 @@ def _cluster_allowed(request: Request, operation: AclOperation) -> bool:
 def _audit(request: Request, decision: str, rtype: str, name: str, detail: str) -> None:
     """Report a change the broker made for its client (the client's principal is known here,
     not at the controller, which sees the forwarding broker)."""
-    context, session = request.context, request.context.session
-    (context.audit or LOG_ONLY).record(
-        AuditEvent(
-            time_ms=int(time.time() * 1000),
-            principal=str(session.principal),
-            client_address=session.client_address,
-            listener=session.listener_name,
-            api=ApiKey(request.api_key).name,
-            resource_type=rtype,
-            resource_name=name,
-            operation=AclOperation.ALTER.name,
-            decision=decision,
-            node_id=context.node_id,
-            detail=detail,
-        )
+    context = request.context
+    event = change_event(
+        int(time.time() * 1000),
+        context.session,
+        api=ApiKey(request.api_key).name,
+        decision=decision,
+        resource_type=rtype,
+        resource_name=name,
+        detail=detail,
+        node_id=context.node_id,
+        operation=AclOperation.ALTER.name,
     )
+    (context.audit or LOG_ONLY).record(event)
 
 
 def _audit_acl(request: Request, decision: str, b: AclBinding) -> None:
