@@ -18,7 +18,7 @@ import base64
 import binascii
 import hashlib
 import hmac
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -152,6 +152,21 @@ class ScramCredentials:
         for record in records:
             credentials.replay(record)
         return credentials
+
+
+class CurrentCredentials:
+    """A `CredentialStore` reading whichever image `image_of()` returns now: for a server that
+    holds no image of its own (the driver's coordinator reads the controller's, which a
+    controller restart replaces). Lookups are dict reads, safe from another thread."""
+
+    __slots__ = ("_image_of",)
+
+    def __init__(self, image_of: Callable[[], Any]) -> None:
+        self._image_of = image_of
+
+    def scram_credential(self, mechanism: ScramMechanism, user: str) -> ScramCredential | None:
+        image = self._image_of()
+        return None if image is None else image.credentials.scram_credential(mechanism, user)
 
 
 _DESCRIBE_DUPLICATE = (

@@ -204,3 +204,17 @@ def test_a_broker_image_follows_acl_and_credential_records_from_fetched_batches(
     assert follower.apply_batches(batch) == 4
     assert dict(follower.acls) == {ID_B: DENY_PREFIX}
     assert follower.credentials.users() == {"alice": {ScramMechanism.SCRAM_SHA_512: 4096}}
+
+
+def test_current_credentials_follow_the_image_they_are_pointed_at():
+    from sparklog.metadata.scram import CurrentCredentials
+
+    first, second = MetadataImage(), MetadataImage()
+    second.apply(scram_record("alice", ScramMechanism.SCRAM_SHA_256, credential()))
+    holder = {"image": first}
+    store: CredentialStore = CurrentCredentials(lambda: holder["image"])
+    assert store.scram_credential(ScramMechanism.SCRAM_SHA_256, "alice") is None
+    holder["image"] = second  # e.g. a restarted controller's image
+    assert store.scram_credential(ScramMechanism.SCRAM_SHA_256, "alice") is not None
+    holder["image"] = None  # no controller running
+    assert store.scram_credential(ScramMechanism.SCRAM_SHA_256, "alice") is None
