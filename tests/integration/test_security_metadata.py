@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -187,3 +188,22 @@ def test_acl_and_credential_changes_are_audited_with_the_clients_principal(secur
     assert "TOPIC:audited ALLOW User:alice READ from * (LITERAL)" in lines[0]
     assert "USER:carol mechanism 1, 4096 iterations" in lines[2]
     assert not any("carol-secret" in line for line in lines)
+
+
+def test_a_crashed_broker_fenced_during_a_change_catches_up_on_rejoin(secured_cluster):
+    cluster = secured_cluster
+    crashed = cluster.brokers[1]
+    cluster.kill_broker(1)  # no goodbye: the controller fences it when its lease runs out
+    deadline = time.monotonic() + 15
+    while cluster.controller.controller.image.is_unfenced(crashed.node_id):
+        assert time.monotonic() < deadline, "the controller never fenced the crashed broker"
+        time.sleep(0.1)
+    with AdminClient({"bootstrap.servers": f"127.0.0.1:{cluster.brokers[0].port}"}) as admin:
+        admin.delete_acls([AclBindingFilter()])  # whatever was there
+        admin.create_acls([allow("after-crash", principal="User:dave")])
+        admin.alter_user_scram_credentials([ScramUpsert("dave", SHA256, "dave-secret")])
+    rejoined = cluster.restart_broker(1)
+    assert list(rejoined.metadata.image.acls.values()) == [
+        allow("after-crash", principal="User:dave")
+    ]
+    assert logs_in(rejoined.metadata.image.credentials, SHA256, "dave", "dave-secret")
