@@ -13,13 +13,14 @@ import uuid
 
 import pytest
 
+from sparklog.cluster.embedded import EmbeddedCluster
 from sparklog.oracle.kafka_server import ApacheKafka, java_available
 from sparklog.protocol import codec, kio_build
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.protocol.async_client import AsyncKafkaConnection
 from tests.integration.broker_wire import host_port
 
-from .conftest import SHARED_CONFIG
+from .conftest import SHARED_CONFIG, SPARKLOG_ONLY
 from .wire import NAMES, Pair, run
 
 pytestmark = pytest.mark.oracle
@@ -31,17 +32,26 @@ DENY, ALLOW = 2, 3
 
 
 @pytest.fixture(scope="module")
-def acl_brokers(tmp_path_factory, sparklog_cluster) -> dict[str, str]:
-    """Kafka with the StandardAuthorizer beside the session's sparklog cluster."""
+def acl_brokers(tmp_path_factory) -> dict[str, str]:
+    """Kafka with the StandardAuthorizer beside a sparklog cluster of this module's own (the
+    ACLs and users these tests leave behind stay out of other modules' clusters)."""
     if not java_available():
         pytest.skip("java is not installed: the Apache Kafka oracle needs a JDK >= 17")
+    sparklog_config = {**SHARED_CONFIG, **SPARKLOG_ONLY}
+    with EmbeddedCluster(
+        brokers=1, data_dir=tmp_path_factory.mktemp("sparklog-acls"), config=sparklog_config
+    ) as ours:
+        yield from _with_kafka(tmp_path_factory, ours.bootstrap_servers)
+
+
+def _with_kafka(tmp_path_factory, sparklog_bootstrap: str):
     config = {
         **SHARED_CONFIG,
         "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
         "super.users": "User:ANONYMOUS",
     }
     with ApacheKafka(tmp_path_factory.mktemp("kafka-acls"), config=config) as kafka:
-        yield {"kafka": kafka.bootstrap_servers, "sparklog": sparklog_cluster.bootstrap_servers}
+        yield {"kafka": kafka.bootstrap_servers, "sparklog": sparklog_bootstrap}
 
 
 def creation(name="t", rt=TOPIC, pt=LITERAL, principal="User:alice", host="*", op=READ, perm=ALLOW):
