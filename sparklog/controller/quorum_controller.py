@@ -102,7 +102,8 @@ class ProducerIdsBlock:
 
 class QuorumController:
     """Registration, leases, controlled shutdown, topic admin, configs, ISR changes, leader
-    elections and balancing, reassignments and producer ids over one metadata image."""
+    elections and balancing, reassignments, producer ids, ACLs and SCRAM credentials over one
+    metadata image."""
 
     def __init__(
         self,
