@@ -11,8 +11,9 @@ A server connection has a state (Kafka's `ChannelState`): PRE_AUTHENTICATION unt
 is authenticated, then AUTHENTICATED. Before authentication only ApiVersions and the SASL
 handshake APIs are accepted (KIP-43: Kafka's `SaslServerAuthenticator` closes a connection
 that sends anything else). A PLAINTEXT listener authenticates every connection as
-`User:ANONYMOUS` when it opens (Kafka's plaintext transport), so today every connection is
-AUTHENTICATED from its first byte; the security issue adds the SASL and TLS paths. Each
+`User:ANONYMOUS` when it opens (Kafka's plaintext transport), so it is AUTHENTICATED from its
+first byte; an SSL listener's connection is authenticated when its TLS handshake ends, as
+its certificate's mapped subject or `User:ANONYMOUS` (`security.principal`). Each
 request carries a `RequestContext`: the connection's `Session` (listener, security protocol,
 principal, client id and address) and what the request pipeline decides for it.
 """
@@ -332,8 +333,9 @@ class ServerConnection:
     ) -> None:
         """`authenticated_as`: the principal of a transport with no handshake (PLAINTEXT:
         `User:ANONYMOUS`, authenticated as the connection opens); None keeps the connection
-        PRE_AUTHENTICATION until `authenticated()` (the SASL path, the security issue's)."""
-        if security_protocol is not SecurityProtocol.PLAINTEXT:
+        PRE_AUTHENTICATION until `authenticated()` (SSL: once the TLS handshake gave the
+        peer's certificate; SASL: once the SASL exchange succeeded)."""
+        if security_protocol in (SecurityProtocol.SASL_PLAINTEXT, SecurityProtocol.SASL_SSL):
             raise ValueError(
                 f"listener {listener_name} uses {security_protocol.name}, which sparklog does "
                 "not serve yet; map it to PLAINTEXT in listener.security.protocol.map"

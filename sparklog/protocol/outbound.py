@@ -4,9 +4,11 @@ the driver's coordinator, the transaction coordinator to brokers (markers), clie
 
 Each caller names an `Endpoint` and its client-side `ClientSecurity` (Kafka's
 `security.protocol` for clients, `security.inter.broker.protocol` between brokers, the
-controller listener's protocol towards the controller). Today only PLAINTEXT exists; the
-security issue adds the TLS context (`ssl.*`) and the SASL client (`sasl.*`) here, so every
-connection gets them at once. `open_socket` serves the blocking clients (a socket), and
+controller listener's protocol towards the controller), with its TLS context for SSL and
+SASL_SSL (`ssl_factory.client_context` from the `ssl.*` settings: the server's chain is
+verified, its name too with `ssl.endpoint.identification.algorithm=https`, the key store
+answers mTLS), so every connection gets them at once; the SASL client (`sasl.*`) comes with
+the security issue's client part. `open_socket` serves the blocking clients (a socket), and
 `open_stream` the asyncio ones (`async_client.connect`); both keep the socket options the
 sites used before: TCP_NODELAY (asyncio sets it on every TCP transport), and the clients'
 `send.buffer.bytes` / `receive.buffer.bytes` when set.
@@ -16,10 +18,15 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from dataclasses import dataclass
+import ssl
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Final
 
 from sparklog.security.session import SecurityProtocol
+from sparklog.security.ssl_factory import SslConfig, client_context
+
+_TLS: Final = (SecurityProtocol.SSL, SecurityProtocol.SASL_SSL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,21 +50,35 @@ class Endpoint:
 
 @dataclass(frozen=True, slots=True)
 class ClientSecurity:
-    """The client side of a connection's security (Kafka's `security.protocol` and, with the
-    security issue, its `ssl.*` and `sasl.*` settings)."""
+    """The client side of a connection's security (Kafka's `security.protocol`, the TLS
+    context its `ssl.*` settings make, and, with the SASL client, its `sasl.*` settings)."""
 
     security_protocol: SecurityProtocol = SecurityProtocol.PLAINTEXT
+    #: SSL and SASL_SSL: the client TLS context (`ssl_factory.client_context`)
+    ssl_context: ssl.SSLContext | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        if self.security_protocol is not SecurityProtocol.PLAINTEXT:
+        if self.security_protocol in (SecurityProtocol.SASL_PLAINTEXT, SecurityProtocol.SASL_SSL):
             raise ValueError(
                 f"security.protocol={self.security_protocol.name} is not supported yet; "
-                "use PLAINTEXT"
+                "use PLAINTEXT or SSL"
+            )
+        if self.uses_tls != (self.ssl_context is not None):
+            raise ValueError(
+                f"security.protocol={self.security_protocol.name} "
+                + ("needs a TLS context (ssl.* settings)" if self.uses_tls else "takes no TLS")
             )
 
+    @property
+    def uses_tls(self) -> bool:
+        return self.security_protocol in _TLS
+
     @classmethod
-    def of(cls, security_protocol: str) -> ClientSecurity:
-        """From a `security.protocol` value (case-insensitive, as Kafka reads it)."""
+    def of(
+        cls, security_protocol: str, settings: Mapping[str, object] | None = None
+    ) -> ClientSecurity:
+        """From a `security.protocol` value (case-insensitive, as Kafka reads it) and, for
+        SSL / SASL_SSL, the client's `ssl.*` settings (`settings`; other names ignored)."""
         try:
             protocol = SecurityProtocol[security_protocol.strip().upper()]
         except KeyError:
@@ -65,7 +86,9 @@ class ClientSecurity:
             raise ValueError(
                 f"security.protocol={security_protocol!r} is not one of {names}"
             ) from None
-        return cls(protocol)
+        if protocol not in _TLS:
+            return cls(protocol)
+        return cls(protocol, client_context(SslConfig.of(settings or {}, server=False)))
 
 
 #: Plaintext: no TLS, no SASL (every connection today).
@@ -80,8 +103,8 @@ def open_socket(
     send_buffer_bytes: int = -1,
     receive_buffer_bytes: int = -1,
 ) -> socket.socket:
-    """A connected blocking socket (no timeout once connected); raises OSError."""
-    assert security.security_protocol is SecurityProtocol.PLAINTEXT
+    """A connected blocking socket (no timeout once connected; over TLS an `ssl.SSLSocket`
+    whose handshake ran within `timeout_s`); raises OSError (`ssl.SSLError` included)."""
     sock = socket.create_connection((endpoint.host, endpoint.port), timeout=timeout_s)
     try:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -89,6 +112,8 @@ def open_socket(
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer_bytes)
         if receive_buffer_bytes > 0:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer_bytes)
+        if security.ssl_context is not None:
+            sock = security.ssl_context.wrap_socket(sock, server_hostname=endpoint.host)
         sock.settimeout(None)
     except OSError:
         sock.close()
@@ -99,6 +124,10 @@ def open_socket(
 async def open_stream(
     endpoint: Endpoint, security: ClientSecurity = PLAINTEXT
 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """An asyncio stream pair to `endpoint` (the caller bounds it with its timeout)."""
-    assert security.security_protocol is SecurityProtocol.PLAINTEXT
-    return await asyncio.open_connection(endpoint.host, endpoint.port)
+    """An asyncio stream pair to `endpoint`, over TLS for SSL / SASL_SSL (the caller bounds
+    it, handshake included, with its timeout)."""
+    if security.ssl_context is None:
+        return await asyncio.open_connection(endpoint.host, endpoint.port)
+    return await asyncio.open_connection(
+        endpoint.host, endpoint.port, ssl=security.ssl_context, server_hostname=endpoint.host
+    )

@@ -10,7 +10,18 @@ the one call in `_serve_connection`): the ordered stages authenticate → author
 → measure run around each handler call there and nowhere else. Security (SASL, ACLs), quotas
 and metrics plug in by passing `stages` (or replacing one with `RequestPipeline.with_stage`);
 today's stages allow everything, throttle nothing and cost nothing. Each request carries its
-connection's `Session` (listener, `PLAINTEXT`, `User:ANONYMOUS`, client id, client address).
+connection's `Session` (listener, security protocol, principal, client id, client address).
+
+TLS (an SSL listener: `ssl_context`). A connection is accepted and counted (and refused over
+`max.connections[.per.ip]`) as a plaintext one is, then upgraded with a TLS handshake bounded
+by `ssl_handshake_timeout_ms`; a peer that stalls, sends plaintext Kafka requests or garbage
+fails its handshake and loses that connection only. The principal is the peer certificate's
+subject mapped by `ssl.principal.mapping.rules` (`security.principal.PrincipalBuilder`), or
+`User:ANONYMOUS` without a certificate; a subject no rule maps closes the connection (Kafka's
+`SslAuthenticationException`). Responses with file ranges (Fetch's `FileResponse`) cannot
+use `sendfile` through TLS (the kernel would send the bytes unencrypted): over TLS the ranges
+are read and written through the TLS transport, as Kafka turns zero-copy off for SSL channels
+(`SslTransportLayer.transferFrom`).
 """
 
 from __future__ import annotations
@@ -19,6 +30,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import ssl
 from collections.abc import Mapping, Sequence
 
 from sparklog.protocol import cooperative, file_response
@@ -39,6 +51,8 @@ from sparklog.protocol.request_queue import (
     RequestSlots,
 )
 from sparklog.security.audit import LOG_ONLY, AuditSink
+from sparklog.security.principal import NoMatchingRule, PrincipalBuilder
+from sparklog.security.session import ANONYMOUS, SecurityProtocol
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +65,11 @@ _DIRECT_REQUEST_BYTES = 16 * 1024
 #: Responses are written without awaiting `drain()` until this much waits in the transport
 #: (asyncio's default high-water mark): an awaited drain per response cost a task and a timer.
 _DRAIN_ABOVE_BYTES = 64 * 1024
+#: Over TLS, a response's file ranges are read and written in pieces of at most this size.
+_TLS_FILE_CHUNK_BYTES = 1 << 20
+#: A TLS handshake that has not finished after this long is abandoned (the default of
+#: `sparklog.ssl.handshake.timeout.ms`, `ssl_factory.SslConfig.handshake_timeout_ms`).
+DEFAULT_SSL_HANDSHAKE_TIMEOUT_MS = 10_000
 
 
 class KafkaServer:
@@ -74,6 +93,10 @@ class KafkaServer:
         listener_name: str = "PLAINTEXT",
         stages: Sequence[RequestStage] | None = None,
         audit: AuditSink | None = None,
+        security_protocol: SecurityProtocol = SecurityProtocol.PLAINTEXT,
+        ssl_context: ssl.SSLContext | None = None,
+        principal_builder: PrincipalBuilder | None = None,
+        ssl_handshake_timeout_ms: int = DEFAULT_SSL_HANDSHAKE_TIMEOUT_MS,
     ) -> None:
         #: the one place cross-cutting policy runs around `handler` (module docstring)
         self.pipeline = RequestPipeline(handler, stages)
@@ -81,6 +104,19 @@ class KafkaServer:
         #: audits outside a request's pipeline (authentication failures)
         self.audit: AuditSink = audit or LOG_ONLY
         self.listener_name = listener_name
+        tls = security_protocol in (SecurityProtocol.SSL, SecurityProtocol.SASL_SSL)
+        if tls != (ssl_context is not None):
+            raise ValueError(
+                f"listener {listener_name} ({security_protocol.name}) "
+                + ("needs a TLS context (ssl.* settings)" if tls else "takes no TLS context")
+            )
+        self.security_protocol = security_protocol
+        #: the listener's TLS server context (`ssl_factory.server_context`), None: no TLS
+        self.ssl_context = ssl_context
+        self.principal_builder = principal_builder or PrincipalBuilder()
+        self.ssl_handshake_timeout_ms = ssl_handshake_timeout_ms
+        self.failed_tls_handshakes = 0
+        self.failed_authentications = 0
         self.apis = apis
         self.host = host
         self.port = port
@@ -100,6 +136,7 @@ class KafkaServer:
         self._connections: dict[asyncio.Task, asyncio.StreamWriter] = {}
         self._per_ip: dict[str, int] = {}
         self._last_refusal_log = 0.0
+        self._last_tls_failure_log = 0.0
 
     @property
     def handler(self) -> Handler:
@@ -139,6 +176,55 @@ class KafkaServer:
     @property
     def connection_count(self) -> int:
         return len(self._connections)
+
+    async def _start_tls(
+        self, protocol: _RequestProtocol, writer: asyncio.StreamWriter, peer: object
+    ) -> bool:
+        """Run the TLS handshake and authenticate the connection from its peer's certificate;
+        False (the caller closes the connection) when either fails."""
+        assert self.ssl_context is not None
+        timeout_s = self.ssl_handshake_timeout_ms / 1000
+        protocol.on_tls_handshake()
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(timeout_s):
+                transport = await loop.start_tls(
+                    writer.transport,
+                    protocol,
+                    self.ssl_context,
+                    server_side=True,
+                    ssl_handshake_timeout=timeout_s,
+                )
+            if transport is None:  # asyncio (3.11) hands back none when the peer closed
+                raise ConnectionResetError("the peer closed the connection during the handshake")
+        except (OSError, TimeoutError, EOFError) as e:  # ssl.SSLError is an OSError
+            self.failed_tls_handshakes += 1
+            self._log_tls_failure("TLS handshake with %s failed: %r", peer, e)
+            writer.transport.abort()
+            return False
+        # what StreamWriter.start_tls does, without its crash on a None transport
+        writer._transport = transport  # type: ignore[attr-defined]
+        protocol._replace_writer(writer)  # type: ignore[attr-defined]
+        ssl_object = transport.get_extra_info("ssl_object")
+        certificate = ssl_object.getpeercert(binary_form=True) if ssl_object else None
+        try:
+            principal = self.principal_builder.ssl(certificate)
+        except NoMatchingRule as e:
+            self.failed_authentications += 1
+            self._log_tls_failure("TLS client %s failed authentication: %s", peer, e)
+            return False
+        protocol.on_tls(writer.transport)
+        protocol.conn.authenticated(principal)
+        return True
+
+    def _log_tls_failure(self, message: str, *args: object) -> None:
+        """At most one warning per 10 s (a port scanner must not flood the log)."""
+        now = asyncio.get_running_loop().time()
+        if now - self._last_tls_failure_log > 10:
+            self._last_tls_failure_log = now
+            logger.warning("%s: " + message, self.name, *args)
+        else:
+            logger.debug("%s: " + message, self.name, *args)
 
     def _refuse(self, ip: str) -> bool:
         """Whether a new connection from `ip` goes over `max.connections[.per.ip]`."""
@@ -185,6 +271,8 @@ class KafkaServer:
         idle_s = self.connections_max_idle_ms / 1000
         reserved = 0
         try:
+            if self.ssl_context is not None and not await self._start_tls(protocol, writer, peer):
+                return
             while True:
                 if self.memory_pool.bounded and not reserved:
                     reserved = await self.memory_pool.reserve(conn.incomplete_request_bytes)
@@ -266,6 +354,8 @@ class _RequestProtocol(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
             server.max_request_bytes,
             direct_frame_bytes=_DIRECT_REQUEST_BYTES,
             listener_name=server.listener_name,
+            security_protocol=server.security_protocol,
+            authenticated_as=None if server.ssl_context is not None else ANONYMOUS,
         )
         self._pool_bounded = server.memory_pool.bounded
         self._scratch = memoryview(bytearray(_FIRST_READ_BYTES))
@@ -280,6 +370,17 @@ class _RequestProtocol(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
         if isinstance(peer, tuple) and len(peer) >= 2:
             self.conn.client_address, self.conn.client_port = peer[0], peer[1]
         super().connection_made(transport)
+        assert isinstance(transport, asyncio.Transport)
+        self._reading = transport
+        transport.pause_reading()  # until the connection task asks for bytes
+
+    def on_tls_handshake(self) -> None:
+        """The TLS handshake starts: it drives the socket's reads itself."""
+        self._reading = None
+
+    def on_tls(self, transport: asyncio.BaseTransport) -> None:
+        """The handshake ended: reads go through the TLS transport, paused until asked for
+        (application bytes that came with the handshake's end are in already)."""
         assert isinstance(transport, asyncio.Transport)
         self._reading = transport
         transport.pause_reading()  # until the connection task asks for bytes
@@ -341,9 +442,13 @@ async def _send_file_response(
         frame = await cooperative.complete(conn.send_response_steps(request, response.body))
         flexible = bool(type(response.body).__flexible__)
         sock = writer.transport.get_extra_info("socket")
+        tls = writer.transport.get_extra_info("sslcontext") is not None
         for piece in file_response.pieces(frame, response.records, flexible):
             if isinstance(piece, bytes):
                 writer.write(piece)
+                continue
+            if tls:  # no sendfile through TLS (module doc): read the range, write it
+                await _write_file_range(writer, piece.file.fileno(), piece.position, piece.size)
                 continue
             sent = 0
             if sock is not None and not writer.transport.get_write_buffer_size():
@@ -359,3 +464,18 @@ async def _send_file_response(
                 )
     finally:
         response.close()
+
+
+async def _write_file_range(
+    writer: asyncio.StreamWriter, fd: int, position: int, size: int
+) -> None:
+    """Copy `size` bytes at `position` of `fd` through the (TLS) transport, chunk by chunk."""
+    end = position + size
+    while position < end:
+        chunk = os.pread(fd, min(_TLS_FILE_CHUNK_BYTES, end - position), position)
+        if not chunk:
+            raise EOFError(f"file range ends {end - position} bytes early")
+        writer.write(chunk)
+        position += len(chunk)
+        if writer.transport.get_write_buffer_size() > _DRAIN_ABOVE_BYTES:
+            await writer.drain()

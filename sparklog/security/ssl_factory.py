@@ -49,6 +49,7 @@ from sparklog.settings import (
     ConfigError,
     ConfigType,
     OneOf,
+    Range,
     Scope,
     Setting,
     Table,
@@ -128,6 +129,11 @@ def _settings(scope: Scope) -> tuple[Setting, ...]:
                 s("ssl.client.auth", ConfigType.STRING, "none",
                   "none, requested or required: ask TLS clients for a certificate",
                   validator=OneOf(tuple(SslClientAuth), lower=True)),
+                # sparklog's own: Kafka bounds a stalled handshake only by
+                # connections.max.idle.ms (10 minutes)
+                s("sparklog.ssl.handshake.timeout.ms", ConfigType.INT, 10_000,
+                  "a TLS handshake not finished within this long closes its connection",
+                  validator=Range(1, 2**31 - 1), attribute="handshake_timeout_ms"),
             )
             if scope is Scope.BROKER
             else ()
@@ -164,6 +170,8 @@ class SslConfig:
     ssl_truststore_certificates: str | None = field(default=None, repr=False)
     ssl_endpoint_identification_algorithm: str = "https"
     ssl_client_auth: SslClientAuth = SslClientAuth.NONE
+    #: servers: `sparklog.ssl.handshake.timeout.ms` (KafkaServer's ssl_handshake_timeout_ms)
+    handshake_timeout_ms: int = 10_000
 
     @classmethod
     def of(cls, props: Mapping[str, object], *, server: bool = True) -> SslConfig:

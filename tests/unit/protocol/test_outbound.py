@@ -26,14 +26,17 @@ def test_endpoints_parse_and_print():
         Endpoint.parse("localhost")
 
 
-def test_only_plaintext_until_the_security_issue():
+def test_client_security_protocols(tls_ca):
     assert ClientSecurity.of("plaintext") == PLAINTEXT
-    with pytest.raises(ValueError, match="not supported yet; use PLAINTEXT"):
+    with pytest.raises(ValueError, match="not supported yet; use PLAINTEXT or SSL"):
         ClientSecurity.of("SASL_SSL")
     with pytest.raises(ValueError, match="is not one of PLAINTEXT, SSL"):
         ClientSecurity.of("TLS")
-    with pytest.raises(ValueError, match="not supported yet"):
+    with pytest.raises(ValueError, match="needs a TLS context"):
         ClientSecurity(SecurityProtocol.SSL)
+    tls = ClientSecurity.of("ssl", tls_ca.client_props())
+    assert tls.uses_tls and tls.ssl_context is not None
+    assert tls.ssl_context.check_hostname  # ssl.endpoint.identification.algorithm=https
 
 
 @pytest.fixture

@@ -221,3 +221,11 @@ def test_secrets_stay_out_of_repr_and_are_sensitive(tls_ca):
         assert secret == {s.name for s in table.values() if s.type == ConfigType.PASSWORD}
         assert {"ssl.keystore.password", "ssl.key.password", "ssl.keystore.key"} <= secret
     assert "ssl.client.auth" in SERVER_SSL_SETTINGS and "ssl.client.auth" not in CLIENT_SSL_SETTINGS
+
+
+def test_the_handshake_bound_is_a_server_setting(tls_ca):
+    props = tls_ca.server_props() | {"sparklog.ssl.handshake.timeout.ms": "2500"}
+    assert SslConfig.of(props).handshake_timeout_ms == 2500
+    assert SslConfig.of(tls_ca.server_props()).handshake_timeout_ms == 10_000
+    with pytest.raises(ConfigError, match="sparklog.ssl.handshake.timeout.ms"):
+        SslConfig.of({"sparklog.ssl.handshake.timeout.ms": "0"})

@@ -1,0 +1,135 @@
+"""Real clients over TLS against a sparklog broker whose listener is SSL (mTLS required):
+confluent-kafka produces and consumes in a group, kcat lists metadata; Fetch's file ranges go
+through TLS (sendfile would put unencrypted bytes on a TLS connection, which no client could
+read). The broker is made TLS here directly (its KafkaServer given the TLS context); the
+listeners wiring (`listeners=SSL://...`) is the listeners part's."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+import uuid
+
+import pytest
+
+from sparklog.broker.server import BrokerServer
+from sparklog.cluster.embedded import EmbeddedCluster
+from sparklog.protocol.pipeline import RequestStage
+from sparklog.security.principal import PrincipalBuilder
+from sparklog.security.session import SecurityProtocol
+from sparklog.security.ssl_factory import SslConfig, server_context
+from tests.integration.conftest import TEST_CONFIG
+from tests.support.certs import TestCA
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+admin_client = pytest.importorskip("confluent_kafka.admin")
+
+RULES = "RULE:^CN=([^,]+),OU=tests,.*$/$1/,DEFAULT"
+
+
+class Principals(RequestStage):
+    """Records the principal of every request (a measure-slot stage)."""
+
+    name = "measure"
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+
+    def on_request(self, request):
+        self.seen.add(str(request.session.principal))
+
+
+class TlsCluster(EmbeddedCluster):
+    """An embedded cluster whose brokers serve TLS on their one listener."""
+
+    def __init__(self, ca, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        props = ca.server_props(client_auth="required")
+        self.ssl_context = server_context(SslConfig.of(props))
+        self.principals = Principals()
+
+    def _new_broker(self, node_id: int) -> BrokerServer:
+        broker = super()._new_broker(node_id)
+        server = broker.server
+        server.listener_name = "SSL"
+        server.security_protocol = SecurityProtocol.SSL
+        server.ssl_context = self.ssl_context
+        server.principal_builder = PrincipalBuilder.of({"ssl.principal.mapping.rules": RULES})
+        server.pipeline = server.pipeline.with_stage(self.principals)
+        return broker
+
+
+@pytest.fixture(scope="module")
+def tls_cluster(tls_ca, tmp_path_factory):
+    with TlsCluster(
+        tls_ca, brokers=1, data_dir=tmp_path_factory.mktemp("tls"), config=TEST_CONFIG
+    ) as running:
+        yield running
+
+
+def _conf(cluster, ca, client, **extra):
+    return {"bootstrap.servers": cluster.bootstrap_servers, **ca.librdkafka_props(client), **extra}
+
+
+def test_confluent_kafka_produces_and_consumes_in_a_group_over_mtls(tls_cluster, tls_ca):
+    topic = f"tls-{uuid.uuid4().hex[:8]}"
+    alice = tls_ca.client("alice")
+    producer = confluent_kafka.Producer(
+        _conf(tls_cluster, tls_ca, alice, acks="all", **{"enable.idempotence": True})
+    )
+    values = [b"%05d" % i + b"x" * 2000 for i in range(300)]  # ~600 KB: several Fetch ranges
+    errors = []
+    for v in values:
+        producer.produce(topic, value=v, on_delivery=lambda err, _m: err and errors.append(err))
+    assert producer.flush(30) == 0 and errors == []
+
+    consumer = confluent_kafka.Consumer(
+        _conf(
+            tls_cluster,
+            tls_ca,
+            tls_ca.client("bob"),
+            **{"group.id": f"g-{topic}", "auto.offset.reset": "earliest"},
+        )
+    )
+    got: list[bytes] = []
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + 60
+        while len(got) < len(values) and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None:
+                assert message.error() is None, message.error()
+                got.append(message.value())
+        consumer.commit(asynchronous=False)
+        committed = consumer.committed([confluent_kafka.TopicPartition(topic, 0)], timeout=10)
+    finally:
+        consumer.close()
+    assert got == values
+    assert committed[0].offset == len(values)
+    assert {"User:alice", "User:bob"} <= tls_cluster.principals.seen
+
+
+def test_a_client_without_a_certificate_or_the_ca_is_refused(tls_cluster, tls_ca, tmp_path):
+    before = tls_cluster.brokers[0].server.failed_tls_handshakes
+    stranger = TestCA(tmp_path / "other")
+    for conf in (
+        _conf(tls_cluster, tls_ca, None),  # no client certificate: ssl.client.auth=required
+        _conf(tls_cluster, stranger, stranger.client("mallory")),  # another CA
+    ):
+        admin = admin_client.AdminClient(conf)
+        with pytest.raises(confluent_kafka.KafkaException):
+            admin.list_topics(timeout=3)
+    assert tls_cluster.brokers[0].server.failed_tls_handshakes > before
+
+
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat not installed")
+def test_kcat_lists_metadata_over_mtls(tls_cluster, tls_ca):
+    carol = tls_ca.client("carol")
+    args = ["kcat", "-b", tls_cluster.bootstrap_servers, "-L", "-J", "-m", "10"]
+    for key, value in tls_ca.librdkafka_props(carol).items():
+        args += ["-X", f"{key}={value}"]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert '"brokers"' in out.stdout
+    assert "User:carol" in tls_cluster.principals.seen
