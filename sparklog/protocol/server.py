@@ -51,6 +51,7 @@ from sparklog.protocol.request_queue import (
     RequestSlots,
 )
 from sparklog.security.audit import LOG_ONLY, AuditSink
+from sparklog.security.listeners import ListenerSecurity
 from sparklog.security.principal import NoMatchingRule, PrincipalBuilder
 from sparklog.security.session import ANONYMOUS, SecurityProtocol
 
@@ -97,7 +98,18 @@ class KafkaServer:
         ssl_context: ssl.SSLContext | None = None,
         principal_builder: PrincipalBuilder | None = None,
         ssl_handshake_timeout_ms: int = DEFAULT_SSL_HANDSHAKE_TIMEOUT_MS,
+        security: ListenerSecurity | None = None,
     ) -> None:
+        """`security`, when given, is the listener's (`security.listeners.listener_security`)
+        and sets `listener_name`, `security_protocol`, `ssl_context`, `principal_builder` and
+        `ssl_handshake_timeout_ms` from it."""
+        if security is not None:
+            listener_name = security.listener_name
+            security_protocol = security.security_protocol
+            ssl_context = security.ssl_context
+            principal_builder = security.principal_builder
+            ssl_handshake_timeout_ms = security.ssl_handshake_timeout_ms
+        self.security = security
         #: the one place cross-cutting policy runs around `handler` (module docstring)
         self.pipeline = RequestPipeline(handler, stages)
         #: the owning server's audit sink (`BrokerServer.audit`, ...), for what this listener
@@ -205,6 +217,9 @@ class KafkaServer:
         # what StreamWriter.start_tls does, without its crash on a None transport
         writer._transport = transport  # type: ignore[attr-defined]
         protocol._replace_writer(writer)  # type: ignore[attr-defined]
+        protocol.on_tls(transport)
+        if self.security_protocol is not SecurityProtocol.SSL:
+            return True  # SASL_SSL: SASL authenticates the connection, over the TLS
         ssl_object = transport.get_extra_info("ssl_object")
         certificate = ssl_object.getpeercert(binary_form=True) if ssl_object else None
         try:
@@ -213,7 +228,6 @@ class KafkaServer:
             self.failed_authentications += 1
             self._log_tls_failure("TLS client %s failed authentication: %s", peer, e)
             return False
-        protocol.on_tls(writer.transport)
         protocol.conn.authenticated(principal)
         return True
 
@@ -355,7 +369,10 @@ class _RequestProtocol(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
             direct_frame_bytes=_DIRECT_REQUEST_BYTES,
             listener_name=server.listener_name,
             security_protocol=server.security_protocol,
-            authenticated_as=None if server.ssl_context is not None else ANONYMOUS,
+            # PLAINTEXT: ANONYMOUS at once; SSL: once the handshake gave the certificate
+            authenticated_as=(
+                ANONYMOUS if server.security_protocol is SecurityProtocol.PLAINTEXT else None
+            ),
         )
         self._pool_bounded = server.memory_pool.bounded
         self._scratch = memoryview(bytearray(_FIRST_READ_BYTES))

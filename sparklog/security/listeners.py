@@ -48,7 +48,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from sparklog.security.principal import PRINCIPAL_SETTINGS, PrincipalBuilder
 from sparklog.security.session import SecurityProtocol
+from sparklog.security.ssl_factory import SERVER_SSL_SETTINGS, SslConfig, server_context
 from sparklog.settings import (
     ConfigError,
     ConfigType,
@@ -332,6 +334,10 @@ class ListenerSecurity:
     #: the SASL server side (enabled mechanisms, JAAS options, credential lookups) the
     #: connection's authenticator is made from; None on PLAINTEXT and SSL
     sasl: Any = None
+    #: who a connection is (`ssl.principal.mapping.rules` for mTLS peers)
+    principal_builder: PrincipalBuilder = field(default_factory=PrincipalBuilder)
+    #: `sparklog.ssl.handshake.timeout.ms`: the bound on a TLS handshake
+    ssl_handshake_timeout_ms: int = 10_000
 
     def __repr__(self) -> str:
         return f"ListenerSecurity({self.endpoint.listener_name}, {self.security_protocol.name})"
@@ -371,8 +377,14 @@ def _not_served_yet(endpoint: ListenerEndpoint, part: str) -> ConfigError:
 
 def server_ssl_context(endpoint: ListenerEndpoint, settings: ListenerSettings) -> ssl.SSLContext:
     """The TLS part: the server context of an SSL / SASL_SSL listener from its `ssl.*`
-    settings (Kafka's `DefaultSslEngineFactory`). Refuses until TLS is served."""
-    raise _not_served_yet(endpoint, "TLS")
+    settings, overrides first (Kafka's `DefaultSslEngineFactory`, `ssl_factory`); a
+    ConfigError names the listener."""
+    try:
+        return server_context(SslConfig.of(settings.values(SERVER_SSL_SETTINGS)))
+    except ConfigError as e:
+        raise ConfigError(
+            f"listener {endpoint.listener_name} uses {endpoint.security_protocol.name}: {e}"
+        ) from None
 
 
 def sasl_server(endpoint: ListenerEndpoint, settings: ListenerSettings) -> Any:
@@ -386,11 +398,17 @@ def listener_security(endpoint: ListenerEndpoint, settings: ListenerSettings) ->
     """The security of `endpoint`'s connections; ConfigError when a part it needs is missing
     or misconfigured (raised at server start, before any port is bound)."""
     protocol = endpoint.security_protocol
+    tls = uses_tls(protocol)
+    handshake = SERVER_SSL_SETTINGS["sparklog.ssl.handshake.timeout.ms"]
     return ListenerSecurity(
         endpoint,
         settings,
-        ssl_context=server_ssl_context(endpoint, settings) if uses_tls(protocol) else None,
+        ssl_context=server_ssl_context(endpoint, settings) if tls else None,
         sasl=sasl_server(endpoint, settings) if uses_sasl(protocol) else None,
+        principal_builder=PrincipalBuilder.of(settings.values(PRINCIPAL_SETTINGS)),
+        ssl_handshake_timeout_ms=handshake.parse(settings.get(handshake.name))
+        if tls and settings.get(handshake.name) is not None
+        else handshake.default,
     )
 
 

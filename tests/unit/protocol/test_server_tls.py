@@ -17,27 +17,28 @@ from sparklog.protocol.async_client import AsyncKafkaConnection, api_versions_re
 from sparklog.protocol.connection import NEED_DATA, ClientConnection
 from sparklog.protocol.outbound import ClientSecurity, Endpoint, open_socket
 from sparklog.protocol.server import KafkaServer
-from sparklog.security.principal import PrincipalBuilder
+from sparklog.security.listeners import ListenerEndpoint, ListenerSettings, listener_security
 from sparklog.security.session import SecurityProtocol
-from sparklog.security.ssl_factory import SslConfig, server_context
 
 VERSIONS = ApiVersionsRequest(client_software_name="t", client_software_version="1")
 
 
 def tls_server(ca, sessions: list, *, rules: str = "DEFAULT", server=None, **props) -> KafkaServer:
+    """A KafkaServer on listener SSL built from the listener's settings, as servers build
+    theirs (`listener_security`); handshakes bounded at 1 s."""
+
     async def handler(request):
         sessions.append(request.session)
         return api_versions_response(BROKER_APIS, request.api_version)
 
-    return KafkaServer(
-        handler,
-        BROKER_APIS,
-        listener_name="SSL",
-        security_protocol=SecurityProtocol.SSL,
-        ssl_context=server_context(SslConfig.of(ca.server_props(server=server) | props)),
-        principal_builder=PrincipalBuilder.of({"ssl.principal.mapping.rules": rules}),
-        ssl_handshake_timeout_ms=1_000,
-    )
+    settings = ca.server_props(server=server) | props
+    settings |= {
+        "ssl.principal.mapping.rules": rules,
+        "listener.name.ssl.sparklog.ssl.handshake.timeout.ms": "1000",
+    }
+    endpoint = ListenerEndpoint("SSL", SecurityProtocol.SSL, "127.0.0.1", 0)
+    security = listener_security(endpoint, ListenerSettings("SSL", settings))
+    return KafkaServer(handler, BROKER_APIS, security=security)
 
 
 def security(ca, client=None, **props) -> ClientSecurity:
@@ -199,7 +200,7 @@ def test_plaintext_or_garbage_closes_that_connection_only(tls_ca, junk):
 
 
 def test_a_client_stalling_mid_handshake_is_closed_after_the_bound(tls_ca):
-    server = tls_server(tls_ca, [])  # ssl_handshake_timeout_ms=1000
+    server = tls_server(tls_ca, [])  # handshakes bounded at 1 s
 
     async def body(server):
         loop = asyncio.get_running_loop()

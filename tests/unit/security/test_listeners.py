@@ -260,7 +260,8 @@ def test_a_secured_listener_that_cannot_be_served_refuses_to_start_naming_the_fi
         security = listener_security(endpoint, ListenerSettings("EXTERNAL", {}))
     except ConfigError as e:
         assert "listener EXTERNAL uses" in str(e)
-        assert "listener.security.protocol.map" in str(e)
+        # TLS without a key store names the setting; a part not served yet names the map
+        assert "ssl.keystore.location" in str(e) or "listener.security.protocol.map" in str(e)
     else:  # the part exists (tls/sasl landed): it must be filled in
         assert (security.ssl_context is not None) == (protocol is not P.SASL_PLAINTEXT)
         assert (security.sasl is not None) == (protocol is not P.SSL)
@@ -303,3 +304,28 @@ def test_a_broker_parses_its_listeners_at_start():
     assert c.unknown == ()
     with pytest.raises(ConfigError, match="No security protocol defined for listener CLIENT"):
         BrokerConfig.from_properties({"listeners": "CLIENT://:0"})
+
+
+def test_a_tls_listener_gets_its_context_principal_rules_and_handshake_bound(tls_ca):
+    import ssl
+
+    props = {
+        **tls_ca.server_props(),
+        "listener.name.external.ssl.client.auth": "required",
+        "listener.name.external.ssl.principal.mapping.rules": "RULE:^CN=([^,]+),.*$/$1/L",
+        "listener.name.external.sparklog.ssl.handshake.timeout.ms": "3000",
+    }
+    external = ListenerEndpoint("EXTERNAL", P.SSL, "", 0)
+    security = listener_security(external, ListenerSettings("EXTERNAL", props))
+    assert security.ssl_context is not None
+    assert security.ssl_context.verify_mode == ssl.CERT_REQUIRED
+    assert security.principal_builder.mapper.name("CN=Alice,O=x") == "alice"
+    assert security.ssl_handshake_timeout_ms == 3000
+    internal = ListenerEndpoint("INTERNAL", P.SSL, "", 0)
+    other = listener_security(internal, ListenerSettings("INTERNAL", props))
+    assert other.ssl_context is not None and other.ssl_context.verify_mode == ssl.CERT_NONE
+    assert other.principal_builder.mapper.name("CN=Alice,O=x") == "CN=Alice,O=x"  # DEFAULT
+    assert other.ssl_handshake_timeout_ms == 10_000
+    with pytest.raises(ConfigError, match="listener EXTERNAL uses SSL: .*ssl.key.password"):
+        bad = {**props, "listener.name.external.ssl.key.password": "wrong"}
+        listener_security(external, ListenerSettings("EXTERNAL", bad))
