@@ -105,7 +105,7 @@ def _settings(scope: Scope) -> tuple[Setting, ...]:
         s("ssl.enabled.protocols", ConfigType.LIST, ("TLSv1.2", "TLSv1.3"),
           "TLS versions allowed", validator=Check(
               lambda v: all(p in _VERSIONS for p in v), "a list of TLSv1.2, TLSv1.3")),
-        s("ssl.cipher.suites", ConfigType.LIST, (), "cipher suites allowed for TLS 1.2 and "
+        s("ssl.cipher.suites", ConfigType.LIST, None, "cipher suites allowed for TLS 1.2 and "
           "older (IANA or OpenSSL names); empty: OpenSSL's defaults"),
         s("ssl.keystore.type", ConfigType.STRING, "JKS", "PEM, PKCS12 (JKS reads PKCS12)",
           validator=store_type, parser=_upper),
