@@ -7,8 +7,10 @@ Each caller names an `Endpoint` and its client-side `ClientSecurity` (Kafka's
 controller listener's protocol towards the controller), with its TLS context for SSL and
 SASL_SSL (`ssl_factory.client_context` from the `ssl.*` settings: the server's chain is
 verified, its name too with `ssl.endpoint.identification.algorithm=https`, the key store
-answers mTLS), so every connection gets them at once; the SASL client (`sasl.*`) comes with
-the security issue's client part. `open_socket` serves the blocking clients (a socket), and
+answers mTLS), and for SASL_PLAINTEXT and SASL_SSL the SASL client settings (`sasl.*`, run
+once the socket is up and versions are negotiated: the connections drive
+`security.sasl.client`'s authenticator), so every connection gets them at once.
+`open_socket` serves the blocking clients (a socket), and
 `open_stream` the asyncio ones (`async_client.connect`); both keep the socket options the
 sites used before: TCP_NODELAY (asyncio sets it on every TCP transport), and the clients'
 `send.buffer.bytes` / `receive.buffer.bytes` when set.
@@ -23,10 +25,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
+from sparklog.security.sasl.client import SaslClientConfig
 from sparklog.security.session import SecurityProtocol
 from sparklog.security.ssl_factory import SslConfig, client_context
 
 _TLS: Final = (SecurityProtocol.SSL, SecurityProtocol.SASL_SSL)
+_SASL: Final = (SecurityProtocol.SASL_PLAINTEXT, SecurityProtocol.SASL_SSL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,31 +58,50 @@ class ClientSecurity:
     context its `ssl.*` settings make, and, with the SASL client, its `sasl.*` settings)."""
 
     security_protocol: SecurityProtocol = SecurityProtocol.PLAINTEXT
-    #: SSL and SASL_SSL: the client TLS context (`ssl_factory.client_context`)
+    #: SASL_PLAINTEXT / SASL_SSL: the mechanism and credentials the connection authenticates
+    #: with after ApiVersions (`security.sasl.client`); None otherwise
+    sasl: SaslClientConfig | None = None
+    #: SSL / SASL_SSL: the client TLS context (`ssl_factory.client_context`); None otherwise
     ssl_context: ssl.SSLContext | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        if self.security_protocol in (SecurityProtocol.SASL_PLAINTEXT, SecurityProtocol.SASL_SSL):
+        name = self.security_protocol.name
+        if self.uses_sasl != (self.sasl is not None):
             raise ValueError(
-                f"security.protocol={self.security_protocol.name} is not supported yet; "
-                "use PLAINTEXT or SSL"
+                f"security.protocol={name} "
+                + (
+                    "needs sasl.mechanism and sasl.jaas.config"
+                    if self.uses_sasl
+                    else "takes no SASL settings: use SASL_PLAINTEXT or SASL_SSL"
+                )
             )
         if self.uses_tls != (self.ssl_context is not None):
             raise ValueError(
-                f"security.protocol={self.security_protocol.name} "
+                f"security.protocol={name} "
                 + ("needs a TLS context (ssl.* settings)" if self.uses_tls else "takes no TLS")
             )
 
     @property
     def uses_tls(self) -> bool:
+        """Whether connections speak TLS (Kafka's SSL, SASL_SSL)."""
         return self.security_protocol in _TLS
+
+    @property
+    def uses_sasl(self) -> bool:
+        """Whether connections authenticate with SASL (Kafka's SASL_PLAINTEXT, SASL_SSL)."""
+        return self.security_protocol in _SASL
 
     @classmethod
     def of(
-        cls, security_protocol: str, settings: Mapping[str, object] | None = None
+        cls,
+        security_protocol: str,
+        settings: Mapping[str, object] | None = None,
+        *,
+        sasl: SaslClientConfig | None = None,
     ) -> ClientSecurity:
-        """From a `security.protocol` value (case-insensitive, as Kafka reads it) and, for
-        SSL / SASL_SSL, the client's `ssl.*` settings (`settings`; other names ignored)."""
+        """From a `security.protocol` value (case-insensitive, as Kafka reads it), for SSL /
+        SASL_SSL the client's `ssl.*` settings (`settings`; other names ignored), and for
+        SASL_* the SASL client settings."""
         try:
             protocol = SecurityProtocol[security_protocol.strip().upper()]
         except KeyError:
@@ -87,8 +110,9 @@ class ClientSecurity:
                 f"security.protocol={security_protocol!r} is not one of {names}"
             ) from None
         if protocol not in _TLS:
-            return cls(protocol)
-        return cls(protocol, client_context(SslConfig.of(settings or {}, server=False)))
+            return cls(protocol, sasl=sasl)
+        context = client_context(SslConfig.of(settings or {}, server=False))
+        return cls(protocol, sasl=sasl, ssl_context=context)
 
 
 #: Plaintext: no TLS, no SASL (every connection today).

@@ -15,6 +15,7 @@ from sparklog.protocol.outbound import (
     open_socket,
     open_stream,
 )
+from sparklog.security.sasl.client import SaslClientConfig
 from sparklog.security.session import SecurityProtocol
 
 
@@ -28,15 +29,21 @@ def test_endpoints_parse_and_print():
 
 def test_client_security_protocols(tls_ca):
     assert ClientSecurity.of("plaintext") == PLAINTEXT
-    with pytest.raises(ValueError, match="not supported yet; use PLAINTEXT or SSL"):
-        ClientSecurity.of("SASL_SSL")
+    sasl = SaslClientConfig("PLAIN", {"username": "alice", "password": "pw"})
+    assert ClientSecurity.of("sasl_plaintext", sasl=sasl).uses_sasl
+    with pytest.raises(ValueError, match="SASL_PLAINTEXT needs sasl.mechanism"):
+        ClientSecurity.of("SASL_PLAINTEXT")
+    with pytest.raises(ValueError, match="PLAINTEXT takes no SASL settings"):
+        ClientSecurity.of("PLAINTEXT", sasl=sasl)
     with pytest.raises(ValueError, match="is not one of PLAINTEXT, SSL"):
         ClientSecurity.of("TLS")
     with pytest.raises(ValueError, match="needs a TLS context"):
         ClientSecurity(SecurityProtocol.SSL)
     tls = ClientSecurity.of("ssl", tls_ca.client_props())
-    assert tls.uses_tls and tls.ssl_context is not None
+    assert tls.uses_tls and not tls.uses_sasl and tls.ssl_context is not None
     assert tls.ssl_context.check_hostname  # ssl.endpoint.identification.algorithm=https
+    both = ClientSecurity.of("SASL_SSL", tls_ca.client_props(), sasl=sasl)
+    assert both.uses_tls and both.uses_sasl
 
 
 @pytest.fixture
