@@ -133,3 +133,80 @@ def test_kcat_lists_metadata_over_mtls(tls_cluster, tls_ca):
     assert out.returncode == 0, out.stderr
     assert '"brokers"' in out.stdout
     assert "User:carol" in tls_cluster.principals.seen
+
+
+def test_kafka_python_over_mtls(tls_cluster, tls_ca):
+    kafka = pytest.importorskip("kafka")
+    dave = tls_ca.client("dave")
+    ssl_conf = {
+        "security_protocol": "SSL",
+        "ssl_cafile": str(tls_ca.ca_path),
+        "ssl_certfile": str(dave.cert_path),
+        "ssl_keyfile": str(dave.key_path),
+    }
+    topic = f"tls-kp-{uuid.uuid4().hex[:8]}"
+    producer = kafka.KafkaProducer(bootstrap_servers=tls_cluster.bootstrap_servers, **ssl_conf)
+    try:
+        for i in range(50):
+            producer.send(topic, b"kp%d" % i)
+        producer.flush(30)
+    finally:
+        producer.close(5)
+    consumer = kafka.KafkaConsumer(
+        topic,
+        bootstrap_servers=tls_cluster.bootstrap_servers,
+        auto_offset_reset="earliest",
+        consumer_timeout_ms=15_000,
+        **ssl_conf,
+    )
+    got = []
+    try:
+        for message in consumer:  # ends after consumer_timeout_ms without records
+            got.append(message.value)
+            if len(got) == 50:
+                break
+    finally:
+        consumer.close()
+    assert got == [b"kp%d" % i for i in range(50)]
+    assert "User:dave" in tls_cluster.principals.seen
+
+
+def test_aiokafka_over_mtls(tls_cluster, tls_ca):
+    aiokafka = pytest.importorskip("aiokafka")
+    import asyncio
+    import ssl
+
+    erin = tls_ca.client("erin")
+    context = ssl.create_default_context(cafile=str(tls_ca.ca_path))
+    context.load_cert_chain(str(erin.cert_path), str(erin.key_path))
+    topic = f"tls-aio-{uuid.uuid4().hex[:8]}"
+
+    async def go():
+        common = {
+            "bootstrap_servers": tls_cluster.bootstrap_servers,
+            "security_protocol": "SSL",
+            "ssl_context": context,
+        }
+        producer = aiokafka.AIOKafkaProducer(**common)
+        await producer.start()
+        try:
+            for i in range(50):
+                await producer.send_and_wait(topic, b"aio%d" % i)
+        finally:
+            await producer.stop()
+        consumer = aiokafka.AIOKafkaConsumer(
+            topic, group_id=f"g-{topic}", auto_offset_reset="earliest", **common
+        )
+        await consumer.start()
+        got = []
+        try:
+            async with asyncio.timeout(30):
+                while len(got) < 50:
+                    batch = await consumer.getmany(timeout_ms=500)
+                    got += [m.value for ms in batch.values() for m in ms]
+        finally:
+            await consumer.stop()
+        return got
+
+    assert asyncio.run(go()) == [b"aio%d" % i for i in range(50)]
+    assert "User:erin" in tls_cluster.principals.seen
