@@ -242,3 +242,30 @@ def test_tls_connections_count_against_max_connections_per_ip(tls_ca):
 def test_a_server_refuses_a_tls_protocol_without_a_context():
     with pytest.raises(ValueError, match="needs a TLS context"):
         KafkaServer(lambda r: None, BROKER_APIS, security_protocol=SecurityProtocol.SSL)
+
+
+def test_hundreds_of_stalled_and_garbage_handshakes_leave_others_served(tls_ca):
+    sessions: list = []
+    server = tls_server(tls_ca, sessions)
+
+    async def body(server):
+        loop = asyncio.get_running_loop()
+        bad = []
+        for i in range(300):
+            s = socket.socket()
+            s.setblocking(False)
+            await loop.sock_connect(s, ("127.0.0.1", server.port))
+            # half stall mid-ClientHello, half send garbage
+            await loop.sock_sendall(s, b"\x16\x03\x01\x02\x00\x01" if i % 2 else b"\xff" * 64)
+            bad.append(s)
+        try:
+            for _ in range(3):  # served while all of them are open or being refused
+                await api_versions_async(server.port, security(tls_ca))
+            closed = await asyncio.gather(*(_closed_by_server(s) for s in bad))
+        finally:
+            for s in bad:
+                s.close()
+        return all(closed), server.failed_tls_handshakes
+
+    assert run(server, body) == (True, 300)
+    assert len(sessions) == 3
