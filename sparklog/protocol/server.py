@@ -31,6 +31,7 @@ import contextlib
 import logging
 import os
 import ssl
+import time
 from collections.abc import Mapping, Sequence
 
 from sparklog.protocol import cooperative, file_response
@@ -50,7 +51,7 @@ from sparklog.protocol.request_queue import (
     MemoryPool,
     RequestSlots,
 )
-from sparklog.security.audit import LOG_ONLY, AuditSink
+from sparklog.security.audit import LOG_ONLY, AuditSink, authentication_failed
 from sparklog.security.listeners import ListenerSecurity
 from sparklog.security.principal import NoMatchingRule, PrincipalBuilder
 from sparklog.security.session import ANONYMOUS, SecurityProtocol
@@ -99,10 +100,12 @@ class KafkaServer:
         principal_builder: PrincipalBuilder | None = None,
         ssl_handshake_timeout_ms: int = DEFAULT_SSL_HANDSHAKE_TIMEOUT_MS,
         security: ListenerSecurity | None = None,
+        node_id: int = -1,
     ) -> None:
         """`security`, when given, is the listener's (`security.listeners.listener_security`)
         and sets `listener_name`, `security_protocol`, `ssl_context`, `principal_builder` and
-        `ssl_handshake_timeout_ms` from it."""
+        `ssl_handshake_timeout_ms` from it. `audit` gets the connection-level authentication
+        failures (a failed TLS handshake, an unmapped certificate subject) as `node_id`'s."""
         if security is not None:
             listener_name = security.listener_name
             security_protocol = security.security_protocol
@@ -129,6 +132,7 @@ class KafkaServer:
         self.ssl_handshake_timeout_ms = ssl_handshake_timeout_ms
         self.failed_tls_handshakes = 0
         self.failed_authentications = 0
+        self.node_id = node_id
         self.apis = apis
         self.host = host
         self.port = port
@@ -212,6 +216,7 @@ class KafkaServer:
         except (OSError, TimeoutError, EOFError) as e:  # ssl.SSLError is an OSError
             self.failed_tls_handshakes += 1
             self._log_tls_failure("TLS handshake with %s failed: %r", peer, e)
+            self._audit_failure(protocol, f"TLS handshake failed: {e!r}")
             writer.transport.abort()
             return False
         # what StreamWriter.start_tls does, without its crash on a None transport
@@ -227,9 +232,24 @@ class KafkaServer:
         except NoMatchingRule as e:
             self.failed_authentications += 1
             self._log_tls_failure("TLS client %s failed authentication: %s", peer, e)
+            self._audit_failure(protocol, str(e))
             return False
         protocol.conn.authenticated(principal)
         return True
+
+    def _audit_failure(self, protocol: _RequestProtocol, reason: str) -> None:
+        """An authentication failure for the audit trail (`AuditSink.record` never blocks)."""
+        self.audit.record(
+            authentication_failed(
+                int(time.time() * 1000),
+                client_address=protocol.conn.client_address,
+                listener=self.listener_name,
+                mechanism="SSL",
+                reason=reason,
+                node_id=self.node_id,
+                api="",
+            )
+        )
 
     def _log_tls_failure(self, message: str, *args: object) -> None:
         """At most one warning per 10 s (a port scanner must not flood the log)."""

@@ -23,7 +23,17 @@ from sparklog.security.session import SecurityProtocol
 VERSIONS = ApiVersionsRequest(client_software_name="t", client_software_version="1")
 
 
-def tls_server(ca, sessions: list, *, rules: str = "DEFAULT", server=None, **props) -> KafkaServer:
+class Audit:
+    def __init__(self) -> None:
+        self.events: list = []
+
+    def record(self, event) -> None:
+        self.events.append(event)
+
+
+def tls_server(
+    ca, sessions: list, *, rules: str = "DEFAULT", server=None, audit=None, **props
+) -> KafkaServer:
     """A KafkaServer on listener SSL built from the listener's settings, as servers build
     theirs (`listener_security`); handshakes bounded at 1 s."""
 
@@ -38,7 +48,7 @@ def tls_server(ca, sessions: list, *, rules: str = "DEFAULT", server=None, **pro
     }
     endpoint = ListenerEndpoint("SSL", SecurityProtocol.SSL, "127.0.0.1", 0)
     security = listener_security(endpoint, ListenerSettings("SSL", settings))
-    return KafkaServer(handler, BROKER_APIS, security=security)
+    return KafkaServer(handler, BROKER_APIS, security=security, audit=audit or Audit(), node_id=7)
 
 
 def security(ca, client=None, **props) -> ClientSecurity:
@@ -108,7 +118,8 @@ def test_tls_without_a_client_certificate_is_anonymous(tls_ca):
 
 def test_required_client_auth_refuses_a_client_without_a_certificate(tls_ca):
     sessions: list = []
-    server = tls_server(tls_ca, sessions, **{"ssl.client.auth": "required"})
+    audit = Audit()
+    server = tls_server(tls_ca, sessions, audit=audit, **{"ssl.client.auth": "required"})
 
     async def body(server):
         with pytest.raises((ConnectionError, ssl.SSLError)):
@@ -117,12 +128,25 @@ def test_required_client_auth_refuses_a_client_without_a_certificate(tls_ca):
 
     assert run(server, body) == 1
     assert sessions == []
+    (event,) = audit.events
+    assert (event.decision, event.listener, event.client_address, event.node_id) == (
+        "AUTHENTICATION_FAILED",
+        "SSL",
+        "127.0.0.1",
+        7,
+    )
+    assert "TLS handshake failed" in event.detail
 
 
 def test_a_subject_no_rule_maps_fails_authentication_and_closes(tls_ca):
     sessions: list = []
+    audit = Audit()
     server = tls_server(
-        tls_ca, sessions, rules="RULE:^CN=(.*),OU=ops,.*$/$1/", **{"ssl.client.auth": "required"}
+        tls_ca,
+        sessions,
+        rules="RULE:^CN=(.*),OU=ops,.*$/$1/",
+        audit=audit,
+        **{"ssl.client.auth": "required"},
     )
 
     async def body(server):
@@ -136,6 +160,9 @@ def test_a_subject_no_rule_maps_fails_authentication_and_closes(tls_ca):
 
     assert run(server, body) == 1
     assert [str(s.principal) for s in sessions] == ["User:dave"]
+    (event,) = audit.events
+    assert event.decision == "AUTHENTICATION_FAILED"
+    assert "CN=carol,OU=tests,O=sparklog" in event.detail
 
 
 def test_the_client_checks_the_servers_name_and_chain(tls_ca, tmp_path):
