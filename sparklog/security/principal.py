@@ -197,10 +197,10 @@ def _ava(attribute: x509.NameAttribute) -> str:
 
 
 def _escape(value: str) -> str:
-    """RFC 2253 §2.4 escaping, as Java applies it."""
+    """RFC 2253 §2.4 escaping, as Java applies it (which escapes `=` too)."""
     out = []
     for i, c in enumerate(value):
-        if c in ',+"\\<>;' or (c == "#" and i == 0) or (c == " " and i in (0, len(value) - 1)):
+        if c in ',=+"\\<>;' or (c == "#" and i == 0) or (c == " " and i in (0, len(value) - 1)):
             out.append("\\" + c)
         else:
             out.append(c)

@@ -194,3 +194,65 @@ def test_principal_builder(tls_ca):
     strict = PrincipalBuilder.of({"ssl.principal.mapping.rules": "RULE:^CN=(.*),OU=ops.*$/$1/"})
     with pytest.raises(NoMatchingRule):
         strict.ssl(der)
+
+
+_A = x509.NameAttribute
+#: subjects and what OpenJDK 17's X500Principal.getName() prints for them (recorded by running
+#: it on these certificates): escaping, non-keyword attributes as OID=#DER, multi-valued RDNs
+JAVA_NAMES = [
+    ([_A(NameOID.ORGANIZATION_NAME, "Acme, Inc."), _A(NameOID.COMMON_NAME, "a+b=c")],
+     r"CN=a\+b\=c,O=Acme\, Inc."),
+    ([_A(NameOID.COMMON_NAME, ' "quoted" <x>;y\\z')], r"CN=\ \"quoted\" \<x\>\;y\\z"),
+    ([_A(NameOID.COMMON_NAME, "#hash trailing ")], "CN=\\#hash trailing\\ "),
+    ([_A(NameOID.COMMON_NAME, "Zoë 名前")], "CN=Zoë 名前"),
+    (
+        [
+            _A(NameOID.DOMAIN_COMPONENT, "com"),
+            _A(NameOID.DOMAIN_COMPONENT, "example"),
+            _A(NameOID.USER_ID, "u1"),
+            _A(NameOID.EMAIL_ADDRESS, "bob@x.io"),
+        ],
+        "1.2.840.113549.1.9.1=#1608626f6240782e696f,UID=u1,DC=example,DC=com",
+    ),
+    (
+        [
+            _A(NameOID.COUNTRY_NAME, "US"),
+            _A(NameOID.STATE_OR_PROVINCE_NAME, "CA"),
+            _A(NameOID.LOCALITY_NAME, "SF"),
+            _A(NameOID.STREET_ADDRESS, "1 Main"),
+            _A(NameOID.SERIAL_NUMBER, "123"),
+            _A(NameOID.TITLE, "Dr"),
+        ],
+        "2.5.4.12=#0c024472,2.5.4.5=#1303313233,STREET=1 Main,L=SF,ST=CA,C=US",
+    ),
+    (
+        [
+            x509.RelativeDistinguishedName(
+                [_A(NameOID.COMMON_NAME, "m"), _A(NameOID.ORGANIZATIONAL_UNIT_NAME, "u")]
+            ),
+            x509.RelativeDistinguishedName([_A(NameOID.ORGANIZATION_NAME, "o")]),
+        ],
+        "O=o,CN=m+OU=u",
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("parts", "java"), JAVA_NAMES)
+def test_distinguished_names_are_printed_as_javas_x500principal(parts, java):
+    assert distinguished_name(_self_signed(x509.Name(parts))) == java
+
+
+def _self_signed(name: x509.Name) -> bytes:
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .sign(key, hashes.SHA256())
+    )
+    return cert.public_bytes(serialization.Encoding.DER)
