@@ -21,6 +21,9 @@ session fixture `tls_ca` (tests/conftest.py) hands out one `TestCA`.
 from __future__ import annotations
 
 import functools
+import os
+import re
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -68,11 +71,18 @@ class KeyPair:
         )
 
     def encrypted_key_pem(self, password: str) -> bytes:
-        return self._key().private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.BestAvailableEncryption(password.encode()),
+        """The key as an encrypted PKCS#8 PEM that Java reads too: PBES1 with SHA-1 and
+        3DES (JDK 17 cannot read the PBES2 keys `cryptography` writes: "PBES2
+        SecretKeyFactory not available"); `cryptography` cannot write PBES1 PKCS#8, so the
+        openssl command does."""
+        done = subprocess.run(
+            ["openssl", "pkcs8", "-topk8", "-v1", "PBE-SHA1-3DES", "-passout", "env:KEY_PASSWORD"],
+            input=self.key_pem,
+            capture_output=True,
+            env={**os.environ, "KEY_PASSWORD": password},
+            check=True,
         )
+        return done.stdout
 
     @functools.cached_property
     def cert_path(self) -> Path:
@@ -160,9 +170,13 @@ class TestCA:
         organization: str = "sparklog",
         organizational_unit: str = "tests",
     ) -> KeyPair:
-        """A client certificate whose subject is `CN=<cn>,OU=<ou>,O=<o>` (RFC 2253 order)."""
+        """A client certificate whose subject is `CN=<cn>,OU=<ou>,O=<o>` (RFC 2253 order).
+        It names a host too (`<cn>.clients.sparklog.test`): Java refuses a certificate whose
+        subjectAltName extension is empty, which trustme writes when given no identity."""
+        host = re.sub(r"[^a-z0-9-]+", "-", common_name.lower()).strip("-") or "client"
         return self.issue(
             f"client-{common_name}",
+            f"{host}.clients.sparklog.test",
             common_name=common_name,
             organization_name=organization,
             organization_unit_name=organizational_unit,
