@@ -171,3 +171,36 @@ def test_aiokafka_over_mtls(tls_cluster, tls_ca):
 
     assert asyncio.run(go()) == [b"aio%d" % i for i in range(50)]
     assert "User:erin" in tls_cluster.principals.seen
+
+
+def test_sparklogs_blocking_connection_over_mtls_with_sends_and_reads_in_parallel(
+    tls_cluster, tls_ca
+):
+    """sparklog's blocking BrokerConnection on a TLS socket: its reader thread receives while
+    other threads send (one SSL object used by two threads, as the plaintext path does)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from sparklog.client.network import BrokerConnection
+    from sparklog.protocol.api_versions import ApiKey
+    from sparklog.protocol.outbound import ClientSecurity
+
+    metadata_all = {
+        "topics": None,
+        "allow_auto_topic_creation": False,
+        "include_topic_authorized_operations": False,
+    }
+    broker = tls_cluster.brokers[0]
+    security = ClientSecurity.of("SSL", tls_ca.client_props(tls_ca.client("frank")))
+    conn = BrokerConnection(0, broker.host, broker.port, security=security)
+    conn.connect(10_000)
+    try:
+
+        def burst(_i: int) -> int:
+            futures = [conn.send(ApiKey.METADATA, metadata_all) for _ in range(100)]
+            return sum(1 for f in futures if f.result(timeout=60) is not None)
+
+        with ThreadPoolExecutor(4) as pool:
+            assert sum(pool.map(burst, range(8))) == 800
+    finally:
+        conn.close()
+    assert "User:frank" in tls_cluster.principals.seen
