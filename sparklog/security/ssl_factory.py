@@ -177,7 +177,9 @@ class SslConfig:
     def of(cls, props: Mapping[str, object], *, server: bool = True) -> SslConfig:
         """The `ssl.*` names of `props` (others are ignored: other components read them)."""
         table = SERVER_SSL_SETTINGS if server else CLIENT_SSL_SETTINGS
-        values = table.parse(props, unknown="ignore")
+        # None (a filled-in config's unset setting) keeps the field's default
+        given = {name: raw for name, raw in props.items() if raw is not None}
+        values = table.parse(given, unknown="ignore")
         if "ssl_client_auth" in values:
             values["ssl_client_auth"] = SslClientAuth(values["ssl_client_auth"])
         config = cls(**values)

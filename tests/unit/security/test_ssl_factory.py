@@ -229,3 +229,14 @@ def test_the_handshake_bound_is_a_server_setting(tls_ca):
     assert SslConfig.of(tls_ca.server_props()).handshake_timeout_ms == 10_000
     with pytest.raises(ConfigError, match="sparklog.ssl.handshake.timeout.ms"):
         SslConfig.of({"sparklog.ssl.handshake.timeout.ms": "0"})
+
+
+def test_a_filled_in_client_config_with_unset_settings_reads_as_the_defaults(tls_ca):
+    filled = {s.name: None for s in CLIENT_SSL_SETTINGS.values()} | tls_ca.client_props()
+    filled["ssl.keystore.type"] = None
+    config = SslConfig.of(filled, server=False)
+    assert (config.ssl_keystore_type, config.ssl_enabled_protocols) == (
+        "JKS",
+        ("TLSv1.2", "TLSv1.3"),
+    )
+    handshake(server(tls_ca), client_context(config))
