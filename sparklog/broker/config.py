@@ -20,10 +20,13 @@ from dataclasses import dataclass, field
 
 from sparklog.metadata.configs import CLUSTER_SETTINGS, ControllerConfig
 from sparklog.security.listeners import LISTENER_SETTINGS, LISTENERS, ListenerConfig
+from sparklog.security.principal import PRINCIPAL_SETTINGS
+from sparklog.security.ssl_factory import SERVER_SSL_SETTINGS
 from sparklog.settings import (
     LONG_MAX,
     REGISTRY,
     SERVER_SCOPES,
+    ConfigError,
     ConfigType,
     Importance,
     Range,
@@ -336,5 +339,17 @@ class BrokerConfig:
         return out
 
     def described_settings(self) -> dict[str, tuple[str, bool]]:
-        """`broker_properties()` with whether each was given: what DescribeConfigs lists."""
-        return {n: (v, n in self.originals) for n, v in self.broker_properties().items()}
+        """`broker_properties()` with whether each was given: what DescribeConfigs lists,
+        with the server-wide `ssl.*` settings (as given, else their defaults; the sensitive
+        ones answer null, as Kafka's `ConfigHelper` does)."""
+        out = {n: (v, n in self.originals) for n, v in self.broker_properties().items()}
+        for s in (*SERVER_SSL_SETTINGS.values(), *PRINCIPAL_SETTINGS.values()):
+            if s.name in self.originals:
+                raw = self.originals[s.name]
+                try:
+                    out[s.name] = (s.format(s.parse(raw)), True)
+                except ConfigError:  # refused when a TLS listener starts; shown as given
+                    out[s.name] = (str(raw), True)
+            else:
+                out[s.name] = (s.default_text, False)
+        return out

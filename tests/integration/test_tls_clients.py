@@ -13,6 +13,7 @@ import uuid
 
 import pytest
 
+from sparklog.cluster.embedded import EmbeddedCluster
 from tests.integration.conftest import TEST_CONFIG
 from tests.support.certs import TestCA
 from tests.support.tls_cluster import TlsCluster
@@ -204,3 +205,20 @@ def test_sparklogs_blocking_connection_over_mtls_with_sends_and_reads_in_paralle
     finally:
         conn.close()
     assert "User:frank" in tls_cluster.principals.seen
+
+
+def test_describe_configs_lists_the_ssl_settings_with_secrets_null(tmp_path):
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    secret = "do-not-show-me"
+    config = {**TEST_CONFIG, "ssl.key.password": secret, "ssl.keystore.location": "/k.pem"}
+    with EmbeddedCluster(brokers=1, data_dir=tmp_path, config=config) as cluster:
+        admin = admin_client.AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+        resource = ConfigResource(ResourceType.BROKER, "0")
+        entries = admin.describe_configs([resource])[resource].result(10)
+    password = entries["ssl.key.password"]
+    assert (password.value, password.is_sensitive) == (None, True)
+    assert entries["ssl.keystore.location"].value == "/k.pem"
+    assert entries["ssl.client.auth"].value == "none"
+    assert entries["ssl.principal.mapping.rules"].value == "DEFAULT"
+    assert secret not in repr({k: (e.value, e.is_sensitive) for k, e in entries.items()})
