@@ -50,7 +50,13 @@ from typing import Any, Final
 
 from sparklog.security.principal import PRINCIPAL_SETTINGS, PrincipalBuilder
 from sparklog.security.session import SecurityProtocol
-from sparklog.security.ssl_factory import SERVER_SSL_SETTINGS, SslConfig, server_context
+from sparklog.security.ssl_factory import (
+    CLIENT_SSL_SETTINGS,
+    SERVER_SSL_SETTINGS,
+    SslConfig,
+    client_context,
+    server_context,
+)
 from sparklog.settings import (
     ConfigError,
     ConfigType,
@@ -385,6 +391,14 @@ def server_ssl_context(endpoint: ListenerEndpoint, settings: ListenerSettings) -
         raise ConfigError(
             f"listener {endpoint.listener_name} uses {endpoint.security_protocol.name}: {e}"
         ) from None
+
+
+def client_ssl_context(settings: ListenerSettings) -> ssl.SSLContext:
+    """The client side of a TLS listener, for a server's own connections to it (replication
+    on the inter-broker listener, brokers to the controller, the coordinator to brokers): the
+    listener's `ssl.*` settings, its key store answering mTLS and its trust store checking the
+    peer, as Kafka's inter-broker `SslFactory` in client mode reads the same listener config."""
+    return client_context(SslConfig.of(settings.values(CLIENT_SSL_SETTINGS), server=False))
 
 
 def sasl_server(endpoint: ListenerEndpoint, settings: ListenerSettings) -> Any:

@@ -329,3 +329,35 @@ def test_a_tls_listener_gets_its_context_principal_rules_and_handshake_bound(tls
     with pytest.raises(ConfigError, match="listener EXTERNAL uses SSL: .*ssl.key.password"):
         bad = {**props, "listener.name.external.ssl.key.password": "wrong"}
         listener_security(external, ListenerSettings("EXTERNAL", bad))
+
+
+def test_a_servers_own_connections_to_a_tls_listener_use_its_settings_as_client(tls_ca):
+    """Inter-broker mTLS: the listener's key store is the client certificate, its trust store
+    checks the peer; the peer sees the broker certificate's subject."""
+    import ssl
+
+    from sparklog.security.listeners import client_ssl_context
+
+    props = {**tls_ca.server_props(), "listener.name.replication.ssl.client.auth": "required"}
+    endpoint = ListenerEndpoint("REPLICATION", P.SSL, "", 0)
+    settings = ListenerSettings("REPLICATION", props)
+    server = listener_security(endpoint, settings).ssl_context
+    client = client_ssl_context(settings)
+    assert client.check_hostname and client.verify_mode == ssl.CERT_REQUIRED
+    s_in, s_out, c_in, c_out = (ssl.MemoryBIO() for _ in range(4))
+    srv = server.wrap_bio(s_in, s_out, server_side=True)
+    cli = client.wrap_bio(c_in, c_out, server_hostname="127.0.0.1")
+    done: set[str] = set()
+    for _ in range(10):
+        for name, obj in (("c", cli), ("s", srv)):
+            if name not in done:
+                try:
+                    obj.do_handshake()
+                    done.add(name)
+                except ssl.SSLWantReadError:
+                    pass
+        s_in.write(c_out.read())
+        c_in.write(s_out.read())
+    assert done == {"c", "s"}
+    subject = dict(rdn[0] for rdn in srv.getpeercert()["subject"])
+    assert subject["commonName"] == "localhost"  # the broker's own certificate
