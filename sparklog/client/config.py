@@ -14,6 +14,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
+from sparklog.security.sasl.client import MECHANISMS
 from sparklog.settings import (
     ConfigError,
     ConfigType,
@@ -69,7 +70,21 @@ _COMMON = (
         "use_all_dns_ips",
         ("use_all_dns_ips", "resolve_canonical_bootstrap_servers_only"),
     ),
-    _str("security.protocol", "PLAINTEXT", ("PLAINTEXT",)),
+    _str("security.protocol", "PLAINTEXT", ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")),
+    # SASL (Kafka's SaslConfigs): the mechanism and its login module's options in JAAS syntax;
+    # the JAAS text holds the password, so it is a PASSWORD (redacted wherever shown).
+    Setting(
+        "sasl.mechanism",
+        ConfigType.STRING,
+        "GSSAPI",
+        OneOf(("GSSAPI", *MECHANISMS), lower=False),
+        scope=Scope.CLIENT,
+        parser=lambda raw: None if raw is None else str(raw).strip().upper(),
+    ),
+    Setting("sasl.jaas.config", ConfigType.PASSWORD, None, scope=Scope.CLIENT, sensitive=True),
+    # Python has no login callback handler classes: a callable returning the OAUTHBEARER JWT
+    # (compact serialization) takes the place of `sasl.login.callback.handler.class`
+    _other("sasl.login.callback.handler.class", ConfigType.CLASS, None),
     _int("metadata.max.age.ms", 300_000),
     _int("request.timeout.ms", 30_000),
     _int("retry.backoff.ms", 100),

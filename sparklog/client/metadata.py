@@ -38,6 +38,7 @@ from sparklog.errors import (
     error_for_code,
 )
 from sparklog.protocol.api_versions import ApiKey
+from sparklog.security.sasl.client import AUTHENTICATION_ERRORS
 from sparklog.structs import TopicPartition
 
 from .config import parse_bootstrap_servers
@@ -443,6 +444,8 @@ class Metadata:
                 if wait == 0:
                     try:
                         self.refresh(timeout_ms=max(1, deadline_ms - now))
+                    except AUTHENTICATION_ERRORS:
+                        raise  # waiting cannot fix credentials (Kafka's waitOnMetadata)
                     except KafkaError as e:
                         last_error = str(e)
                     continue

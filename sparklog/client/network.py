@@ -31,6 +31,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from sparklog.client.request_builder import build_request
+from sparklog.client.security import authenticate, client_security
 from sparklog.errors import (
     KafkaError,
     NetworkExceptionError,
@@ -46,6 +47,7 @@ from sparklog.protocol.api_versions import (
 )
 from sparklog.protocol.connection import NEED_DATA, ClientConnection, ProtocolError
 from sparklog.protocol.outbound import PLAINTEXT, ClientSecurity, Endpoint, open_socket
+from sparklog.security.sasl.client import AUTHENTICATION_ERRORS, SaslRequest
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +90,9 @@ CLIENT_APIS: Mapping[ApiKey, VersionRange] = types.MappingProxyType(
         ApiKey.ADD_OFFSETS_TO_TXN: (3, 3),
         ApiKey.END_TXN: (3, 3),
         ApiKey.TXN_OFFSET_COMMIT: (3, 3),
+        # SASL (KIP-152: the handshake v1 and the tokens in SaslAuthenticate)
+        ApiKey.SASL_HANDSHAKE: (1, 1),
+        ApiKey.SASL_AUTHENTICATE: (0, 2),
     }
 )
 
@@ -168,6 +173,9 @@ class BrokerConnection:
         self.port = port
         self.request_timeout_ms = request_timeout_ms
         self.versions: dict[int, int] = {}
+        #: KIP-368: when the SASL session should be renewed (None: it does not expire)
+        self.reauthenticate_at_ms: int | None = None
+        self._retiring = False
         self._conn = ClientConnection(client_id or None)
         self._sock: socket.socket | None = None
         self._send_buffer_bytes = send_buffer_bytes
@@ -233,6 +241,44 @@ class BrokerConnection:
                 self.versions[int(api_key)] = pick_version(ours, theirs.get(int(api_key)), api_key)
             except UnsupportedApiError:
                 continue  # fails later, only if this API is used
+        if self.security.sasl is not None:
+            self._authenticate(timeout_ms)
+
+    def _authenticate(self, timeout_ms: int) -> None:
+        """SaslHandshake + SaslAuthenticate before any other request (KIP-152); a failure
+        closes the connection and raises the server's error (Kafka closes it too)."""
+        assert self.security.sasl is not None
+
+        def exchange(request: SaslRequest) -> Any:
+            body = build_request(request.api_key, request.version, request.fields)
+            return self._send_built(body, True, timeout_ms).result()
+
+        try:
+            auth = authenticate(
+                self.security.sasl,
+                self.versions.get(ApiKey.SASL_AUTHENTICATE, -1),
+                exchange,
+                now_ms,
+            )
+        except Exception:
+            self.close()
+            raise
+        self.reauthenticate_at_ms = auth.reauthenticate_at_ms
+
+    def session_expiring(self, now_ms: int) -> bool:
+        """Whether the SASL session is due for renewal (KIP-368's 85-95% point)."""
+        return self.reauthenticate_at_ms is not None and now_ms >= self.reauthenticate_at_ms
+
+    def retire(self) -> None:
+        """Take no new requests' place any more: close now if idle, else once the requests in
+        flight are answered. sparklog's client renews an expiring SASL session with a new
+        connection rather than re-authenticating this one (KIP-368 allows either: the server
+        only closes a connection used after its session expired)."""
+        with self._lock:
+            idle = not self._pending
+            self._retiring = True
+        if idle:
+            self.close(NetworkExceptionError(f"SASL session to node {self.node_id} renewed"))
 
     def version(self, api_key: int) -> int:
         """The negotiated version of `api_key`; UnsupportedVersionError when there is none."""
@@ -371,8 +417,11 @@ class BrokerConnection:
     def _complete(self, body: Any) -> None:
         with self._lock:
             pending = self._pending.popleft() if self._pending else None
+            drained = self._retiring and not self._pending
         if pending is not None and not pending.future.done():
             pending.future.set_result(body)
+        if drained:
+            self.close(NetworkExceptionError(f"SASL session to node {self.node_id} renewed"))
 
     def _expire_requests(self) -> None:
         now = now_ms()
@@ -404,12 +453,15 @@ class NetworkClient:
     def __init__(self, config: Mapping[str, Any]) -> None:
         self._config = config
         self._client_id = config["client.id"] or "sparklog"
-        self._security = ClientSecurity.of(config.get("security.protocol") or "PLAINTEXT")
+        self._security = client_security(config)
         self._lock = threading.RLock()
         self._addresses: dict[int, tuple[str, int]] = {}
         self._connections: dict[int, BrokerConnection] = {}
         self._backoff: dict[int, ReconnectBackoff] = {}
         self._node_locks: dict[int, threading.Lock] = {}
+        #: a node's last authentication failure, raised again while it backs off (Kafka's
+        #: `ClusterConnectionStates.authenticationException`)
+        self._auth_errors: dict[int, Exception] = {}
         self._closed = False
 
     def set_address(self, node_id: int, host: str, port: int) -> None:
@@ -455,7 +507,7 @@ class NetworkClient:
             if self._closed:
                 raise NetworkExceptionError("the client is closed")
             conn = self._connections.get(node_id)
-            if conn is not None and not conn.closed:
+            if conn is not None and not conn.closed and not conn.session_expiring(now_ms()):
                 return conn
             if node_id not in self._addresses:
                 raise NetworkExceptionError(f"node {node_id} is not known (no metadata names it)")
@@ -464,7 +516,9 @@ class NetworkClient:
             with self._lock:
                 conn = self._connections.get(node_id)
                 if conn is not None and not conn.closed:
-                    return conn
+                    if not conn.session_expiring(now_ms()):
+                        return conn
+                    conn.retire()  # KIP-368: a new connection, a new session
                 host, port = self._addresses[node_id]
                 backoff = self._backoff.setdefault(
                     node_id,
@@ -474,6 +528,9 @@ class NetworkClient:
                     ),
                 )
             delay = backoff.delay_ms(now_ms())
+            auth_error = self._auth_errors.get(node_id)
+            if delay and auth_error is not None:
+                raise type(auth_error)(str(auth_error))
             if delay:  # fail fast: callers try another node or retry after their own backoff
                 raise NetworkExceptionError(
                     f"node {node_id} at {host}:{port} is unreachable (the last connect failed; "
@@ -491,10 +548,13 @@ class NetworkClient:
             )
             try:
                 conn.connect(self._config["socket.connection.setup.timeout.ms"])
-            except Exception:
+            except Exception as e:
                 backoff.on_failure(now_ms())
+                if isinstance(e, AUTHENTICATION_ERRORS):
+                    self._auth_errors[node_id] = e
                 raise
             backoff.on_success()
+            self._auth_errors.pop(node_id, None)
             with self._lock:
                 if self._closed:
                     conn.close()

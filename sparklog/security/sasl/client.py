@@ -66,6 +66,16 @@ _EXTENSION_VALUE = re.compile(r"[\x21-\x7E \t\r\n]+")
 _SEPARATOR: Final = "\x01"
 
 
+#: What a failed authentication raises: not retriable by waiting (Kafka's
+#: `AuthenticationException` family), so clients surface it instead of retrying until their
+#: timeout.
+AUTHENTICATION_ERRORS: Final = (
+    SaslAuthenticationFailedError,
+    UnsupportedSaslMechanismError,
+    IllegalSaslStateError,
+)
+
+
 class SaslConfigError(ValueError):
     """The client's SASL settings cannot work (missing option, unknown mechanism, ...).
 
@@ -222,7 +232,7 @@ class OAuthBearerClient:
 # ------------------------------------------------------------------- unsecured OAUTHBEARER
 
 
-def unsecured_jws(options: Mapping[str, str], now_ms: int) -> str:
+def unsecured_jws(options: Mapping[str, str], wall_clock_ms: int) -> str:
     """An unsigned JWT (`alg: none`) from JAAS options, as Kafka's
     `OAuthBearerUnsecuredLoginCallbackHandler` builds one: `unsecuredLoginStringClaim_<n>`,
     `unsecuredLoginNumberClaim_<n>`, `unsecuredLoginListClaim_<n>` (first character is the
@@ -233,7 +243,11 @@ def unsecured_jws(options: Mapping[str, str], now_ms: int) -> str:
         lifetime_s = int(options.get("unsecuredLoginLifetimeSeconds", "3600"))
     except ValueError:
         raise SaslConfigError("unsecuredLoginLifetimeSeconds must be an integer") from None
-    claims: dict[str, Any] = {"exp": now_ms / 1000 + lifetime_s, "iat": now_ms / 1000}
+    # iat/exp are compared by the server's clock: wall-clock time, never monotonic
+    claims: dict[str, Any] = {
+        "exp": wall_clock_ms / 1000 + lifetime_s,
+        "iat": wall_clock_ms / 1000,
+    }
     prefixes: dict[str, Callable[[str], Any]] = {
         "unsecuredLoginStringClaim_": str,
         "unsecuredLoginNumberClaim_": _number,
@@ -340,8 +354,9 @@ class SaslClientConfig:
         """The user name PLAIN/SCRAM log in as (not a secret; for messages)."""
         return self.options.get("username")
 
-    def new_mechanism(self, now_ms: int) -> SaslMechanismClient:
-        """A mechanism client for one authentication."""
+    def new_mechanism(self, wall_clock_ms: int) -> SaslMechanismClient:
+        """A mechanism client for one authentication (`wall_clock_ms` dates an unsecured
+        token)."""
         if self.mechanism == PLAIN:
             return PlainClient(self.options["username"], self.options["password"])
         if self.mechanism in (SCRAM_SHA_256, SCRAM_SHA_512):
@@ -354,7 +369,7 @@ class SaslClientConfig:
                     "(header.payload.signature)"
                 )
         else:
-            token = unsecured_jws(self.options, now_ms)
+            token = unsecured_jws(self.options, wall_clock_ms)
         return OAuthBearerClient(token, extensions_from_options(self.options))
 
     @classmethod
@@ -377,16 +392,12 @@ class SaslClientConfig:
 
 def login_options(jaas_config: str) -> dict[str, str]:
     """The options of the single login module in a client's `sasl.jaas.config` (Kafka's
-    client-side rule: exactly one module). Parsing is the JAAS parser's (`security.jaas`);
-    its errors never quote the text, which holds secrets."""
-    # the server and client share one JAAS parser (imported here: only SASL clients need it)
+    `JaasContext` demands exactly one). Parsing is the shared JAAS parser's (`security.jaas`),
+    whose errors never quote a value. Like Kafka's client, any login module that supplies a
+    username and password serves PLAIN and SCRAM (both read the subject's credentials)."""
+    # imported here: only SASL clients need it
     jaas = importlib.import_module("sparklog.security.jaas")
-    entries = jaas.parse_jaas_config(jaas_config)
-    if len(entries) != 1:
-        raise SaslConfigError(
-            f"sasl.jaas.config must have exactly one login module, found {len(entries)}"
-        )
-    return dict(entries[0].options)
+    return dict(jaas.parse_login_module(jaas_config).options)
 
 
 # -------------------------------------------------------------------------- authenticator
@@ -419,7 +430,8 @@ class SaslClientAuthenticator:
     """Drives one mechanism through SaslHandshake and SaslAuthenticate (sans-IO).
 
     `authenticate_version` is the highest SaslAuthenticate version both sides speak (from
-    ApiVersions). After COMPLETE, `session_lifetime_ms` is the server's (0: none) and
+    ApiVersions). `now_ms` is the caller's monotonic clock (re-authentication is scheduled on
+    it); `wall_clock_ms` dates tokens the server checks against its own clock. After COMPLETE, `session_lifetime_ms` is the server's (0: none) and
     `reauthenticate_at_ms` when a client should authenticate again (None: never).
     """
 
@@ -429,6 +441,7 @@ class SaslClientAuthenticator:
         authenticate_version: int,
         now_ms: int,
         *,
+        wall_clock_ms: int,
         rng: random.Random | None = None,
     ) -> None:
         if authenticate_version < 0:
@@ -438,7 +451,7 @@ class SaslClientAuthenticator:
         self.state = AuthState.SEND_HANDSHAKE
         self.session_lifetime_ms = 0
         self.reauthenticate_at_ms: int | None = None
-        self._mechanism = config.new_mechanism(now_ms)
+        self._mechanism = config.new_mechanism(wall_clock_ms)
         self._pending: bytes | None = None
         self._rng = rng or random.Random()
 

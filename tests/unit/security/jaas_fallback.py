@@ -35,4 +35,5 @@ def install() -> None:
     except ImportError:
         module = types.ModuleType("sparklog.security.jaas")
         module.parse_jaas_config = _parse  # type: ignore[attr-defined]
+        module.parse_login_module = lambda text, mechanism=None: _parse(text)[0]  # type: ignore[attr-defined]
         sys.modules["sparklog.security.jaas"] = module

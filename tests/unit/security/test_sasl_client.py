@@ -183,7 +183,7 @@ def _authenticate(
 def test_authenticator_runs_scram_to_completion_with_session_lifetime() -> None:
     server = _scram_server("SCRAM-SHA-256", {"alice": "pw"})
     config = SaslClientConfig("SCRAM-SHA-256", {"username": "alice", "password": "pw"})
-    auth = SaslClientAuthenticator(config, 2, NOW_MS, rng=random.Random(1))
+    auth = SaslClientAuthenticator(config, 2, NOW_MS, wall_clock_ms=NOW_MS, rng=random.Random(1))
     request = auth.next_request()
     assert request is not None and request.api_key == SASL_HANDSHAKE
     assert request.fields == {"mechanism": "SCRAM-SHA-256"} and auth.next_request() is None
@@ -204,7 +204,7 @@ def test_authenticator_runs_scram_to_completion_with_session_lifetime() -> None:
 
 def test_authenticator_reports_the_enabled_mechanisms() -> None:
     config = SaslClientConfig("PLAIN", {"username": "a", "password": "b"})
-    auth = SaslClientAuthenticator(config, 1, NOW_MS)
+    auth = SaslClientAuthenticator(config, 1, NOW_MS, wall_clock_ms=NOW_MS)
     auth.next_request()
     with pytest.raises(UnsupportedSaslMechanismError, match="enabled: SCRAM-SHA-512"):
         auth.on_response(_handshake(UnsupportedSaslMechanismError.code, ("SCRAM-SHA-512",)), NOW_MS)
@@ -213,7 +213,7 @@ def test_authenticator_reports_the_enabled_mechanisms() -> None:
 
 def test_authenticator_raises_the_servers_failure() -> None:
     config = SaslClientConfig("PLAIN", {"username": "a", "password": "hunter2"})
-    auth = SaslClientAuthenticator(config, 0, NOW_MS)
+    auth = SaslClientAuthenticator(config, 0, NOW_MS, wall_clock_ms=NOW_MS)
     auth.next_request()
     auth.on_response(_handshake(), NOW_MS)
     request = auth.next_request()
@@ -232,6 +232,6 @@ def test_authenticator_raises_the_servers_failure() -> None:
 
 def test_authenticator_refuses_a_response_out_of_turn() -> None:
     config = SaslClientConfig("PLAIN", {"username": "a", "password": "b"})
-    auth = SaslClientAuthenticator(config, 2, NOW_MS)
+    auth = SaslClientAuthenticator(config, 2, NOW_MS, wall_clock_ms=NOW_MS)
     with pytest.raises(IllegalSaslStateError):
         auth.on_response(_authenticate(), NOW_MS)

@@ -1,0 +1,225 @@
+"""sparklog's own client over SASL_PLAINTEXT against Apache Kafka (the oracle broker): PLAIN,
+SCRAM-SHA-256/512 and OAUTHBEARER (Kafka's unsecured tokens) log in, produce and consume;
+a wrong password, an unknown user and a mechanism the listener lacks fail with Kafka's errors
+and no secret in the message; KIP-368: a session that expires is renewed without losing
+requests.
+
+Kafka's broker is the reference here, so the client is right before sparklog's own SASL
+server is tested with it. The broker keeps a PLAINTEXT listener for readiness and for
+creating SCRAM users (AlterUserScramCredentials through Kafka's admin client).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from sparklog.client import AdminClient, KafkaConsumer, KafkaProducer
+from sparklog.errors import (
+    SaslAuthenticationFailedError,
+    UnsupportedSaslMechanismError,
+)
+from sparklog.oracle.kafka_server import ApacheKafka, free_port, java_available
+from tests.unit.security import jaas_fallback
+
+pytestmark = pytest.mark.oracle
+
+jaas_fallback.install()
+
+PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
+SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
+OAUTH_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+USERS = {"alice": "alice-secret", "bob,=x": "bob-secret"}
+REAUTH_MS = 3_000
+
+
+@pytest.fixture(scope="module")
+def kafka_sasl(tmp_path_factory):
+    """Apache Kafka with a SASL_PLAINTEXT listener enabling all four mechanisms, PLAIN users
+    from the JAAS config, SCRAM users created with Kafka's admin client, sessions of
+    `REAUTH_MS` (connections.max.reauth.ms)."""
+    if not java_available():
+        pytest.skip("java is not installed: the Apache Kafka oracle needs a JDK >= 17")
+    from confluent_kafka.admin import AdminClient as CKAdmin
+    from confluent_kafka.admin import (
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialUpsertion,
+    )
+
+    data = tmp_path_factory.mktemp("kafka-sasl")
+    sasl_port, plain_only_port = free_port(), free_port()
+    kafka = ApacheKafka(data, config={})
+    plain_port, controller_port = kafka.ports[0], kafka.controller_port
+    plain_users = " ".join(f'user_{u}="{p}"' for u, p in USERS.items() if "," not in u)
+    listener = "listener.name.sasl_plaintext"
+    kafka.config.update(
+        {
+            "listeners": f"PLAINTEXT://127.0.0.1:{plain_port},"
+            f"CONTROLLER://127.0.0.1:{controller_port},SASL_PLAINTEXT://127.0.0.1:{sasl_port},"
+            f"ONLY_PLAIN://127.0.0.1:{plain_only_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{plain_port},"
+            f"SASL_PLAINTEXT://127.0.0.1:{sasl_port},ONLY_PLAIN://127.0.0.1:{plain_only_port}",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,"
+            "SASL_PLAINTEXT:SASL_PLAINTEXT,ONLY_PLAIN:SASL_PLAINTEXT",
+            "listener.name.only_plain.sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.only_plain.plain.sasl.jaas.config": f"{PLAIN_MODULE} required "
+            f"{plain_users};",
+            "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER",
+            f"{listener}.plain.sasl.jaas.config": f"{PLAIN_MODULE} required {plain_users};",
+            f"{listener}.scram-sha-256.sasl.jaas.config": f"{SCRAM_MODULE} required;",
+            f"{listener}.scram-sha-512.sasl.jaas.config": f"{SCRAM_MODULE} required;",
+            f"{listener}.oauthbearer.sasl.jaas.config": f"{OAUTH_MODULE} required;",
+            "connections.max.reauth.ms": str(REAUTH_MS),
+            "auto.create.topics.enable": "true",
+            "num.partitions": "1",
+        }
+    )
+    with kafka:
+        kafka.start()
+        admin = CKAdmin({"bootstrap.servers": kafka.bootstrap_servers, "log_level": 0})
+        # one request per mechanism: Kafka refuses a user altered twice in one request
+        for mech in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512):
+            upserts = [
+                UserScramCredentialUpsertion(u, ScramCredentialInfo(mech, 4096), p.encode())
+                for u, p in USERS.items()
+            ]
+            for future in admin.alter_user_scram_credentials(upserts).values():
+                future.result(timeout=30)
+        # the SASL listener, then one enabling PLAIN only
+        yield f"127.0.0.1:{sasl_port},127.0.0.1:{plain_only_port}"
+
+
+def _jaas(module: str, user: str, password: str) -> str:
+    escaped = user.replace("\\", "\\\\").replace('"', '\\"')
+    return f'{module} required username="{escaped}" password="{password}";'
+
+
+def _settings(bootstrap: str, mechanism: str, jaas: str | None, **extra) -> dict:
+    return {
+        "bootstrap.servers": bootstrap.split(",")[0],
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": mechanism,
+        "sasl.jaas.config": jaas,
+        **extra,
+    }
+
+
+def _round_trip(settings: dict, topic: str) -> list[bytes]:
+    producer = KafkaProducer({**settings, "max.block.ms": 20_000})
+    try:
+        producer.send(topic, b"v1").result(timeout=20)
+        producer.send(topic, b"v2").result(timeout=20)
+    finally:
+        producer.close()
+    consumer = KafkaConsumer({**settings, "auto.offset.reset": "earliest"})
+    try:
+        consumer.assign([(topic, 0)])
+        got: list[bytes] = []
+        deadline = time.monotonic() + 20
+        while len(got) < 2 and time.monotonic() < deadline:
+            got += [r.value for r in consumer.poll(500)]
+        return got
+    finally:
+        consumer.close()
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "module", "user"),
+    [
+        ("PLAIN", PLAIN_MODULE, "alice"),
+        ("SCRAM-SHA-256", SCRAM_MODULE, "alice"),
+        ("SCRAM-SHA-512", SCRAM_MODULE, "bob,=x"),
+    ],
+)
+def test_password_mechanisms_produce_and_consume(kafka_sasl, mechanism, module, user):
+    settings = _settings(kafka_sasl, mechanism, _jaas(module, user, USERS[user]))
+    topic = f"sasl-{mechanism.lower()}"
+    assert _round_trip(settings, topic) == [b"v1", b"v2"]
+
+
+def test_oauthbearer_unsecured_token_produces_and_consumes(kafka_sasl):
+    jaas = f'{OAUTH_MODULE} required unsecuredLoginStringClaim_sub="carol";'
+    assert _round_trip(_settings(kafka_sasl, "OAUTHBEARER", jaas), "sasl-oauth") == [b"v1", b"v2"]
+
+
+def test_oauthbearer_token_from_a_callable(kafka_sasl):
+    from sparklog.security.sasl.client import unsecured_jws
+
+    calls = []
+
+    def token() -> str:
+        calls.append(1)
+        return unsecured_jws({"unsecuredLoginStringClaim_sub": "dave"}, int(time.time() * 1000))
+
+    settings = _settings(
+        kafka_sasl, "OAUTHBEARER", None, **{"sasl.login.callback.handler.class": token}
+    )
+    admin = AdminClient(settings)
+    try:
+        admin.create_topics(["sasl-oauth-callable"])
+    finally:
+        admin.close()
+    assert calls
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "module"), [("PLAIN", PLAIN_MODULE), ("SCRAM-SHA-512", SCRAM_MODULE)]
+)
+def test_wrong_password_fails_with_kafkas_error_and_no_secret(kafka_sasl, mechanism, module):
+    """Kafka's SASL_AUTHENTICATION_FAILED reaches the caller as itself (not as a metadata
+    timeout after max.block.ms: waiting cannot fix a password), without the password."""
+    settings = _settings(kafka_sasl, mechanism, _jaas(module, "alice", "not-the-password"))
+    admin = AdminClient({**settings, "default.api.timeout.ms": 10_000})
+    try:
+        with pytest.raises(SaslAuthenticationFailedError) as e:
+            admin.create_topics(["never"])
+    finally:
+        admin.close()
+    assert "not-the-password" not in str(e.value)
+    assert "Authentication failed" in str(e.value)
+    producer = KafkaProducer({**settings, "max.block.ms": 60_000})
+    try:
+        with pytest.raises(SaslAuthenticationFailedError):
+            producer.send("never", b"x").result(timeout=60)
+    finally:
+        producer.close()
+
+
+def test_mechanism_the_listener_lacks_names_the_enabled_ones(kafka_sasl):
+    """Kafka's listener answers UNSUPPORTED_SASL_MECHANISM with its enabled list, which the
+    client's error shows (with the fix)."""
+    only_plain = kafka_sasl.split(",")[1]
+    settings = _settings(only_plain, "SCRAM-SHA-512", _jaas(SCRAM_MODULE, "alice", "pw"))
+    admin = AdminClient({**settings, "default.api.timeout.ms": 10_000})
+    try:
+        with pytest.raises(UnsupportedSaslMechanismError, match=r"enabled: PLAIN\)"):
+            admin.create_topics(["never"])
+    finally:
+        admin.close()
+
+
+def test_expiring_session_is_renewed_without_failing_requests(kafka_sasl):
+    """KIP-368: Kafka closes a connection used after its session expired; sparklog's client
+    renews the session (a new connection) before that, so a long-lived producer keeps
+    working across several session lifetimes."""
+    settings = _settings(kafka_sasl, "SCRAM-SHA-256", _jaas(SCRAM_MODULE, "alice", USERS["alice"]))
+    producer = KafkaProducer({**settings, "max.block.ms": 20_000, "retries": 0})
+    try:
+        producer.send("sasl-reauth", b"first").result(timeout=20)
+        network = producer._network  # noqa: SLF001 (the session under test)
+        node = next(n for n in network.nodes() if n >= 0)
+        first = network.connection(node)
+        assert first.reauthenticate_at_ms is not None
+        deadline = time.monotonic() + 3 * REAUTH_MS / 1000
+        sent = 0
+        while time.monotonic() < deadline:
+            producer.send("sasl-reauth", b"x").result(timeout=20)
+            sent += 1
+            time.sleep(0.05)
+        assert network.connection(node) is not first
+        assert first.closed
+    finally:
+        producer.close()
+    assert sent > 0
