@@ -12,18 +12,25 @@ import asyncio
 import contextlib
 import datetime
 import logging
+import time
 from typing import Any
 
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32Timedelta
 
+from sparklog.errors import KafkaError
 from sparklog.protocol import codec
 from sparklog.protocol.api_versions import VersionRange
 from sparklog.protocol.connection import NEED_DATA, ClientConnection, ProtocolError
 from sparklog.protocol.outbound import PLAINTEXT, ClientSecurity, Endpoint, open_stream
+from sparklog.security.sasl.client import SASL_AUTHENTICATE, SaslClientAuthenticator
 
 logger = logging.getLogger(__name__)
+
+
+def _monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
 
 
 class AsyncKafkaConnection:
@@ -42,6 +49,8 @@ class AsyncKafkaConnection:
         self.client_id = client_id
         self.security = security
         self.api_versions: dict[int, VersionRange] = {}
+        #: KIP-368: when the SASL session should be renewed (monotonic ms; None: never)
+        self.reauthenticate_at_ms: int | None = None
         self._conn = ClientConnection(client_id)
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
@@ -62,7 +71,38 @@ class AsyncKafkaConnection:
         if response.error_code != 0:
             raise ConnectionError(f"ApiVersions failed with error {response.error_code}")
         self.api_versions = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+        if self.security.sasl is not None:
+            await self._authenticate()
         return self
+
+    async def _authenticate(self) -> None:
+        """SaslHandshake + SaslAuthenticate with the connection's credentials (brokers to the
+        controller, to each other and to the coordinator, and the coordinator to brokers:
+        the inter-broker principal). A failure closes the connection and raises
+        ConnectionError naming the server and the error, never a secret."""
+        assert self.security.sasl is not None
+        theirs = self.api_versions.get(SASL_AUTHENTICATE)
+        auth = SaslClientAuthenticator(
+            self.security.sasl,
+            -1 if theirs is None else theirs[1],
+            _monotonic_ms(),
+            wall_clock_ms=int(time.time() * 1000),
+        )
+        try:
+            while (step := auth.next_request()) is not None:
+                body = codec.request_schema(step.api_key, step.version)(**step.fields)
+                auth.on_response(await self.request(body), _monotonic_ms())
+        except KafkaError as e:
+            await self.close()
+            raise ConnectionError(
+                f"SASL authentication to {self.host}:{self.port} failed: {e.name}: {e}"
+            ) from None
+        self.reauthenticate_at_ms = auth.reauthenticate_at_ms
+
+    def session_expiring(self) -> bool:
+        """Whether the SASL session is due for renewal (KIP-368); the owner reconnects."""
+        at = self.reauthenticate_at_ms
+        return at is not None and _monotonic_ms() >= at
 
     def version_for(self, api_key: int, ours: VersionRange) -> int:
         """Highest version both sides speak."""

@@ -11,6 +11,7 @@ creating SCRAM users (AlterUserScramCredentials through Kafka's admin client).
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -223,3 +224,44 @@ def test_expiring_session_is_renewed_without_failing_requests(kafka_sasl):
     finally:
         producer.close()
     assert sent > 0
+
+
+def test_asyncio_connections_authenticate_with_inter_broker_credentials(kafka_sasl):
+    """The outbound asyncio connections (replica fetchers, broker -> controller and ->
+    coordinator, coordinator -> brokers) log in with the listener's inter-broker credentials
+    before their first request; a wrong password is a ConnectionError naming Kafka's error."""
+    from kio.schema.metadata.v12.request import MetadataRequest
+
+    from sparklog.protocol.async_client import connect
+    from sparklog.protocol.outbound import ClientSecurity, Endpoint
+    from sparklog.security.sasl.client import inter_broker_sasl
+
+    endpoint = Endpoint.parse(kafka_sasl.split(",")[0])
+
+    def security(password: str) -> ClientSecurity:
+        props = {
+            "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+            "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config": _jaas(
+                SCRAM_MODULE, "alice", password
+            ),
+        }
+        return ClientSecurity.of("SASL_PLAINTEXT", sasl=inter_broker_sasl(props, "SASL_PLAINTEXT"))
+
+    async def go(password: str) -> int:
+        conn = await connect(endpoint, security(password), client_id="replica-fetcher-test")
+        try:
+            request = MetadataRequest(
+                topics=None,
+                allow_auto_topic_creation=False,
+                include_topic_authorized_operations=False,
+            )
+            response = await conn.request(request)
+            assert conn.reauthenticate_at_ms is not None  # Kafka's session lifetime arrived
+            return len(response.brokers)
+        finally:
+            await conn.close()
+
+    assert asyncio.run(go(USERS["alice"])) == 1
+    with pytest.raises(ConnectionError, match="SASL_AUTHENTICATION_FAILED") as e:
+        asyncio.run(go("wrong-password"))
+    assert "wrong-password" not in str(e.value)

@@ -390,6 +390,25 @@ class SaslClientConfig:
         return cls(mechanism, login_options(jaas_config), token_provider)
 
 
+def inter_broker_sasl(props: Mapping[str, Any], listener_name: str) -> SaslClientConfig:
+    """The credentials a server uses on its own connections to `listener_name` (brokers to
+    the controller and to each other, the coordinator to brokers): the mechanism
+    `sasl.mechanism.inter.broker.protocol` (Kafka's default GSSAPI) and the `username` /
+    `password` of that listener's JAAS entry for it,
+    `listener.name.<listener>.<mechanism>.sasl.jaas.config` (Kafka reads the broker's JAAS
+    login for the listener the same way: a PlainLoginModule entry carries both the broker's
+    own login and the `user_<name>` table it serves)."""
+    mechanism = str(props.get("sasl.mechanism.inter.broker.protocol") or "GSSAPI").upper()
+    key = f"listener.name.{listener_name.lower()}.{mechanism.lower()}.sasl.jaas.config"
+    jaas_config = props.get(key)
+    if jaas_config is None:
+        raise SaslConfigError(
+            f"inter-broker SASL on listener {listener_name} needs {key} with the broker's "
+            f'username="..." password="..." (sasl.mechanism.inter.broker.protocol={mechanism})'
+        )
+    return SaslClientConfig.from_jaas(mechanism, str(jaas_config))
+
+
 def login_options(jaas_config: str) -> dict[str, str]:
     """The options of the single login module in a client's `sasl.jaas.config` (Kafka's
     `JaasContext` demands exactly one). Parsing is the shared JAAS parser's (`security.jaas`),

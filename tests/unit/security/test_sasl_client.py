@@ -27,6 +27,7 @@ from sparklog.security.sasl.client import (
     SaslClientConfig,
     SaslConfigError,
     ScramClient,
+    inter_broker_sasl,
     unsecured_jws,
 )
 from tests.unit.security import jaas_fallback
@@ -235,3 +236,20 @@ def test_authenticator_refuses_a_response_out_of_turn() -> None:
     auth = SaslClientAuthenticator(config, 2, NOW_MS, wall_clock_ms=NOW_MS)
     with pytest.raises(IllegalSaslStateError):
         auth.on_response(_authenticate(), NOW_MS)
+
+
+def test_inter_broker_credentials_come_from_the_listeners_jaas_entry() -> None:
+    """Kafka's broker logs in to other brokers with the username/password of the inter-broker
+    listener's JAAS entry for `sasl.mechanism.inter.broker.protocol`."""
+    props = {
+        "sasl.mechanism.inter.broker.protocol": "PLAIN",
+        "listener.name.internal.plain.sasl.jaas.config": (
+            "org.apache.kafka.common.security.plain.PlainLoginModule required "
+            'username="broker" password="broker-pw" user_broker="broker-pw" user_alice="a";'
+        ),
+    }
+    config = inter_broker_sasl(props, "INTERNAL")
+    assert (config.mechanism, config.username) == ("PLAIN", "broker")
+    assert config.new_mechanism(NOW_MS).initial_response() == b"\0broker\0broker-pw"
+    with pytest.raises(SaslConfigError, match=r"listener.name.external.plain.sasl.jaas.config"):
+        inter_broker_sasl(props, "EXTERNAL")
