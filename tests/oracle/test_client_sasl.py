@@ -22,11 +22,9 @@ from sparklog.errors import (
     UnsupportedSaslMechanismError,
 )
 from sparklog.oracle.kafka_server import ApacheKafka, free_port, java_available
-from tests.unit.security import jaas_fallback
 
 pytestmark = pytest.mark.oracle
 
-jaas_fallback.install()
 
 PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"

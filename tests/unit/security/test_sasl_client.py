@@ -30,9 +30,6 @@ from sparklog.security.sasl.client import (
     inter_broker_sasl,
     unsecured_jws,
 )
-from tests.unit.security import jaas_fallback
-
-jaas_fallback.install()
 
 NOW_MS = 1_700_000_000_000
 
