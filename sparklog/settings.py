@@ -258,6 +258,8 @@ class Setting:
             raise ConfigError(self.refusal(value if raw is None else raw, rule))
 
     def refusal(self, raw: object, rule: str) -> str:
+        if self.sensitive or self.type == ConfigType.PASSWORD:  # never echo a secret
+            return f"{self.subject} must be {rule} (value hidden: it is a password)"
         return f"{self.subject} must be {rule}, got {raw!r}"
 
     def format(self, value: object) -> str:

@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from sparklog.security.sasl.client import MECHANISMS
+from sparklog.security.ssl_factory import CLIENT_SSL_SETTINGS
 from sparklog.settings import (
     ConfigError,
     ConfigType,
@@ -85,6 +86,8 @@ _COMMON = (
     # Python has no login callback handler classes: a callable returning the OAUTHBEARER JWT
     # (compact serialization) takes the place of `sasl.login.callback.handler.class`
     _other("sasl.login.callback.handler.class", ConfigType.CLASS, None),
+    # TLS (Kafka's SslConfigs, declared once with the TLS contexts they make)
+    *CLIENT_SSL_SETTINGS.values(),
     _int("metadata.max.age.ms", 300_000),
     _int("request.timeout.ms", 30_000),
     _int("retry.backoff.ms", 100),
@@ -184,8 +187,18 @@ class ClientConfig(Mapping[str, Any]):
         return len(self._values)
 
     def __repr__(self) -> str:
-        shown = {k: self._values[k] for k in sorted(self.explicit)}
+        # passwords, keys and JAAS configs never reach a log line or an exception
+        table = _KINDS[self.kind]
+        shown = {
+            k: "[hidden]" if is_secret(table.get(k)) else self._values[k]
+            for k in sorted(self.explicit)
+        }
         return f"ClientConfig({self.kind}, {shown})"
+
+
+def is_secret(setting: Setting | None) -> bool:
+    """Whether a setting's value is a secret (Kafka's PASSWORD type, or marked sensitive)."""
+    return setting is not None and (setting.sensitive or setting.type == ConfigType.PASSWORD)
 
 
 def producer_config(settings: Mapping[str, Any] | None) -> ClientConfig:

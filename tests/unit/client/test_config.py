@@ -174,3 +174,24 @@ def test_admin_config_and_explicit_names():
 def test_setting_tables_share_common_names():
     common = {"bootstrap.servers", "client.id", "request.timeout.ms", "metadata.max.age.ms"}
     assert common <= set(PRODUCER_SETTINGS) & set(CONSUMER_SETTINGS)
+
+
+def test_security_settings_are_kafkas_and_secrets_stay_hidden():
+    """security.protocol takes Kafka's four protocols; sasl.jaas.config and the ssl.*
+    passwords are PASSWORD settings: neither repr nor a refusal shows them."""
+    config = producer_config(
+        {
+            "bootstrap.servers": "127.0.0.1:9092",
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "scram-sha-512",
+            "sasl.jaas.config": 'x.ScramLoginModule required username="u" password="pw-123";',
+            "ssl.keystore.password": "ks-456",
+        }
+    )
+    assert config["sasl.mechanism"] == "SCRAM-SHA-512"
+    assert "pw-123" not in repr(config) and "ks-456" not in repr(config)
+    with pytest.raises(ConfigError, match="sasl.mechanism") as e:
+        producer_config({"bootstrap.servers": "h:1", "sasl.mechanism": "KERBEROS5"})
+    assert "GSSAPI, PLAIN" in str(e.value)
+    refusal = PRODUCER_SETTINGS["sasl.jaas.config"].refusal("secret-789", "a JAAS entry")
+    assert "secret-789" not in refusal and "value hidden" in refusal
