@@ -173,7 +173,8 @@ class SourceOptions:
     poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS
     fetch_offset_num_retries: int = 3
     fetch_offset_retry_interval_ms: int = 10
-    kafka: Mapping[str, str] = field(default_factory=dict)  # kafka.* without the prefix
+    #: kafka.* without the prefix; out of repr: sasl.jaas.config and ssl.* passwords are here
+    kafka: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     @property
     def isolation_level(self) -> str:
@@ -209,7 +210,8 @@ class SinkOptions:
 
     bootstrap_servers: str
     topic: str | None = None
-    kafka: Mapping[str, str] = field(default_factory=dict)
+    #: kafka.* without the prefix; out of repr: sasl.jaas.config and ssl.* passwords are here
+    kafka: Mapping[str, str] = field(default_factory=dict, repr=False)
     #: streaming: `exactlyOnce` (None: on when the cluster serves transactions)
     exactly_once: bool | None = None
     #: batch: `transactional` (the whole job visible at once, or nothing)
@@ -362,11 +364,14 @@ def _kafka_settings(
 def _check_client_settings(kafka: Mapping[str, str], kind: str) -> None:
     """Fail on the driver, before any task, on a client setting the client would refuse."""
     from sparklog.client.config import ConfigError, consumer_config, producer_config
+    from sparklog.client.security import client_security
 
     check = consumer_config if kind == "consumer" else producer_config
     settings = {k: v for k, v in kafka.items() if k not in _SPARK_ONLY}
     try:
-        check({**settings, "bootstrap.servers": "127.0.0.1:9092"})
+        # security too (kafka.security.protocol, kafka.sasl.*, kafka.ssl.*): a JAAS typo or a
+        # missing trust store fails here, once, not in every task
+        client_security(check({**settings, "bootstrap.servers": "127.0.0.1:9092"}))
     except ConfigError as e:
         raise SparkLogOptionError(f"bad Kafka {kind} option (kafka.<setting>): {e}") from e
 

@@ -322,3 +322,51 @@ def test_sink_options():
 def test_parsed_options_pickle():
     o = stream(**lower(subscribePattern="a.*", startingOffsetsByTimestamp='{"a":{"0":1}}'))
     assert pickle.loads(pickle.dumps(o)) == o
+
+
+# ------------------------------------------------------------------------------ security
+
+_JAAS = 'org.apache.kafka.common.security.scram.ScramLoginModule required username="etl" password="pw-4711";'
+
+
+def test_security_options_reach_the_clients_and_stay_out_of_reprs():
+    """The connector's kafka.security.protocol / kafka.sasl.* / kafka.ssl.* options reach the
+    consumers, producers and admin lookups; the JAAS text never shows in a repr (Spark
+    pickles and logs these objects)."""
+    opts = {
+        "kafka.bootstrap.servers": BS,
+        "kafka.security.protocol": "SASL_PLAINTEXT",
+        "kafka.sasl.mechanism": "SCRAM-SHA-512",
+        "kafka.sasl.jaas.config": _JAAS,
+        "subscribe": "t",
+    }
+    source = parse_source_options(opts, streaming=False)
+    for config in (source.consumer_config(), source.admin_config()):
+        assert config["security.protocol"] == "SASL_PLAINTEXT"
+        assert config["sasl.jaas.config"] == _JAAS
+    sink = parse_sink_options({k: v for k, v in opts.items() if k != "subscribe"})
+    for config in (sink.producer_config(), sink.admin_config()):
+        assert config["sasl.mechanism"] == "SCRAM-SHA-512"
+    for shown in (repr(source), repr(sink), repr(pickle.loads(pickle.dumps(source)))):
+        assert "pw-4711" not in shown
+
+
+@pytest.mark.parametrize(
+    ("opts", "message"),
+    [
+        ({"kafka.security.protocol": "SASL_PLAINTEXT"}, "needs sasl.jaas.config"),
+        (
+            {
+                "kafka.security.protocol": "SASL_PLAINTEXT",
+                "kafka.sasl.mechanism": "PLAIN",
+                "kafka.sasl.jaas.config": 'x.PlainLoginModule required username="u" password="pw-4711"',
+            },
+            "JAAS",
+        ),
+        ({"kafka.sasl.mechanism": "MD5"}, "sasl.mechanism"),
+    ],
+)
+def test_bad_security_options_fail_on_the_driver_without_the_secret(opts, message):
+    with pytest.raises(SparkLogOptionError, match=message) as e:
+        batch(subscribe="t", **opts)
+    assert "pw-4711" not in str(e.value)
