@@ -311,6 +311,7 @@ def start(
             "spark.speculation=true would run a second copy of a broker task; "
             "start Spark with spark.speculation=false to run sparklog brokers"
         )
+    _check_secrets_redacted(sc.getConf())
     _check_capacity(sc, brokers, timeout_s)
     check_worker_python(sc)
     settings = {**spark_conf_settings(sc.getConf().getAll()), **_settings(config, kwargs)}
@@ -319,6 +320,23 @@ def start(
     cluster._start(timeout_s)
     _active = cluster
     return cluster
+
+
+def _check_secrets_redacted(conf: Any) -> None:
+    """Spark shows its conf in the UI and the event log: refuse `spark.sparklog.*` secrets
+    that `spark.redaction.regex` would show there (keys named, values never)."""
+    from sparklog.spark.redaction import SUGGESTED_REDACTION_REGEX, unredacted_secrets
+
+    leaked = unredacted_secrets(
+        conf.getAll(), conf.get("spark.redaction.regex", None), SPARK_CONF_PREFIX
+    )
+    if leaked:
+        raise ClusterStartError(
+            f"the Spark conf entries {', '.join(leaked)} hold secrets that spark.redaction.regex "
+            "does not redact: the Spark UI's Environment tab and the event log would show them. "
+            f"Start Spark with --conf spark.redaction.regex='{SUGGESTED_REDACTION_REGEX}' (or "
+            "pass them to sparklog.start(config=...) instead of the Spark conf)"
+        )
 
 
 def check_worker_python(sc: Any) -> None:

@@ -59,8 +59,20 @@ def register(spark: Any = None, *, bootstrap_servers: str | None = None) -> type
     cls = data_source_class(bootstrap_servers)
     spark.dataSource.register(cls)
     append_by_default()
+    _redact_secret_options(spark)
     logger.info("registered format('sparklog') (default bootstrap: %s)", bootstrap_servers)
     return cls
+
+
+def _redact_secret_options(spark: Any) -> None:
+    """Plans (the UI's SQL tab, the event log, explain()) print data source options; widen the
+    session's `spark.sql.redaction.options.regex` to cover the connector's secret options."""
+    from sparklog.spark.redaction import options_regex_covering_secrets
+
+    key = "spark.sql.redaction.options.regex"
+    wider = options_regex_covering_secrets(spark.conf.get(key, None))
+    if wider is not None:
+        spark.conf.set(key, wider)
 
 
 def maybe_register_active_session() -> None:

@@ -1,0 +1,61 @@
+"""Which sparklog settings hold secrets, and whether Spark's redaction regexes hide them."""
+
+from __future__ import annotations
+
+import pytest
+
+from sparklog.spark.redaction import (
+    SPARK_REDACTION_REGEX,
+    SUGGESTED_REDACTION_REGEX,
+    is_secret_setting,
+    options_regex_covering_secrets,
+    unredacted_secrets,
+)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "sasl.jaas.config",
+        "listener.name.client.plain.sasl.jaas.config",
+        "kafka.sasl.jaas.config",
+        "ssl.keystore.password",
+        "listener.name.internal.ssl.key.password",
+        "ssl.keystore.key",
+        "ssl.truststore.password",
+    ],
+)
+def test_secret_settings(name):
+    assert is_secret_setting(name)
+
+
+@pytest.mark.parametrize(
+    "name", ["listeners", "sasl.mechanism", "ssl.keystore.location", "num.partitions"]
+)
+def test_plain_settings(name):
+    assert not is_secret_setting(name)
+
+
+def test_spark_default_regex_misses_a_jaas_table_and_an_inline_key():
+    """Spark's default redacts by key or value: a JAAS config with `password=` is covered, a
+    PlainLoginModule user table or a PEM key is not; the suggested regex covers both."""
+    entries = [
+        ("spark.sparklog.listener.name.c.plain.sasl.jaas.config", 'x required user_a="pw1";'),
+        ("spark.sparklog.sasl.jaas.config", 'x required username="a" password="pw2";'),
+        ("spark.sparklog.ssl.keystore.key", "-----BEGIN PRIVATE KEY-----..."),
+        ("spark.sparklog.ssl.keystore.password", "pw3"),
+        ("spark.sparklog.num.partitions", "3"),
+        ("spark.other.secret", "x"),
+    ]
+    assert unredacted_secrets(entries, None, "spark.sparklog.") == [
+        "spark.sparklog.listener.name.c.plain.sasl.jaas.config",
+        "spark.sparklog.ssl.keystore.key",
+    ]
+    assert unredacted_secrets(entries, SPARK_REDACTION_REGEX, "spark.sparklog.") != []
+    assert unredacted_secrets(entries, SUGGESTED_REDACTION_REGEX, "spark.sparklog.") == []
+
+
+def test_options_regex_is_widened_once():
+    wider = options_regex_covering_secrets(None)
+    assert wider is not None and wider.startswith("(?i)url|")
+    assert options_regex_covering_secrets(wider) is None
