@@ -59,3 +59,17 @@ def test_options_regex_is_widened_once():
     wider = options_regex_covering_secrets(None)
     assert wider is not None and wider.startswith("(?i)url|")
     assert options_regex_covering_secrets(wider) is None
+
+
+def test_start_refuses_secrets_the_spark_conf_would_show():
+    from pyspark import SparkConf
+
+    from sparklog.spark.cluster import ClusterStartError, _check_secrets_redacted
+
+    conf = SparkConf(loadDefaults=False)
+    conf.set("spark.sparklog.ssl.keystore.key", "-----BEGIN PRIVATE KEY----- k3y")
+    with pytest.raises(ClusterStartError, match="spark.sparklog.ssl.keystore.key") as e:
+        _check_secrets_redacted(conf)
+    assert "k3y" not in str(e.value)
+    conf.set("spark.redaction.regex", SUGGESTED_REDACTION_REGEX)
+    _check_secrets_redacted(conf)
