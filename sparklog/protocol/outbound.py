@@ -25,7 +25,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from sparklog.security.sasl.client import SaslClientConfig
+from sparklog.security.listeners import ListenerConfig, normalised
+from sparklog.security.sasl.client import (
+    INTER_BROKER_MECHANISM,
+    SaslClientConfig,
+    inter_broker_sasl,
+)
 from sparklog.security.session import SecurityProtocol
 from sparklog.security.ssl_factory import SslConfig, client_context
 
@@ -117,6 +122,24 @@ class ClientSecurity:
 
 #: Plaintext: no TLS, no SASL (every connection today).
 PLAINTEXT: Final = ClientSecurity()
+
+
+def server_client_security(
+    listeners: ListenerConfig,
+    listener_name: str | None = None,
+    mechanism_setting: str = INTER_BROKER_MECHANISM,
+) -> ClientSecurity:
+    """The client side of a server's own connections to `listener_name` (default: the
+    inter-broker listener): replica fetchers, brokers to the coordinator, the coordinator's
+    markers to brokers, and, with `mechanism_setting=CONTROLLER_MECHANISM` and the controller
+    listener, brokers to the controller. The listener's security protocol, and for SASL the
+    server's own login from the listener's JAAS entry (`inter_broker_sasl`)."""
+    name = normalised(listener_name or listeners.inter_broker_listener_name)
+    protocol = listeners.protocol_map[name]
+    sasl = None
+    if protocol in (SecurityProtocol.SASL_PLAINTEXT, SecurityProtocol.SASL_SSL):
+        sasl = inter_broker_sasl(listeners.properties, name, mechanism_setting)
+    return ClientSecurity(protocol, sasl=sasl)
 
 
 def open_socket(

@@ -390,21 +390,30 @@ class SaslClientConfig:
         return cls(mechanism, login_options(jaas_config), token_provider)
 
 
-def inter_broker_sasl(props: Mapping[str, Any], listener_name: str) -> SaslClientConfig:
+#: The setting naming the mechanism a server uses towards brokers (replication, the
+#: coordinator's markers) and towards the controller (Kafka's KRaft brokers).
+INTER_BROKER_MECHANISM: Final = "sasl.mechanism.inter.broker.protocol"
+CONTROLLER_MECHANISM: Final = "sasl.mechanism.controller.protocol"
+
+
+def inter_broker_sasl(
+    props: Mapping[str, Any], listener_name: str, mechanism_setting: str = INTER_BROKER_MECHANISM
+) -> SaslClientConfig:
     """The credentials a server uses on its own connections to `listener_name` (brokers to
     the controller and to each other, the coordinator to brokers): the mechanism
-    `sasl.mechanism.inter.broker.protocol` (Kafka's default GSSAPI) and the `username` /
-    `password` of that listener's JAAS entry for it,
+    `mechanism_setting` names (`sasl.mechanism.inter.broker.protocol`, or
+    `sasl.mechanism.controller.protocol` towards the controller; Kafka's default GSSAPI) and
+    the `username` / `password` of that listener's JAAS entry for it,
     `listener.name.<listener>.<mechanism>.sasl.jaas.config` (Kafka reads the broker's JAAS
     login for the listener the same way: a PlainLoginModule entry carries both the broker's
     own login and the `user_<name>` table it serves)."""
-    mechanism = str(props.get("sasl.mechanism.inter.broker.protocol") or "GSSAPI").upper()
+    mechanism = str(props.get(mechanism_setting) or "GSSAPI").upper()
     key = f"listener.name.{listener_name.lower()}.{mechanism.lower()}.sasl.jaas.config"
     jaas_config = props.get(key)
     if jaas_config is None:
         raise SaslConfigError(
             f"inter-broker SASL on listener {listener_name} needs {key} with the broker's "
-            f'username="..." password="..." (sasl.mechanism.inter.broker.protocol={mechanism})'
+            f'username="..." password="..." ({mechanism_setting}={mechanism})'
         )
     return SaslClientConfig.from_jaas(mechanism, str(jaas_config))
 

@@ -14,6 +14,7 @@ from sparklog.protocol.outbound import (
     Endpoint,
     open_socket,
     open_stream,
+    server_client_security,
 )
 from sparklog.security.sasl.client import SaslClientConfig
 from sparklog.security.session import SecurityProtocol
@@ -69,3 +70,40 @@ def test_asyncio_streams_have_nodelay(listener):
             writer.close()
 
     assert asyncio.run(go())
+
+
+def test_server_connections_use_the_listeners_protocol_and_the_servers_own_login():
+    from sparklog.security.listeners import ListenerConfig
+    from sparklog.security.sasl.client import CONTROLLER_MECHANISM
+
+    listeners = ListenerConfig.from_properties(
+        {
+            "listeners": "CLIENT://:0,REPLICATION://:0,CONTROLLER://:0",
+            "listener.security.protocol.map": "CLIENT:PLAINTEXT,REPLICATION:SASL_PLAINTEXT,"
+            "CONTROLLER:SASL_PLAINTEXT",
+            "inter.broker.listener.name": "REPLICATION",
+            "controller.listener.names": "CONTROLLER",
+            "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+            "sasl.mechanism.controller.protocol": "PLAIN",
+            "listener.name.replication.scram-sha-512.sasl.jaas.config": (
+                'x.ScramLoginModule required username="broker" password="b-pw";'
+            ),
+            "listener.name.controller.plain.sasl.jaas.config": (
+                'x.PlainLoginModule required username="ctl" password="c-pw" user_ctl="c-pw";'
+            ),
+        }
+    )
+    replication = server_client_security(listeners)
+    assert replication.security_protocol is SecurityProtocol.SASL_PLAINTEXT
+    assert replication.sasl is not None and replication.sasl.mechanism == "SCRAM-SHA-512"
+    assert replication.sasl.username == "broker"
+    controller = server_client_security(listeners, "CONTROLLER", CONTROLLER_MECHANISM)
+    assert controller.sasl is not None and (
+        controller.sasl.mechanism,
+        controller.sasl.username,
+    ) == (
+        "PLAIN",
+        "ctl",
+    )
+    assert server_client_security(listeners, "CLIENT") == PLAINTEXT
+    assert "b-pw" not in repr(replication)
