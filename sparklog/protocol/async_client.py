@@ -57,7 +57,8 @@ class AsyncKafkaConnection:
         self._waiters: dict[int, asyncio.Future] = {}
         self._read_task: asyncio.Task | None = None
         self._send_lock = asyncio.Lock()
-        self.closed = False
+        self._closed = False
+        self._retire_timer: asyncio.TimerHandle | None = None
 
     async def connect(self, timeout_s: float = 10.0) -> AsyncKafkaConnection:
         async with asyncio.timeout(timeout_s):
@@ -98,9 +99,28 @@ class AsyncKafkaConnection:
                 f"SASL authentication to {self.host}:{self.port} failed: {e.name}: {e}"
             ) from None
         self.reauthenticate_at_ms = auth.reauthenticate_at_ms
+        if self.reauthenticate_at_ms is not None:
+            delay_s = max(0, self.reauthenticate_at_ms - _monotonic_ms()) / 1000
+            self._retire_timer = asyncio.get_running_loop().call_later(
+                delay_s, self._retire_if_idle
+            )
+
+    def _retire_if_idle(self) -> None:
+        """At the renewal point: an idle connection closes now (its owner will open a new
+        one); a busy one closes once its requests are answered (the read loop)."""
+        if not self._closed and not self._waiters and self._writer is not None:
+            self._writer.close()
+
+    @property
+    def closed(self) -> bool:
+        """Closed, broken, or its SASL session due for renewal: owners check this before
+        reusing a connection, so an expiring session gets a new connection (and a new login)
+        before Kafka's server would close this one (KIP-368); the old connection closes once
+        its requests in flight are answered."""
+        return self._closed or self.session_expiring()
 
     def session_expiring(self) -> bool:
-        """Whether the SASL session is due for renewal (KIP-368); the owner reconnects."""
+        """Whether the SASL session is due for renewal (KIP-368's 85-95% point)."""
         at = self.reauthenticate_at_ms
         return at is not None and _monotonic_ms() >= at
 
@@ -140,19 +160,25 @@ class AsyncKafkaConnection:
                     future = self._waiters.pop(correlation_id, None)
                     if future is not None and not future.done():
                         future.set_result(body)
+                if not self._waiters and self.session_expiring():
+                    break  # KIP-368: answered all it was asked; its owner reconnects
         except (ProtocolError, ConnectionError, OSError) as e:
             error = ConnectionError(f"connection to {self.host}:{self.port} failed: {e}")
         except asyncio.CancelledError:
             error = ConnectionError(f"connection to {self.host}:{self.port} closed")
         finally:
-            self.closed = True
+            self._closed = True
+            if self._writer is not None:
+                self._writer.close()
             for future in self._waiters.values():
                 if not future.done():
                     future.set_exception(error)
             self._waiters.clear()
 
     async def close(self) -> None:
-        self.closed = True
+        self._closed = True
+        if self._retire_timer is not None:
+            self._retire_timer.cancel()
         if self._writer is not None:
             self._writer.close()
             with contextlib.suppress(Exception):

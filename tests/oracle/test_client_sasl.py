@@ -75,8 +75,7 @@ def kafka_sasl(tmp_path_factory):
             "num.partitions": "1",
         }
     )
-    with kafka:
-        kafka.start()
+    with kafka:  # starts it
         admin = CKAdmin({"bootstrap.servers": kafka.bootstrap_servers, "log_level": 0})
         # one request per mechanism: Kafka refuses a user altered twice in one request
         for mech in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512):
@@ -263,3 +262,37 @@ def test_asyncio_connections_authenticate_with_inter_broker_credentials(kafka_sa
     with pytest.raises(ConnectionError, match="SASL_AUTHENTICATION_FAILED") as e:
         asyncio.run(go("wrong-password"))
     assert "wrong-password" not in str(e.value)
+
+
+def test_asyncio_connection_retires_at_its_renewal_point(kafka_sasl):
+    """KIP-368 for the servers' own connections: past the renewal point the connection reads
+    as closed (owners reconnect, logging in again) and its socket is released; requests
+    answered before it are unaffected."""
+    from kio.schema.metadata.v12.request import MetadataRequest
+
+    from sparklog.protocol.async_client import connect
+    from sparklog.protocol.outbound import ClientSecurity, Endpoint
+    from sparklog.security.sasl.client import SaslClientConfig
+
+    sasl = SaslClientConfig("PLAIN", {"username": "alice", "password": USERS["alice"]})
+    security = ClientSecurity.of("SASL_PLAINTEXT", sasl=sasl)
+    endpoint = Endpoint.parse(kafka_sasl.split(",")[0])
+    request = MetadataRequest(
+        topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
+    )
+
+    async def go() -> tuple[bool, bool, bool]:
+        conn = await connect(endpoint, security)
+        await conn.request(request)
+        fresh = conn.closed
+        await asyncio.sleep(REAUTH_MS / 1000)  # past the 85-95 % point, before the deadline
+        retired = conn.closed and conn._writer.is_closing()  # noqa: SLF001
+        again = await connect(endpoint, security)
+        try:
+            await again.request(request)
+        finally:
+            await again.close()
+            await conn.close()
+        return fresh, retired, again.reauthenticate_at_ms is not None
+
+    assert asyncio.run(go()) == (False, True, True)
