@@ -86,6 +86,10 @@ _COMMON = (
     # Python has no login callback handler classes: a callable returning the OAUTHBEARER JWT
     # (compact serialization) takes the place of `sasl.login.callback.handler.class`
     _other("sasl.login.callback.handler.class", ConfigType.CLASS, None),
+    # KIP-768: OAUTHBEARER tokens from an OAuth token endpoint (client credentials) or a file
+    _str("sasl.oauthbearer.token.endpoint.url", None),
+    _int("sasl.login.connect.timeout.ms", None),
+    _int("sasl.login.read.timeout.ms", None),
     # TLS (Kafka's SslConfigs, declared once with the TLS contexts they make)
     *CLIENT_SSL_SETTINGS.values(),
     _int("metadata.max.age.ms", 300_000),

@@ -14,11 +14,14 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from sparklog.client.oauth import token_endpoint_provider
 from sparklog.protocol.outbound import ClientSecurity
 from sparklog.security.sasl.client import (
+    OAUTHBEARER,
     SaslClientAuthenticator,
     SaslClientConfig,
     SaslRequest,
+    login_options,
 )
 from sparklog.settings import ConfigError
 
@@ -31,10 +34,19 @@ def client_security(config: Mapping[str, Any]) -> ClientSecurity:
     sasl = None
     try:
         if protocol.upper().startswith("SASL_"):
+            mechanism = (config.get("sasl.mechanism") or "GSSAPI").upper()
+            provider = _token_provider(config.get("sasl.login.callback.handler.class"))
+            url = config.get("sasl.oauthbearer.token.endpoint.url")
+            if provider is None and mechanism == OAUTHBEARER and url:
+                jaas = config.get("sasl.jaas.config")
+                provider = token_endpoint_provider(
+                    url,
+                    login_options(jaas) if jaas else {},
+                    timeout_ms=config.get("sasl.login.read.timeout.ms")
+                    or config.get("sasl.login.connect.timeout.ms"),
+                )
             sasl = SaslClientConfig.from_jaas(
-                config.get("sasl.mechanism") or "GSSAPI",
-                config.get("sasl.jaas.config"),
-                token_provider=_token_provider(config.get("sasl.login.callback.handler.class")),
+                mechanism, config.get("sasl.jaas.config"), token_provider=provider
             )
         return ClientSecurity.of(protocol, sasl=sasl)
     except ValueError as e:  # SaslConfigError, the JAAS parser's errors, ClientSecurity's

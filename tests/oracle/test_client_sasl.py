@@ -22,6 +22,7 @@ from sparklog.errors import (
     UnsupportedSaslMechanismError,
 )
 from sparklog.oracle.kafka_server import ApacheKafka, free_port, java_available
+from tests.unit.client.test_oauth import token_server  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.oracle
 
@@ -296,3 +297,19 @@ def test_asyncio_connection_retires_at_its_renewal_point(kafka_sasl):
         return fresh, retired, again.reauthenticate_at_ms is not None
 
     assert asyncio.run(go()) == (False, True, True)
+
+
+def test_oauthbearer_token_from_a_token_endpoint(kafka_sasl, token_server):  # noqa: F811
+    """KIP-768's client-credentials login: the token the endpoint issues logs in to Kafka."""
+    from tests.unit.client.test_oauth import CLIENT_SECRET
+    from tests.unit.client.test_oauth import _jaas as oauth_jaas
+
+    url, served = token_server
+    settings = _settings(
+        kafka_sasl,
+        "OAUTHBEARER",
+        oauth_jaas(CLIENT_SECRET),
+        **{"sasl.oauthbearer.token.endpoint.url": url},
+    )
+    assert _round_trip(settings, "sasl-oauth-endpoint") == [b"v1", b"v2"]
+    assert len(served) == 2  # one token per client (the producer, the consumer), not per connection
