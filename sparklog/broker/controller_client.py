@@ -22,7 +22,7 @@ from sparklog.metadata.alter_partition import IsrChange, IsrChangeOutcome
 from sparklog.protocol import codec, kio_build
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.protocol.async_client import AsyncKafkaConnection, connect
-from sparklog.protocol.outbound import PLAINTEXT, Endpoint
+from sparklog.protocol.outbound import PLAINTEXT, ClientSecurity, Endpoint
 from sparklog.structs import LATEST_TIMESTAMP, METADATA_PARTITION, METADATA_TOPIC
 
 logger = logging.getLogger(__name__)
@@ -68,9 +68,16 @@ class ControllerClient:
     """RPCs to the controller at `bootstrap`."""
 
     def __init__(
-        self, bootstrap: str, *, client_id: str = "sparklog-broker", timeout_ms: int = 30_000
+        self,
+        bootstrap: str,
+        *,
+        client_id: str = "sparklog-broker",
+        timeout_ms: int = 30_000,
+        security: ClientSecurity = PLAINTEXT,
     ) -> None:
         self.host, self.port = parse_bootstrap(bootstrap)
+        #: the controller listener's protocol and the broker's login (`controller_client_security`)
+        self.security = security
         self.client_id = client_id
         self.timeout_s = timeout_ms / 1000
         # Three connections: the broker's own RPCs (registration, heartbeats, AlterPartition),
@@ -97,7 +104,7 @@ class ControllerClient:
             if conn is None or conn.closed:
                 conn = await connect(
                     Endpoint(self.host, self.port),
-                    PLAINTEXT,
+                    self.security,
                     client_id=self.client_id,
                     timeout_s=self.timeout_s,
                 )

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -30,7 +31,7 @@ from sparklog.protocol import envelope, kio_build
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.protocol.async_client import AsyncKafkaConnection, connect
 from sparklog.protocol.connection import Request
-from sparklog.protocol.outbound import PLAINTEXT, Endpoint
+from sparklog.protocol.outbound import PLAINTEXT, ClientSecurity, Endpoint
 
 logger = logging.getLogger(__name__)
 
@@ -48,10 +49,12 @@ class CoordinatorUnreachableError(ConnectionError):
     """The coordinator could not be asked (connect refused, connection broken, timed out)."""
 
 
-async def _connect(host: str, port: int) -> AsyncKafkaConnection:
+async def _connect(
+    host: str, port: int, security: ClientSecurity = PLAINTEXT
+) -> AsyncKafkaConnection:
     return await connect(
         Endpoint(host, port),
-        PLAINTEXT,
+        security,
         client_id="sparklog-broker-forwarder",
         timeout_s=_CONNECT_TIMEOUT_S,
     )
@@ -67,10 +70,14 @@ class CoordinatorChannel:
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         connect: Connect = _connect,
         clock_s: Callable[[], float] = time.monotonic,
+        security: ClientSecurity = PLAINTEXT,
     ) -> None:
         host, _sep, port = endpoint.rpartition(":")
         self.host, self.port = host, int(port)
         self.max_in_flight = max_in_flight
+        #: the inter-broker listener's protocol and login: the coordinator serves that listener
+        if connect is _connect and security is not PLAINTEXT:
+            connect = functools.partial(_connect, security=security)
         self._connect = connect
         self._clock_s = clock_s
         self._idle: list[AsyncKafkaConnection] = []

@@ -63,6 +63,7 @@ from sparklog.protocol.api_versions import (
 from sparklog.protocol.async_client import api_versions_response
 from sparklog.protocol.connection import ProtocolError, Request
 from sparklog.protocol.file_response import FileResponse, placeholder
+from sparklog.protocol.outbound import PLAINTEXT, server_client_security
 from sparklog.protocol.pipeline import authorized_operations, throttle_time_ms
 from sparklog.protocol.responses import (
     TRANSACTION_STATE_NAMES,
@@ -206,12 +207,16 @@ class KafkaApis:
         #: KIP-890 produce-time verification, when there is a coordinator to ask
         self.txn_verifier: TransactionVerifier | None = None
         endpoint = config.sparklog_group_coordinator_endpoint
+        # the coordinator serves a listener named and secured like the inter-broker one
+        inter_broker = server_client_security(config.listener_config) if endpoint else PLAINTEXT
         if endpoint and config.transaction_partition_verification_enable:
-            self.txn_verifier = TransactionVerifier(str(endpoint), replica_manager)
+            self.txn_verifier = TransactionVerifier(
+                str(endpoint), replica_manager, security=inter_broker
+            )
         #: group and transaction requests go on to the driver's coordinator (KIP-590 Envelopes)
         self.forwarding: CoordinatorForwarding | None = None
         if endpoint:
-            channel = CoordinatorChannel(str(endpoint))
+            channel = CoordinatorChannel(str(endpoint), security=inter_broker)
             self.forwarding = CoordinatorForwarding(node_id, metadata, channel)
         self._handlers = {
             ApiKey.API_VERSIONS: self.handle_api_versions,

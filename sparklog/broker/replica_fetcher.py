@@ -52,7 +52,7 @@ from sparklog.protocol.fetch_session_handler import (
     FetchSessionHandler,
     forgotten_topics,
 )
-from sparklog.protocol.outbound import PLAINTEXT, Endpoint
+from sparklog.protocol.outbound import ClientSecurity, Endpoint
 from sparklog.records.errors import CorruptRecordError
 from sparklog.storage.log import Log
 from sparklog.structs import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, TopicPartition
@@ -162,6 +162,8 @@ class FetcherOwner(Protocol):
     node_id: int
     replica_manager: FollowerLogs
     config: BrokerConfig
+    #: the client side of the inter-broker listener (`outbound.server_client_security`)
+    security: ClientSecurity
     endpoint_of: EndpointLookup
     clock_ms: Callable[[], int]
 
@@ -268,7 +270,7 @@ class ReplicaFetcher:
             raise ConnectionError(f"broker {self.source_id} has no endpoint in the metadata")
         conn = await connect(
             Endpoint(*endpoint),
-            PLAINTEXT,  # security.inter.broker.protocol
+            self.manager.security,  # security.inter.broker.protocol
             client_id=f"replica-fetcher-{self.manager.node_id}-{self.fetcher_id}",
             timeout_s=self.manager.config.replica_socket_timeout_ms / 1000,
         )

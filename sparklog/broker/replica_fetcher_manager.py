@@ -19,6 +19,7 @@ from sparklog.broker.replica_fetcher import (
     ReplicaFetcher,
 )
 from sparklog.errors import KafkaStorageError
+from sparklog.protocol.outbound import server_client_security
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +44,8 @@ class ReplicaFetcherManager:
         self.node_id = node_id
         self.replica_manager = replica_manager
         self.config = config
+        #: security.inter.broker.protocol and the broker's own login (KIP-368 renewals included)
+        self.security = server_client_security(config.listener_config)
         self.endpoint_of = endpoint_of
         self.clock_ms = clock_ms
         self._fetchers: dict[tuple[int, int], ReplicaFetcher] = {}

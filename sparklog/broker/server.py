@@ -72,6 +72,7 @@ from sparklog.broker.replica_manager import ReplicaManager
 from sparklog.metadata.broker_configs import dynamic_cleaner_config
 from sparklog.metadata.image import MetadataImage
 from sparklog.protocol.api_versions import BROKER_SERVED_APIS
+from sparklog.protocol.outbound import controller_client_security
 from sparklog.protocol.server import KafkaServer
 from sparklog.protocol.server_lifecycle import ServerLifecycle
 from sparklog.security.audit import LOG_ONLY, AuditConfig, AuditSink
@@ -144,6 +145,7 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
             self.controller_bootstrap,
             client_id=client_id,
             timeout_ms=self.config.controller_socket_timeout_ms,
+            security=controller_client_security(self.config.listener_config),
         )
         self.metadata = BrokerMetadata()
         self.log_manager = LogManager(self.data_dir, self.config)

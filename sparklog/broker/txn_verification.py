@@ -35,7 +35,7 @@ from sparklog.errors import (
     TransactionalIdAuthorizationFailedError,
 )
 from sparklog.protocol.async_client import AsyncKafkaConnection, connect
-from sparklog.protocol.outbound import PLAINTEXT, Endpoint
+from sparklog.protocol.outbound import PLAINTEXT, ClientSecurity, Endpoint
 from sparklog.records.batch import HEADER_SIZE, read_header
 from sparklog.records.batch_header import ATTRIBUTES_OFFSET, TRANSACTIONAL_MASK
 from sparklog.structs import TopicPartition
@@ -59,8 +59,15 @@ _RETRIABLE = frozenset(
 class TransactionVerifier:
     """Verifies transactional produce requests with the coordinator at `endpoint`."""
 
-    def __init__(self, endpoint: str, replica_manager: ReplicaManager) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        replica_manager: ReplicaManager,
+        *,
+        security: ClientSecurity = PLAINTEXT,
+    ) -> None:
         host, _sep, port = endpoint.rpartition(":")
+        self.security = security
         self.host, self.port = host, int(port)
         self.replica_manager = replica_manager
         self._conn: AsyncKafkaConnection | None = None
@@ -148,7 +155,7 @@ class TransactionVerifier:
     async def _connection(self) -> AsyncKafkaConnection:
         if self._conn is None or self._conn.closed:
             self._conn = await connect(
-                Endpoint(self.host, self.port), PLAINTEXT, client_id="sparklog-txn-verification"
+                Endpoint(self.host, self.port), self.security, client_id="sparklog-txn-verification"
             )
         return self._conn
 

@@ -160,16 +160,15 @@ class AsyncKafkaConnection:
                     future = self._waiters.pop(correlation_id, None)
                     if future is not None and not future.done():
                         future.set_result(body)
-                if not self._waiters and self.session_expiring():
-                    break  # KIP-368: answered all it was asked; its owner reconnects
+                if not self._waiters and self.session_expiring() and self._writer is not None:
+                    self._writer.close()  # KIP-368: all it was asked is answered; owner reconnects
+                    break
         except (ProtocolError, ConnectionError, OSError) as e:
             error = ConnectionError(f"connection to {self.host}:{self.port} failed: {e}")
         except asyncio.CancelledError:
             error = ConnectionError(f"connection to {self.host}:{self.port} closed")
         finally:
             self._closed = True
-            if self._writer is not None:
-                self._writer.close()
             for future in self._waiters.values():
                 if not future.done():
                     future.set_exception(error)

@@ -27,6 +27,7 @@ from typing import Final
 
 from sparklog.security.listeners import ListenerConfig, normalised
 from sparklog.security.sasl.client import (
+    CONTROLLER_MECHANISM,
     INTER_BROKER_MECHANISM,
     SaslClientConfig,
     inter_broker_sasl,
@@ -140,6 +141,17 @@ def server_client_security(
     if protocol in (SecurityProtocol.SASL_PLAINTEXT, SecurityProtocol.SASL_SSL):
         sasl = inter_broker_sasl(listeners.properties, name, mechanism_setting)
     return ClientSecurity(protocol, sasl=sasl)
+
+
+def controller_client_security(listeners: ListenerConfig) -> ClientSecurity:
+    """A broker's connections to the driver's controller: the controller listener's protocol
+    and, with `controller.listener.names` set, `sasl.mechanism.controller.protocol` (Kafka's
+    KRaft brokers); without it the controller serves a listener named and secured like the
+    inter-broker one, so the inter-broker mechanism and login apply."""
+    name = listeners.controller_listener().listener_name
+    if listeners.controller_listener_names:
+        return server_client_security(listeners, name, CONTROLLER_MECHANISM)
+    return server_client_security(listeners, name)
 
 
 def open_socket(

@@ -313,3 +313,57 @@ def test_oauthbearer_token_from_a_token_endpoint(kafka_sasl, token_server):  # n
     )
     assert _round_trip(settings, "sasl-oauth-endpoint") == [b"v1", b"v2"]
     assert len(served) == 2  # one token per client (the producer, the consumer), not per connection
+
+
+def test_server_connections_log_in_with_the_listeners_credentials(kafka_sasl):
+    """Each outbound connection of a broker and of the coordinator (to the controller, to the
+    coordinator, produce-time verification, replica fetchers, transaction markers) is made
+    with the security the broker's listener settings give it: against Kafka's SASL listener
+    each one logs in (Kafka answers a session lifetime) with the broker's own credentials."""
+    from sparklog.broker.config import BrokerConfig
+    from sparklog.broker.controller_client import ControllerClient
+    from sparklog.broker.coordinator_channel import CoordinatorChannel
+    from sparklog.broker.replica_fetcher_manager import ReplicaFetcherManager
+    from sparklog.broker.txn_verification import TransactionVerifier
+    from sparklog.coordinator.transaction.marker_channel import TransactionMarkerChannel
+    from sparklog.protocol.outbound import controller_client_security, server_client_security
+
+    endpoint = kafka_sasl.split(",")[0]
+    host, port = endpoint.split(":")
+    config = BrokerConfig.from_properties(
+        {
+            "listeners": "REPLICATION://127.0.0.1:0",
+            "listener.security.protocol.map": "REPLICATION:SASL_PLAINTEXT",
+            "inter.broker.listener.name": "REPLICATION",
+            "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-256",
+            "listener.name.replication.scram-sha-256.sasl.jaas.config": _jaas(
+                SCRAM_MODULE, "alice", USERS["alice"]
+            ),
+        }
+    )
+    security = server_client_security(config.listener_config)
+    fetchers = ReplicaFetcherManager(1, None, config, lambda _id: None, clock_ms=lambda: 0)
+    assert fetchers.security == security
+
+    async def go() -> list[bool]:
+        controller = ControllerClient(
+            endpoint, security=controller_client_security(config.listener_config)
+        )
+        verifier = TransactionVerifier(endpoint, None, security=security)
+        channel = CoordinatorChannel(endpoint, security=security)
+        markers = TransactionMarkerChannel(
+            lambda tp: None, lambda t: 1, lambda job: None, security=security
+        )
+        conns = [
+            await controller._connection(False),  # noqa: SLF001
+            await verifier._connection(),  # noqa: SLF001
+            await channel._connect(host, int(port)),  # noqa: SLF001
+            await markers._connection(1, host, int(port)),  # noqa: SLF001
+        ]
+        try:
+            return [c.reauthenticate_at_ms is not None for c in conns]
+        finally:
+            for c in conns:
+                await c.close()
+
+    assert asyncio.run(go()) == [True, True, True, True]

@@ -27,7 +27,7 @@ from kio.static.primitive import i16, i32
 from sparklog.coordinator.transaction.persisted import MarkerJob
 from sparklog.errors import TransactionCoordinatorFencedError
 from sparklog.protocol.async_client import AsyncKafkaConnection, connect
-from sparklog.protocol.outbound import PLAINTEXT, Endpoint
+from sparklog.protocol.outbound import PLAINTEXT, ClientSecurity, Endpoint
 from sparklog.structs import TopicPartition
 
 logger = logging.getLogger(__name__)
@@ -47,7 +47,10 @@ class TransactionMarkerChannel:
         *,
         retry_backoff_ms: int = 100,
         request_timeout_ms: int = 30_000,
+        security: ClientSecurity = PLAINTEXT,
     ) -> None:
+        #: the brokers' inter-broker listener's protocol and the coordinator's login
+        self.security = security
         self.leader_of = leader_of
         self.partition_count = partition_count
         self.on_done = on_done
@@ -173,7 +176,7 @@ class TransactionMarkerChannel:
         if conn is not None:
             with contextlib.suppress(Exception):
                 await conn.close()
-        conn = await connect(Endpoint(host, port), PLAINTEXT, client_id="sparklog-txn-markers")
+        conn = await connect(Endpoint(host, port), self.security, client_id="sparklog-txn-markers")
         self._connections[broker_id] = conn
         return conn
 
