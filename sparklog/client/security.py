@@ -48,7 +48,7 @@ def client_security(config: Mapping[str, Any]) -> ClientSecurity:
             sasl = SaslClientConfig.from_jaas(
                 mechanism, config.get("sasl.jaas.config"), token_provider=provider
             )
-        return ClientSecurity.of(protocol, sasl=sasl)
+        return ClientSecurity.of(protocol, config, sasl=sasl)
     except ValueError as e:  # SaslConfigError, the JAAS parser's errors, ClientSecurity's
         raise ConfigError(str(e)) from None
 

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from sparklog.security.listeners import ListenerConfig, normalised
+from sparklog.security.listeners import ListenerConfig, client_ssl_context, normalised
 from sparklog.security.sasl.client import (
     CONTROLLER_MECHANISM,
     INTER_BROKER_MECHANISM,
@@ -134,13 +134,16 @@ def server_client_security(
     inter-broker listener): replica fetchers, brokers to the coordinator, the coordinator's
     markers to brokers, and, with `mechanism_setting=CONTROLLER_MECHANISM` and the controller
     listener, brokers to the controller. The listener's security protocol, and for SASL the
-    server's own login from the listener's JAAS entry (`inter_broker_sasl`)."""
+    server's own login from the listener's JAAS entry (`inter_broker_sasl`), for TLS the
+    listener's client context (`listeners.client_ssl_context`)."""
     name = normalised(listener_name or listeners.inter_broker_listener_name)
     protocol = listeners.protocol_map[name]
-    sasl = None
-    if protocol in (SecurityProtocol.SASL_PLAINTEXT, SecurityProtocol.SASL_SSL):
+    sasl = context = None
+    if protocol in _SASL:
         sasl = inter_broker_sasl(listeners.properties, name, mechanism_setting)
-    return ClientSecurity(protocol, sasl=sasl)
+    if protocol in _TLS:
+        context = client_ssl_context(listeners.settings(name))
+    return ClientSecurity(protocol, sasl=sasl, ssl_context=context)
 
 
 def controller_client_security(listeners: ListenerConfig) -> ClientSecurity:

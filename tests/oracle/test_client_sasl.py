@@ -35,7 +35,7 @@ REAUTH_MS = 3_000
 
 
 @pytest.fixture(scope="module")
-def kafka_sasl(tmp_path_factory):
+def kafka_sasl(tmp_path_factory, tls_ca):
     """Apache Kafka with a SASL_PLAINTEXT listener enabling all four mechanisms, PLAIN users
     from the JAAS config, SCRAM users created with Kafka's admin client, sessions of
     `REAUTH_MS` (connections.max.reauth.ms)."""
@@ -49,7 +49,7 @@ def kafka_sasl(tmp_path_factory):
     )
 
     data = tmp_path_factory.mktemp("kafka-sasl")
-    sasl_port, plain_only_port = free_port(), free_port()
+    sasl_port, plain_only_port, ssl_port = free_port(), free_port(), free_port()
     kafka = ApacheKafka(data, config={})
     plain_port, controller_port = kafka.ports[0], kafka.controller_port
     plain_users = " ".join(f'user_{u}="{p}"' for u, p in USERS.items() if "," not in u)
@@ -58,11 +58,15 @@ def kafka_sasl(tmp_path_factory):
         {
             "listeners": f"PLAINTEXT://127.0.0.1:{plain_port},"
             f"CONTROLLER://127.0.0.1:{controller_port},SASL_PLAINTEXT://127.0.0.1:{sasl_port},"
-            f"ONLY_PLAIN://127.0.0.1:{plain_only_port}",
+            f"ONLY_PLAIN://127.0.0.1:{plain_only_port},SASL_SSL://127.0.0.1:{ssl_port}",
             "advertised.listeners": f"PLAINTEXT://127.0.0.1:{plain_port},"
-            f"SASL_PLAINTEXT://127.0.0.1:{sasl_port},ONLY_PLAIN://127.0.0.1:{plain_only_port}",
+            f"SASL_PLAINTEXT://127.0.0.1:{sasl_port},ONLY_PLAIN://127.0.0.1:{plain_only_port},"
+            f"SASL_SSL://127.0.0.1:{ssl_port}",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,"
-            "SASL_PLAINTEXT:SASL_PLAINTEXT,ONLY_PLAIN:SASL_PLAINTEXT",
+            "SASL_PLAINTEXT:SASL_PLAINTEXT,ONLY_PLAIN:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+            "listener.name.sasl_ssl.sasl.enabled.mechanisms": "SCRAM-SHA-512",
+            "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": f"{SCRAM_MODULE} required;",
+            **{f"listener.name.sasl_ssl.{k}": v for k, v in tls_ca.server_props().items()},
             "listener.name.only_plain.sasl.enabled.mechanisms": "PLAIN",
             "listener.name.only_plain.plain.sasl.jaas.config": f"{PLAIN_MODULE} required "
             f"{plain_users};",
@@ -86,8 +90,8 @@ def kafka_sasl(tmp_path_factory):
             ]
             for future in admin.alter_user_scram_credentials(upserts).values():
                 future.result(timeout=30)
-        # the SASL listener, then one enabling PLAIN only
-        yield f"127.0.0.1:{sasl_port},127.0.0.1:{plain_only_port}"
+        # the SASL listener, one enabling PLAIN only, a SASL_SSL one (SCRAM-SHA-512)
+        yield f"127.0.0.1:{sasl_port},127.0.0.1:{plain_only_port},127.0.0.1:{ssl_port}"
 
 
 def _jaas(module: str, user: str, password: str) -> str:
@@ -367,3 +371,27 @@ def test_server_connections_log_in_with_the_listeners_credentials(kafka_sasl):
                 await c.close()
 
     assert asyncio.run(go()) == [True, True, True, True]
+
+
+def test_sasl_ssl_scram_produces_and_consumes(kafka_sasl, tls_ca):
+    """SASL_SSL: TLS first (the server's chain and name checked against the trust store),
+    then SCRAM-SHA-512 inside it, as Kafka's clients do."""
+    trust = {k: v for k, v in tls_ca.client_props().items() if k != "security.protocol"}
+    settings = {
+        **_settings(
+            kafka_sasl.split(",")[2],
+            "SCRAM-SHA-512",
+            _jaas(SCRAM_MODULE, "alice", USERS["alice"]),
+        ),
+        "security.protocol": "SASL_SSL",
+        **trust,
+    }
+    assert _round_trip(settings, "sasl-ssl") == [b"v1", b"v2"]
+    wrong = {**settings, "sasl.jaas.config": _jaas(SCRAM_MODULE, "alice", "nope-123")}
+    admin = AdminClient({**wrong, "default.api.timeout.ms": 10_000})
+    try:
+        with pytest.raises(SaslAuthenticationFailedError) as e:
+            admin.create_topics(["never"])
+    finally:
+        admin.close()
+    assert "nope-123" not in str(e.value)
