@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from sparklog.errors import KafkaError, RequestTimedOutError, error_for_code
@@ -33,12 +33,17 @@ def end_transactions(
     committed: bool,
     handles: Iterable[TransactionHandle],
     timeout_ms: int = 60_000,
+    *,
+    settings: Mapping[str, Any] | None = None,
 ) -> BatchDecision:
     """End every prepared transaction in ONE coordinator decision (one Delta commit) keyed by
     `batch_key` (sparklog's EndTxnBatch; Spark's exactly-once sink). A key decided before is
-    recognised: nothing is committed twice."""
+    recognised: nothing is committed twice. `settings`: the client's other settings (its
+    `security.protocol`, `sasl.*`, `ssl.*`)."""
     return asyncio.run(
-        _end_transactions(bootstrap_servers, batch_key, committed, list(handles), timeout_ms)
+        _end_transactions(
+            bootstrap_servers, batch_key, committed, list(handles), timeout_ms, settings
+        )
     )
 
 
@@ -48,6 +53,7 @@ async def _end_transactions(
     committed: bool,
     handles: list[TransactionHandle],
     timeout_ms: int,
+    settings: Mapping[str, Any] | None = None,
 ) -> BatchDecision:
     from kio.schema.types import ProducerId, TransactionalId
     from kio.static.primitive import i16
@@ -66,7 +72,7 @@ async def _end_transactions(
             for h in handles
         ),
     )
-    response = await _ask_coordinator(bootstrap_servers, batch_key, request, timeout_ms)
+    response = await _ask_coordinator(bootstrap_servers, batch_key, request, timeout_ms, settings)
     code = int(response.error_code)
     if code:
         failed = {r.transactional_id: int(r.error_code) for r in response.results}
@@ -75,7 +81,11 @@ async def _end_transactions(
 
 
 def fence_transactions(
-    bootstrap_servers: str, transactional_ids: Iterable[str], timeout_ms: int = 60_000
+    bootstrap_servers: str,
+    transactional_ids: Iterable[str],
+    timeout_ms: int = 60_000,
+    *,
+    settings: Mapping[str, Any] | None = None,
 ) -> None:
     """Fence each transactional id as a restarted producer would (InitProducerId): a
     transaction it left open is aborted, and its old producer can neither add partitions nor
@@ -86,6 +96,7 @@ def fence_transactions(
 
     def fence(transactional_id: str) -> None:
         config = {
+            **_security_settings(settings),
             "bootstrap.servers": bootstrap_servers,
             "transactional.id": transactional_id,
             "max.block.ms": timeout_ms,
@@ -98,7 +109,11 @@ def fence_transactions(
 
 
 def transactional_id_exists(
-    bootstrap_servers: str, transactional_id: str, timeout_ms: int = 60_000
+    bootstrap_servers: str,
+    transactional_id: str,
+    timeout_ms: int = 60_000,
+    *,
+    settings: Mapping[str, Any] | None = None,
 ) -> bool:
     """Whether the coordinator knows `transactional_id` (DescribeTransactions)."""
     from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
@@ -112,6 +127,7 @@ def transactional_id_exists(
             transactional_id,
             DescribeTransactionsRequest(transactional_ids=(TransactionalId(transactional_id),)),
             timeout_ms,
+            settings,
         )
     )
     code = int(response.transaction_states[0].error_code)
@@ -122,14 +138,32 @@ def transactional_id_exists(
     return True
 
 
-async def _ask_coordinator(bootstrap_servers: str, key: str, request: Any, timeout_ms: int) -> Any:
+def _security_settings(settings: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The security part of a client's settings (what every connection of the client needs)."""
+    keep = ("security.protocol", "sasl.", "ssl.")
+    return {k: v for k, v in (settings or {}).items() if k.startswith(keep)}
+
+
+async def _ask_coordinator(
+    bootstrap_servers: str,
+    key: str,
+    request: Any,
+    timeout_ms: int,
+    settings: Mapping[str, Any] | None = None,
+) -> Any:
     """Send `request` to the transaction coordinator of `key`, retrying while no coordinator
     answers (or it answers a retriable coordinator error) until `timeout_ms` passes."""
     from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
     from kio.static.primitive import i8
 
+    from sparklog.client.config import admin_config
+    from sparklog.client.security import client_security
     from sparklog.protocol.async_client import connect
-    from sparklog.protocol.outbound import PLAINTEXT, Endpoint
+    from sparklog.protocol.outbound import Endpoint
+
+    security = client_security(
+        admin_config({**_security_settings(settings), "bootstrap.servers": bootstrap_servers})
+    )
 
     deadline = time.monotonic() + timeout_ms / 1000
     servers = [s.strip() for s in bootstrap_servers.split(",") if s.strip()]
@@ -139,7 +173,7 @@ async def _ask_coordinator(bootstrap_servers: str, key: str, request: Any, timeo
         host, _sep, port = servers[attempt % len(servers)].rpartition(":")
         attempt += 1
         try:
-            broker = await connect(Endpoint(host, int(port)), PLAINTEXT)
+            broker = await connect(Endpoint(host, int(port)), security)
             try:
                 found = await broker.request(
                     FindCoordinatorRequest(key_type=i8(1), coordinator_keys=(key,))
@@ -149,7 +183,7 @@ async def _ask_coordinator(bootstrap_servers: str, key: str, request: Any, timeo
             node = found.coordinators[0]
             if int(node.error_code):
                 raise error_for_code(int(node.error_code))("FindCoordinator")
-            coordinator = await connect(Endpoint(node.host, int(node.port)), PLAINTEXT)
+            coordinator = await connect(Endpoint(node.host, int(node.port)), security)
             try:
                 response = await coordinator.request(request)
             finally:

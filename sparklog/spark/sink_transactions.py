@@ -119,7 +119,7 @@ def _fence_quietly(options: SinkOptions, ids: list[str], failed: str) -> bool:
     from sparklog.client import fence_transactions
 
     try:
-        fence_transactions(options.bootstrap_servers, ids)
+        fence_transactions(options.bootstrap_servers, ids, settings=options.kafka)
     except Exception as e:  # noqa: BLE001 - see the docstring
         logger.warning("%s (%s)", failed, e)
         return False
@@ -141,7 +141,7 @@ def write_was_aborted(options: SinkOptions, prefix: str) -> bool:
     """Whether the driver aborted the batch write under `prefix` (`mark_write_aborted`)."""
     from sparklog.client.transaction_batch import transactional_id_exists
 
-    return transactional_id_exists(options.bootstrap_servers, prefix)
+    return transactional_id_exists(options.bootstrap_servers, prefix, settings=options.kafka)
 
 
 def fence_leftovers(options: SinkOptions, prefix: str, messages: list[Any]) -> None:
@@ -168,7 +168,9 @@ def end_all(options: SinkOptions, key: str, committed: bool, messages: list[Any]
         for m in messages
         if m is not None and getattr(m, "transaction", None) is not None
     ]
-    decision = end_transactions(options.bootstrap_servers, key, committed, handles)
+    decision = end_transactions(
+        options.bootstrap_servers, key, committed, handles, settings=options.kafka
+    )
     if decision.replayed:
         logger.info(
             "%s was decided before (%s): a replay; its %d new transactions were aborted",

@@ -395,3 +395,16 @@ def test_sasl_ssl_scram_produces_and_consumes(kafka_sasl, tls_ca):
     finally:
         admin.close()
     assert "nope-123" not in str(e.value)
+
+
+def test_sink_transaction_helpers_carry_the_clients_security(kafka_sasl):
+    """The exactly-once sink's driver-side helpers (fencing leftover transactional ids,
+    asking the coordinator about one) use the sink's kafka.* security settings too."""
+    from sparklog.client.transaction_batch import fence_transactions, transactional_id_exists
+
+    settings = _settings(kafka_sasl, "SCRAM-SHA-256", _jaas(SCRAM_MODULE, "alice", USERS["alice"]))
+    bootstrap = settings.pop("bootstrap.servers")
+    # fencing first: Kafka creates __transaction_state on the first transactional producer
+    fence_transactions(bootstrap, ["sasl-tx-1"], 20_000, settings=settings)
+    assert transactional_id_exists(bootstrap, "sasl-tx-1", 20_000, settings=settings)
+    assert not transactional_id_exists(bootstrap, "sasl-tx-2", 20_000, settings=settings)
