@@ -117,6 +117,8 @@ class SparkLogCluster:
         self.spark = spark
         self.sc = spark.sparkContext
         self.settings = settings
+        #: `kafka.*` client settings for this application's own clients (`start(config=...)`)
+        self.client_settings: dict[str, str] = {}
         self.data_dir = data_dir
         self.broker_count = brokers
         master = self.sc.master
@@ -315,8 +317,10 @@ def start(
     _check_capacity(sc, brokers, timeout_s)
     check_worker_python(sc)
     settings = {**spark_conf_settings(sc.getConf().getAll()), **_settings(config, kwargs)}
+    client_settings = split_client_settings(settings)
     root = Path(data_dir) if data_dir is not None else Path(tempfile.mkdtemp(prefix="sparklog-"))
     cluster = SparkLogCluster(spark, brokers, settings, root)
+    cluster.client_settings = client_settings
     cluster._start(timeout_s)
     _active = cluster
     return cluster
@@ -337,6 +341,18 @@ def _check_secrets_redacted(conf: Any) -> None:
             f"Start Spark with --conf spark.redaction.regex='{SUGGESTED_REDACTION_REGEX}' (or "
             "pass them to sparklog.start(config=...) instead of the Spark conf)"
         )
+
+
+def split_client_settings(settings: dict[str, str]) -> dict[str, str]:
+    """Remove and return the `kafka.*` entries: the client settings (the connector's option
+    names: `kafka.security.protocol`, `kafka.sasl.*`, `kafka.ssl.*`) this application's own
+    clients of the cluster use by default — `format("sparklog")` without
+    `kafka.bootstrap.servers`, the notebook helpers — prefix removed. Servers never see them."""
+    prefix = "kafka."
+    found = {k: v for k, v in settings.items() if k.startswith(prefix)}
+    for key in found:
+        del settings[key]
+    return {k[len(prefix) :]: v for k, v in found.items()}
 
 
 def check_worker_python(sc: Any) -> None:

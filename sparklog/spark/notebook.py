@@ -52,8 +52,13 @@ def resolve_bootstrap(bootstrap_servers: str | None = None) -> str:
 
 
 def _admin(bootstrap_servers: str | None) -> AdminClient:
+    from sparklog.spark.source import running_cluster_client_settings
+
+    # the running cluster's client settings (its security) unless another cluster is named
+    settings = running_cluster_client_settings() if bootstrap_servers is None else {}
     return AdminClient(
         {
+            **settings,
             "bootstrap.servers": resolve_bootstrap(bootstrap_servers),
             "client.id": "sparklog-notebook",
         }

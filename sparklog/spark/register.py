@@ -22,8 +22,12 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 
-def data_source_class(bootstrap_servers: str | None = None) -> type:
-    """The data source class to register: bound to `bootstrap_servers` when given."""
+def data_source_class(
+    bootstrap_servers: str | None = None, client_settings: dict[str, str] | None = None
+) -> type:
+    """The data source class to register: bound to `bootstrap_servers` when given, and to
+    the cluster's `kafka.*` client settings (its security; Spark's planner runs the data
+    source in a Python worker, which sees the class, not this process's cluster)."""
     from sparklog.spark.source import SparkLogDataSource
 
     if not bootstrap_servers:
@@ -36,6 +40,7 @@ def data_source_class(bootstrap_servers: str | None = None) -> type:
             "__qualname__": "SparkLogDataSource.bound",  # not importable: pickled by value
             "__doc__": f"format('sparklog') defaulting to {bootstrap_servers}",
             "default_bootstrap_servers": bootstrap_servers,
+            "default_client_settings": dict(client_settings or {}),
         },
     )
 
@@ -46,7 +51,7 @@ def register(spark: Any = None, *, bootstrap_servers: str | None = None) -> type
     default for reads and writes that set no `kafka.bootstrap.servers`."""
     from pyspark.sql import SparkSession
 
-    from sparklog.spark.source import running_cluster_bootstrap
+    from sparklog.spark.source import running_cluster_bootstrap, running_cluster_client_settings
 
     spark = spark if spark is not None else SparkSession.getActiveSession()
     if spark is None:
@@ -54,9 +59,11 @@ def register(spark: Any = None, *, bootstrap_servers: str | None = None) -> type
             "no active SparkSession to register format('sparklog') with: create one first, "
             "or pass it: sparklog.register(spark)"
         )
+    client_settings: dict[str, str] = {}
     if bootstrap_servers is None:
         bootstrap_servers = running_cluster_bootstrap()
-    cls = data_source_class(bootstrap_servers)
+        client_settings = running_cluster_client_settings()
+    cls = data_source_class(bootstrap_servers, client_settings)
     spark.dataSource.register(cls)
     append_by_default()
     _redact_secret_options(spark)

@@ -70,6 +70,8 @@ class SparkLogDataSource(DataSource):
 
     #: Set on the class `sparklog.register` registers when a cluster runs in this application.
     default_bootstrap_servers: ClassVar[str | None] = None
+    #: ... and that cluster's `kafka.*` client settings, prefix removed (`register`)
+    default_client_settings: ClassVar[dict[str, str]] = {}
 
     @classmethod
     def name(cls) -> str:
@@ -82,11 +84,27 @@ class SparkLogDataSource(DataSource):
 
     def _source_options(self, streaming: bool | None) -> SourceOptions:
         return parse_source_options(
-            self.options, streaming=streaming, default_bootstrap=self._default_bootstrap()
+            self._with_cluster_settings(),
+            streaming=streaming,
+            default_bootstrap=self._default_bootstrap(),
         )
 
     def _sink_options(self) -> SinkOptions:
-        return parse_sink_options(self.options, default_bootstrap=self._default_bootstrap())
+        return parse_sink_options(
+            self._with_cluster_settings(), default_bootstrap=self._default_bootstrap()
+        )
+
+    def _with_cluster_settings(self) -> dict[str, str]:
+        """The options, over the running cluster's `kafka.*` client settings when they name
+        no cluster of their own (no `kafka.bootstrap.servers`): a secured cluster started
+        with `sparklog.start(config={"kafka.security.protocol": ...})` is read and written
+        with its credentials by default."""
+        options = {str(k).lower(): v for k, v in self.options.items()}
+        if "kafka.bootstrap.servers" in options:
+            return options
+        cluster = self.default_client_settings or running_cluster_client_settings()
+        defaults = {f"kafka.{k}": v for k, v in cluster.items()}
+        return {**defaults, **options}
 
     def schema(self) -> StructType:
         # General checks now, so a bad option fails at load(); mode-specific ones later.
@@ -144,6 +162,14 @@ def _check_read_schema(schema: StructType, options: SourceOptions) -> None:
             f"{expected.simpleString()}); drop the .schema(...) call, and select or cast "
             "columns after load()"
         )
+
+
+def running_cluster_client_settings() -> dict[str, str]:
+    """The `kafka.*` client settings `sparklog.start(config=...)` gave the running cluster
+    (its security settings), prefix removed; empty without a cluster."""
+    launcher = sys.modules.get("sparklog.spark.cluster")
+    cluster = launcher.active_cluster() if launcher is not None else None
+    return dict(getattr(cluster, "client_settings", {}) or {})
 
 
 def running_cluster_bootstrap() -> str | None:

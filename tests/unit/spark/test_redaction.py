@@ -73,3 +73,28 @@ def test_start_refuses_secrets_the_spark_conf_would_show():
     assert "k3y" not in str(e.value)
     conf.set("spark.redaction.regex", SUGGESTED_REDACTION_REGEX)
     _check_secrets_redacted(conf)
+
+
+def test_cluster_client_settings_are_the_default_for_its_dataframes():
+    """sparklog.start(config={"kafka.security.protocol": ..., "kafka.sasl.*": ...}): servers
+    never see the kafka.* entries; format("sparklog") without a bootstrap of its own reads and
+    writes the cluster with them; options naming another cluster do not get them."""
+    from sparklog.spark.cluster import split_client_settings
+    from sparklog.spark.register import data_source_class
+
+    settings = {
+        "num.partitions": "3",
+        "kafka.security.protocol": "SASL_PLAINTEXT",
+        "kafka.sasl.mechanism": "PLAIN",
+        "kafka.sasl.jaas.config": 'x.PlainLoginModule required username="u" password="p";',
+    }
+    client = split_client_settings(settings)
+    assert settings == {"num.partitions": "3"}
+    assert client["security.protocol"] == "SASL_PLAINTEXT"
+    cls = data_source_class("127.0.0.1:9092", client)
+    source = cls({"subscribe": "t"})._source_options(streaming=False)
+    assert source.consumer_config()["sasl.mechanism"] == "PLAIN"
+    sink = cls({"topic": "t"})._sink_options()
+    assert sink.producer_config()["security.protocol"] == "SASL_PLAINTEXT"
+    other = cls({"subscribe": "t", "kafka.bootstrap.servers": "10.0.0.1:9092"})
+    assert "security.protocol" not in other._source_options(streaming=False).consumer_config()
