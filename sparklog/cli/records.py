@@ -18,6 +18,10 @@ from sparklog.cli.common import (
 )
 from sparklog.cli.topics import describe_topics
 
+#: The client settings every connection of a tool needs (Kafka's security settings).
+SECURITY_PREFIXES = ("security.protocol", "sasl.", "ssl.")
+
+
 # -- produce -----------------------------------------------------------------------------------
 
 
@@ -105,7 +109,9 @@ def cmd_consume(args: argparse.Namespace, out: BinaryIO) -> int:
     if args.key_separator is not None:
         options["key.separator"] = args.key_separator
     check_bootstrap(args.bootstrap_server)
-    with AdminClient({"bootstrap.servers": args.bootstrap_server}) as admin:
+    # the partitions are looked up over the same security as the records are read
+    security = {k: v for k, v in settings.items() if k.startswith(SECURITY_PREFIXES)}
+    with AdminClient({**security, "bootstrap.servers": args.bootstrap_server}) as admin:
         partitions = [
             p.partition for p in describe_topics(admin, [args.topic])[args.topic].partitions
         ]

@@ -408,3 +408,37 @@ def test_sink_transaction_helpers_carry_the_clients_security(kafka_sasl):
     fence_transactions(bootstrap, ["sasl-tx-1"], 20_000, settings=settings)
     assert transactional_id_exists(bootstrap, "sasl-tx-1", 20_000, settings=settings)
     assert not transactional_id_exists(bootstrap, "sasl-tx-2", 20_000, settings=settings)
+
+
+def test_cli_consume_with_a_command_config(kafka_sasl, tmp_path, capsys):
+    """`python -m sparklog consume --command-config client.properties`, as Kafka's console
+    consumer takes its security settings, against Kafka's SASL listener."""
+    from sparklog.cli import main
+
+    settings = _settings(kafka_sasl, "SCRAM-SHA-512", _jaas(SCRAM_MODULE, "alice", USERS["alice"]))
+    bootstrap = settings.pop("bootstrap.servers")
+    producer = KafkaProducer({**settings, "bootstrap.servers": bootstrap})
+    try:
+        producer.send("sasl-cli", b"hello").result(timeout=20)
+    finally:
+        producer.close()
+    props = tmp_path / "client.properties"
+    props.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+    code = main(
+        [
+            "consume",
+            "--bootstrap-server",
+            bootstrap,
+            "--topic",
+            "sasl-cli",
+            "--from-beginning",
+            "--max-messages",
+            "1",
+            "--timeout-ms",
+            "20000",
+            "--command-config",
+            str(props),
+        ]
+    )
+    assert code == 0
+    assert "hello" in capsys.readouterr().out
