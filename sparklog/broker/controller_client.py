@@ -23,6 +23,7 @@ from sparklog.protocol import codec, kio_build
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.protocol.async_client import AsyncKafkaConnection, connect
 from sparklog.protocol.outbound import PLAINTEXT, ClientSecurity, Endpoint
+from sparklog.security.listeners import ListenerEndpoint, endpoints_to_record
 from sparklog.structs import LATEST_TIMESTAMP, METADATA_PARTITION, METADATA_TOPIC
 
 logger = logging.getLogger(__name__)
@@ -141,21 +142,19 @@ class ControllerClient:
         broker_id: int,
         cluster_id: str,
         incarnation_id: uuid.UUID,
-        host: str,
-        port: int,
+        endpoints: Sequence[ListenerEndpoint],
         rack: str | None,
         previous_broker_epoch: int = -1,
     ) -> tuple[int, int]:
-        """BrokerRegistration: (error code, broker epoch)."""
+        """BrokerRegistration with every advertised listener (the first is the broker's
+        default address): (error code, broker epoch)."""
         response = await self._call(
             ApiKey.BROKER_REGISTRATION,
             {
                 "broker_id": broker_id,
                 "cluster_id": cluster_id,
                 "incarnation_id": incarnation_id,
-                "listeners": [
-                    {"name": "PLAINTEXT", "host": host, "port": port, "security_protocol": 0}
-                ],
+                "listeners": endpoints_to_record(endpoints),
                 "features": [],
                 "rack": rack,
                 "is_migrating_zk_broker": False,

@@ -113,19 +113,25 @@ class CoordinatorForwarding:
             code = CoordinatorNotAvailableError.code
             return find_coordinator_response(request, "", -1, (code, message))
         if request.api_version >= 4:
-            found = tuple(self._point_at_broker(c, c.key) for c in answer.coordinators)
+            found = tuple(
+                self._point_at_broker(c, c.key, request.session.listener_name)
+                for c in answer.coordinators
+            )
             return dataclasses.replace(answer, coordinators=found)
-        return self._point_at_broker(answer, request.body.key)
+        return self._point_at_broker(answer, request.body.key, request.session.listener_name)
 
-    def _point_at_broker(self, entry: Any, key: str) -> Any:
+    def _point_at_broker(self, entry: Any, key: str, listener_name: str) -> Any:
         """`entry` (a FindCoordinator answer or one v4 coordinator) naming the live broker
-        chosen for `key` instead of the coordinator's own listener."""
+        chosen for `key`, at its endpoint on the request's listener, instead of the
+        coordinator's own listener. A chosen broker without that listener is
+        COORDINATOR_NOT_AVAILABLE, as Kafka's `getAliveBrokerNode(id, listenerName)` miss."""
         if int(entry.error_code):
             return entry
         brokers = self.metadata.image.unfenced_brokers()
         chosen = coordinator_broker(key, [b.broker_id for b in brokers])
         broker = next((b for b in brokers if b.broker_id == chosen), None)
-        if broker is None:
+        endpoint = None if broker is None else broker.endpoint(listener_name)
+        if broker is None or endpoint is None:
             fields: dict[str, Any] = {
                 "error_code": ErrorCode(CoordinatorNotAvailableError.code),
                 "node_id": i32(-1),
@@ -136,7 +142,7 @@ class CoordinatorForwarding:
                 fields["error_message"] = "no live broker to name as coordinator"
             return dataclasses.replace(entry, **fields)
         return dataclasses.replace(
-            entry, node_id=i32(broker.broker_id), host=broker.host, port=i32(broker.port)
+            entry, node_id=i32(broker.broker_id), host=endpoint.host, port=i32(endpoint.port)
         )
 
     async def handle_list_groups(self, request: Request) -> Any:

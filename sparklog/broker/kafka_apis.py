@@ -45,6 +45,7 @@ from sparklog.errors import (
     InvalidRequestError,
     KafkaError,
     LeaderNotAvailableError,
+    ListenerNotFoundError,
     MismatchedEndpointTypeError,
     NotCoordinatorError,
     NotLeaderOrFollowerError,
@@ -306,7 +307,9 @@ class KafkaApis:
         if encoded is not None:
             return encoded
         data, leaders = produce_response_data(results.items(), self.replica_manager.leader_of)
-        data["node_endpoints"] = [b for b in self._alive_brokers() if b["node_id"] in leaders]
+        data["node_endpoints"] = [
+            b for b in self._alive_brokers(request.session.listener_name) if b["node_id"] in leaders
+        ]
         return kio_build.response(request, data)
 
     # -- fetch --------------------------------------------------------------------------------
@@ -476,10 +479,13 @@ class KafkaApis:
 
     # -- metadata -----------------------------------------------------------------------------
 
-    def _alive_brokers(self) -> list[dict[str, Any]]:
+    def _alive_brokers(self, listener_name: str) -> list[dict[str, Any]]:
+        """Live brokers at their `listener_name` endpoints; a broker without one is left out
+        (Kafka's `MetadataCache.getAliveBrokerNodes(listenerName)`)."""
         return [
-            {"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack}
+            {"node_id": b.broker_id, "host": e.host, "port": e.port, "rack": b.rack}
             for b in self.metadata.image.unfenced_brokers()
+            if (e := b.endpoint(listener_name)) is not None
         ]
 
     def _controller_id_for_clients(self) -> int:
@@ -502,8 +508,14 @@ class KafkaApis:
         create_errors: dict[str, int] = {}
         if missing and allow_create and self.config.auto_create_topics_enable:
             create_errors = await self.admin.auto_create_topics(missing)
+        listener = request.session.listener_name
+        # Kafka's `errorUnavailableListeners`: from v6 a live leader without the request's
+        # listener is LISTENER_NOT_FOUND, before it LEADER_NOT_AVAILABLE
+        no_listener = (
+            ListenerNotFoundError if request.api_version >= 6 else LeaderNotAvailableError
+        ).code
         topics = [
-            self._topic_metadata(name, create_errors)
+            self._topic_metadata(name, create_errors, listener, no_listener)
             async for name in cooperative.each(dict.fromkeys(names))
         ]
         for topic in topics:
@@ -513,7 +525,7 @@ class KafkaApis:
         return await kio_build.response_cooperatively(
             request,
             {
-                "brokers": self._alive_brokers(),
+                "brokers": self._alive_brokers(listener),
                 "cluster_id": self.metadata.cluster_id,
                 "controller_id": self._controller_id_for_clients(),
                 "topics": topics,
@@ -531,7 +543,9 @@ class KafkaApis:
                 names.append(topic.name)
         return names
 
-    def _topic_metadata(self, name: str, create_errors: dict[str, int]) -> dict[str, Any]:
+    def _topic_metadata(
+        self, name: str, create_errors: dict[str, int], listener: str, no_listener_code: int
+    ) -> dict[str, Any]:
         image = self.metadata.image
         topic = image.topic(name)
         if topic is None:
@@ -540,12 +554,15 @@ class KafkaApis:
         partitions = []
         for index in sorted(topic.partitions):
             p = topic.partitions[index]
-            leader_alive = image.is_unfenced(p.leader)
+            leader = image.broker(p.leader) if image.is_unfenced(p.leader) else None
+            code = LeaderNotAvailableError.code if leader is None else 0
+            if leader is not None and leader.endpoint(listener) is None:
+                leader, code = None, no_listener_code
             partitions.append(
                 {
-                    "error_code": 0 if leader_alive else LeaderNotAvailableError.code,
+                    "error_code": code,
                     "partition_index": index,
-                    "leader_id": p.leader if leader_alive else -1,
+                    "leader_id": p.leader if leader is not None else -1,
                     "leader_epoch": p.leader_epoch,
                     "replica_nodes": list(p.replicas),
                     "isr_nodes": list(p.isr),
@@ -573,7 +590,7 @@ class KafkaApis:
             "controller_id": self._controller_id_for_clients(),
             "brokers": [
                 {"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"]}
-                for b in self._alive_brokers()
+                for b in self._alive_brokers(request.session.listener_name)
             ],
             "cluster_authorized_operations": authorized_operations(
                 request, ResourceType.CLUSTER, CLUSTER_NAME

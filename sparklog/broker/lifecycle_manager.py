@@ -34,6 +34,7 @@ from sparklog.errors import (
     StaleBrokerEpochError,
 )
 from sparklog.protocol.server import KafkaServer
+from sparklog.security.listeners import ListenerEndpoint
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +69,9 @@ class BrokerLifecycleManager:
     _heartbeat_now: asyncio.Event | None
     _shut_down_granted: asyncio.Event | None
 
+    def advertised_endpoints(self) -> tuple[ListenerEndpoint, ...]:
+        raise NotImplementedError  # the broker's: what it registers
+
     async def _retry(self, call: Any) -> Any:
         """Call the controller until it answers (it may still be starting)."""
         delay = 0.05
@@ -94,7 +98,7 @@ class BrokerLifecycleManager:
 
     async def _register(self) -> None:
         """BrokerRegistration; a live older incarnation makes us retry until its lease ends."""
-        host, port = self.server.host, self.server.port
+        endpoints = self.advertised_endpoints()
         loop = asyncio.get_running_loop()
         give_up_at = loop.time() + 3 * self.config.broker_session_timeout_ms / 1000
         while True:
@@ -103,8 +107,7 @@ class BrokerLifecycleManager:
                     broker_id=self.node_id,
                     cluster_id=self.metadata.cluster_id or "",
                     incarnation_id=self.incarnation_id,
-                    host=host,
-                    port=port,
+                    endpoints=endpoints,
                     rack=self.config.broker_rack,
                     # KIP-966: this process's epoch when it registers again, else the epoch
                     # its data dir's clean shutdown marker held (-1: none, maybe a power loss)

@@ -15,6 +15,7 @@ import logging
 import os
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,17 +84,26 @@ def write_meta_properties(data_dir: Path, meta: MetaProperties) -> None:
     write_atomically(data_dir / META_PROPERTIES_FILE, meta.to_text().encode("utf-8"))
 
 
-def read_listener_port(data_dir: Path) -> int | None:
-    """The port this data dir's broker last listened on (None: never, or unreadable)."""
+def read_listener_ports(data_dir: Path) -> dict[str, int]:
+    """The port each listener of this data dir's broker last bound ({} when never or
+    unreadable). A file from before several listeners holds one port: the first listener's,
+    under the name ""."""
     try:
-        port = int((data_dir / LISTENER_PORT_FILE).read_text("ascii").strip())
-    except (OSError, ValueError):
-        return None
-    return port if 0 < port < 65536 else None
+        text = (data_dir / LISTENER_PORT_FILE).read_text("ascii")
+    except OSError:
+        return {}
+    ports = {}
+    for line in text.splitlines():
+        name, _sep, port = line.strip().rpartition("=")
+        if port.isdigit() and 0 < int(port) < 65536:
+            ports[name] = int(port)
+    return ports
 
 
-def write_listener_port(data_dir: Path, port: int) -> None:
-    write_atomically(data_dir / LISTENER_PORT_FILE, f"{port}\n".encode("ascii"))
+def write_listener_ports(data_dir: Path, ports: Mapping[str, int]) -> None:
+    """`NAME=port` per listener (what `read_listener_ports` reads back)."""
+    text = "".join(f"{name}={port}\n" for name, port in ports.items())
+    write_atomically(data_dir / LISTENER_PORT_FILE, text.encode("ascii"))
 
 
 class DataDirLock:

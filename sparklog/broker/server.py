@@ -1,7 +1,16 @@
-"""A sparklog broker: Kafka's protocol on one port, logs on one data dir (Kafka's `BrokerServer`).
+"""A sparklog broker: Kafka's protocol on its listeners, logs on one data dir (Kafka's
+`BrokerServer`).
+
+Listeners (`security/listeners.py`): one `KafkaServer` per broker listener of `listeners`, each
+with its `ListenerSecurity` (built before anything binds, so a listener that cannot be served
+stops the start), all serving the same APIs; every advertised endpoint is registered, the first
+being the broker's default address; requests learn their listener from their session, and
+answers naming brokers (Metadata, FindCoordinator, DescribeCluster, Produce's node endpoints)
+give each broker's endpoint on that listener, as Kafka's do. Followers fetch from leaders'
+`inter.broker.listener.name` endpoints.
 
 Startup (Kafka's order, KRaft): ask the controller for the cluster id, claim the data dir
-(`meta.properties` + lock), bind the listener, catch the metadata image up with the controller's
+(`meta.properties` + lock), bind the listeners, catch the metadata image up with the controller's
 log, register (BrokerRegistration; the controller takes the leaderships of an older
 incarnation away in the same commit) and catch up past the registration, so the first image
 the logs see no longer names a crashed incarnation as leader. Then load (and recover) the logs
@@ -57,9 +66,9 @@ from sparklog.broker.meta_properties import (
     DataDirLock,
     MetaProperties,
     claim_data_dir,
-    read_listener_port,
+    read_listener_ports,
     read_meta_properties,
-    write_listener_port,
+    write_listener_ports,
 )
 from sparklog.broker.metadata import (
     BrokerMetadata,
@@ -76,6 +85,7 @@ from sparklog.protocol.outbound import controller_client_security
 from sparklog.protocol.server import KafkaServer
 from sparklog.protocol.server_lifecycle import ServerLifecycle
 from sparklog.security.audit import LOG_ONLY, AuditConfig, AuditSink
+from sparklog.security.listeners import ListenerEndpoint, normalised
 
 logger = logging.getLogger(__name__)
 
@@ -198,14 +208,23 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
                 self.apis.forwarding.channel,
                 max_events=self.audit_config.audit_buffer_max_events,
             )
-        host, port = self.config.listener_host_port
-        self.server = KafkaServer(
+        self.listener_config = self.config.listener_config
+        #: one server per broker listener, by listener name, in `listeners` order
+        self.servers: dict[str, KafkaServer] = {
+            e.listener_name: self._listener_server(e) for e in self.listener_config.broker_listeners
+        }
+        #: the first listener's: the broker's default address
+        self.server = next(iter(self.servers.values()))
+
+    def _listener_server(self, endpoint: ListenerEndpoint) -> KafkaServer:
+        """The (unbound) server of one listener; ConfigError when it cannot be secured."""
+        return KafkaServer(
             self.apis.handle,
             BROKER_SERVED_APIS,
-            host=host,
-            port=port,
+            host=endpoint.bind_host,
+            port=endpoint.port,
             max_request_bytes=self.config.socket_request_max_bytes,
-            name=f"broker-{self.node_id}",
+            name=f"broker-{self.node_id}-{endpoint.listener_name}",
             max_connections=self.config.max_connections,
             max_connections_per_ip=self.config.max_connections_per_ip,
             max_connections_per_ip_overrides=self.config.connection_limit_overrides(),
@@ -213,6 +232,7 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
             queued_max_requests=self.config.queued_max_requests,
             queued_max_request_bytes=self.config.queued_max_request_bytes,
             audit=self.audit,
+            security=self.listener_config.security(endpoint),
         )
 
     def __repr__(self) -> str:
@@ -228,8 +248,24 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
 
     @property
     def bootstrap(self) -> str:
-        """`host:port` of this broker's listener (valid once started)."""
+        """`host:port` of this broker's first listener (valid once started)."""
         return f"{self.server.host}:{self.server.port}"
+
+    def bootstrap_of(self, listener_name: str) -> str:
+        """`host:port` this broker bound for `listener_name` (valid once started)."""
+        server = self.servers[normalised(listener_name)]
+        return f"{server.host}:{server.port}"
+
+    def advertised_endpoints(self) -> tuple[ListenerEndpoint, ...]:
+        """What registration advertises: `advertised.listeners` (else the listeners), a
+        missing host or port 0 filled with what the listener of that name bound."""
+        out = []
+        for e in self.listener_config.advertised:
+            server = self.servers.get(e.listener_name)
+            host = e.host or (server.host if server is not None else e.bind_host)
+            port = e.port or (server.port if server is not None else 0)
+            out.append(e.with_address(host, port))
+        return tuple(out)
 
     @property
     def cluster_id(self) -> str | None:
@@ -302,35 +338,43 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
         )
 
     async def _bind_last_port_or_any(self) -> None:
-        """Bind the listener. With an ephemeral port (`listeners` port 0: the embedded cluster,
-        Spark tasks) a restarted broker takes the port its data dir last had when it is free,
-        so it comes back at the address clients hold for its node id, as a Kafka broker with
-        static `listeners` does. librdkafka depends on it: its transaction and group
-        coordinator handles copy a broker's address when FindCoordinator names that broker and
-        do not follow a later Metadata change while the same node id stays coordinator, so a
-        coordinator broker back on another port would be dialled at the old one until
-        FindCoordinator named some other broker (`rd_kafka_txn_coord_set`)."""
-        if self.server.port == 0:
-            previous_port = read_listener_port(self.data_dir)
+        """Bind the listeners. With an ephemeral port (`listeners` port 0: the embedded
+        cluster, Spark tasks) a restarted broker takes the port its data dir last had for that
+        listener when it is free, so it comes back at the address clients hold for its node
+        id, as a Kafka broker with static `listeners` does. librdkafka depends on it: its
+        transaction and group coordinator handles copy a broker's address when FindCoordinator
+        names that broker and do not follow a later Metadata change while the same node id
+        stays coordinator, so a coordinator broker back on another port would be dialled at the
+        old one until FindCoordinator named some other broker (`rd_kafka_txn_coord_set`)."""
+        previous = read_listener_ports(self.data_dir)
+        if "" in previous:  # a file written by a one-listener broker: the first listener's
+            previous.setdefault(next(iter(self.servers)), previous.pop(""))
+        ephemeral = False
+        for name, server in self.servers.items():
+            if server.port != 0:
+                await server.start()
+                continue
+            ephemeral = True
+            previous_port = previous.get(name)
             if previous_port is not None:
-                self.server.port = previous_port
+                server.port = previous_port
                 try:
-                    await self.server.start()
+                    await server.start()
+                    continue
                 except OSError as e:
                     logger.warning(
-                        "broker %d: port %d of its last run is taken (%s); binding another, so "
-                        "clients that held the old address must find this broker again",
+                        "broker %d: port %d of listener %s's last run is taken (%s); binding "
+                        "another, so clients that held the old address must find this broker "
+                        "again",
                         self.node_id,
                         previous_port,
+                        name,
                         e,
                     )
-                    self.server.port = 0
-                else:
-                    return
-            await self.server.start()
-            write_listener_port(self.data_dir, self.server.port)
-        else:
-            await self.server.start()
+                    server.port = 0
+            await server.start()
+        if ephemeral:
+            write_listener_ports(self.data_dir, {n: s.port for n, s in self.servers.items()})
 
     def _spawn(self, coro: Any, name: str) -> asyncio.Task:
         return super()._spawn(coro, f"broker-{self.node_id}-{name}")
@@ -381,9 +425,15 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
             )
 
     def _endpoint_of(self, broker_id: int) -> tuple[str, int] | None:
-        """A broker's listener per the image (where the follower fetchers connect)."""
+        """A broker's inter-broker endpoint per the image (where the follower fetchers
+        connect); None when it has none."""
         broker = self.metadata.image.broker(broker_id)
-        return None if broker is None else (broker.host, broker.port)
+        endpoint = (
+            None
+            if broker is None
+            else broker.endpoint(self.listener_config.inter_broker_listener_name)
+        )
+        return None if endpoint is None else (endpoint.host, endpoint.port)
 
     async def _isr_shrink_loop(self) -> None:
         """Kafka's `isr-expiration` task: every replica.lag.time.max.ms / 2, propose removing
@@ -432,7 +482,8 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
             await self.audit.close()  # the last events, while the channel is still open
         if self.apis.forwarding is not None:  # so do those forwarded to the coordinator
             await self.apis.forwarding.close()
-        await self.server.stop()
+        for server in self.servers.values():
+            await server.stop()
         if self.apis.txn_verifier is not None:
             await self.apis.txn_verifier.close()
         self.log_manager.shutdown(clean=clean, broker_epoch=self.broker_epoch)

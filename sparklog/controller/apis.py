@@ -24,6 +24,7 @@ from sparklog.controller.cluster_control import (
     BrokerRegistrationRequest,
     InconsistentClusterIdError,
     parse_broker_client_id,
+    registered_endpoints,
 )
 from sparklog.controller.controller_context import ControllerContext
 from sparklog.controller.metadata_log import MetadataLog
@@ -149,12 +150,13 @@ class ControllerApis:
 
     async def handle_broker_registration(self, request: Request) -> Any:
         body, respond = request.body, Response(request)
-        listeners = sorted(body.listeners, key=lambda listener: listener.name != "PLAINTEXT")
+        listeners = list(body.listeners)
         try:
             if not listeners or body.incarnation_id is None:
                 raise InvalidRequestError(
                     "BrokerRegistration needs a listener and an incarnation id"
                 )
+            endpoints = registered_endpoints(listeners)
             core_request = BrokerRegistrationRequest(
                 broker_id=body.broker_id,
                 cluster_id=body.cluster_id,
@@ -162,6 +164,7 @@ class ControllerApis:
                 host=listeners[0].host,
                 port=listeners[0].port,
                 rack=body.rack,
+                endpoints=endpoints,
                 facts=parse_broker_client_id(request.client_id),
                 # v3+ (KIP-966); older brokers cannot say, which counts as an unclean shutdown
                 previous_broker_epoch=body.previous_broker_epoch

@@ -25,9 +25,12 @@ from sparklog.errors import (
     BrokerIdNotRegisteredError,
     DuplicateBrokerRegistrationError,
     InconsistentClusterIdError,
+    InvalidRequestError,
     StaleBrokerEpochError,
 )
 from sparklog.metadata.image import REGISTER_BROKER, MetadataImage
+from sparklog.security.listeners import ListenerEndpoint, endpoints_to_record, normalised
+from sparklog.security.session import SecurityProtocol
 
 BROKER_CLIENT_ID_PREFIX = "sparklog-broker"
 
@@ -84,6 +87,8 @@ class BrokerRegistrationRequest:
     rack: str | None = None
     facts: BrokerLaunchFacts = BrokerLaunchFacts()
     previous_broker_epoch: int = -1
+    #: every listener the broker advertises; `host`/`port` are the first's
+    endpoints: tuple[ListenerEndpoint, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +203,7 @@ def register_broker_record(request: BrokerRegistrationRequest, broker_epoch: int
         "executor_id": request.facts.executor_id,
         "data_dir": request.facts.data_dir,
         "task_attempt": request.facts.task_attempt,
+        "endpoints": endpoints_to_record(request.endpoints),
     }
 
 
@@ -210,3 +216,24 @@ def check_broker_epoch(image: MetadataImage, broker_id: int, broker_epoch: int) 
         raise StaleBrokerEpochError(
             f"Expected broker epoch {broker.broker_epoch}, but got broker epoch {broker_epoch}"
         )
+
+
+def registered_endpoints(listeners: list[Any]) -> tuple[ListenerEndpoint, ...]:
+    """A BrokerRegistration's listeners as endpoints, in the broker's order (its first is the
+    default address); InvalidRequestError for an unknown protocol id or a repeated name."""
+    endpoints = []
+    for listener in listeners:
+        try:
+            protocol = SecurityProtocol(int(listener.security_protocol))
+        except ValueError:
+            raise InvalidRequestError(
+                f"listener {listener.name} has unknown security protocol id "
+                f"{listener.security_protocol}"
+            ) from None
+        endpoints.append(
+            ListenerEndpoint(normalised(listener.name), protocol, listener.host, int(listener.port))
+        )
+    names = [e.listener_name for e in endpoints]
+    if len(set(names)) != len(names):
+        raise InvalidRequestError(f"BrokerRegistration repeats a listener name: {names}")
+    return tuple(endpoints)

@@ -37,6 +37,13 @@ from sparklog.metadata.scram import (
 )
 from sparklog.records import iter_batches
 from sparklog.security.acl import AclBinding
+from sparklog.security.listeners import (
+    ListenerEndpoint,
+    endpoints_from_record,
+    endpoints_to_record,
+    normalised,
+)
+from sparklog.security.session import SecurityProtocol
 from sparklog.structs import NO_LEADER
 
 REGISTER_BROKER = "RegisterBroker"
@@ -89,6 +96,18 @@ class BrokerRegistration:
     data_dir: str | None = None
     task_attempt: int = -1
     fenced: bool = True
+    #: every advertised listener (Kafka's `BrokerRegistration.listeners`); `host`/`port` are
+    #: the first's. Registrations from before listeners were recorded have one PLAINTEXT.
+    endpoints: tuple[ListenerEndpoint, ...] = ()
+
+    def endpoint(self, listener_name: str) -> ListenerEndpoint | None:
+        """The broker's endpoint on `listener_name` (Kafka's `BrokerRegistration.node`), None
+        when it has no such listener."""
+        name = normalised(listener_name)
+        endpoints = self.endpoints or (
+            ListenerEndpoint("PLAINTEXT", SecurityProtocol.PLAINTEXT, self.host, self.port),
+        )
+        return next((e for e in endpoints if e.listener_name == name), None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,6 +336,7 @@ class MetadataImage:
             data_dir=r.get("data_dir"),
             task_attempt=int(r.get("task_attempt", -1)),
             fenced=True,
+            endpoints=endpoints_from_record(r.get("endpoints", ())),
         )
         if broker.broker_epoch != self.offset:
             raise MetadataRecordError(
@@ -468,7 +488,10 @@ class MetadataImage:
             "offset": self.offset,
             "next_producer_id": self.next_producer_id,
             "highest_broker_id": self.highest_broker_id,
-            "brokers": [asdict(b) for _, b in sorted(self._brokers.items())],
+            "brokers": [
+                asdict(b) | {"endpoints": endpoints_to_record(b.endpoints)}
+                for _, b in sorted(self._brokers.items())
+            ],
             "topics": [
                 {
                     "name": t.name,
@@ -495,7 +518,10 @@ class MetadataImage:
             image.next_producer_id = int(data["next_producer_id"])
             image.highest_broker_id = int(data["highest_broker_id"])
             for b in data["brokers"]:
-                image._brokers[int(b["broker_id"])] = BrokerRegistration(**b)
+                endpoints = endpoints_from_record(b.get("endpoints", ()))
+                image._brokers[int(b["broker_id"])] = BrokerRegistration(
+                    **(b | {"endpoints": endpoints})
+                )
             for t in data["topics"]:
                 image._topic({"name": t["name"], "topic_id": t["topic_id"]})
                 for p in t["partitions"]:
@@ -550,9 +576,7 @@ _HANDLERS = {
 
 
 def _replace_broker(broker: BrokerRegistration, *, fenced: bool) -> BrokerRegistration:
-    data = asdict(broker)
-    data["fenced"] = fenced
-    return BrokerRegistration(**data)
+    return replace(broker, fenced=fenced)
 
 
 def _check_partition(topic: str, p: PartitionRegistration) -> None:

@@ -601,3 +601,30 @@ def _inter_broker_listener_name(
         return listener
     protocol = (given.get(INTER_BROKER_PROTOCOL) or "").strip() or SecurityProtocol.PLAINTEXT.name
     return security_protocol(protocol, INTER_BROKER_PROTOCOL).name
+
+
+def endpoints_to_record(endpoints: Iterable[ListenerEndpoint]) -> list[dict[str, Any]]:
+    """Endpoints as a metadata record carries them (Kafka's `BrokerRegistrationRecord`
+    `endPoints`: name, host, port, security protocol id)."""
+    return [
+        {
+            "name": e.listener_name,
+            "host": e.host,
+            "port": e.port,
+            "security_protocol": int(e.security_protocol),
+        }
+        for e in endpoints
+    ]
+
+
+def endpoints_from_record(entries: Iterable[Mapping[str, Any]]) -> tuple[ListenerEndpoint, ...]:
+    """`endpoints_to_record`'s inverse (snapshots write the dataclass's field names too)."""
+    return tuple(
+        ListenerEndpoint(
+            normalised(str(e.get("name", e.get("listener_name", "")))),
+            SecurityProtocol(int(e["security_protocol"])),
+            str(e["host"]),
+            int(e["port"]),
+        )
+        for e in entries
+    )

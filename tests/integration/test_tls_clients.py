@@ -1,8 +1,7 @@
 """Real clients over TLS against a sparklog broker whose listener is SSL (mTLS required):
 confluent-kafka produces and consumes in a group, kcat lists metadata; Fetch's file ranges go
 through TLS (sendfile would put unencrypted bytes on a TLS connection, which no client could
-read). The broker is made TLS here directly (its KafkaServer given the TLS context); the
-listeners wiring (`listeners=SSL://...`) is the listeners part's."""
+read). The broker serves `listeners=SSL://...,PLAINTEXT://...` (tests/support/tls_cluster.py)."""
 
 from __future__ import annotations
 

@@ -1,16 +1,11 @@
-"""A sparklog cluster whose brokers serve TLS on their one listener, for tests of real clients
-over TLS until `listeners=SSL://...` is wired into the brokers (the listeners part): each
-broker's KafkaServer is given the TLS context, the principal rules and a stage recording the
-principals it served."""
+"""A sparklog cluster whose brokers serve TLS to clients (`listeners=SSL://...`), for tests of
+real clients over TLS: the SSL listener's server also records the principals it served."""
 
 from __future__ import annotations
 
 from sparklog.broker.server import BrokerServer
 from sparklog.cluster.embedded import EmbeddedCluster
 from sparklog.protocol.pipeline import RequestStage
-from sparklog.security.principal import PrincipalBuilder
-from sparklog.security.session import SecurityProtocol
-from sparklog.security.ssl_factory import SslConfig, server_context
 
 RULES = "RULE:^CN=([^,]+),OU=tests,.*$/$1/,DEFAULT"
 
@@ -28,20 +23,22 @@ class Principals(RequestStage):
 
 
 class TlsCluster(EmbeddedCluster):
-    """An embedded cluster whose brokers serve TLS on their one listener."""
+    """An embedded cluster whose brokers serve clients on an SSL listener (mTLS required),
+    configured as a Kafka broker is: `listeners=SSL://...,PLAINTEXT://...` with the `ssl.*`
+    settings and `ssl.principal.mapping.rules`; brokers replicate over the PLAINTEXT one."""
 
-    def __init__(self, ca, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        props = ca.server_props(client_auth="required")
-        self.ssl_context = server_context(SslConfig.of(props))
+    def __init__(self, ca, *args, config=None, **kwargs) -> None:
+        tls = {
+            "listeners": "SSL://127.0.0.1:0,PLAINTEXT://127.0.0.1:0",
+            "inter.broker.listener.name": "PLAINTEXT",
+            **ca.server_props(client_auth="required"),
+            "ssl.principal.mapping.rules": RULES,
+        }
+        super().__init__(*args, config={**(config or {}), **tls}, **kwargs)
         self.principals = Principals()
 
     def _new_broker(self, node_id: int) -> BrokerServer:
         broker = super()._new_broker(node_id)
-        server = broker.server
-        server.listener_name = "SSL"
-        server.security_protocol = SecurityProtocol.SSL
-        server.ssl_context = self.ssl_context
-        server.principal_builder = PrincipalBuilder.of({"ssl.principal.mapping.rules": RULES})
+        server = broker.servers["SSL"]
         server.pipeline = server.pipeline.with_stage(self.principals)
         return broker

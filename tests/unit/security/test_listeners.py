@@ -3,6 +3,8 @@ the per-listener security object (sparklog/security/listeners.py)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from sparklog.security.listeners import (
@@ -361,3 +363,51 @@ def test_a_servers_own_connections_to_a_tls_listener_use_its_settings_as_client(
     assert done == {"c", "s"}
     subject = dict(rdn[0] for rdn in srv.getpeercert()["subject"])
     assert subject["commonName"] == "localhost"  # the broker's own certificate
+
+
+def test_a_registration_keeps_every_endpoint_through_a_snapshot():
+    from sparklog.metadata.image import MetadataImage
+
+    endpoints = (
+        ListenerEndpoint("CLIENT", P.SASL_SSL, "b1.example", 9092),
+        ListenerEndpoint("REPLICATION", P.SSL, "10.0.0.1", 9093),
+    )
+    image = MetadataImage()
+    image.apply(
+        {
+            "type": "RegisterBroker",
+            "broker_id": 1,
+            "broker_epoch": 0,
+            "incarnation_id": "i",
+            "host": "b1.example",
+            "port": 9092,
+            "endpoints": [
+                {
+                    "name": e.listener_name,
+                    "host": e.host,
+                    "port": e.port,
+                    "security_protocol": int(e.security_protocol),
+                }
+                for e in endpoints
+            ],
+        }
+    )
+    # a registration from before endpoints were recorded is one PLAINTEXT listener
+    image.apply(
+        {
+            "type": "RegisterBroker",
+            "broker_id": 2,
+            "broker_epoch": 1,
+            "incarnation_id": "j",
+            "host": "h",
+            "port": 1,
+        }
+    )
+    restored = MetadataImage.from_dict(json.loads(json.dumps(image.to_dict())))
+    for view in (image, restored):
+        b1, b2 = view.broker(1), view.broker(2)
+        assert b1.endpoints == endpoints
+        assert b1.endpoint("replication") == endpoints[1]
+        assert b1.endpoint("PLAINTEXT") is None
+        assert b2.endpoint("PLAINTEXT") == ListenerEndpoint("PLAINTEXT", P.PLAINTEXT, "h", 1)
+        assert b2.endpoint("CLIENT") is None

@@ -1,0 +1,194 @@
+"""Brokers serving several listeners (Kafka's listener model, security/listeners.py): one port
+per listener, every endpoint registered, answers naming brokers give the endpoints of the
+listener the request came in on, replication over `inter.broker.listener.name`, restarts
+re-binding each listener's port."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from sparklog.broker.server import BrokerServer
+from sparklog.cluster.embedded import EmbeddedCluster
+from sparklog.errors import LeaderNotAvailableError, ListenerNotFoundError
+from sparklog.protocol.api_versions import ApiKey
+from sparklog.security.session import SecurityProtocol
+from sparklog.settings import ConfigError
+from tests.integration.broker_wire import call, connect, create_topic
+from tests.integration.conftest import TEST_CONFIG
+
+LISTENERS = {
+    **TEST_CONFIG,
+    "listeners": "CLIENT://127.0.0.1:0,REPLICATION://127.0.0.1:0",
+    "listener.security.protocol.map": "CLIENT:PLAINTEXT,REPLICATION:PLAINTEXT",
+    "inter.broker.listener.name": "REPLICATION",
+}
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def ports(cluster: EmbeddedCluster, listener: str) -> set[tuple[int, int]]:
+    return {(b.node_id, b.servers[listener].port) for b in cluster.brokers}
+
+
+async def _ask(bootstrap: str, api: ApiKey, data: dict, version: int | None = None):
+    conn = await connect(bootstrap)
+    try:
+        return await call(conn, api, data, version)
+    finally:
+        await conn.close()
+
+
+def _metadata(bootstrap: str, topics: list[str] | None, version: int | None = None):
+    body = {
+        "topics": None if topics is None else [{"name": t, "topic_id": None} for t in topics],
+        "allow_auto_topic_creation": False,
+        "include_topic_authorized_operations": False,
+    }
+    return run(_ask(bootstrap, ApiKey.METADATA, body, version))
+
+
+@pytest.fixture(scope="module")
+def two_listeners(tmp_path_factory):
+    with EmbeddedCluster(
+        brokers=2, data_dir=tmp_path_factory.mktemp("listeners"), config=LISTENERS
+    ) as running:
+        yield running
+
+
+def test_each_listener_has_its_port_and_every_endpoint_is_registered(two_listeners):
+    image = two_listeners.controller.metadata_image()
+    for broker in two_listeners.brokers:
+        client, replication = broker.servers["CLIENT"], broker.servers["REPLICATION"]
+        assert client.port != replication.port
+        assert (client.listener_name, replication.listener_name) == ("CLIENT", "REPLICATION")
+        registered = image.broker(broker.node_id)
+        assert [
+            (e.listener_name, e.security_protocol, e.host, e.port) for e in registered.endpoints
+        ] == [
+            ("CLIENT", SecurityProtocol.PLAINTEXT, "127.0.0.1", client.port),
+            ("REPLICATION", SecurityProtocol.PLAINTEXT, "127.0.0.1", replication.port),
+        ]
+        # the first listener is the broker's default address
+        assert (registered.host, registered.port) == ("127.0.0.1", client.port)
+
+
+@pytest.mark.parametrize("listener", ["CLIENT", "REPLICATION"])
+def test_metadata_answers_the_endpoints_of_the_listener_asked(two_listeners, listener):
+    bootstrap = two_listeners.brokers[0].bootstrap_of(listener)
+    answer = _metadata(bootstrap, None)
+    assert {(b.node_id, b.port) for b in answer.brokers} == ports(two_listeners, listener)
+
+
+@pytest.mark.parametrize("listener", ["CLIENT", "REPLICATION"])
+def test_a_real_client_sees_the_listener_it_bootstrapped_from(two_listeners, listener):
+    admin_module = pytest.importorskip("confluent_kafka.admin")
+    admin = admin_module.AdminClient(
+        {"bootstrap.servers": two_listeners.brokers[1].bootstrap_of(listener)}
+    )
+    brokers = admin.list_topics(timeout=10).brokers
+    assert {(b.id, b.port) for b in brokers.values()} == ports(two_listeners, listener)
+    described = admin.describe_cluster(request_timeout=10).result(timeout=10)
+    assert {(n.id, n.port) for n in described.nodes} == ports(two_listeners, listener)
+
+
+def test_find_coordinator_names_a_broker_on_the_listener_asked(two_listeners):
+    for listener in ("CLIENT", "REPLICATION"):
+        bootstrap = two_listeners.brokers[0].bootstrap_of(listener)
+        deadline = time.monotonic() + 30
+        while True:  # the coordinator may still be loading its table
+            answer = run(
+                _ask(bootstrap, ApiKey.FIND_COORDINATOR, {"key_type": 0, "coordinator_keys": ["g"]})
+            )
+            (found,) = answer.coordinators
+            if found.error_code == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert found.error_code == 0
+        assert (found.node_id, found.port) in ports(two_listeners, listener)
+
+
+def test_followers_replicate_over_the_inter_broker_listener(two_listeners):
+    bootstrap = two_listeners.brokers[0].bootstrap_of("CLIENT")
+
+    async def go():
+        conn = await connect(bootstrap)
+        try:
+            return await create_topic(conn, "replicated", partitions=1, replication_factor=2)
+        finally:
+            await conn.close()
+
+    assert run(go()).error_code == 0
+    two_listeners.wait_for_isr("replicated", 0, size=2)
+    leader = two_listeners.brokers[
+        two_listeners.broker_index(two_listeners.leader_of("replicated"))
+    ]
+    # the follower's fetcher is connected to the leader's REPLICATION port (nothing else is)
+    assert leader.servers["REPLICATION"].connection_count >= 1
+
+
+def test_a_restarted_broker_binds_each_listener_port_again(tmp_path):
+    with EmbeddedCluster(brokers=1, data_dir=tmp_path, config=LISTENERS) as cluster:
+        before = {n: s.port for n, s in cluster.brokers[0].servers.items()}
+        broker = cluster.restart_broker(0)
+        assert {n: s.port for n, s in broker.servers.items()} == before
+        registered = cluster.controller.metadata_image().broker(broker.node_id)
+        assert {e.listener_name: e.port for e in registered.endpoints} == before
+
+
+def test_a_leader_without_the_listener_asked_is_listener_not_found_from_v6(tmp_path):
+    """Broker 1 serves REPLICATION only: clients on CLIENT do not see it, and a partition it
+    leads answers LISTENER_NOT_FOUND (v6+) or LEADER_NOT_AVAILABLE (v0-v5), as Kafka's
+    metadata cache does."""
+    with EmbeddedCluster(brokers=1, data_dir=tmp_path / "c", config=LISTENERS) as cluster:
+        only_replication = {**LISTENERS, "listeners": "REPLICATION://127.0.0.1:0"}
+        other = BrokerServer(
+            1, tmp_path / "b1", cluster.controller.bootstrap, only_replication
+        ).start_in_thread()
+        try:
+            client = cluster.brokers[0].bootstrap_of("CLIENT")
+            body = {
+                "topics": [
+                    {
+                        "name": "on-1",
+                        "num_partitions": -1,
+                        "replication_factor": -1,
+                        "assignments": [{"partition_index": 0, "broker_ids": [1]}],
+                        "configs": [],
+                    }
+                ],
+                "timeout": 10_000,
+                "validate_only": False,
+            }
+            assert run(_ask(client, ApiKey.CREATE_TOPICS, body)).topics[0].error_code == 0
+            cluster.wait_for_isr("on-1", 0, size=1)
+            recent = _metadata(client, ["on-1"], version=12)
+            old = _metadata(client, ["on-1"], version=5)
+            on_replication = _metadata(other.bootstrap_of("REPLICATION"), ["on-1"], version=12)
+        finally:
+            other.stop()
+    assert [b.node_id for b in recent.brokers] == [0]
+    (p,) = recent.topics[0].partitions
+    assert (p.error_code, p.leader_id) == (ListenerNotFoundError.code, -1)
+    (p,) = old.topics[0].partitions
+    assert (p.error_code, p.leader_id) == (LeaderNotAvailableError.code, -1)
+    (p,) = on_replication.topics[0].partitions
+    assert (p.error_code, p.leader_id) == (0, 1)
+    assert sorted(b.node_id for b in on_replication.brokers) == [0, 1]
+
+
+def test_a_listener_that_cannot_be_secured_stops_the_broker_before_it_binds(tmp_path):
+    with pytest.raises(ConfigError, match="listener EXTERNAL uses SASL_SSL"):
+        BrokerServer(
+            1,
+            tmp_path,
+            "127.0.0.1:1",  # never asked: the broker refuses at construction
+            {
+                "listeners": "PLAINTEXT://127.0.0.1:0,EXTERNAL://127.0.0.1:0",
+                "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,EXTERNAL:SASL_SSL",
+            },
+        )
