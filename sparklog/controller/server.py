@@ -64,6 +64,7 @@ from sparklog.protocol.connection import Request
 from sparklog.protocol.server import KafkaServer
 from sparklog.protocol.server_lifecycle import ServerLifecycle
 from sparklog.security.audit import AuditConfig, SwitchableAuditSink
+from sparklog.security.listeners import ListenerConfig
 from sparklog.storage.object_store import storage_options
 from sparklog.structs import CONTROLLER_NODE_ID
 
@@ -106,6 +107,15 @@ class ControllerServer(ServerLifecycle):
         #: where the metadata log is durable (Kafka's `metadata.log.dir`): the data dir, a
         #: shared filesystem path or an object-store URI (D7)
         self.metadata_log_dir = str(props.get(METADATA_LOG_DIR) or self.data_dir)
+        #: the listener it serves (security/listeners.py: `controller.listener.names`, else
+        #: the inter-broker listener's name and protocol), checked before anything starts
+        listeners = ListenerConfig.from_properties(props)
+        listener = listeners.controller_listener(host, port)
+        self.listener_security = listeners.security(listener)
+        #: the listener the coordinator's markers reach brokers on (`partition_leader`)
+        self.inter_broker_listener_name = listeners.inter_broker_listener_name
+        self.host = listener.bind_host
+        self.port = listener.port
         self.store = open_metadata_store(self.metadata_log_dir, storage_options(props))
         self.cluster_id = load_or_format_cluster_id(self.store, cluster_id)
         #: `sparklog.add.scram`: credentials written at start when the log lacks them
@@ -177,6 +187,7 @@ class ControllerServer(ServerLifecycle):
                 port=self.port,
                 name="controller",
                 audit=self.audit,
+                security=self.listener_security,
             )
         except BaseException:
             self.metadata_log.close()
@@ -498,7 +509,8 @@ class ControllerServer(ServerLifecycle):
         return 0 if image is None else len(image.partitions)
 
     def partition_leader(self, topic: str, partition: int) -> tuple[int, str, int] | None:
-        """(broker id, host, port) of the partition's leader; None while it has no live one.
+        """(broker id, host, port) of the partition's leader on the inter-broker listener (where
+        the coordinator's markers go); None while it has no live one.
         Read without hopping onto the loop, like `partition_count`."""
         controller = self.controller
         image = None if controller is None else controller.image
@@ -507,9 +519,10 @@ class ControllerServer(ServerLifecycle):
         if image is None or registration is None or not registration.is_online:
             return None
         broker = image.broker(registration.leader)
-        if broker is None or broker.fenced:
+        endpoint = None if broker is None else broker.endpoint(self.inter_broker_listener_name)
+        if broker is None or broker.fenced or endpoint is None:
             return None
-        return broker.broker_id, broker.host, broker.port
+        return broker.broker_id, endpoint.host, endpoint.port
 
     def group_config(self, group_id: str) -> Mapping[str, str]:
         """A group's own configs (GROUP resource `Config` records), read from the image without

@@ -68,6 +68,7 @@ from sparklog.protocol.server import KafkaServer
 from sparklog.protocol.server_lifecycle import ServerLifecycle
 from sparklog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from sparklog.security.audit import AuditConfig, AuditEvent, dropped_event
+from sparklog.security.listeners import ListenerConfig
 from sparklog.storage.object_store import join_location, storage_options
 from sparklog.structs import GROUP_COORDINATOR_NODE_ID
 
@@ -129,8 +130,13 @@ class GroupCoordinatorServer(ServerLifecycle):
         self.controller = controller
         #: wall-clock ms that never jump in this process (tests inject one; see `clock`)
         self.clock = clock or CoordinatorClock()
-        self.host = host
-        self.port = port
+        #: the listener it serves: the inter-broker listener's name and protocol (only
+        #: brokers reach it), checked before anything starts
+        listeners = ListenerConfig.from_properties(config or {})
+        listener = listeners.coordinator_listener(host, port)
+        self.listener_security = listeners.security(listener)
+        self.host = listener.bind_host
+        self.port = listener.port
         self.core: GroupCoordinator | None = None
         self.txn: TransactionCoordinator | None = None
         self._txn_apis: TransactionApis | None = None
@@ -227,6 +233,7 @@ class GroupCoordinatorServer(ServerLifecycle):
             port=self.port,
             name="group-coordinator",
             audit=self.audit,
+            security=self.listener_security,
         )
         self.port = self._server.port
 

@@ -14,7 +14,7 @@ stop and are hosted alike (Kafka's servers share the `startup()` / `shutdown()` 
 - `call_in_loop(fn)`: `fn()` on the server's loop, from any thread;
 - `_enter_loop()`: what `start()` does first, recording the loop it runs on;
 - `_bind_listener(...)`: build and bind a listening `KafkaServer` (port 0: the port the OS
-  chose); the broker builds its listener, with its connection limits, at construction and
+  chose) for one listener and its `ListenerSecurity`; the broker builds its listeners, with its connection limits, at construction and
   binds it in `start()` after claiming its data dir;
 - `_spawn(coro, name)` / `_cancel_tasks()`: background tasks owned by the server, a failed
   one reported to `_on_task_failed`, all cancelled and awaited at shutdown.
@@ -34,6 +34,7 @@ from typing import Any, Self, TypeVar
 
 from sparklog.protocol.loop_thread import LoopThread
 from sparklog.protocol.server import KafkaServer
+from sparklog.security.listeners import ListenerSecurity
 
 logger = logging.getLogger(__name__)
 
@@ -76,11 +77,16 @@ class ServerLifecycle:
         host: str,
         port: int,
         name: str,
+        security: ListenerSecurity | None = None,
         **limits: Any,
     ) -> KafkaServer:
         """Bind a listener on (`host`, `port`) serving `apis` with `handler`, and return it
-        listening: its `port` is the bound one (port 0 asks the OS for a free one)."""
-        server = KafkaServer(handler, apis, host=host, port=port, name=name, **limits)
+        listening: its `port` is the bound one (port 0 asks the OS for a free one).
+        `security`: which listener it is and how its connections are secured (None: a
+        PLAINTEXT listener named PLAINTEXT)."""
+        server = KafkaServer(
+            handler, apis, host=host, port=port, name=name, security=security, **limits
+        )
         await server.start()
         return server
 

@@ -531,16 +531,17 @@ class ListenerConfig:
         return next((e for e in self.advertised if e.listener_name == name), None)
 
     def controller_listener(self, host: str = "", port: int = 0) -> ListenerEndpoint:
-        """The driver controller's listener: the first of `controller.listener.names` (its
-        `listeners` entry gives the address when there is one), else one named and secured
-        like the inter-broker listener; `host`/`port` are the launcher's."""
-        if self.controller_listener_names:
-            name = self.controller_listener_names[0]
-            listed = next((e for e in self.listeners if e.listener_name == name), None)
-            if listed is not None and (listed.host or listed.port):
-                return listed
+        """The driver controller's listener: the first of `controller.listener.names`, else
+        one named and secured like the inter-broker listener. Its `listeners` entry, when
+        there is one, gives the address; the launcher's `port` (when not 0: a restart binding
+        its port again) and `host` (when the entry names none) fill in the rest."""
+        if not self.controller_listener_names:
+            return self.coordinator_listener(host, port)
+        name = self.controller_listener_names[0]
+        listed = next((e for e in self.listeners if e.listener_name == name), None)
+        if listed is None:
             return ListenerEndpoint(name, self.protocol_map[name], host, port)
-        return self.coordinator_listener(host, port)
+        return listed.with_address(listed.host or host, port or listed.port)
 
     def coordinator_listener(self, host: str = "", port: int = 0) -> ListenerEndpoint:
         """The driver coordinator's listener: named and secured like the inter-broker one."""

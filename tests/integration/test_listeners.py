@@ -192,3 +192,59 @@ def test_a_listener_that_cannot_be_secured_stops_the_broker_before_it_binds(tmp_
                 "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,EXTERNAL:SASL_SSL",
             },
         )
+
+
+def test_the_driver_servers_serve_the_inter_broker_listener(two_listeners):
+    for server in (two_listeners.controller, two_listeners.coordinator):
+        security = server.listener_security
+        assert (security.listener_name, security.security_protocol) == (
+            "REPLICATION",
+            SecurityProtocol.PLAINTEXT,
+        )
+
+
+def test_transaction_markers_reach_leaders_on_the_inter_broker_listener(tmp_path):
+    """One broker, so no follower connects: the REPLICATION port's connection comes from the
+    coordinator's WriteTxnMarkers."""
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    with EmbeddedCluster(brokers=1, data_dir=tmp_path, config=LISTENERS) as cluster:
+        broker = cluster.brokers[0]
+        producer = confluent_kafka.Producer(
+            {
+                "bootstrap.servers": broker.bootstrap_of("CLIENT"),
+                "transactional.id": "listeners-txn",
+            }
+        )
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        producer.produce("txn-topic", b"v")
+        producer.commit_transaction(30)
+        # markers are written after EndTxn is answered, as in Kafka
+        replication = broker.servers["REPLICATION"]
+        deadline = time.monotonic() + 30
+        while replication.connection_count == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert replication.connection_count >= 1
+
+
+CONTROLLER_LISTENER = {
+    **LISTENERS,
+    "listeners": "CLIENT://127.0.0.1:0,REPLICATION://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
+    "listener.security.protocol.map": "CLIENT:PLAINTEXT,REPLICATION:PLAINTEXT,CONTROLLER:PLAINTEXT",
+    "controller.listener.names": "CONTROLLER",
+}
+
+
+def test_the_controller_serves_controller_listener_names_and_brokers_do_not(tmp_path):
+    with EmbeddedCluster(brokers=1, data_dir=tmp_path, config=CONTROLLER_LISTENER) as cluster:
+        broker = cluster.brokers[0]
+        assert list(broker.servers) == ["CLIENT", "REPLICATION"]
+        registered = cluster.controller.metadata_image().broker(broker.node_id)
+        assert [e.listener_name for e in registered.endpoints] == ["CLIENT", "REPLICATION"]
+        assert cluster.controller.listener_security.listener_name == "CONTROLLER"
+        port = cluster.controller.port
+        cluster.restart_controller()
+        assert (cluster.controller.port, cluster.controller.listener_security.listener_name) == (
+            port,
+            "CONTROLLER",
+        )

@@ -196,8 +196,19 @@ def test_controller_listeners_are_not_broker_listeners_and_default_to_plaintext(
     assert [e.listener_name for e in c.broker_listeners] == ["PLAINTEXT"]
     assert [e.listener_name for e in c.advertised] == ["PLAINTEXT"]
     assert c.protocol_map["CONTROLLER"] is P.PLAINTEXT  # Kafka's KRaft default mapping
-    assert c.controller_listener("127.0.0.1", 0) == ListenerEndpoint(
+    assert c.controller_listener("10.0.0.9", 0) == ListenerEndpoint(
         "CONTROLLER", P.PLAINTEXT, "127.0.0.1", 0
+    )
+    # a restart binds the launcher's port again; a listed port and host are kept otherwise
+    assert c.controller_listener("10.0.0.9", 5555).port == 5555
+    fixed = ListenerConfig.from_properties(
+        {
+            "listeners": "PLAINTEXT://:0,CONTROLLER://:9093",
+            "controller.listener.names": "CONTROLLER",
+        }
+    )
+    assert fixed.controller_listener("10.0.0.9", 0) == ListenerEndpoint(
+        "CONTROLLER", P.PLAINTEXT, "10.0.0.9", 9093
     )
 
 
