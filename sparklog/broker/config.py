@@ -19,7 +19,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from sparklog.metadata.configs import CLUSTER_SETTINGS, ControllerConfig
-from sparklog.security.listeners import LISTENER_SETTINGS, LISTENERS, ListenerConfig
+from sparklog.security.listeners import (
+    LISTENER_SETTINGS,
+    LISTENERS,
+    ListenerConfig,
+    with_default_host,
+)
 from sparklog.security.principal import PRINCIPAL_SETTINGS
 from sparklog.security.ssl_factory import SERVER_SSL_SETTINGS
 from sparklog.settings import (
@@ -151,7 +156,8 @@ INTERNAL_SETTINGS = define(
         "listeners.host",
         _STR,
         None,
-        doc="the Spark launcher's bind host (sparklog only): listeners=PLAINTEXT://<it>:0",
+        doc="the Spark launcher's bind host (sparklog only): the host of every listener "
+        "naming none (default listeners=PLAINTEXT://<it>:0)",
         scope=Scope.BROKER,
         group="internal",
         importance=Importance.LOW,
@@ -258,9 +264,9 @@ class BrokerConfig:
         )
         endpoint = given.get("sparklog.group.coordinator.endpoint")
         listener_props = dict(given)
-        if "listeners.host" in given:
-            values["listeners"] = listener_props[LISTENERS] = (
-                f"PLAINTEXT://{given['listeners.host']}:0"
+        if "listeners.host" in given:  # the launcher's bind host, for listeners naming none
+            values["listeners"] = listener_props[LISTENERS] = with_default_host(
+                given.get(LISTENERS), given["listeners.host"]
             )
         unknown = [
             name
@@ -316,13 +322,9 @@ class BrokerConfig:
 
     @property
     def listener_host_port(self) -> tuple[str, int]:
-        """(host, port) of the PLAINTEXT listener (port 0 = any free port)."""
-        first = self.listeners.split(",")[0].strip()
-        _proto, _sep, address = first.rpartition("://")
-        host, _sep, port = address.rpartition(":")
-        if not port.isdigit():
-            raise ValueError(f"listeners {self.listeners!r}: expected PLAINTEXT://host:port")
-        return host or "127.0.0.1", int(port)
+        """(host, port) the first broker listener binds (port 0 = any free port)."""
+        first = self.listener_config.broker_listeners[0]
+        return first.bind_host, first.port
 
     def broker_properties(self) -> dict[str, str]:
         """The broker's own settings by Kafka name (DescribeConfigs of a BROKER resource adds

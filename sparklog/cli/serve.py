@@ -21,6 +21,7 @@ from sparklog.cli.common import (
     progress,
     server_settings,
 )
+from sparklog.security.listeners import ListenerConfig
 
 # -- serve -------------------------------------------------------------------------------------
 
@@ -52,6 +53,15 @@ def report_coordinator(cluster: Any) -> None:
     reason = getattr(cluster.coordinator, "unavailable", None)
     if reason:
         progress(f"the group coordinator is not serving groups or transactions: {reason}")
+
+
+def report_listeners(cluster: Any) -> None:
+    """With several listeners, where each serves (the bootstrap line names the first's)."""
+    names = list(getattr(cluster.brokers[0], "servers", {}))
+    if len(names) > 1:
+        for name in names:
+            where = ",".join(b.bootstrap_of(name) for b in cluster.brokers)
+            progress(f"listener {name}: {where}")
 
 
 def wait_until(stop: threading.Event, alive: Callable[[], bool] = lambda: True) -> None:
@@ -115,6 +125,7 @@ def _serve_embedded(
     cluster.start()
     try:
         announce(cluster.bootstrap_servers)
+        report_listeners(cluster)
         report_coordinator(cluster)
         progress(f"serving (data in {data_dir}); Ctrl-C or SIGTERM stops it")
         wait_until(stop)
@@ -200,6 +211,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.brokers < 1:
         raise CliError(f"--brokers {args.brokers}: a cluster needs at least one broker")
     settings = server_settings(args)
+    # a listener layout Kafka refuses is refused before anything (Spark included) starts
+    ListenerConfig.from_properties(settings)
     master = args.master or f"local[{args.brokers + 1}]"
     stop = threading.Event()
     with stop_on_signals(stop), _data_dir(args.data_dir) as data_dir:

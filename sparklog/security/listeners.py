@@ -280,6 +280,20 @@ def _ip_version(host: str) -> int:
         return 0
 
 
+def with_default_host(listeners: str | None, host: str) -> str:
+    """`listeners` with `host` for every entry that names none (no `listeners`: one
+    PLAINTEXT listener on `host`, port 0). A launcher that picks each broker's address (the
+    Spark executor's) uses it; entries naming a host keep it."""
+    if listeners is None or not listeners.strip():
+        listeners = "PLAINTEXT://:0"
+    bracketed = f"[{host}]" if ":" in host else host
+    out = []
+    for entry in _split_csv(listeners):
+        name, sep, address = entry.partition("://")
+        out.append(f"{name}://{bracketed}{address}" if sep and address.startswith(":") else entry)
+    return ",".join(out)
+
+
 @dataclass(frozen=True, slots=True, repr=False)
 class ListenerSettings:
     """One listener's view of a server's properties: `listener.name.<l>.<setting>` wins over

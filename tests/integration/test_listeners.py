@@ -6,6 +6,8 @@ re-binding each listener's port."""
 from __future__ import annotations
 
 import asyncio
+import re
+import signal
 import time
 
 import pytest
@@ -16,7 +18,7 @@ from sparklog.errors import LeaderNotAvailableError, ListenerNotFoundError
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.security.session import SecurityProtocol
 from sparklog.settings import ConfigError
-from tests.integration.broker_wire import call, connect, create_topic
+from tests.integration.broker_wire import call, connect, create_topic, host_port
 from tests.integration.conftest import TEST_CONFIG
 
 LISTENERS = {
@@ -248,3 +250,35 @@ def test_the_controller_serves_controller_listener_names_and_brokers_do_not(tmp_
             port,
             "CONTROLLER",
         )
+
+
+SERVE_LISTENERS = (
+    "--config",
+    "listeners=CLIENT://127.0.0.1:0,REPLICATION://127.0.0.1:0",
+    "--config",
+    "listener.security.protocol.map=CLIENT:PLAINTEXT,REPLICATION:PLAINTEXT",
+    "--config",
+    "inter.broker.listener.name=REPLICATION",
+)
+
+
+def test_serve_takes_the_listeners_from_its_config(tmp_path):
+    from tests.integration.test_cli import Served
+
+    served = Served("--master", "none", "--data-dir", str(tmp_path), *SERVE_LISTENERS)
+    try:
+        answer = _metadata(served.bootstrap, None)
+        assert [(b.host, b.port) for b in answer.brokers] == [host_port(served.bootstrap)]
+    finally:
+        code, err = served.stop(signal.SIGTERM)
+    assert code == 0, err
+    (replication,) = re.findall(r"listener REPLICATION: (127\.0\.0\.1:\d+)", err)
+    assert f"listener CLIENT: {served.bootstrap}" in err
+    assert replication != served.bootstrap
+
+
+def test_serve_refuses_a_bad_listener_configuration_with_kafkas_message(tmp_path):
+    from tests.integration.test_cli import user_error
+
+    err = user_error("serve", "--master", "none", "--data-dir", str(tmp_path), *SERVE_LISTENERS[:2])
+    assert "No security protocol defined for listener CLIENT" in err

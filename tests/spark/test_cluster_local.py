@@ -87,3 +87,31 @@ def test_two_brokers_round_trip_and_clean_stop(spark, tmp_path):
     assert tracker.getActiveJobsIds() == []
     leftover = {t.name for t in threading.enumerate()} - threads_before
     assert not [n for n in leftover if n.startswith("sparklog")], leftover
+
+
+def test_broker_tasks_serve_every_listener_of_the_config(spark, tmp_path):
+    cluster = start(
+        spark,
+        brokers=1,
+        data_dir=tmp_path,
+        config={
+            "listeners": "CLIENT://:0,REPLICATION://:0",
+            "listener.security.protocol.map": "CLIENT:PLAINTEXT,REPLICATION:PLAINTEXT",
+            "inter.broker.listener.name": "REPLICATION",
+        },
+    )
+    try:
+        (broker,) = cluster.controller.metadata_image().unfenced_brokers()
+        endpoints = {e.listener_name: (e.host, e.port) for e in broker.endpoints}
+        assert set(endpoints) == {"CLIENT", "REPLICATION"}
+        # no host named: the broker task binds the executor's (loopback in local mode)
+        assert {host for host, _port in endpoints.values()} == {"127.0.0.1"}
+        assert endpoints["CLIENT"][1] != endpoints["REPLICATION"][1]
+        assert cluster.bootstrap_servers == f"127.0.0.1:{endpoints['CLIENT'][1]}"
+        assert cluster.coordinator.listener_security.listener_name == "REPLICATION"
+        create_topic(cluster.bootstrap_servers, "via-client", partitions=1)
+        produce(cluster.bootstrap_servers, "via-client", [(b"k", b"v")])
+        (got,) = consume_all(cluster.bootstrap_servers, "via-client", 1)
+        assert got[3] == b"v"
+    finally:
+        cluster.stop()

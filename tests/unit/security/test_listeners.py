@@ -422,3 +422,43 @@ def test_a_registration_keeps_every_endpoint_through_a_snapshot():
         assert b1.endpoint("PLAINTEXT") is None
         assert b2.endpoint("PLAINTEXT") == ListenerEndpoint("PLAINTEXT", P.PLAINTEXT, "h", 1)
         assert b2.endpoint("CLIENT") is None
+
+
+def test_the_launchers_bind_host_fills_listeners_that_name_none():
+    from sparklog.broker.config import BrokerConfig
+
+    def listeners(props):
+        c = BrokerConfig.from_properties(props | {"listeners.host": "10.1.2.3"})
+        return [str(e) for e in c.listener_config.broker_listeners]
+
+    assert listeners({}) == ["PLAINTEXT://10.1.2.3:0"]
+    assert listeners(
+        {
+            "listeners": "CLIENT://:0,REPLICATION://127.0.0.1:0",
+            "listener.security.protocol.map": "CLIENT:PLAINTEXT,REPLICATION:PLAINTEXT",
+            "inter.broker.listener.name": "REPLICATION",
+        }
+    ) == ["CLIENT://10.1.2.3:0", "REPLICATION://127.0.0.1:0"]
+    c = BrokerConfig.from_properties({"listeners.host": "::1"})
+    assert c.listener_host_port == ("::1", 0)
+
+
+def test_the_shipped_defaults_file_takes_any_listener_layout():
+    """conf/sparklog-defaults.conf sets neither listener.security.protocol.map (an explicit map
+    needs a controller mapping) nor security.inter.broker.protocol (Kafka refuses it with
+    inter.broker.listener.name), so `serve --config ...` can name listeners freely."""
+    from pathlib import Path
+
+    from sparklog.metadata.configs import read_properties
+
+    conf = Path(__file__).parents[3] / "conf" / "sparklog-defaults.conf"
+    defaults = read_properties(conf)
+    ListenerConfig.from_properties(
+        defaults
+        | {
+            "listeners": "CLIENT://:0,REPLICATION://:0,CONTROLLER://:0",
+            "listener.security.protocol.map": "CLIENT:PLAINTEXT,REPLICATION:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name": "REPLICATION",
+            "controller.listener.names": "CONTROLLER",
+        }
+    )
