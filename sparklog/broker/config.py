@@ -330,6 +330,7 @@ class BrokerConfig:
         """The broker's own settings by Kafka name (DescribeConfigs of a BROKER resource adds
         these to the cluster settings)."""
         out = BROKER_SETTINGS.formatted(self)
+        out.update(self.listener_config.formatted())
         out[LISTENERS] = self.listeners
         out.update(
             {

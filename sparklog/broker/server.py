@@ -85,7 +85,7 @@ from sparklog.protocol.outbound import controller_client_security
 from sparklog.protocol.server import KafkaServer
 from sparklog.protocol.server_lifecycle import ServerLifecycle
 from sparklog.security.audit import LOG_ONLY, AuditConfig, AuditSink
-from sparklog.security.listeners import ListenerEndpoint, normalised
+from sparklog.security.listeners import ListenerEndpoint, listener_int, normalised
 
 logger = logging.getLogger(__name__)
 
@@ -217,7 +217,13 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
         self.server = next(iter(self.servers.values()))
 
     def _listener_server(self, endpoint: ListenerEndpoint) -> KafkaServer:
-        """The (unbound) server of one listener; ConfigError when it cannot be secured."""
+        """The (unbound) server of one listener; ConfigError when it cannot be secured.
+        `listener.name.<l>.max.connections` bounds that listener's connections (Kafka's
+        listener-level limit); without it the listener takes `max.connections`."""
+        settings = self.listener_config.settings(endpoint.listener_name)
+        max_connections = self.config.max_connections
+        if settings.is_overridden("max.connections"):
+            max_connections = listener_int(settings, "max.connections")
         return KafkaServer(
             self.apis.handle,
             BROKER_SERVED_APIS,
@@ -225,7 +231,7 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
             port=endpoint.port,
             max_request_bytes=self.config.socket_request_max_bytes,
             name=f"broker-{self.node_id}-{endpoint.listener_name}",
-            max_connections=self.config.max_connections,
+            max_connections=max_connections,
             max_connections_per_ip=self.config.max_connections_per_ip,
             max_connections_per_ip_overrides=self.config.connection_limit_overrides(),
             connections_max_idle_ms=self.config.connections_max_idle_ms,

@@ -36,6 +36,13 @@ sparklog's servers and their listeners (one property dict serves the whole clust
   and reaches them (markers): it serves one listener named and secured like the inter-broker
   listener, and connects to brokers' inter-broker endpoints.
 
+Outbound connections are secured like the listener they reach, with that listener's settings
+as the client side (Kafka builds its inter-broker clients from the inter-broker listener's
+`valuesWithPrefixOverride` too): replica fetchers, brokers to the coordinator and the
+coordinator's markers use `inter_broker_listener_name` / `inter_broker_protocol` and
+`settings(inter_broker_listener_name)`; brokers to the controller use
+`controller_listener_name` / `controller_protocol` and its settings.
+
 Pure: no I/O, no sockets; safe to import anywhere on the floor.
 """
 
@@ -58,6 +65,7 @@ from sparklog.security.ssl_factory import (
     server_context,
 )
 from sparklog.settings import (
+    REGISTRY,
     ConfigError,
     ConfigType,
     Importance,
@@ -341,6 +349,19 @@ class ListenerSettings:
         return self.properties.get(f"{self.prefix}{mechanism.lower()}.{name}")
 
 
+def listener_int(settings: ListenerSettings, name: str) -> int:
+    """A listener's integer setting, typed and checked by the registry's declaration of
+    `name` (ConfigError naming the prefixed setting when malformed)."""
+    setting = REGISTRY.find(name)
+    assert setting is not None, f"{name} is not a declared setting"
+    raw = settings.get(name, setting.default_text)
+    try:
+        value = setting.parse(raw)
+    except ConfigError as e:
+        raise ConfigError(f"{settings.prefix}{e}") from None
+    return int(value)
+
+
 @dataclass(frozen=True, slots=True, repr=False)
 class ListenerSecurity:
     """What a server needs to secure one listener's connections (Kafka's per-listener
@@ -540,6 +561,17 @@ class ListenerConfig:
     def inter_broker_protocol(self) -> SecurityProtocol:
         return self.protocol_map[self.inter_broker_listener_name]
 
+    @property
+    def controller_listener_name(self) -> str:
+        """The listener brokers reach the controller on (the first controller listener, as
+        Kafka's brokers use; else the inter-broker one)."""
+        names = self.controller_listener_names
+        return names[0] if names else self.inter_broker_listener_name
+
+    @property
+    def controller_protocol(self) -> SecurityProtocol:
+        return self.protocol_map[self.controller_listener_name]
+
     def advertised_for(self, listener_name: str) -> ListenerEndpoint | None:
         name = normalised(listener_name)
         return next((e for e in self.advertised if e.listener_name == name), None)
@@ -561,6 +593,15 @@ class ListenerConfig:
         """The driver coordinator's listener: named and secured like the inter-broker one."""
         name = self.inter_broker_listener_name
         return ListenerEndpoint(name, self.protocol_map[name], host, port)
+
+    def formatted(self) -> dict[str, str]:
+        """The listener settings by name as given, else their defaults (what DescribeConfigs
+        lists; the per-listener `listener.name.*` family is not listed)."""
+        return {
+            name: str(self.properties.get(name, setting.default_text))
+            for name, setting in LISTENER_SETTINGS.items()
+            if not setting.prefix
+        }
 
     def settings(self, listener_name: str) -> ListenerSettings:
         return ListenerSettings(normalised(listener_name), self.properties)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import re
 import signal
+import socket
 import time
 
 import pytest
@@ -282,3 +283,29 @@ def test_serve_refuses_a_bad_listener_configuration_with_kafkas_message(tmp_path
 
     err = user_error("serve", "--master", "none", "--data-dir", str(tmp_path), *SERVE_LISTENERS[:2])
     assert "No security protocol defined for listener CLIENT" in err
+
+
+def _until(condition, timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return condition()
+
+
+def test_a_listener_may_bound_its_own_connections(tmp_path):
+    config = {**LISTENERS, "listener.name.client.max.connections": "2"}
+    with EmbeddedCluster(brokers=1, data_dir=tmp_path, config=config) as cluster:
+        broker = cluster.brokers[0]
+        client, replication = broker.servers["CLIENT"], broker.servers["REPLICATION"]
+        opened = [
+            socket.create_connection((s.host, s.port))
+            for s in (client, replication)
+            for _ in range(4)
+        ]
+        try:
+            assert _until(lambda: client.refused_connections == 2)
+            assert _until(lambda: replication.connection_count >= 4)
+            assert (client.connection_count, replication.refused_connections) == (2, 0)
+        finally:
+            for s in opened:
+                s.close()

@@ -462,3 +462,23 @@ def test_the_shipped_defaults_file_takes_any_listener_layout():
             "controller.listener.names": "CONTROLLER",
         }
     )
+
+
+def test_a_broker_describes_its_listener_settings():
+    from sparklog.broker.config import BrokerConfig
+
+    c = BrokerConfig.from_properties(
+        {
+            "listeners": "CLIENT://:0,REPLICATION://:0",
+            "listener.security.protocol.map": "CLIENT:PLAINTEXT,REPLICATION:PLAINTEXT",
+            "inter.broker.listener.name": "REPLICATION",
+        }
+    )
+    described = c.described_settings()
+    assert described["inter.broker.listener.name"] == ("REPLICATION", True)
+    assert described["listener.security.protocol.map"] == (
+        "CLIENT:PLAINTEXT,REPLICATION:PLAINTEXT",
+        True,
+    )
+    assert described["security.inter.broker.protocol"] == ("PLAINTEXT", False)
+    assert described["listeners"] == ("CLIENT://:0,REPLICATION://:0", True)
