@@ -309,3 +309,19 @@ def test_a_listener_may_bound_its_own_connections(tmp_path):
         finally:
             for s in opened:
                 s.close()
+
+
+def test_advertised_listeners_are_what_clients_are_told(tmp_path):
+    """`advertised.listeners` names the address to register (a port 0 takes the bound one);
+    clients on each listener get that listener's advertised endpoint."""
+    config = {**LISTENERS, "advertised.listeners": "CLIENT://localhost:0,REPLICATION://127.0.0.1:0"}
+    with EmbeddedCluster(brokers=1, data_dir=tmp_path, config=config) as cluster:
+        broker = cluster.brokers[0]
+        via_client = _metadata(broker.bootstrap_of("CLIENT"), None)
+        via_replication = _metadata(broker.bootstrap_of("REPLICATION"), None)
+    assert [(b.host, b.port) for b in via_client.brokers] == [
+        ("localhost", broker.servers["CLIENT"].port)
+    ]
+    assert [(b.host, b.port) for b in via_replication.brokers] == [
+        ("127.0.0.1", broker.servers["REPLICATION"].port)
+    ]

@@ -482,3 +482,13 @@ def test_a_broker_describes_its_listener_settings():
     )
     assert described["security.inter.broker.protocol"] == ("PLAINTEXT", False)
     assert described["listeners"] == ("CLIENT://:0,REPLICATION://:0", True)
+
+
+def test_the_listener_port_file_keeps_a_port_per_listener_and_reads_the_old_one(tmp_path):
+    from sparklog.broker.meta_properties import read_listener_ports, write_listener_ports
+
+    assert read_listener_ports(tmp_path) == {}
+    write_listener_ports(tmp_path, {"CLIENT": 9092, "REPLICATION": 9093})
+    assert read_listener_ports(tmp_path) == {"CLIENT": 9092, "REPLICATION": 9093}
+    (tmp_path / ".listener-port").write_text("40123\n")  # one listener's broker wrote this
+    assert read_listener_ports(tmp_path) == {"": 40123}
