@@ -19,12 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from sparklog.metadata.configs import CLUSTER_SETTINGS, ControllerConfig
-from sparklog.security.listeners import (
-    LISTENER_SETTINGS,
-    LISTENERS,
-    ListenerConfig,
-    with_default_host,
-)
+from sparklog.security.listener_config import ListenerConfig
+from sparklog.security.listeners import LISTENER_SETTINGS, LISTENERS, with_default_host
 from sparklog.security.principal import PRINCIPAL_SETTINGS
 from sparklog.security.ssl_factory import SERVER_SSL_SETTINGS
 from sparklog.settings import (

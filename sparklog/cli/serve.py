@@ -21,7 +21,7 @@ from sparklog.cli.common import (
     progress,
     server_settings,
 )
-from sparklog.security.listeners import ListenerConfig
+from sparklog.security.listener_config import ListenerConfig
 
 # -- serve -------------------------------------------------------------------------------------
 

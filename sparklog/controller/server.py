@@ -64,7 +64,7 @@ from sparklog.protocol.connection import Request
 from sparklog.protocol.server import KafkaServer
 from sparklog.protocol.server_lifecycle import ServerLifecycle
 from sparklog.security.audit import AuditConfig, SwitchableAuditSink
-from sparklog.security.listeners import ListenerConfig
+from sparklog.security.listener_config import ListenerConfig
 from sparklog.storage.object_store import storage_options
 from sparklog.structs import CONTROLLER_NODE_ID
 

@@ -68,7 +68,7 @@ from sparklog.protocol.server import KafkaServer
 from sparklog.protocol.server_lifecycle import ServerLifecycle
 from sparklog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from sparklog.security.audit import AuditConfig, AuditEvent, dropped_event
-from sparklog.security.listeners import ListenerConfig
+from sparklog.security.listener_config import ListenerConfig
 from sparklog.storage.object_store import join_location, storage_options
 from sparklog.structs import GROUP_COORDINATOR_NODE_ID
 

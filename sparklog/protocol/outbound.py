@@ -25,7 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from sparklog.security.listeners import ListenerConfig, client_ssl_context, normalised
+from sparklog.security.listener_config import ListenerConfig
+from sparklog.security.listeners import client_ssl_context, normalised
 from sparklog.security.sasl.client import (
     CONTROLLER_MECHANISM,
     INTER_BROKER_MECHANISM,

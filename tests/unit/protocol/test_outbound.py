@@ -73,7 +73,7 @@ def test_asyncio_streams_have_nodelay(listener):
 
 
 def test_server_connections_use_the_listeners_protocol_and_the_servers_own_login():
-    from sparklog.security.listeners import ListenerConfig
+    from sparklog.security.listener_config import ListenerConfig
     from sparklog.security.sasl.client import CONTROLLER_MECHANISM
 
     listeners = ListenerConfig.from_properties(

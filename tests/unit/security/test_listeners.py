@@ -7,9 +7,9 @@ import json
 
 import pytest
 
+from sparklog.security.listener_config import ListenerConfig
 from sparklog.security.listeners import (
     DEFAULT_BIND_HOST,
-    ListenerConfig,
     ListenerEndpoint,
     ListenerSettings,
     listener_security,
