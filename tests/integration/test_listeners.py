@@ -325,3 +325,32 @@ def test_advertised_listeners_are_what_clients_are_told(tmp_path):
     assert [(b.host, b.port) for b in via_replication.brokers] == [
         ("127.0.0.1", broker.servers["REPLICATION"].port)
     ]
+
+
+def test_a_tls_listener_beside_a_plaintext_one_with_its_own_settings(tmp_path, tls_ca):
+    """The EXTERNAL listener speaks TLS from its `listener.name.external.ssl.*` settings only;
+    brokers replicate over PLAINTEXT; a TLS client sees the brokers' EXTERNAL endpoints."""
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    admin_module = pytest.importorskip("confluent_kafka.admin")
+    config = {
+        **TEST_CONFIG,
+        "listeners": "PLAINTEXT://127.0.0.1:0,EXTERNAL://127.0.0.1:0",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,EXTERNAL:SSL",
+        "inter.broker.listener.name": "PLAINTEXT",
+        **{f"listener.name.external.{k}": v for k, v in tls_ca.server_props().items()},
+    }
+    with EmbeddedCluster(brokers=2, data_dir=tmp_path, config=config) as cluster:
+        external = {(b.node_id, b.servers["EXTERNAL"].port) for b in cluster.brokers}
+        bootstrap = cluster.brokers[0].bootstrap_of("EXTERNAL")
+        client = {"bootstrap.servers": bootstrap, **tls_ca.librdkafka_props()}
+        admin = admin_module.AdminClient(client)
+        assert {(b.id, b.port) for b in admin.list_topics(timeout=10).brokers.values()} == external
+        topic = admin_module.NewTopic("over-tls", num_partitions=1, replication_factor=2)
+        admin.create_topics([topic])["over-tls"].result(timeout=30)
+        producer = confluent_kafka.Producer({**client, "acks": "all"})
+        producer.produce("over-tls", b"secret")
+        assert producer.flush(30) == 0
+        cluster.wait_for_isr("over-tls", 0, size=2)
+        # a plaintext client of the PLAINTEXT listener is told the PLAINTEXT endpoints
+        plain = _metadata(cluster.brokers[0].bootstrap_of("PLAINTEXT"), None)
+        assert {(b.node_id, b.port) for b in plain.brokers} == ports(cluster, "PLAINTEXT")
