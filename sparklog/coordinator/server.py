@@ -133,6 +133,7 @@ class GroupCoordinatorServer(ServerLifecycle):
         #: the listener it serves: the inter-broker listener's name and protocol (only
         #: brokers reach it), checked before anything starts
         listeners = ListenerConfig.from_properties(config or {})
+        listeners.check_own_connections()
         listener = listeners.coordinator_listener(host, port)
         self.listener_security = listeners.security(listener)
         self.host = listener.bind_host
