@@ -209,7 +209,6 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
                 max_events=self.audit_config.audit_buffer_max_events,
             )
         self.listener_config = self.config.listener_config
-        self.listener_config.check_own_connections()
         #: one server per broker listener, by listener name, in `listeners` order
         self.servers: dict[str, KafkaServer] = {
             e.listener_name: self._listener_server(e) for e in self.listener_config.broker_listeners

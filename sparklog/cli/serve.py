@@ -212,7 +212,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise CliError(f"--brokers {args.brokers}: a cluster needs at least one broker")
     settings = server_settings(args)
     # a listener layout Kafka refuses is refused before anything (Spark included) starts
-    ListenerConfig.from_properties(settings).check_own_connections()
+    ListenerConfig.from_properties(settings)
     master = args.master or f"local[{args.brokers + 1}]"
     stop = threading.Event()
     with stop_on_signals(stop), _data_dir(args.data_dir) as data_dir:

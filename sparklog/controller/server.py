@@ -110,7 +110,6 @@ class ControllerServer(ServerLifecycle):
         #: the listener it serves (security/listeners.py: `controller.listener.names`, else
         #: the inter-broker listener's name and protocol), checked before anything starts
         listeners = ListenerConfig.from_properties(props)
-        listeners.check_own_connections()
         listener = listeners.controller_listener(host, port)
         self.listener_security = listeners.security(listener)
         #: the listener the coordinator's markers reach brokers on (`partition_leader`)

@@ -62,6 +62,7 @@ from sparklog.protocol.api_versions import (
 )
 from sparklog.protocol.async_client import api_versions_response
 from sparklog.protocol.connection import ProtocolError, Request
+from sparklog.protocol.outbound import server_client_security
 from sparklog.protocol.pipeline import authorize, throttle_time_ms
 from sparklog.protocol.responses import find_coordinator_response, refusal
 from sparklog.protocol.server import KafkaServer
@@ -133,9 +134,10 @@ class GroupCoordinatorServer(ServerLifecycle):
         #: the listener it serves: the inter-broker listener's name and protocol (only
         #: brokers reach it), checked before anything starts
         listeners = ListenerConfig.from_properties(config or {})
-        listeners.check_own_connections()
         listener = listeners.coordinator_listener(host, port)
         self.listener_security = listeners.security(listener)
+        #: how the markers reach brokers: their inter-broker listener's security
+        self.marker_security = server_client_security(listeners)
         self.host = listener.bind_host
         self.port = listener.port
         self.core: GroupCoordinator | None = None
@@ -214,6 +216,7 @@ class GroupCoordinatorServer(ServerLifecycle):
             self.controller.partition_count,
             self._markers_done,
             request_timeout_ms=self.txn_config.transaction_marker_request_timeout_ms,
+            security=self.marker_security,
         )
         await self._listen()
         self.runtime.start([self.core, self.txn])

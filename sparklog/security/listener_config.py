@@ -36,11 +36,6 @@ from sparklog.security.listeners import (
 from sparklog.security.session import SecurityProtocol
 from sparklog.settings import ConfigError
 
-#: What the servers' own outbound connections speak (`protocol.outbound`'s callers: replica
-#: fetchers, brokers to the controller and the coordinator, the coordinator's markers); the
-#: part that gives them TLS and SASL adds its protocols here.
-OWN_CONNECTION_PROTOCOLS: frozenset[SecurityProtocol] = frozenset({SecurityProtocol.PLAINTEXT})
-
 
 @dataclass(frozen=True, slots=True, repr=False)
 class ListenerConfig:
@@ -122,25 +117,6 @@ class ListenerConfig:
                 f"{ADVERTISED_LISTENERS} cannot use the nonroutable meta-address 0.0.0.0. "
                 "Use a routable IP address."
             )
-
-    def check_own_connections(self) -> None:
-        """The servers' own connections (replication, brokers to the controller and the
-        coordinator, markers) speak only `OWN_CONNECTION_PROTOCOLS` so far: refuse, naming the
-        fix, an inter-broker or controller listener they could not reach, rather than start a
-        cluster whose brokers cannot replicate."""
-        for role, name in (
-            (INTER_BROKER_LISTENER_NAME, self.inter_broker_listener_name),
-            (CONTROLLER_LISTENER_NAMES, self.controller_listener_name),
-        ):
-            protocol = self.protocol_map[name]
-            if protocol not in OWN_CONNECTION_PROTOCOLS:
-                raise ConfigError(
-                    f"{role} names listener {name} ({protocol.name}), but sparklog's own "
-                    f"connections between its servers do not speak {protocol.name} yet: use a "
-                    "PLAINTEXT listener between brokers and the driver (e.g. listeners=CLIENT://"
-                    ":0,INTERNAL://:0 with INTERNAL:PLAINTEXT and "
-                    "inter.broker.listener.name=INTERNAL) and secure the client listeners"
-                )
 
     # -- what each server binds and advertises ----------------------------------------------
 

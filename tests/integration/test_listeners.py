@@ -354,3 +354,59 @@ def test_a_tls_listener_beside_a_plaintext_one_with_its_own_settings(tmp_path, t
         # a plaintext client of the PLAINTEXT listener is told the PLAINTEXT endpoints
         plain = _metadata(cluster.brokers[0].bootstrap_of("PLAINTEXT"), None)
         assert {(b.node_id, b.port) for b in plain.brokers} == ports(cluster, "PLAINTEXT")
+
+
+def test_brokers_and_the_driver_talk_over_a_tls_inter_broker_listener(tmp_path, tls_ca):
+    """INTERNAL is SSL and the inter-broker listener: followers fetch, brokers reach the
+    controller and the coordinator, and the coordinator's markers reach leaders, all over TLS
+    (the listener's own ssl.* settings as the client side)."""
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    config = {
+        **TEST_CONFIG,
+        "listeners": "EXTERNAL://127.0.0.1:0,INTERNAL://127.0.0.1:0",
+        "listener.security.protocol.map": "EXTERNAL:PLAINTEXT,INTERNAL:SSL",
+        "inter.broker.listener.name": "INTERNAL",
+        **tls_ca.server_props(),
+    }
+    with EmbeddedCluster(brokers=2, data_dir=tmp_path, config=config) as cluster:
+        assert cluster.controller.listener_security.security_protocol is SecurityProtocol.SSL
+        bootstrap = cluster.brokers[0].bootstrap_of("EXTERNAL")
+
+        async def create():
+            conn = await connect(bootstrap)
+            try:
+                return await create_topic(conn, "tls-internal", replication_factor=2)
+            finally:
+                await conn.close()
+
+        assert run(create()).error_code == 0
+        cluster.wait_for_isr("tls-internal", 0, size=2)
+        producer = confluent_kafka.Producer(
+            {"bootstrap.servers": bootstrap, "transactional.id": "tls-internal-txn"}
+        )
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        producer.produce("tls-internal", b"committed")
+        producer.commit_transaction(30)
+        consumer = confluent_kafka.Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": "tls-internal",
+                "isolation.level": "read_committed",
+                "auto.offset.reset": "earliest",
+            }
+        )
+        try:
+            consumer.assign([confluent_kafka.TopicPartition("tls-internal", 0, 0)])
+            got = None
+            deadline = time.monotonic() + 30
+            while got is None and time.monotonic() < deadline:  # markers make it readable
+                message = consumer.poll(0.2)
+                if message is not None and message.error() is None:
+                    got = message.value()
+        finally:
+            consumer.close()
+        assert got == b"committed"
+        internal = [b.servers["INTERNAL"] for b in cluster.brokers]
+        assert all(s.security_protocol is SecurityProtocol.SSL for s in internal)
+        assert sum(s.connection_count for s in internal) >= 2  # a follower, the markers

@@ -492,22 +492,3 @@ def test_the_listener_port_file_keeps_a_port_per_listener_and_reads_the_old_one(
     assert read_listener_ports(tmp_path) == {"CLIENT": 9092, "REPLICATION": 9093}
     (tmp_path / ".listener-port").write_text("40123\n")  # one listener's broker wrote this
     assert read_listener_ports(tmp_path) == {"": 40123}
-
-
-@pytest.mark.parametrize("role", ["inter.broker.listener.name", "controller.listener.names"])
-def test_a_server_refuses_a_listener_its_own_connections_cannot_reach(role):
-    """Replication, brokers to the driver and markers are PLAINTEXT connections so far: an
-    SSL inter-broker or controller listener is refused with the fix, not left unreachable."""
-    props = {
-        "listeners": "CLIENT://:0,INTERNAL://:0,CONTROLLER://:0",
-        "listener.security.protocol.map": "CLIENT:SSL,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT",
-        "inter.broker.listener.name": "INTERNAL",
-        "controller.listener.names": "CONTROLLER",
-    }
-    ListenerConfig.from_properties(props).check_own_connections()  # clients on SSL: fine
-    props[role] = "CLIENT"
-    if role == "controller.listener.names":
-        props["listeners"] = "CLIENT://:0,INTERNAL://:0"  # the controller's is not a broker's
-        props["advertised.listeners"] = "INTERNAL://h:1"
-    with pytest.raises(ConfigError, match=f"{role} names listener CLIENT \\(SSL\\)"):
-        ListenerConfig.from_properties(props).check_own_connections()
