@@ -27,7 +27,7 @@ class ApiKey(enum.IntEnum):
     SYNC_GROUP = 14
     DESCRIBE_GROUPS = 15
     LIST_GROUPS = 16
-    SASL_HANDSHAKE = 17  # not served yet: the security issue's
+    SASL_HANDSHAKE = 17
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
@@ -45,7 +45,7 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
     DESCRIBE_LOG_DIRS = 35
-    SASL_AUTHENTICATE = 36  # not served yet: the security issue's
+    SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     ELECT_LEADERS = 43
@@ -119,6 +119,15 @@ SECURITY_METADATA_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyTyp
         ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
         ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
     }
+)
+
+#: The SASL handshake, accepted and announced on every listener of every server as Kafka does
+#: (a listener without SASL answers it ILLEGAL_SASL_STATE), and answered by the connection's
+#: authenticator (`protocol.sasl_authenticator`), never by a server's handler: v0 is kept for
+#: kafka-python (raw tokens after the handshake, KAFKA-18270), SaslAuthenticate v1 adds the
+#: session lifetime (KIP-368), v2 is flexible.
+SASL_APIS_VERSIONS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
+    {ApiKey.SASL_HANDSHAKE: (0, 1), ApiKey.SASL_AUTHENTICATE: (0, 2)}
 )
 
 #: What a broker serves to clients (and followers).

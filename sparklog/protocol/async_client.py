@@ -21,7 +21,7 @@ from kio.static.primitive import i32Timedelta
 
 from sparklog.errors import KafkaError
 from sparklog.protocol import codec
-from sparklog.protocol.api_versions import VersionRange
+from sparklog.protocol.api_versions import SASL_APIS_VERSIONS, VersionRange
 from sparklog.protocol.connection import NEED_DATA, ClientConnection, ProtocolError
 from sparklog.protocol.outbound import PLAINTEXT, ClientSecurity, Endpoint, open_stream
 from sparklog.security.sasl.client import SASL_AUTHENTICATE, SaslClientAuthenticator
@@ -207,8 +207,10 @@ async def connect(
 def api_versions_response(
     apis: Any, version: int, error_code: int = 0, *, throttle_time_ms: int = 0
 ) -> Any:
-    """The ApiVersions response announcing `apis` (at `version`, or v0 for an unknown one);
-    a server passes its pipeline's `throttle_time_ms(request)`."""
+    """The ApiVersions response announcing `apis` and the SASL handshake APIs (every Kafka
+    listener announces them) at `version`, or v0 for an unknown one; a server passes its
+    pipeline's `throttle_time_ms(request)`."""
+    apis = {**apis, **SASL_APIS_VERSIONS}
     schema = codec.response_schema(18, version)
     module = __import__(schema.__module__, fromlist=["ApiVersion"])
     keys = tuple(

@@ -25,11 +25,12 @@ import struct
 from collections import deque
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from sparklog.protocol import codec, stepwise
 from sparklog.protocol.api_versions import (
     FORWARDED_TO_COORDINATOR_APIS,
+    SASL_APIS_VERSIONS,
     ApiKey,
     VersionRange,
     is_supported,
@@ -131,6 +132,25 @@ _TRANSITIONS: Final = {
 PRE_AUTHENTICATION_APIS: Final = frozenset(
     {ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE}
 )
+
+
+#: The api key a raw SASL token (after SaslHandshake v0, no request header) is carried under
+#: in a `Request` whose body is the token's bytes: outside int16, so no request's api key
+#: (the fuzzer sent api key -1 before authentication) can pass for a token.
+RAW_TOKEN_API_KEY: Final = 1 << 16
+
+
+class SaslExchange(Protocol):
+    """What a connection needs of its SASL authenticator
+    (`protocol.sasl_authenticator.SaslServerAuthenticator`)."""
+
+    #: after SaslHandshake v0 the next frames are raw tokens, not requests
+    raw_tokens: bool
+
+    @property
+    def max_receive_size(self) -> int:
+        """`sasl.server.max.receive.size`: the largest frame before authentication."""
+        ...
 
 
 #: The largest request a server connection receives into its reused buffer.
@@ -330,16 +350,27 @@ class ServerConnection:
         client_address: str = "",
         client_port: int = -1,
         authenticated_as: KafkaPrincipal | None = ANONYMOUS,
+        sasl: SaslExchange | None = None,
     ) -> None:
         """`authenticated_as`: the principal of a transport with no handshake (PLAINTEXT:
         `User:ANONYMOUS`, authenticated as the connection opens); None keeps the connection
         PRE_AUTHENTICATION until `authenticated()` (SSL: once the TLS handshake gave the
-        peer's certificate; SASL: once the SASL exchange succeeded)."""
+        peer's certificate; SASL: once the SASL exchange succeeded). `sasl`: a SASL_PLAINTEXT /
+        SASL_SSL connection's authenticator (it then starts PRE_AUTHENTICATION whatever
+        `authenticated_as` says; `protocol.sasl_authenticator.sasl_reply` routes requests to
+        it)."""
         if security_protocol in (SecurityProtocol.SASL_PLAINTEXT, SecurityProtocol.SASL_SSL):
+            if sasl is None:
+                raise ValueError(
+                    f"listener {listener_name} uses {security_protocol.name} but has no SASL "
+                    "server side (sasl.enabled.mechanisms and the listener's JAAS configs)"
+                )
+            authenticated_as = None
+        elif sasl is not None:
             raise ValueError(
-                f"listener {listener_name} uses {security_protocol.name}, which sparklog does "
-                "not serve yet; map it to PLAINTEXT in listener.security.protocol.map"
+                f"listener {listener_name} is {security_protocol.name}: it has no SASL handshake"
             )
+        self.sasl = sasl
         self.apis = apis
         self.listener_name = listener_name
         self.security_protocol = security_protocol
@@ -360,12 +391,17 @@ class ServerConnection:
             direct_frame_bytes=direct_frame_bytes,
             reuse_max_bytes=REUSED_REQUEST_BUFFER_BYTES,
         )
+        self._max_request_bytes = max_request_bytes
+        if sasl is not None:  # sasl.server.max.receive.size until authenticated (Kafka)
+            self._frames.max_frame_bytes = min(max_request_bytes, sasl.max_receive_size)
 
     def authenticated(self, principal: KafkaPrincipal) -> None:
         """The peer proved it is `principal`: requests of every API are accepted from now."""
         self._transition(ConnectionState.AUTHENTICATED)
         self.principal = principal
         self._session = None
+        if hasattr(self, "_frames"):
+            self._frames.max_frame_bytes = self._max_request_bytes
 
     def _transition(self, state: ConnectionState) -> None:
         assert state in _TRANSITIONS[self.state], f"connection {self.state} -> {state}"
@@ -434,15 +470,32 @@ class ServerConnection:
             api_key, version = codec.peek_api_key_and_version(frame)
         except ValueError as e:
             raise ProtocolError(str(e)) from None
+        sasl = self.sasl
+        if sasl is not None and sasl.raw_tokens:  # after SaslHandshake v0: a bare token
+            return Request(
+                RAW_TOKEN_API_KEY,
+                0,
+                -1,
+                None,
+                bytes(frame),
+                len(frame),
+                RequestContext(self.session(None)),
+            )
         if self.state is not ConnectionState.AUTHENTICATED and (
             api_key not in PRE_AUTHENTICATION_APIS
         ):
+            if sasl is not None:  # answered ILLEGAL_SASL_STATE, body never decoded
+                correlation_id = _INT32.unpack_from(frame, 4)[0] if len(frame) >= 8 else -1
+                context = RequestContext(self.session(None))
+                return Request(api_key, version, correlation_id, None, None, len(frame), context)
             name = ApiKey(api_key).name if api_key in ApiKey._value2member_map_ else api_key
             raise ProtocolError(
                 f"unexpected {name} request before authentication (only ApiVersions and the "
                 "SASL handshake come first); closing the connection"
             )
-        if not is_supported(self.apis, api_key, version):
+        if not is_supported(self.apis, api_key, version) and not is_supported(
+            SASL_APIS_VERSIONS, api_key, version
+        ):
             if api_key == ApiKey.API_VERSIONS:
                 correlation_id = _INT32.unpack_from(frame, 4)[0] if len(frame) >= 8 else -1
                 context = RequestContext(self.session(None))

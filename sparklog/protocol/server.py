@@ -51,9 +51,16 @@ from sparklog.protocol.request_queue import (
     MemoryPool,
     RequestSlots,
 )
-from sparklog.security.audit import LOG_ONLY, AuditSink, authentication_failed
+from sparklog.protocol.sasl_authenticator import (
+    SASL_APIS,
+    SaslReply,
+    SaslServerAuthenticator,
+    sasl_reply,
+)
+from sparklog.security.audit import LOG_ONLY, AuditEvent, AuditSink, authentication_failed
 from sparklog.security.listeners import ListenerSecurity
 from sparklog.security.principal import NoMatchingRule, PrincipalBuilder
+from sparklog.security.sasl.enabled import SaslServerConfig
 from sparklog.security.session import ANONYMOUS, SecurityProtocol
 
 logger = logging.getLogger(__name__)
@@ -99,19 +106,23 @@ class KafkaServer:
         ssl_context: ssl.SSLContext | None = None,
         principal_builder: PrincipalBuilder | None = None,
         ssl_handshake_timeout_ms: int = DEFAULT_SSL_HANDSHAKE_TIMEOUT_MS,
+        sasl: SaslServerConfig | None = None,
         security: ListenerSecurity | None = None,
         node_id: int = -1,
     ) -> None:
         """`security`, when given, is the listener's (`security.listeners.listener_security`)
-        and sets `listener_name`, `security_protocol`, `ssl_context`, `principal_builder` and
-        `ssl_handshake_timeout_ms` from it. `audit` gets the connection-level authentication
-        failures (a failed TLS handshake, an unmapped certificate subject) as `node_id`'s."""
+        and sets `listener_name`, `security_protocol`, `ssl_context`, `principal_builder`,
+        `ssl_handshake_timeout_ms` and `sasl` (a SASL_PLAINTEXT / SASL_SSL listener's SASL
+        server side: every connection then authenticates first) from it. `audit` gets the
+        connection-level authentication failures (a failed TLS handshake, an unmapped
+        certificate subject, a failed SASL login) as `node_id`'s."""
         if security is not None:
             listener_name = security.listener_name
             security_protocol = security.security_protocol
             ssl_context = security.ssl_context
             principal_builder = security.principal_builder
             ssl_handshake_timeout_ms = security.ssl_handshake_timeout_ms
+            sasl = security.sasl
         self.security = security
         #: the one place cross-cutting policy runs around `handler` (module docstring)
         self.pipeline = RequestPipeline(handler, stages)
@@ -130,8 +141,17 @@ class KafkaServer:
         self.ssl_context = ssl_context
         self.principal_builder = principal_builder or PrincipalBuilder()
         self.ssl_handshake_timeout_ms = ssl_handshake_timeout_ms
+        #: the listener's SASL server side (`sasl.enabled.SaslServerConfig`), None: no SASL
+        self.sasl = sasl
         self.failed_tls_handshakes = 0
+        #: connections closed for failed authentication (an unmapped certificate subject, a
+        #: failed SASL login), SASL sessions that expired (KIP-368), SASL handshakes not
+        #: finished in `sparklog.sasl.handshake.timeout.ms`, successful SASL logins
+        #: (re-authentications included)
         self.failed_authentications = 0
+        self.expired_sessions = 0
+        self.handshake_timeouts = 0
+        self.authentications = 0
         self.node_id = node_id
         self.apis = apis
         self.host = host
@@ -311,12 +331,23 @@ class KafkaServer:
                 if self.memory_pool.bounded and not reserved:
                     reserved = await self.memory_pool.reserve(conn.incomplete_request_bytes)
                 if not conn.has_request():
+                    sasl = protocol.sasl
+                    deadline_ms = sasl.handshake_deadline_ms if sasl is not None else None
+                    wait_s = idle_s
+                    if deadline_ms is not None:  # a SASL handshake under way is bounded
+                        wait_s = min(idle_s, max(0.0, (deadline_ms - _now_ms()) / 1000))
                     try:  # asyncio.timeout, not wait_for: no task per read (16 -> 5 us)
-                        async with asyncio.timeout(idle_s):
+                        async with asyncio.timeout(wait_s):
                             if not await protocol.receive():
                                 return
                     except TimeoutError:  # connections.max.idle.ms: Kafka closes idle ones
-                        self.idle_closed_connections += 1
+                        if sasl is not None and sasl.handshake_timed_out(_now_ms()):
+                            self.handshake_timeouts += 1
+                            self._on_authentication_failure(
+                                conn, "SASL handshake not finished in time"
+                            )
+                        else:
+                            self.idle_closed_connections += 1
                         return
                     cooperative.restart()  # this connection just got the loop
                 # Checking, decoding, handling and encoding each let other connections run
@@ -325,6 +356,12 @@ class KafkaServer:
                 while (
                     request := await cooperative.complete(conn.next_request_steps())
                 ) is not NEED_DATA:
+                    if protocol.sasl is not None or request.api_key in SASL_APIS:
+                        reply = sasl_reply(conn, request, _now_ms())
+                        if reply is not None:
+                            if not await self._send_sasl_reply(writer, conn, request, reply):
+                                return
+                            continue
                     async with self.request_slots.slot():
                         body = await self.pipeline(request)
                     if body is not None:
@@ -369,6 +406,70 @@ class KafkaServer:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
+    async def _send_sasl_reply(
+        self,
+        writer: asyncio.StreamWriter,
+        conn: ServerConnection,
+        request: Request,
+        reply: SaslReply,
+    ) -> bool:
+        """Write the authenticator's reply; False when the connection is to close (after
+        `connection.failed.authentication.delay.ms` for a failed login, as Kafka delays it)."""
+        if reply.authenticated is not None:
+            self.authentications += 1
+        if reply.body is not None:
+            writer.write(conn.send_response(request, reply.body))
+        elif reply.raw is not None:
+            writer.write(reply.raw)
+        if not reply.close:
+            return True
+        if reply.expired:
+            self.expired_sessions += 1
+            logger.info(
+                "%s: closing %s's connection from %s: %s",
+                self.name,
+                conn.principal,
+                conn.client_address,
+                reply.failure,
+            )
+        elif reply.failure is not None:
+            self.failed_authentications += 1
+            self._on_authentication_failure(conn, reply.failure, request.client_id)
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(self.connections_max_idle_ms / 1000):
+                await writer.drain()
+            if reply.close_delay_ms:
+                await asyncio.sleep(reply.close_delay_ms / 1000)
+        return False
+
+    def _on_authentication_failure(
+        self, conn: ServerConnection, reason: str, client_id: str | None = None
+    ) -> None:
+        """Log and audit a failed authentication (the reason never holds a secret)."""
+        logger.info(
+            "%s: failed authentication with /%s (%s)", self.name, conn.client_address, reason
+        )
+        self.audit.record(
+            AuditEvent(
+                time_ms=_now_ms(),
+                principal=str(conn.principal) if conn.principal is not None else "",
+                client_address=conn.client_address,
+                listener=self.listener_name,
+                api="SaslAuthenticate",
+                resource_type="",
+                resource_name="",
+                operation="",
+                decision="AUTHENTICATION_FAILED",
+                node_id=self.node_id,
+                detail=reason,
+            )
+        )
+
+
+def _now_ms() -> int:
+    """Wall-clock milliseconds: SASL session and token expiry times are wall-clock."""
+    return int(time.time() * 1000)
+
 
 class _RequestProtocol(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
     """One connection's bytes, received straight into its `ServerConnection`: the rest of a
@@ -383,16 +484,22 @@ class _RequestProtocol(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
             lambda _reader, writer: server._serve_connection(self, writer),
             loop=loop,
         )
+        #: the connection's SASL authenticator (SASL listeners only)
+        self.sasl = (
+            SaslServerAuthenticator(server.sasl, _now_ms()) if server.sasl is not None else None
+        )
         self.conn = ServerConnection(
             server.apis,
             server.max_request_bytes,
             direct_frame_bytes=_DIRECT_REQUEST_BYTES,
             listener_name=server.listener_name,
             security_protocol=server.security_protocol,
-            # PLAINTEXT: ANONYMOUS at once; SSL: once the handshake gave the certificate
+            # PLAINTEXT: ANONYMOUS at once; SSL: once the handshake gave the certificate;
+            # SASL_*: once the SASL exchange succeeded
             authenticated_as=(
                 ANONYMOUS if server.security_protocol is SecurityProtocol.PLAINTEXT else None
             ),
+            sasl=self.sasl,
         )
         self._pool_bounded = server.memory_pool.bounded
         self._scratch = memoryview(bytearray(_FIRST_READ_BYTES))

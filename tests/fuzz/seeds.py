@@ -97,8 +97,73 @@ def lz4_frames() -> bytes:
     )  # fmt: skip
 
 
+def sasl_frames() -> list[bytes]:
+    """Whole SASL conversations as a client writes them: handshake v1 + SaslAuthenticate, and
+    handshake v0 + a raw token."""
+
+    def frame(api: ApiKey, version: int, fields: dict) -> bytes:
+        return codec.encode_request(
+            kio_build.build(codec.request_schema(api, version), fields), 1, "f"
+        )
+
+    def raw(token: bytes) -> bytes:
+        return len(token).to_bytes(4, "big") + token
+
+    versions = frame(
+        ApiKey.API_VERSIONS, 3, {"client_software_name": "f", "client_software_version": "1"}
+    )
+    plain = b"\x00alice\x00alice-pw"
+    metadata = frame(
+        ApiKey.METADATA,
+        12,
+        {
+            "topics": None,
+            "allow_auto_topic_creation": False,
+            "include_topic_authorized_operations": False,
+        },
+    )
+    return [
+        versions + frame(ApiKey.SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"})
+        + frame(ApiKey.SASL_AUTHENTICATE, 2, {"auth_bytes": plain}) + metadata
+        + frame(ApiKey.SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"})
+        + frame(ApiKey.SASL_AUTHENTICATE, 2, {"auth_bytes": plain}),
+        frame(ApiKey.SASL_HANDSHAKE, 0, {"mechanism": "PLAIN"}) + raw(plain) + metadata,
+        frame(ApiKey.SASL_HANDSHAKE, 0, {"mechanism": "SCRAM-SHA-256"}) + raw(b"n,,n=alice,r=abcdef"),
+        frame(ApiKey.SASL_HANDSHAKE, 1, {"mechanism": "SCRAM-SHA-512"})
+        + frame(ApiKey.SASL_AUTHENTICATE, 1, {"auth_bytes": b"n,,n=alice,r=abcdef"})
+        + frame(ApiKey.SASL_AUTHENTICATE, 1, {"auth_bytes": b"c=biws,r=abcdef,p=AAAA"}),
+        frame(ApiKey.SASL_HANDSHAKE, 1, {"mechanism": "GSSAPI"}),
+        metadata,
+    ]  # fmt: skip
+
+
+def sasl_token_seeds() -> list[bytes]:
+    """A mechanism byte (0 PLAIN, 1 SCRAM-SHA-256, 2 SCRAM-SHA-512, 3 OAUTHBEARER) and the
+    client's messages, NUL NUL between them; the SCRAM ones a real exchange with scramp."""
+    import base64
+    import json
+
+    import scramp
+
+    out = [b"\x00\x00alice\x00alice-pw", b"\x00alice\x00alice\x00alice-pw"]
+    for index, name in ((1, "SCRAM-SHA-256"), (2, "SCRAM-SHA-512")):
+        client = scramp.ScramClient([name], "alice", "alice-pw", c_nonce="fuzznonce")
+        first = client.get_client_first().encode()
+        out.append(bytes([index]) + first + b"\x00\x00c=biws,r=fuzznonce,p=AAAA")
+        out.append(bytes([index]) + b"n,,n=a=2Cb,r=x,ext=1")
+
+    def b64(obj: object) -> str:
+        return base64.urlsafe_b64encode(json.dumps(obj).encode()).rstrip(b"=").decode()
+
+    token = f"{b64({'alg': 'none'})}.{b64({'sub': 'alice', 'exp': 1_900_000_000})}."
+    out.append(b"\x03" + f"n,,\x01auth=Bearer {token}\x01k=v\x01\x01".encode() + b"\x00\x00\x01")
+    return out
+
+
 def main() -> None:
     seeds = {
+        "sasl_handshake": sasl_frames(),
+        "sasl_tokens": sasl_token_seeds(),
         "request_frame": request_frames(),
         "response_frame": response_frames(),
         "produce_records": batches(),

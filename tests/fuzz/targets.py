@@ -136,7 +136,83 @@ def native_decode(data: bytes) -> None:
         raise AssertionError("the native LZ4 reader disagrees with liblz4")
 
 
+def _sasl_mechanisms():  # built once: scramp's credential maker runs 4096 iterations
+    global _SASL_MECHANISMS
+    if _SASL_MECHANISMS is None:
+        from sparklog.security.credentials import ScramMechanism
+        from sparklog.security.sasl.enabled import SaslMechanisms
+        from sparklog.security.sasl.oauthbearer import UnsecuredJwsValidator
+        from sparklog.security.sasl.plain import PlainUsers
+        from sparklog.security.sasl.scram import InMemoryCredentialStore
+
+        store = InMemoryCredentialStore()
+        for mechanism in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512):
+            store.add_password(mechanism, "alice", "alice-pw")
+        _SASL_MECHANISMS = SaslMechanisms(
+            ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"),
+            plain_users=PlainUsers({"alice": "alice-pw"}),
+            credentials=store,
+            token_validator=UnsecuredJwsValidator(),
+        )
+    return _SASL_MECHANISMS
+
+
+_SASL_MECHANISMS = None
+
+
+def sasl_handshake(data: bytes) -> None:
+    """Bytes on a SASL_PLAINTEXT connection before and during authentication: frames (requests,
+    or raw tokens after SaslHandshake v0) through Kafka's authenticator state machine; replies
+    must encode, and the only error is ProtocolError (the connection closes)."""
+    from sparklog.protocol.connection import NEED_DATA
+    from sparklog.protocol.sasl_authenticator import SaslServerAuthenticator, sasl_reply
+    from sparklog.security.sasl.enabled import SaslServerConfig
+    from sparklog.security.session import SecurityProtocol
+
+    authenticator = SaslServerAuthenticator(
+        SaslServerConfig(
+            _sasl_mechanisms(), max_receive_size=65536, connections_max_reauth_ms=1000
+        ),
+        NOW_MS,
+    )
+    conn = ServerConnection(
+        BROKER_APIS, security_protocol=SecurityProtocol.SASL_PLAINTEXT, sasl=authenticator
+    )
+    conn.receive_data(data)
+    now_ms = NOW_MS
+    with contextlib.suppress(ProtocolError):
+        while (request := conn.next_request()) is not NEED_DATA:
+            now_ms += 400  # sessions expire along the way
+            reply = sasl_reply(conn, request, now_ms)
+            if reply is None:
+                continue
+            if reply.body is not None:
+                conn.send_response(request, reply.body)
+            if reply.close:
+                return
+
+
+def sasl_tokens(data: bytes) -> None:
+    """Client messages of one SASL exchange (the first byte picks PLAIN, SCRAM-SHA-256/512 or
+    OAUTHBEARER; messages are separated by NUL NUL): the mechanisms raise only their two
+    failure kinds."""
+    from sparklog.security.sasl.mechanism import SaslAuthenticationFailedError, SaslError
+
+    if not data:
+        return
+    mechanisms = _sasl_mechanisms()
+    server = mechanisms.create(mechanisms.enabled[data[0] % len(mechanisms.enabled)])
+    with contextlib.suppress(SaslError, SaslAuthenticationFailedError):
+        for message in data[1:].split(b"\x00\x00")[:4]:
+            server.evaluate_response(message, NOW_MS)
+            if server.is_complete:
+                assert server.authorization_id == "alice"
+                return
+
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
+    "sasl_handshake": sasl_handshake,
+    "sasl_tokens": sasl_tokens,
     "request_frame": request_frame,
     "response_frame": response_frame,
     "produce_records": produce_records,

@@ -1,14 +1,24 @@
-"""A SASL listener's enabled mechanisms and what each authenticates against."""
+"""A SASL listener's server side: its enabled mechanisms, what each authenticates against, and
+the limits every connection's authenticator applies (Kafka's `SaslChannelBuilder` state)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 from sparklog.security.credentials import CredentialStore, ScramMechanism
 from sparklog.security.sasl.mechanism import SaslServer
 from sparklog.security.sasl.oauthbearer import OAuthBearerServer, TokenValidator
 from sparklog.security.sasl.plain import PlainServer, PlainUsers
 from sparklog.security.sasl.scram import ScramServer
+
+#: Kafka's `sasl.server.max.receive.size` default (BrokerSecurityConfigs).
+DEFAULT_MAX_RECEIVE_SIZE: Final = 524_288
+#: Kafka's `connection.failed.authentication.delay.ms` default.
+DEFAULT_FAILED_AUTHENTICATION_DELAY_MS: Final = 100
+#: How long a connection may take from its first byte to the end of its SASL exchange
+#: (`sparklog.sasl.handshake.timeout.ms`; Kafka bounds it by `connections.max.idle.ms` only).
+DEFAULT_HANDSHAKE_TIMEOUT_MS: Final = 30_000
 
 #: The mechanisms sparklog's servers implement (Kafka also has GSSAPI, which sparklog has not).
 SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
@@ -65,3 +75,19 @@ class SaslMechanisms:
             return ScramServer(ScramMechanism.of(mechanism), self.credentials)
         assert self.token_validator is not None
         return OAuthBearerServer(self.token_validator)
+
+
+@dataclass(frozen=True, slots=True)
+class SaslServerConfig:
+    """A SASL listener's server side (Kafka's `SaslChannelBuilder` state): its mechanisms and
+    the limits every connection's authenticator applies."""
+
+    mechanisms: SaslMechanisms
+    #: `sasl.server.max.receive.size`: the largest frame accepted before authentication
+    max_receive_size: int = DEFAULT_MAX_RECEIVE_SIZE
+    #: `connections.max.reauth.ms` (0: sessions never expire unless their credential does)
+    connections_max_reauth_ms: int = 0
+    #: `connection.failed.authentication.delay.ms`
+    failed_authentication_delay_ms: int = DEFAULT_FAILED_AUTHENTICATION_DELAY_MS
+    #: `sparklog.sasl.handshake.timeout.ms`
+    handshake_timeout_ms: int = DEFAULT_HANDSHAKE_TIMEOUT_MS

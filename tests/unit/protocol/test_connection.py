@@ -9,7 +9,13 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 
 from sparklog.protocol import codec
-from sparklog.protocol.api_versions import BROKER_APIS, ApiKey, UnsupportedApiError, pick_version
+from sparklog.protocol.api_versions import (
+    BROKER_APIS,
+    SASL_APIS_VERSIONS,
+    ApiKey,
+    UnsupportedApiError,
+    pick_version,
+)
 from sparklog.protocol.async_client import api_versions_response
 from sparklog.protocol.connection import (
     NEED_DATA,
@@ -55,7 +61,7 @@ def test_round_trip_through_both_sides():
     correlation_id, body = client.next_response()
     assert correlation_id == 0
     assert {k.api_key: (k.min_version, k.max_version) for k in body.api_keys} == {
-        int(k): v for k, v in BROKER_APIS.items()
+        int(k): v for k, v in {**BROKER_APIS, **SASL_APIS_VERSIONS}.items()
     }
     assert client.next_response() is NEED_DATA
 

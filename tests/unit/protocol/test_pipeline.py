@@ -84,7 +84,7 @@ def test_before_authentication_only_the_handshake_apis_pass():
 
 def test_other_security_protocols_are_refused_with_the_fix():
     with pytest.raises(ValueError, match="listener.security.protocol.map"):
-        ServerConnection(BROKER_APIS, security_protocol=SecurityProtocol.SASL_SSL)
+        ServerConnection(BROKER_APIS, security_protocol=SecurityProtocol.SSL)
 
 
 class Recorder(RequestStage):
