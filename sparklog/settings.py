@@ -361,6 +361,7 @@ DECLARED_IN: Mapping[Scope, tuple[str, ...]] = {
         "sparklog.security.ssl_factory",
         "sparklog.security.principal",
         "sparklog.security.audit",
+        "sparklog.security.sasl.server_config",
     ),
     Scope.CONTROLLER: (
         "sparklog.metadata.configs",

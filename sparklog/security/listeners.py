@@ -440,8 +440,11 @@ def client_ssl_context(settings: ListenerSettings) -> ssl.SSLContext:
 def sasl_server(endpoint: ListenerEndpoint, settings: ListenerSettings) -> Any:
     """The SASL part: the server side of a SASL_PLAINTEXT / SASL_SSL listener from its
     `sasl.enabled.mechanisms` and `listener.name.<l>.<mechanism>.sasl.jaas.config`
-    (Kafka's `SaslChannelBuilder`). Refuses until SASL is served."""
-    raise _not_served_yet(endpoint, "SASL")
+    (Kafka's `SaslChannelBuilder`): a `sasl.enabled.SaslServerConfig`, whose SCRAM
+    credentials the server binds to its metadata image (`bind_credentials`)."""
+    from sparklog.security.sasl.server_config import sasl_server_config
+
+    return sasl_server_config(settings)
 
 
 def listener_security(endpoint: ListenerEndpoint, settings: ListenerSettings) -> ListenerSecurity:

@@ -3,6 +3,7 @@ the limits every connection's authenticator applies (Kafka's `SaslChannelBuilder
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -10,7 +11,7 @@ from sparklog.security.credentials import CredentialStore, ScramMechanism
 from sparklog.security.sasl.mechanism import SaslServer
 from sparklog.security.sasl.oauthbearer import OAuthBearerServer, TokenValidator
 from sparklog.security.sasl.plain import PlainServer, PlainUsers
-from sparklog.security.sasl.scram import ScramServer
+from sparklog.security.sasl.scram import CredentialsSource, ScramServer
 
 #: Kafka's `sasl.server.max.receive.size` default (BrokerSecurityConfigs).
 DEFAULT_MAX_RECEIVE_SIZE: Final = 524_288
@@ -91,3 +92,10 @@ class SaslServerConfig:
     failed_authentication_delay_ms: int = DEFAULT_FAILED_AUTHENTICATION_DELAY_MS
     #: `sparklog.sasl.handshake.timeout.ms`
     handshake_timeout_ms: int = DEFAULT_HANDSHAKE_TIMEOUT_MS
+
+    def bind_credentials(self, source: Callable[[], CredentialStore | None]) -> None:
+        """Point SCRAM at the server's current credentials (its metadata image's
+        `credentials`), when this listener's store is a `CredentialsSource` (built from
+        settings); a store given directly (tests) is kept."""
+        if isinstance(self.mechanisms.credentials, CredentialsSource):
+            self.mechanisms.credentials.bind(source)

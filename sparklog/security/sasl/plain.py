@@ -36,6 +36,9 @@ class PlainUsers:
     def __repr__(self) -> str:
         return f"PlainUsers({len(self._passwords)} users)"
 
+    def __len__(self) -> int:
+        return len(self._passwords)
+
     def authenticate(self, username: str, password: bytes) -> bool:
         """Whether `password` is `username`'s; constant-time in the password."""
         expected = self._passwords.get(username)

@@ -23,6 +23,7 @@ kafka-python's and aiokafka's clients all send it empty).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Final
 
 import scramp
@@ -159,6 +160,25 @@ class ScramServer:
         self._server.client_first_bare = bare
         self._username = username
         return self._server.get_server_first().encode()
+
+
+class CredentialsSource:
+    """A `CredentialStore` that asks its source each time: a SASL listener built from settings
+    holds one, and its server binds it to its metadata image's credentials (which move as the
+    controller's `UserScramCredentialRecord`s are replayed). Unbound, it knows no user."""
+
+    def __init__(self, source: Callable[[], CredentialStore | None] | None = None) -> None:
+        self._source = source
+
+    def __repr__(self) -> str:
+        return f"CredentialsSource({'bound' if self._source is not None else 'unbound'})"
+
+    def bind(self, source: Callable[[], CredentialStore | None]) -> None:
+        self._source = source
+
+    def scram_credential(self, mechanism: ScramMechanism, user: str) -> ScramCredential | None:
+        store = self._source() if self._source is not None else None
+        return store.scram_credential(mechanism, user) if store is not None else None
 
 
 class InMemoryCredentialStore:
