@@ -416,3 +416,75 @@ def test_a_thousand_failing_logins_at_once_leave_the_broker_serving(
     assert codes == [SaslAuthenticationFailedError.code] * 1000
     assert server.failed_authentications - before == 1000
     assert server.connection_count < 50  # every failed connection was closed
+
+
+def _oauth_producer(cluster: EmbeddedCluster, **extra: Any) -> Producer:
+    return Producer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "OAUTHBEARER",
+            **extra,
+        }
+    )
+
+
+def test_confluent_kafka_oauthbearer_with_librdkafkas_unsecured_token(
+    sasl_cluster: EmbeddedCluster, server: Any
+) -> None:
+    from sparklog.security.sasl.oauthbearer import UnsecuredJwsValidator
+
+    mechanisms = SaslMechanisms(("OAUTHBEARER",), token_validator=UnsecuredJwsValidator())
+    server.sasl = SaslServerConfig(mechanisms)
+    before = server.authentications
+    producer = _oauth_producer(
+        sasl_cluster,
+        **{
+            "enable.sasl.oauthbearer.unsecure.jwt": True,
+            "sasl.oauthbearer.config": "principal=svc",
+        },
+    )
+    producer.produce(_topic(), b"token")
+    assert producer.flush(30) == 0
+    assert server.authentications > before
+
+
+def test_confluent_kafka_oauthbearer_with_a_signed_jwt_checked_against_a_jwks_file(
+    sasl_cluster: EmbeddedCluster, server: Any, tmp_path: Any
+) -> None:
+    import json
+    import time
+
+    import jwt
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    from sparklog.security.sasl.oauthbearer import JwksValidator, load_jwks
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    public = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
+    public.update(kid="k1", alg="RS256")
+    jwks = tmp_path / "jwks.json"
+    jwks.write_text(json.dumps({"keys": [public]}))
+    validator = JwksValidator(lambda: load_jwks(jwks.as_uri()), expected_audience=["kafka"])
+    server.sasl = SaslServerConfig(SaslMechanisms(("OAUTHBEARER",), token_validator=validator))
+
+    def token(signer: Any) -> Any:
+        def oauth_cb(_config: str) -> tuple[str, float]:
+            expiry = time.time() + 600
+            claims = {"sub": "svc", "aud": "kafka", "exp": int(expiry), "iat": int(time.time())}
+            return jwt.encode(claims, signer, algorithm="RS256", headers={"kid": "k1"}), expiry
+
+        return oauth_cb
+
+    producer = _oauth_producer(sasl_cluster, oauth_cb=token(key))
+    producer.produce(_topic(), b"signed")
+    assert producer.flush(30) == 0
+
+    forged = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    errors: list[KafkaError] = []
+    producer = _oauth_producer(sasl_cluster, oauth_cb=token(forged), error_cb=errors.append)
+    for _ in range(50):
+        producer.poll(0.2)
+        if any(e.code() == KafkaError._AUTHENTICATION for e in errors):
+            break
+    assert any(e.code() == KafkaError._AUTHENTICATION for e in errors), errors
