@@ -174,7 +174,10 @@ class SaslServerAuthenticator:
                         mechanisms=enabled,
                     )
                 )
+            # KIP-368: the new exchange has no expiry until it completes (Kafka makes a new
+            # authenticator); the handshake bound covers it meanwhile
             self._reauthenticating = True
+            self.session_expiry_ms = None
             self.handshake_deadline_ms = now_ms + self.config.handshake_timeout_ms
         elif self.state is not SaslState.INITIAL:
             return self._illegal(ApiKey.SASL_HANDSHAKE, version, "a second SaslHandshake")

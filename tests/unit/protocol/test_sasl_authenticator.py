@@ -367,3 +367,14 @@ def test_a_request_with_api_key_minus_one_is_not_taken_for_a_raw_token() -> None
     frame = struct.pack(">hhi", -1, 0, 7) + b"\x00\x00"
     reply = peer.feed(struct.pack(">i", len(frame)) + frame)
     assert reply is not None and reply.close and reply.body is None
+
+
+def test_kip368_a_reauthentication_under_way_is_not_cut_by_the_old_sessions_expiry() -> None:
+    peer = Peer(connections_max_reauth_ms=1_000)
+    _login(peer, "alice", "alice-pw")
+    peer.send(ApiKey.SASL_HANDSHAKE, 1, NOW_MS + 900, mechanism="PLAIN")
+    reply = peer.send(
+        ApiKey.SASL_AUTHENTICATE, 2, NOW_MS + 1_100, auth_bytes=b"\x00alice\x00alice-pw"
+    )
+    assert reply is not None and not reply.close and reply.authenticated is not None
+    assert peer.sasl.session_expiry_ms == NOW_MS + 2_100
