@@ -119,11 +119,11 @@ def _frames(*sizes: int) -> tuple[bytes, list[bytes]]:
 @pytest.mark.parametrize("reuse", [False, True])
 @pytest.mark.parametrize("chunk", [1000, 65_536, 300_001])
 def test_large_frames_come_out_whole_fed_or_received_into(reuse, chunk):
-    from sparklog.protocol.connection import DIRECT_FRAME_BYTES, _FrameBuffer
+    from sparklog.protocol.frames import DIRECT_FRAME_BYTES, FrameBuffer
 
     stream, bodies = _frames(10, DIRECT_FRAME_BYTES * 2, 7, DIRECT_FRAME_BYTES + 1, 3)
     for use_recv_into in (False, True):
-        buffer = _FrameBuffer(1 << 30, reuse_large=reuse)
+        buffer = FrameBuffer(1 << 30, reuse_large=reuse)
         got, at = [], 0
         while at < len(stream):
             target = buffer.receive_buffer() if use_recv_into else None
@@ -193,9 +193,9 @@ def test_a_frame_of_a_bad_size_counts_as_a_request_so_the_server_refuses_it():
 
 
 def test_a_huge_request_gets_a_buffer_of_its_own_and_does_not_stay():
-    from sparklog.protocol.connection import REUSED_REQUEST_BUFFER_BYTES, _FrameBuffer
+    from sparklog.protocol.frames import REUSED_REQUEST_BUFFER_BYTES, FrameBuffer
 
-    frames = _FrameBuffer(
+    frames = FrameBuffer(
         1 << 30, reuse_large=True, direct_frame_bytes=16 * 1024,
         reuse_max_bytes=REUSED_REQUEST_BUFFER_BYTES,
     )  # fmt: skip
@@ -240,7 +240,7 @@ def test_partial_frames_hold_memory_as_their_bytes_arrive_not_their_declared_siz
 
 
 def test_a_large_frame_buffer_grows_with_what_arrived_and_keeps_every_byte():
-    from sparklog.protocol.connection import FIRST_FRAME_BUFFER_BYTES
+    from sparklog.protocol.frames import FIRST_FRAME_BUFFER_BYTES
 
     server = ServerConnection(BROKER_APIS, direct_frame_bytes=16 * 1024)
     frame = _produce_frame(3, b"c")
