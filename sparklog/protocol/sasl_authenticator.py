@@ -332,7 +332,7 @@ class SaslServerAuthenticator:
             response,
             close=True,
             close_delay_ms=self.config.failed_authentication_delay_ms,
-            failure=f"{self.mechanism}: {reason}",
+            failure=reason,
         )
 
     def _illegal(self, api_key: int, version: int, what: str) -> SaslReply:

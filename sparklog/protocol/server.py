@@ -57,7 +57,7 @@ from sparklog.protocol.sasl_authenticator import (
     SaslServerAuthenticator,
     sasl_reply,
 )
-from sparklog.security.audit import LOG_ONLY, AuditEvent, AuditSink, authentication_failed
+from sparklog.security.audit import LOG_ONLY, AuditSink, authentication_failed
 from sparklog.security.listeners import ListenerSecurity
 from sparklog.security.principal import NoMatchingRule, PrincipalBuilder
 from sparklog.security.sasl.enabled import SaslServerConfig
@@ -434,7 +434,8 @@ class KafkaServer:
             )
         elif reply.failure is not None:
             self.failed_authentications += 1
-            self._on_authentication_failure(conn, reply.failure, request.client_id)
+            api = ApiKey(request.api_key).name if request.api_key in SASL_APIS else "SASL_TOKEN"
+            self._on_authentication_failure(conn, reply.failure, api)
         with contextlib.suppress(Exception):
             async with asyncio.timeout(self.connections_max_idle_ms / 1000):
                 await writer.drain()
@@ -443,25 +444,28 @@ class KafkaServer:
         return False
 
     def _on_authentication_failure(
-        self, conn: ServerConnection, reason: str, client_id: str | None = None
+        self, conn: ServerConnection, reason: str, api: str = "SASL_AUTHENTICATE"
     ) -> None:
         """Log and audit a failed authentication (the reason never holds a secret)."""
+        sasl = conn.sasl
+        mechanism = getattr(sasl, "mechanism", None) or ""
         logger.info(
-            "%s: failed authentication with /%s (%s)", self.name, conn.client_address, reason
+            "%s: failed authentication with /%s (%s%s)",
+            self.name,
+            conn.client_address,
+            f"{mechanism}: " if mechanism else "",
+            reason,
         )
         self.audit.record(
-            AuditEvent(
-                time_ms=_now_ms(),
-                principal=str(conn.principal) if conn.principal is not None else "",
+            authentication_failed(
+                _now_ms(),
                 client_address=conn.client_address,
                 listener=self.listener_name,
-                api="SaslAuthenticate",
-                resource_type="",
-                resource_name="",
-                operation="",
-                decision="AUTHENTICATION_FAILED",
+                mechanism=mechanism,
+                reason=reason,
+                principal=str(conn.principal) if conn.principal is not None else "",
                 node_id=self.node_id,
-                detail=reason,
+                api=api,
             )
         )
 

@@ -488,3 +488,31 @@ def test_confluent_kafka_oauthbearer_with_a_signed_jwt_checked_against_a_jwks_fi
         if any(e.code() == KafkaError._AUTHENTICATION for e in errors):
             break
     assert any(e.code() == KafkaError._AUTHENTICATION for e in errors), errors
+
+
+def test_a_failed_login_reaches_the_audit_sink_without_the_password(
+    sasl_cluster: EmbeddedCluster, server: Any
+) -> None:
+    events: list[Any] = []
+
+    class Recording:
+        def record(self, event: Any) -> None:
+            events.append(event)
+
+    saved = server.audit
+    server.audit = Recording()
+    try:
+        with Wire(sasl_cluster) as wire:
+            wire.call(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN")
+            wire.call(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=b"\x00alice\x00hunter2-secret")
+            assert wire.closed()
+    finally:
+        server.audit = saved
+    (event,) = events
+    assert (event.decision, event.api, event.listener) == (
+        "AUTHENTICATION_FAILED",
+        "SASL_AUTHENTICATE",
+        server.listener_name,
+    )
+    assert event.client_address == "127.0.0.1" and event.detail.startswith("PLAIN: ")
+    assert "hunter2" not in repr(event)
