@@ -59,9 +59,12 @@ MECHANISMS = _mechanisms()
 
 @pytest.fixture(scope="module")
 def sasl_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedCluster]:
-    with EmbeddedCluster(
-        brokers=1, data_dir=tmp_path_factory.mktemp("sasl"), config=TEST_CONFIG
-    ) as c:
+    # the first SCRAM user of the cluster's own credentials (controller metadata)
+    config = {
+        **TEST_CONFIG,
+        "sparklog.add.scram": f"SCRAM-SHA-512=[name=carol,password={PASSWORD}]",
+    }
+    with EmbeddedCluster(brokers=1, data_dir=tmp_path_factory.mktemp("sasl"), config=config) as c:
         server = c.brokers[0].server
         server.security_protocol = SecurityProtocol.SASL_PLAINTEXT
         server.sasl = SaslServerConfig(MECHANISMS)
@@ -516,3 +519,38 @@ def test_a_failed_login_reaches_the_audit_sink_without_the_password(
     )
     assert event.client_address == "127.0.0.1" and event.detail.startswith("PLAIN: ")
     assert "hunter2" not in repr(event)
+
+
+def test_scram_logins_use_the_clusters_credentials_as_the_controller_changes_them(
+    sasl_cluster: EmbeddedCluster, server: Any
+) -> None:
+    """SCRAM against the broker's metadata image: the first user from sparklog.add.scram, a
+    second one created with AlterUserScramCredentials by the first, both logging in."""
+    import time
+
+    from confluent_kafka.admin import AdminClient, ScramCredentialInfo, UserScramCredentialUpsertion
+    from confluent_kafka.admin import ScramMechanism as Mech
+
+    from sparklog.security.sasl.scram import CredentialsSource
+
+    broker = sasl_cluster.brokers[0]
+    config = SaslServerConfig(SaslMechanisms(("SCRAM-SHA-512",), credentials=CredentialsSource()))
+    config.bind_credentials(lambda: broker.metadata.image.credentials)
+    server.sasl = config
+    carol = {**_rdkafka(sasl_cluster, "SCRAM-SHA-512"), "sasl.username": "carol"}
+    admin = AdminClient(carol)
+    upsert = UserScramCredentialUpsertion(
+        "dave", ScramCredentialInfo(Mech.SCRAM_SHA_512, 4096), b"dave-pw"
+    )
+    for future in admin.alter_user_scram_credentials([upsert]).values():
+        future.result(30)
+    deadline = time.monotonic() + 30
+    while (
+        broker.metadata.image.credentials.scram_credential(ScramMechanism.SCRAM_SHA_512, "dave")
+        is None
+    ):  # the broker follows the controller's metadata log
+        assert time.monotonic() < deadline, "dave's credential never reached the broker"
+        time.sleep(0.05)
+    producer = Producer({**carol, "sasl.username": "dave", "sasl.password": "dave-pw"})
+    producer.produce(_topic(), b"dave")
+    assert producer.flush(30) == 0
