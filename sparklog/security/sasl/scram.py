@@ -23,6 +23,7 @@ kafka-python's and aiokafka's clients all send it empty).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Final
 
@@ -35,6 +36,8 @@ from sparklog.security.credentials import (
     ScramMechanism,
 )
 from sparklog.security.sasl.mechanism import SaslAuthenticationFailedError, SaslError
+
+logger = logging.getLogger(__name__)
 
 MECHANISMS: Final = tuple(
     m.mechanism_name for m in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512)
@@ -169,6 +172,7 @@ class CredentialsSource:
 
     def __init__(self, source: Callable[[], CredentialStore | None] | None = None) -> None:
         self._source = source
+        self._warned = False
 
     def __repr__(self) -> str:
         return f"CredentialsSource({'bound' if self._source is not None else 'unbound'})"
@@ -177,7 +181,15 @@ class CredentialsSource:
         self._source = source
 
     def scram_credential(self, mechanism: ScramMechanism, user: str) -> ScramCredential | None:
-        store = self._source() if self._source is not None else None
+        if self._source is None:
+            if not self._warned:  # a wiring bug, not a client's fault: say so once
+                self._warned = True
+                logger.warning(
+                    "SCRAM login refused: this listener's credential store was never bound "
+                    "to the server's metadata (SaslServerConfig.bind_credentials)"
+                )
+            return None
+        store = self._source()
         return store.scram_credential(mechanism, user) if store is not None else None
 
 
