@@ -554,3 +554,52 @@ def test_scram_logins_use_the_clusters_credentials_as_the_controller_changes_the
     producer = Producer({**carol, "sasl.username": "dave", "sasl.password": "dave-pw"})
     producer.produce(_topic(), b"dave")
     assert producer.flush(30) == 0
+
+
+def test_sasl_ssl_scram_512_with_confluent_kafka_and_kafka_python(
+    sasl_cluster: EmbeddedCluster, server: Any, tls_ca: Any
+) -> None:
+    """SASL_SSL: the TLS handshake first (the TLS part's), then SASL over it."""
+    from kafka import KafkaProducer
+
+    from sparklog.security.ssl_factory import SslConfig, server_context
+
+    saved = server.security_protocol, server.ssl_context
+    server.security_protocol = SecurityProtocol.SASL_SSL
+    server.ssl_context = server_context(SslConfig.of(tls_ca.server_props()))
+    try:
+        topic = _topic()
+        tls = {"ssl.ca.location": str(tls_ca.ca_path)}
+        producer = Producer(
+            {**_rdkafka(sasl_cluster, "SCRAM-SHA-512"), "security.protocol": "SASL_SSL", **tls}
+        )
+        producer.produce(topic, b"over tls")
+        assert producer.flush(30) == 0
+        python = KafkaProducer(
+            bootstrap_servers=sasl_cluster.bootstrap_servers,
+            security_protocol="SASL_SSL",
+            ssl_cafile=str(tls_ca.ca_path),
+            sasl_mechanism="SCRAM-SHA-512",
+            sasl_plain_username="alice",
+            sasl_plain_password=PASSWORD,
+        )
+        try:
+            assert python.send(topic, b"kafka-python over tls").get(timeout=30).offset == 1
+        finally:
+            python.close()
+        errors: list[KafkaError] = []
+        wrong = Producer(
+            {
+                **_rdkafka(sasl_cluster, "SCRAM-SHA-512", "wrong"),
+                "security.protocol": "SASL_SSL",
+                "error_cb": errors.append,
+                **tls,
+            }
+        )
+        for _ in range(50):
+            wrong.poll(0.2)
+            if any(e.code() == KafkaError._AUTHENTICATION for e in errors):
+                break
+        assert any(e.code() == KafkaError._AUTHENTICATION for e in errors), errors
+    finally:
+        server.security_protocol, server.ssl_context = saved
