@@ -603,3 +603,37 @@ def test_sasl_ssl_scram_512_with_confluent_kafka_and_kafka_python(
         assert any(e.code() == KafkaError._AUTHENTICATION for e in errors), errors
     finally:
         server.security_protocol, server.ssl_context = saved
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "module"),
+    [
+        ("PLAIN", "org.apache.kafka.common.security.plain.PlainLoginModule"),
+        ("SCRAM-SHA-256", "org.apache.kafka.common.security.scram.ScramLoginModule"),
+    ],
+)
+def test_sparklogs_own_client_logs_in_produces_and_fails_a_wrong_password(
+    sasl_cluster: EmbeddedCluster, mechanism: str, module: str
+) -> None:
+    from sparklog.client import AdminClient, KafkaProducer
+
+    def settings(password: str) -> dict[str, Any]:
+        return {
+            "bootstrap.servers": sasl_cluster.bootstrap_servers,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": mechanism,
+            "sasl.jaas.config": f'{module} required username="alice" password="{password}";',
+        }
+
+    producer = KafkaProducer({**settings(PASSWORD), "max.block.ms": 20_000})
+    try:
+        assert producer.send(_topic(), b"own client").result(timeout=20).offset == 0
+    finally:
+        producer.close()
+    admin = AdminClient({**settings("wrong"), "default.api.timeout.ms": 10_000})
+    try:
+        with pytest.raises(SaslAuthenticationFailedError) as info:
+            admin.list_topics()
+        assert "wrong" not in str(info.value)
+    finally:
+        admin.close()
