@@ -415,8 +415,11 @@ class KafkaServer:
     ) -> bool:
         """Write the authenticator's reply; False when the connection is to close (after
         `connection.failed.authentication.delay.ms` for a failed login, as Kafka delays it)."""
+        # counted before the reply is written: the client may act on it at once
         if reply.authenticated is not None:
             self.authentications += 1
+        if reply.close and not reply.expired and reply.failure is not None:
+            self.failed_authentications += 1
         if reply.body is not None:
             writer.write(conn.send_response(request, reply.body))
         elif reply.raw is not None:
@@ -433,7 +436,6 @@ class KafkaServer:
                 reply.failure,
             )
         elif reply.failure is not None:
-            self.failed_authentications += 1
             api = ApiKey(request.api_key).name if request.api_key in SASL_APIS else "SASL_TOKEN"
             self._on_authentication_failure(conn, reply.failure, api)
         with contextlib.suppress(Exception):
