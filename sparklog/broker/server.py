@@ -224,6 +224,9 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
         max_connections = self.config.max_connections
         if settings.is_overridden("max.connections"):
             max_connections = listener_int(settings, "max.connections")
+        security = self.listener_config.security(endpoint)
+        if security.sasl is not None:  # SCRAM logins read the cluster's credentials as they move
+            security.sasl.bind_credentials(lambda: self.metadata.image.credentials)
         return KafkaServer(
             self.apis.handle,
             BROKER_SERVED_APIS,
@@ -238,7 +241,7 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
             queued_max_requests=self.config.queued_max_requests,
             queued_max_request_bytes=self.config.queued_max_request_bytes,
             audit=self.audit,
-            security=self.listener_config.security(endpoint),
+            security=security,
         )
 
     def __repr__(self) -> str:

@@ -64,6 +64,7 @@ from sparklog.protocol.connection import Request
 from sparklog.protocol.server import KafkaServer
 from sparklog.protocol.server_lifecycle import ServerLifecycle
 from sparklog.security.audit import AuditConfig, SwitchableAuditSink
+from sparklog.security.credentials import CredentialStore
 from sparklog.security.listener_config import ListenerConfig
 from sparklog.storage.object_store import storage_options
 from sparklog.structs import CONTROLLER_NODE_ID
@@ -112,6 +113,8 @@ class ControllerServer(ServerLifecycle):
         listeners = ListenerConfig.from_properties(props)
         listener = listeners.controller_listener(host, port)
         self.listener_security = listeners.security(listener)
+        if self.listener_security.sasl is not None:  # SCRAM: the controller's own image
+            self.listener_security.sasl.bind_credentials(self._credentials)
         #: the listener the coordinator's markers reach brokers on (`partition_leader`)
         self.inter_broker_listener_name = listeners.inter_broker_listener_name
         self.host = listener.bind_host
@@ -150,6 +153,10 @@ class ControllerServer(ServerLifecycle):
         return f"{self.host}:{self.port}"
 
     # -- lifecycle (on the loop) ------------------------------------------------------------
+
+    def _credentials(self) -> CredentialStore | None:
+        """The SCRAM credentials a SASL controller listener checks logins against."""
+        return self.controller.image.credentials if self.controller is not None else None
 
     async def start(self) -> None:
         """Open the metadata log, fence brokers without a lease, and start listening."""
