@@ -100,3 +100,45 @@ def test_a_wrong_password_is_refused(cluster: EmbeddedCluster) -> None:
         if any(e.code() == KafkaError._AUTHENTICATION for e in errors):
             break
     assert any(e.code() == KafkaError._AUTHENTICATION for e in errors), errors
+
+
+def test_a_cluster_with_sasl_everywhere(tmp_path) -> None:
+    """One SASL_PLAINTEXT listener, also the inter-broker one (so the driver's controller and
+    coordinator serve it too): brokers replicate, reach the controller and the coordinator, and
+    the coordinator writes transaction markers, all logged in with PLAIN
+    (sasl.mechanism.inter.broker.protocol, the broker's own username/password in the JAAS
+    config); no plaintext port is left open."""
+    jaas = (
+        "org.apache.kafka.common.security.plain.PlainLoginModule required "
+        'username="broker" password="broker-secret" '
+        'user_broker="broker-secret" user_alice="alice-secret";'
+    )
+    config = {
+        **TEST_CONFIG,
+        "listeners": "SECURE://127.0.0.1:0",
+        "listener.security.protocol.map": "SECURE:SASL_PLAINTEXT",
+        "inter.broker.listener.name": "SECURE",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "sasl.mechanism.inter.broker.protocol": "PLAIN",
+        "listener.name.secure.plain.sasl.jaas.config": jaas,
+    }
+    with EmbeddedCluster(brokers=2, data_dir=tmp_path, config=config) as cluster:
+        assert all(list(b.servers) == ["SECURE"] for b in cluster.brokers)
+        client = {
+            "bootstrap.servers": cluster.brokers[0].bootstrap_of("SECURE"),
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": "alice",
+            "sasl.password": "alice-secret",
+        }
+        topic = f"everywhere-{uuid.uuid4().hex[:6]}"
+        admin = AdminClient(client)
+        admin.create_topics([NewTopic(topic, 1, 2)])[topic].result(30)
+        producer = Producer({**client, "acks": "all", "transactional.id": f"tx-{topic}"})
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        producer.produce(topic, b"committed")
+        producer.commit_transaction(30)
+        # the follower's fetcher logged in to the leader's listener as well as the clients
+        assert sum(b.servers["SECURE"].authentications for b in cluster.brokers) >= 4
+        assert all(b.servers["SECURE"].failed_authentications == 0 for b in cluster.brokers)
