@@ -114,7 +114,7 @@ class ControllerServer(ServerLifecycle):
         listener = listeners.controller_listener(host, port)
         self.listener_security = listeners.security(listener)
         if self.listener_security.sasl is not None:  # SCRAM: the controller's own image
-            self.listener_security.sasl.bind_credentials(self._credentials)
+            self.listener_security.sasl.bind_credentials(self.scram_credentials)
         #: the listener the coordinator's markers reach brokers on (`partition_leader`)
         self.inter_broker_listener_name = listeners.inter_broker_listener_name
         self.host = listener.bind_host
@@ -154,8 +154,10 @@ class ControllerServer(ServerLifecycle):
 
     # -- lifecycle (on the loop) ------------------------------------------------------------
 
-    def _credentials(self) -> CredentialStore | None:
-        """The SCRAM credentials a SASL controller listener checks logins against."""
+    def scram_credentials(self) -> CredentialStore | None:
+        """The cluster's SCRAM credentials (the live image's store, read without blocking:
+        lookups only), which a SASL controller or coordinator listener checks logins
+        against; None before the controller started."""
         return self.controller.image.credentials if self.controller is not None else None
 
     async def start(self) -> None:

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from sparklog.protocol.connection import Request
+from sparklog.security.credentials import CredentialStore
 
 
 class TopicIds(Protocol):
@@ -39,6 +40,11 @@ class CoordinatorContext(TopicIds, Protocol):
 
     def allocate_producer_ids(self, owner_id: int) -> tuple[int, int]:
         """A block of producer ids: (first id, count). Blocking; called off the loop."""
+        ...
+
+    def scram_credentials(self) -> CredentialStore | None:
+        """The cluster's SCRAM credentials (a SASL coordinator listener's logins). Read
+        without blocking."""
         ...
 
     async def handle_from_other_loop(self, request: Request) -> Any:

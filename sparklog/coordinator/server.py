@@ -136,6 +136,9 @@ class GroupCoordinatorServer(ServerLifecycle):
         listeners = ListenerConfig.from_properties(config or {})
         listener = listeners.coordinator_listener(host, port)
         self.listener_security = listeners.security(listener)
+        if self.listener_security.sasl is not None and controller is not None:
+            # SCRAM logins: the controller's credentials
+            self.listener_security.sasl.bind_credentials(controller.scram_credentials)
         #: how the markers reach brokers: their inter-broker listener's security
         self.marker_security = server_client_security(listeners)
         self.host = listener.bind_host

@@ -102,12 +102,14 @@ def test_a_wrong_password_is_refused(cluster: EmbeddedCluster) -> None:
     assert any(e.code() == KafkaError._AUTHENTICATION for e in errors), errors
 
 
-def test_a_cluster_with_sasl_everywhere(tmp_path) -> None:
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-512"])
+def test_a_cluster_with_sasl_everywhere(tmp_path, mechanism: str) -> None:
     """One SASL_PLAINTEXT listener, also the inter-broker one (so the driver's controller and
     coordinator serve it too): brokers replicate, reach the controller and the coordinator, and
-    the coordinator writes transaction markers, all logged in with PLAIN
+    the coordinator writes transaction markers, all logged in with PLAIN or SCRAM
     (sasl.mechanism.inter.broker.protocol, the broker's own username/password in the JAAS
-    config); no plaintext port is left open."""
+    config; SCRAM checked against the cluster's credentials on brokers, controller and
+    coordinator); no plaintext port is left open."""
     jaas = (
         "org.apache.kafka.common.security.plain.PlainLoginModule required "
         'username="broker" password="broker-secret" '
@@ -118,9 +120,14 @@ def test_a_cluster_with_sasl_everywhere(tmp_path) -> None:
         "listeners": "SECURE://127.0.0.1:0",
         "listener.security.protocol.map": "SECURE:SASL_PLAINTEXT",
         "inter.broker.listener.name": "SECURE",
-        "sasl.enabled.mechanisms": "PLAIN",
-        "sasl.mechanism.inter.broker.protocol": "PLAIN",
+        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
+        "sasl.mechanism.inter.broker.protocol": mechanism,
         "listener.name.secure.plain.sasl.jaas.config": jaas,
+        "listener.name.secure.scram-sha-512.sasl.jaas.config": (
+            "org.apache.kafka.common.security.scram.ScramLoginModule required "
+            'username="broker" password="broker-secret";'
+        ),
+        "sparklog.add.scram": "SCRAM-SHA-512=[name=broker,password=broker-secret]",
     }
     with EmbeddedCluster(brokers=2, data_dir=tmp_path, config=config) as cluster:
         assert all(list(b.servers) == ["SECURE"] for b in cluster.brokers)
