@@ -3,9 +3,10 @@ kafka-python (including SaslHandshake v0 with raw tokens), aiokafka; PLAIN and S
 Kafka's wire behaviour for bad logins, unexpected requests, stalled handshakes and expired
 sessions, checked with raw sockets.
 
-Until the listeners work lands, the broker's one listener is switched to SASL_PLAINTEXT in the
-fixture (its connections are created from the server's `security_protocol` and `sasl`), so
-new connections authenticate while the cluster's own already-open ones are left alone.
+The broker's one listener is switched to SASL_PLAINTEXT in the fixture (its connections are
+created from the server's `security_protocol` and `sasl`), so each test can set its own limits
+(receive size, re-authentication, handshake bound) on the same cluster; SASL configured the
+Kafka way (listeners, JAAS settings) is `test_sasl_listeners.py`'s.
 """
 
 from __future__ import annotations
