@@ -12,7 +12,12 @@ import pytest
 
 from sparklog.broker.server import BrokerServer
 from sparklog.cluster.embedded import EmbeddedCluster
-from sparklog.protocol.api_versions import BROKER_ADVERTISED_APIS, BROKER_APIS, ApiKey
+from sparklog.protocol.api_versions import (
+    BROKER_ADVERTISED_APIS,
+    BROKER_APIS,
+    SASL_APIS_VERSIONS,
+    ApiKey,
+)
 from sparklog.records import CompressionType, SimpleRecord, TimestampType, build_batch
 from sparklog.records.batch import CRC_OFFSET
 
@@ -59,7 +64,9 @@ def test_api_versions_announces_the_broker_table(cluster):
             await conn.close()
 
     announced = run(go())
-    assert announced == {int(k): v for k, v in BROKER_ADVERTISED_APIS.items()}
+    # every listener announces the SASL handshake APIs too, as Kafka's brokers do
+    advertised = {**BROKER_ADVERTISED_APIS, **SASL_APIS_VERSIONS}
+    assert announced == {int(k): v for k, v in advertised.items()}
     # Like Kafka 4.0 (KAFKA-18659): Produce listed from v0, so old librdkafka compresses ...
     assert announced[ApiKey.PRODUCE] == (0, BROKER_APIS[ApiKey.PRODUCE][1])
 
@@ -85,7 +92,9 @@ def test_api_versions_at_an_unknown_version_answers_v0_with_unsupported_version(
         response = read_frame(sock)
     assert int.from_bytes(response[0:4], "big") == 7  # correlation id, v0 header
     assert int.from_bytes(response[4:6], "big", signed=True) == UNSUPPORTED_VERSION
-    assert int.from_bytes(response[6:10], "big") == len(BROKER_ADVERTISED_APIS)
+    assert int.from_bytes(response[6:10], "big") == len(
+        {**BROKER_ADVERTISED_APIS, **SASL_APIS_VERSIONS}
+    )
 
 
 def test_metadata_auto_creates_a_topic_and_lists_the_broker(cluster):
