@@ -362,6 +362,7 @@ DECLARED_IN: Mapping[Scope, tuple[str, ...]] = {
         "sparklog.security.principal",
         "sparklog.security.audit",
         "sparklog.security.sasl.server_config",
+        "sparklog.security.authorizer_config",
     ),
     Scope.CONTROLLER: (
         "sparklog.metadata.configs",

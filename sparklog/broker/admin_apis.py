@@ -24,7 +24,7 @@ from sparklog.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from sparklog.metadata import security_wire
+from sparklog.metadata import admin_authz
 from sparklog.metadata.broker_configs import DEFAULT_RESOURCE, describe_broker_resource
 from sparklog.metadata.configs import (
     ConfigEntry,
@@ -35,8 +35,9 @@ from sparklog.metadata.configs import (
 from sparklog.metadata.group_configs import describe_group_configs
 from sparklog.metadata.image import BROKER_RESOURCE, GROUP_RESOURCE
 from sparklog.protocol import codec, cooperative, kio_build
-from sparklog.protocol.api_versions import SECURITY_METADATA_APIS, ApiKey
+from sparklog.protocol.api_versions import ApiKey
 from sparklog.protocol.connection import Request
+from sparklog.security.acl import AclOperation
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +65,21 @@ class AdminApis:
     # -- forwarding ---------------------------------------------------------------------------
 
     async def handle_forwarded(self, request: Request) -> Any:
-        body = request.body
+        """Forward what the client may do (`admin_authz`), answer the rest here."""
+        body, refused = admin_authz.split(request, self._topic_of_id)
+        if body is None:
+            return refused
+        if refused is None:
+            return await self._forward(request, body)
+        return admin_authz.merge(
+            await self._forward(request, body), refused, ApiKey(request.api_key)
+        )
+
+    def _topic_of_id(self, topic_id: Any) -> str | None:
+        topic = self.metadata.image.topic_by_id(topic_id) if topic_id is not None else None
+        return None if topic is None else topic.name
+
+    async def _forward(self, request: Request, body: Any) -> Any:
         timeout_s = self._timeout_s(body)
         try:
             response = await self.controller.forward(body, timeout_s=timeout_s + 5)
@@ -151,12 +166,14 @@ class AdminApis:
         synonyms = bool(getattr(body, "include_synonyms", False))
         weight = cooperative.CHECK_EVERY  # a resource describes ~100 configs: look each time
         results = [
-            self._describe_resource(r, synonyms)
+            self._describe_resource(request, r, synonyms)
             async for r in cooperative.each(body.resources, weight)
         ]
         return await kio_build.response_cooperatively(request, {"results": results})
 
-    def _describe_resource(self, resource: Any, include_synonyms: bool) -> dict[str, Any]:
+    def _describe_resource(
+        self, request: Request, resource: Any, include_synonyms: bool
+    ) -> dict[str, Any]:
         kind = int(resource.resource_type)
         name = str(resource.resource_name)
         keys = None if resource.configuration_keys is None else list(resource.configuration_keys)
@@ -166,6 +183,12 @@ class AdminApis:
             "resource_name": name,
             "error_message": None,
         }
+        denied = admin_authz.config_resource_check(
+            request, kind, name, AclOperation.DESCRIBE_CONFIGS
+        )
+        if denied:
+            answer.update(error_code=denied, error_message="Authorization failed.", configs=[])
+            return answer
         try:
             entries = self._entries(kind, name, keys, include_synonyms)
         except (InvalidRequestError, UnknownTopicOrPartitionError) as e:
@@ -257,53 +280,5 @@ def brief(names: list[str], limit: int = 10) -> str:
     return f"{', '.join(names[:limit])}, ... ({len(names)} in all)"
 
 
-def forward_error_response(request: Request, code: int, message: str) -> Any:
-    """The response to a forwarded admin request that never reached the controller."""
-    body = request.body
-    key = ApiKey(request.api_key)
-    data: dict[str, Any]
-    if key in SECURITY_METADATA_APIS:
-        return security_wire.refused(request, code, message)
-    if key == ApiKey.CREATE_TOPICS:
-        data = {
-            "topics": [
-                {
-                    "name": t.name,
-                    "topic_id": None,
-                    "error_code": code,
-                    "error_message": message,
-                    "configs": None,
-                }
-                for t in body.topics
-            ]
-        }
-    elif key == ApiKey.DELETE_TOPICS:
-        names = getattr(body, "topic_names", ()) or [t.name for t in getattr(body, "topics", ())]
-        data = {
-            "responses": [{"name": n, "error_code": code, "error_message": message} for n in names]
-        }
-    elif key == ApiKey.CREATE_PARTITIONS:
-        data = {
-            "results": [
-                {"name": t.name, "error_code": code, "error_message": message} for t in body.topics
-            ]
-        }
-    elif key == ApiKey.ALTER_PARTITION_REASSIGNMENTS:
-        data = {"error_code": code, "error_message": message, "responses": []}
-    elif key == ApiKey.ELECT_LEADERS:
-        data = {"error_code": code, "replica_election_results": []}
-    elif key == ApiKey.LIST_PARTITION_REASSIGNMENTS:
-        data = {"error_code": code, "error_message": message, "topics": []}
-    else:  # AlterConfigs, IncrementalAlterConfigs
-        data = {
-            "responses": [
-                {
-                    "error_code": code,
-                    "error_message": message,
-                    "resource_type": r.resource_type,
-                    "resource_name": r.resource_name,
-                }
-                for r in body.resources
-            ]
-        }
-    return kio_build.response(request, data)
+#: The response to a forwarded admin request that never reached the controller.
+forward_error_response = admin_authz.error_response

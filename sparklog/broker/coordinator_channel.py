@@ -110,7 +110,7 @@ class CoordinatorChannel:
         """The coordinator's serialized response to `request`, forwarded for a client at
         `client_host`. Raises `CoordinatorUnreachableError` when it cannot be asked, and
         `envelope.EnvelopeError` when it refuses the Envelope itself."""
-        wrapped = envelope.wrap(request, client_host)
+        wrapped = envelope.wrap(request, client_host, envelope.principal_bytes(request.session))
         what = f"forwarding {type(request.body).__name__}"
         answer = await self.send(wrapped, timeout_s=timeout_s, what=what)
         self.forwarded += 1

@@ -13,16 +13,17 @@ be tested without sockets.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
+from sparklog.broker import authz
 from sparklog.broker.admin_apis import AdminApis
 from sparklog.broker.config import BrokerConfig
 from sparklog.broker.controller_client import ProducerIdManager
 from sparklog.broker.coordinator_channel import CoordinatorChannel
 from sparklog.broker.coordinator_forwarding import CoordinatorForwarding
 from sparklog.broker.delayed_produce import ProduceResult
-from sparklog.broker.fetch_params import FetchParams, FetchPartition, FetchResult
+from sparklog.broker.fetch_params import FetchParams, FetchResult
 from sparklog.broker.fetch_session import (
     FINAL_EPOCH,
     INVALID_SESSION_ID,
@@ -35,21 +36,27 @@ from sparklog.broker.metadata import BrokerMetadata
 from sparklog.broker.produce_response import encode_produce_body, produce_response_data
 from sparklog.broker.replica_base import error_code_of
 from sparklog.broker.replica_manager import ReplicaManager
+from sparklog.broker.request_parsing import (
+    fetch_params,
+    fetch_partition_data,
+    fetch_partitions_steps,
+    forgotten_partitions,
+    partitions_of,
+    produce_entries,
+)
 from sparklog.broker.security_apis import security_handlers
 from sparklog.broker.txn_apis import handle_describe_producers, handle_write_txn_markers
 from sparklog.broker.txn_verification import TransactionVerifier
 from sparklog.errors import (
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
-    FencedLeaderEpochError,
     InvalidRequestError,
     KafkaError,
     LeaderNotAvailableError,
     ListenerNotFoundError,
     MismatchedEndpointTypeError,
     NotCoordinatorError,
-    NotLeaderOrFollowerError,
-    UnknownLeaderEpochError,
+    TopicAuthorizationFailedError,
     UnknownTopicOrPartitionError,
     UnsupportedEndpointTypeError,
     UnsupportedVersionError,
@@ -72,96 +79,13 @@ from sparklog.protocol.responses import (
     group_by_topic,
 )
 from sparklog.records.file_records import FileRecords
-from sparklog.security.acl import CLUSTER_NAME, ResourceType
-from sparklog.structs import IsolationLevel, TopicPartition
+from sparklog.security.acl import AclOperation, ResourceType
+from sparklog.structs import TopicPartition
 
 logger = logging.getLogger(__name__)
 
-_LEADER_HINT_ERRORS = frozenset(
-    {NotLeaderOrFollowerError.code, FencedLeaderEpochError.code, UnknownLeaderEpochError.code}
-)
 #: DescribeCluster's endpoint types (KIP-919: DescribeClusterRequest.endpoint_type).
 _BROKER_ENDPOINT, _CONTROLLER_ENDPOINT = 1, 2
-
-
-# -- request parsing (pure) -------------------------------------------------------------------
-
-
-def produce_entries(body: Any) -> dict[TopicPartition, bytes | None]:
-    """(topic, partition) -> records of a Produce request, in request order."""
-    entries: dict[TopicPartition, bytes | None] = {}
-    for topic in body.topic_data:
-        for p in topic.partition_data:
-            entries[TopicPartition(topic.name, int(p.index))] = (
-                None if p.records is None else bytes(p.records)
-            )
-    return entries
-
-
-def fetch_params(body: Any, *, zero_copy: bool = False) -> FetchParams:
-    """A Fetch request's limits; `zero_copy` lets large reads be file slices (sendfile)."""
-    return FetchParams(
-        replica_id=int(getattr(body, "replica_id", -1)),
-        max_wait_ms=max(0, kio_build.millis(body.max_wait)),
-        min_bytes=int(body.min_bytes),
-        max_bytes=int(getattr(body, "max_bytes", 2**31 - 1)),
-        isolation_level=int(getattr(body, "isolation_level", 0)),
-        zero_copy=zero_copy,
-    )
-
-
-def fetch_partitions(body: Any) -> list[FetchPartition]:
-    """The partitions of a Fetch request, in request order."""
-    return list(fetch_partitions_steps(body))
-
-
-def fetch_partitions_steps(body: Any) -> Iterator[FetchPartition]:
-    for t in body.topics:
-        for p in t.partitions:
-            yield FetchPartition(
-                topic=t.topic,
-                partition=int(p.partition),
-                fetch_offset=int(p.fetch_offset),
-                partition_max_bytes=int(p.partition_max_bytes),
-                current_leader_epoch=int(getattr(p, "current_leader_epoch", -1)),
-            )
-
-
-def partitions_of(topics: Iterable[Any]) -> Iterator[tuple[Any, Any]]:
-    """(topic, partition) of a request's topics -> partitions arrays, in request order."""
-    for topic in topics:
-        for p in topic.partitions:
-            yield topic, p
-
-
-def forgotten_partitions(body: Any) -> list[TopicPartition]:
-    """The partitions an incremental Fetch drops from its session (v7+)."""
-    return [
-        TopicPartition(t.topic, int(p))
-        for t in getattr(body, "forgotten_topics_data", None) or ()
-        for p in t.partitions
-    ]
-
-
-def fetch_partition_data(p: FetchPartition, r: FetchResult, isolation_level: int) -> dict[str, Any]:
-    data: dict[str, Any] = {
-        "partition_index": p.partition,
-        "error_code": r.error_code,
-        "high_watermark": r.high_watermark,
-        "last_stable_offset": r.last_stable_offset,
-        "log_start_offset": r.log_start_offset,
-        "aborted_transactions": None,
-        "preferred_read_replica": -1,
-        "records": r.records,
-    }
-    if isolation_level == IsolationLevel.READ_COMMITTED and r.error_code == 0:
-        data["aborted_transactions"] = [
-            {"producer_id": a.producer_id, "first_offset": a.first_offset}
-            for a in r.aborted_transactions or ()
-        ]
-    if r.error_code in _LEADER_HINT_ERRORS:
-        data["current_leader"] = {"leader_id": r.leader_id, "leader_epoch": r.leader_epoch}
-    return data
 
 
 #: Kafka's switch for produce-time transaction verification (KIP-890), on by default.
@@ -280,8 +204,11 @@ class KafkaApis:
         body = request.body
         acks = int(body.acks)
         entries = produce_entries(body)
+        denied = authz.produce_denials(request, entries)
+        if denied:
+            entries = {tp: r for tp, r in entries.items() if tp not in denied}
         refused: dict[TopicPartition, int] = {}
-        if self.txn_verifier is not None:
+        if self.txn_verifier is not None and entries:
             refused = await self.txn_verifier.verify(body.transactional_id, entries)
         results = await self.replica_manager.append_records(
             acks,
@@ -294,6 +221,8 @@ class KafkaApis:
                 error_message=f"{tp[0]}-{tp[1]} is not part of the producer's ongoing "
                 "transaction (AddPartitionsToTxn first)",
             )
+        for tp, code in denied.items():
+            results[tp] = ProduceResult(code, error_message="not authorized")
         if acks == 0:
             failed = [
                 f"{t}-{p}: {r.error_message}" for (t, p), r in results.items() if r.error_code
@@ -329,7 +258,10 @@ class KafkaApis:
         if context.kind == "incremental":
             self.incremental_fetches += 1
         results: list[FetchResult | None] = []
-        if context.partitions:
+        denied = authz.fetch_denials(request, params.is_from_follower, context.partitions)
+        if denied:
+            results = await self._fetch_authorized(params, context, denied)
+        elif context.partitions:
             results = await self.replica_manager.fetch_messages(
                 params, context.partitions, context.unchanged
             )
@@ -359,6 +291,22 @@ class KafkaApis:
         )
         return FileResponse(response, file_records) if file_records else response
 
+    async def _fetch_authorized(
+        self, params: FetchParams, context: Any, denied: set[TopicPartition]
+    ) -> list[FetchResult | None]:
+        """Read the partitions not in `denied`; the denied ones answer
+        TOPIC_AUTHORIZATION_FAILED, in the order of `context.partitions`."""
+        allowed = [p for p in context.partitions if (p.topic, p.partition) not in denied]
+        read = iter(
+            await self.replica_manager.fetch_messages(params, allowed, context.unchanged)
+            if allowed
+            else ()
+        )
+        refused = FetchResult(authz.TOPIC_DENIED)
+        return [
+            refused if (p.topic, p.partition) in denied else next(read) for p in context.partitions
+        ]
+
     # -- offsets ------------------------------------------------------------------------------
 
     async def handle_list_offsets(self, request: Request) -> Any:
@@ -367,10 +315,13 @@ class KafkaApis:
         replica_id = int(getattr(body, "replica_id", -1))
         seen: set[TopicPartition] = set()
         items = []
+        denied = authz.denied_topics(request, AclOperation.DESCRIBE, (t.name for t in body.topics))
         async for topic, p in cooperative.each(partitions_of(body.topics)):
             tp = TopicPartition(topic.name, int(p.partition_index))
             data: dict[str, Any] = {"partition_index": tp[1]}
             try:
+                if tp[0] in denied:
+                    raise TopicAuthorizationFailedError(f"not authorized to describe {tp[0]}")
                 if tp in seen:
                     raise InvalidRequestError(f"{tp[0]}-{tp[1]} appears twice")
                 seen.add(tp)
@@ -391,9 +342,13 @@ class KafkaApis:
 
     async def handle_offset_for_leader_epoch(self, request: Request) -> Any:
         items = []
-        async for topic, p in cooperative.each(partitions_of(request.body.topics)):
+        topics = request.body.topics
+        denied = authz.offset_for_leader_epoch_denials(request, (t.topic for t in topics))
+        async for topic, p in cooperative.each(partitions_of(topics)):
             data: dict[str, Any] = {"partition": int(p.partition)}
             try:
+                if topic.topic in denied:
+                    raise TopicAuthorizationFailedError(f"not authorized on {topic.topic}")
                 epoch, end_offset = self.replica_manager.end_offset_for_epoch(
                     topic.topic,
                     int(p.partition),
@@ -410,9 +365,13 @@ class KafkaApis:
 
     async def handle_delete_records(self, request: Request) -> Any:
         items = []
-        async for topic, p in cooperative.each(partitions_of(request.body.topics)):
+        topics = request.body.topics
+        denied = authz.denied_topics(request, AclOperation.DELETE, (t.name for t in topics))
+        async for topic, p in cooperative.each(partitions_of(topics)):
             data: dict[str, Any] = {"partition_index": int(p.partition_index), "low_watermark": -1}
             try:
+                if topic.name in denied:
+                    raise TopicAuthorizationFailedError(f"not authorized to delete {topic.name}")
                 low = self.replica_manager.delete_records(
                     topic.name, int(p.partition_index), int(p.offset)
                 )
@@ -468,6 +427,9 @@ class KafkaApis:
                 return await self.forwarding.forward(request)
             answer["error_code"] = NotCoordinatorError.code
             return kio_build.response(request, answer)
+        if not authz.idempotent_write_allowed(request):
+            answer["error_code"] = authz.CLUSTER_DENIED
+            return kio_build.response(request, answer)
         try:
             answer.update(
                 error_code=0, producer_id=await self.producer_ids.next_id(), producer_epoch=0
@@ -498,16 +460,23 @@ class KafkaApis:
     async def handle_metadata(self, request: Request) -> Any:
         body = request.body
         image = self.metadata.image
+        denied: set[str] = set()
         if body.topics is None:
-            names = image.topic_names()
+            names = authz.visible_topics(request, image.topic_names())
         else:
             names = [t.name for t in body.topics if t.name is not None]
             names += self._names_for_ids(t.topic_id for t in body.topics if t.name is None)
+            denied = authz.denied_topics(request, AclOperation.DESCRIBE, names)
         allow_create = bool(getattr(body, "allow_auto_topic_creation", True))
-        missing = [n for n in names if image.topic(n) is None]
+        missing = [n for n in names if image.topic(n) is None and n not in denied]
         create_errors: dict[str, int] = {}
         if missing and allow_create and self.config.auto_create_topics_enable:
-            create_errors = await self.admin.auto_create_topics(missing)
+            refused = authz.create_denied(request, missing)
+            create_errors = dict.fromkeys(refused, authz.TOPIC_DENIED)
+            if len(refused) < len(missing):
+                create_errors |= await self.admin.auto_create_topics(
+                    [n for n in missing if n not in refused]
+                )
         listener = request.session.listener_name
         # Kafka's `errorUnavailableListeners`: from v6 a live leader without the request's
         # listener is LISTENER_NOT_FOUND, before it LEADER_NOT_AVAILABLE
@@ -515,13 +484,16 @@ class KafkaApis:
             ListenerNotFoundError if request.api_version >= 6 else LeaderNotAvailableError
         ).code
         topics = [
-            self._topic_metadata(name, create_errors, listener, no_listener)
+            authz.denied_topic_metadata(name)
+            if name in denied
+            else self._topic_metadata(name, create_errors, listener, no_listener)
             async for name in cooperative.each(dict.fromkeys(names))
         ]
         for topic in topics:
-            topic["topic_authorized_operations"] = authorized_operations(
-                request, ResourceType.TOPIC, topic["name"]
-            )
+            if topic["error_code"] != authz.TOPIC_DENIED:
+                topic["topic_authorized_operations"] = authorized_operations(
+                    request, ResourceType.TOPIC, topic["name"]
+                )
         return await kio_build.response_cooperatively(
             request,
             {
@@ -529,9 +501,7 @@ class KafkaApis:
                 "cluster_id": self.metadata.cluster_id,
                 "controller_id": self._controller_id_for_clients(),
                 "topics": topics,
-                "cluster_authorized_operations": authorized_operations(  # v8-v10 only
-                    request, ResourceType.CLUSTER, CLUSTER_NAME
-                ),
+                "cluster_authorized_operations": authz.cluster_operations(request),  # v8-v10
             },
         )
 
@@ -578,6 +548,8 @@ class KafkaApis:
         }
 
     async def handle_describe_log_dirs(self, request: Request) -> Any:
+        if not authz.cluster_allowed(request, AclOperation.DESCRIBE):
+            return kio_build.response(request, {"error_code": authz.CLUSTER_DENIED, "results": []})
         results = describe_log_dirs(self.replica_manager.log_manager, request.body.topics)
         return kio_build.response(request, {"error_code": 0, "results": results})
 
@@ -592,9 +564,7 @@ class KafkaApis:
                 {"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"]}
                 for b in self._alive_brokers(request.session.listener_name)
             ],
-            "cluster_authorized_operations": authorized_operations(
-                request, ResourceType.CLUSTER, CLUSTER_NAME
-            ),
+            "cluster_authorized_operations": authz.cluster_operations(request),
         }
         if endpoint_type != _BROKER_ENDPOINT:
             # Kafka's KafkaApis.handleDescribeCluster (KIP-919): a broker asked for controller

@@ -81,6 +81,7 @@ from sparklog.broker.replica_manager import ReplicaManager
 from sparklog.metadata.broker_configs import dynamic_cleaner_config
 from sparklog.metadata.image import MetadataImage
 from sparklog.protocol.api_versions import BROKER_SERVED_APIS
+from sparklog.protocol.authorization import authorize_stage, stages_with
 from sparklog.protocol.outbound import controller_client_security
 from sparklog.protocol.server import KafkaServer
 from sparklog.protocol.server_lifecycle import ServerLifecycle
@@ -208,6 +209,15 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
                 self.apis.forwarding.channel,
                 max_events=self.audit_config.audit_buffer_max_events,
             )
+        #: the authorize stage (`authorizer.class.name`), fed from this broker's image
+        self.authorization = authorize_stage(
+            self.config.originals,
+            lambda: self.metadata.image,
+            node_id=self.node_id,
+            audit=self.audit,
+            audit_allowed=self.audit_config.audit_log_allowed,
+            ready=lambda: self._logs_loaded,  # the initial catch-up published an image
+        )
         self.listener_config = self.config.listener_config
         #: one server per broker listener, by listener name, in `listeners` order
         self.servers: dict[str, KafkaServer] = {
@@ -242,6 +252,7 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
             queued_max_request_bytes=self.config.queued_max_request_bytes,
             audit=self.audit,
             security=security,
+            stages=stages_with(self.authorization),
         )
 
     def __repr__(self) -> str:

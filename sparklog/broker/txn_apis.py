@@ -10,17 +10,21 @@ from typing import Any
 
 from sparklog.broker.replica_base import error_code_of
 from sparklog.broker.replica_manager import ReplicaManager
+from sparklog.errors import ClusterAuthorizationFailedError, TopicAuthorizationFailedError
 from sparklog.protocol import kio_build
+from sparklog.protocol.authorization import cluster_allowed, denied_topics
 from sparklog.records.control import (
     ControlRecordType,
     EndTransactionMarker,
     build_end_txn_marker_batch,
 )
+from sparklog.security.acl import AclOperation
 from sparklog.storage.producer_append_info import AppendOrigin
 from sparklog.structs import TopicPartition
 
 #: How long a marker append waits for the in-sync replicas (Kafka: request.timeout.ms).
 MARKER_APPEND_TIMEOUT_MS = 30_000
+CLUSTER_DENIED = ClusterAuthorizationFailedError.code
 
 
 async def handle_write_txn_markers(
@@ -55,13 +59,34 @@ async def handle_write_txn_markers(
             "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
         }
 
+    if not cluster_allowed(request, AclOperation.CLUSTER_ACTION):
+        # only the transaction coordinator writes markers (Kafka's handleWriteTxnMarkersRequest)
+        refused = [
+            {
+                "producer_id": int(m.producer_id),
+                "topics": [
+                    {
+                        "name": t.name,
+                        "partitions": [
+                            {"partition_index": int(p), "error_code": CLUSTER_DENIED}
+                            for p in t.partition_indexes
+                        ],
+                    }
+                    for t in m.topics
+                ],
+            }
+            for m in request.body.markers
+        ]
+        return kio_build.response(request, {"markers": refused})
     answers = await asyncio.gather(*(write(m) for m in request.body.markers))
     return kio_build.response(request, {"markers": answers})
 
 
 def handle_describe_producers(request: Any, replica_manager: ReplicaManager) -> Any:
-    """The active producers of each partition this broker leads."""
+    """The active producers of each partition this broker leads (READ on the topic, else
+    TOPIC_AUTHORIZATION_FAILED, as Kafka's handleDescribeProducersRequest)."""
     topics = []
+    denied = denied_topics(request, AclOperation.READ, (t.name for t in request.body.topics))
     for t in request.body.topics:
         partitions = []
         for p in t.partition_indexes:
@@ -71,6 +96,10 @@ def handle_describe_producers(request: Any, replica_manager: ReplicaManager) -> 
                 "error_message": None,
                 "active_producers": [],
             }
+            if t.name in denied:
+                answer["error_code"] = TopicAuthorizationFailedError.code
+                partitions.append(answer)
+                continue
             try:
                 hosted = replica_manager.hosted(t.name, int(p))
                 hosted.partition.check_leader()

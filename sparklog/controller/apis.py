@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from sparklog.controller import replication_apis, security_apis
+from sparklog.controller import authz, replication_apis, security_apis
 from sparklog.controller.api_responses import (
     alter_configs_response,
     described_config,
@@ -118,10 +118,15 @@ class ControllerApis:
         assert handler is not None, (
             f"CONTROLLER_APIS announces api {request.api_key} without a handler"
         )
-        response = handler(request)
+        served, refused = authz.check(request)  # ACLs (controller/authz.py)
+        if served is None:
+            return refused
+        response = handler(served)
         if inspect.isawaitable(response):
             response = await response
-        return response
+        if request.api_key == ApiKey.METADATA:
+            return authz.filter_metadata(request, response)
+        return response if refused is None else authz.merge(request, response, refused)
 
     @property
     def controller(self) -> QuorumController:

@@ -60,6 +60,7 @@ from sparklog.metadata.configs import ControllerConfig
 from sparklog.metadata.image import GROUP_RESOURCE, MetadataImage
 from sparklog.metadata.scram_bootstrap import bootstrap_credentials, missing_credential_records
 from sparklog.protocol.api_versions import CONTROLLER_APIS
+from sparklog.protocol.authorization import authorize_stage, stages_with
 from sparklog.protocol.connection import Request
 from sparklog.protocol.server import KafkaServer
 from sparklog.protocol.server_lifecycle import ServerLifecycle
@@ -137,6 +138,14 @@ class ControllerServer(ServerLifecycle):
         self.audit = SwitchableAuditSink()
         #: `audit.log.allowed` (the authorize stage reads it) and the buffer bound
         self.audit_config = AuditConfig.from_properties(props)
+        #: the authorize stage (`authorizer.class.name`), fed from the controller's image
+        self.authorization = authorize_stage(
+            props or self.config.originals,
+            self.acl_image,
+            node_id=CONTROLLER_NODE_ID,
+            audit=self.audit,
+            audit_allowed=self.audit_config.audit_log_allowed,
+        )
         self._tick_task: asyncio.Task | None = None
         self._appended: asyncio.Event | None = None
         self._stopping = False
@@ -197,6 +206,7 @@ class ControllerServer(ServerLifecycle):
                 name="controller",
                 audit=self.audit,
                 security=self.listener_security,
+                stages=stages_with(self.authorization),
             )
         except BaseException:
             self.metadata_log.close()
@@ -444,6 +454,12 @@ class ControllerServer(ServerLifecycle):
         """Forget a broker (e.g. before relaunching its identity in a new Spark job)."""
         controller = self._require_controller()
         self._call_write(lambda: controller.unregister_broker(broker_id))
+
+    def acl_image(self) -> MetadataImage | None:
+        """The live image the authorizers read ACLs from (this controller's, and the
+        coordinator's through `CoordinatorContext`); None before start. Read it from any
+        thread: the authorize stage tolerates a concurrent change (it retries next request)."""
+        return None if self.controller is None else self.controller.image
 
     def metadata_image(self) -> MetadataImage:
         """A copy of the current image (brokers, topics, partitions, configs)."""

@@ -47,6 +47,11 @@ class CoordinatorContext(TopicIds, Protocol):
         without blocking."""
         ...
 
+    def acl_image(self) -> Any:
+        """The controller's live metadata image (its `acls` feed the coordinator's
+        authorizer); None before the controller started."""
+        ...
+
     async def handle_from_other_loop(self, request: Request) -> Any:
         """Answer a request the coordinator delegates (Metadata, admin APIs)."""
         ...

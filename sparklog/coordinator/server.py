@@ -37,6 +37,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+from sparklog.coordinator import authz
 from sparklog.coordinator.audit_log import AuditStore, DeltaAuditSink, audit_table_path
 from sparklog.coordinator.clock import WALL_CLOCK_FLOOR_MS, CoordinatorClock
 from sparklog.coordinator.context import CoordinatorContext
@@ -61,6 +62,7 @@ from sparklog.protocol.api_versions import (
     ApiKey,
 )
 from sparklog.protocol.async_client import api_versions_response
+from sparklog.protocol.authorization import authorize_stage, stages_with
 from sparklog.protocol.connection import ProtocolError, Request
 from sparklog.protocol.outbound import server_client_security
 from sparklog.protocol.pipeline import authorize, throttle_time_ms
@@ -127,6 +129,14 @@ class GroupCoordinatorServer(ServerLifecycle):
             linger_ms=self.config.offsets_commit_linger_ms,
             max_events=self.audit_config.audit_buffer_max_events,
             node_id=GROUP_COORDINATOR_NODE_ID,
+        )
+        #: the authorize stage (`authorizer.class.name`), fed from the controller's image
+        self.authorization = authorize_stage(
+            config,
+            self._acl_image,
+            node_id=GROUP_COORDINATOR_NODE_ID,
+            audit=self.audit,
+            audit_allowed=self.audit_config.audit_log_allowed,
         )
         self.controller = controller
         #: wall-clock ms that never jump in this process (tests inject one; see `clock`)
@@ -232,6 +242,9 @@ class GroupCoordinatorServer(ServerLifecycle):
             len(rows),
         )
 
+    def _acl_image(self) -> Any:
+        return None if self.controller is None else self.controller.acl_image()
+
     async def _listen(self) -> None:
         self._server = await self._bind_listener(
             self.handle,
@@ -241,6 +254,7 @@ class GroupCoordinatorServer(ServerLifecycle):
             name="group-coordinator",
             audit=self.audit,
             security=self.listener_security,
+            stages=stages_with(self.authorization),
         )
         self.port = self._server.port
 
@@ -317,8 +331,12 @@ class GroupCoordinatorServer(ServerLifecycle):
             return await self._refuse(request)
         assert self._apis is not None
         if api == ApiKey.FIND_COORDINATOR:
-            return find_coordinator_response(request, self.host, self.port)
+            found = find_coordinator_response(request, self.host, self.port)
+            return authz.filter_response(request, found)
         if api == ApiKey.INIT_PRODUCER_ID:
+            _, refused = authz.check(request)
+            if refused is not None:
+                return refused
             if request.body.transactional_id is not None:
                 assert self._txn_apis is not None
                 return await self._txn_apis.init_producer_id(request)
@@ -328,22 +346,33 @@ class GroupCoordinatorServer(ServerLifecycle):
             handler = self._txn_apis.handlers.get(api)
         if handler is None:
             raise ProtocolError(f"no handler for api {request.api_key}")
+        served, refused = authz.check(request)  # ACLs (coordinator/authz.py)
+        if served is None:
+            return refused
         try:
-            return await handler(request)
+            response = await handler(served)
         except TimeoutError:
             raise ProtocolError(f"{api.name} was not answered in time; closing") from None
+        return authz.filter_response(request, authz.merge(request, response, refused))
 
     async def _handle_envelope(self, request: Request) -> Any:
         """A client's request forwarded by a broker (KIP-590's Envelope): served as if the
         client had sent it here, under its own client id and address."""
+        # Only brokers may speak for clients: the sender needs CLUSTER_ACTION on the cluster
+        # (Kafka's `KafkaApis.handleEnvelope`), else anyone could claim any principal.
+        if not authorize(request, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
+            return envelope.envelope_response(None, ClusterAuthorizationFailedError.code)
         try:
             inner, client_host = envelope.unwrap(request.body, GROUP_COORDINATOR_SERVED_APIS)
+            principal = envelope.principal_of(request.body)
         except envelope.EnvelopeError as e:
             logger.warning("%s", e)
             return envelope.envelope_response(None, e.code)
-        # the client's session, as the forwarding broker saw it (Kafka's envelope context)
+        # the client's session, as the forwarding broker saw it (Kafka's envelope context);
+        # the pipeline's decisions (authorizer, audit) carry over to the inner request
         session = dataclasses.replace(
             request.session,
+            principal=principal,
             client_address=client_host.lstrip("/"),
             client_port=-1,
             client_id=inner.client_id,

@@ -26,12 +26,34 @@ from sparklog.errors import InvalidRequestError, UnsupportedVersionError
 from sparklog.protocol import codec
 from sparklog.protocol.api_versions import ApiKey, VersionRange, is_supported
 from sparklog.protocol.connection import Request
+from sparklog.security.session import KafkaPrincipal, Session
 
 _INT32 = struct.Struct(">i")
 
-#: The principal every request carries until the security issue adds authentication
-#: (Kafka's `KafkaPrincipal.ANONYMOUS`), as text: sparklog has no principal serde yet.
+#: The principal of an unauthenticated client (Kafka's `KafkaPrincipal.ANONYMOUS`). sparklog
+#: serializes principals as their `type:name` text (Kafka's `KafkaPrincipalSerde` writes a
+#: versioned `DefaultPrincipalData`; only sparklog's own coordinator reads these).
 ANONYMOUS_PRINCIPAL = b"User:ANONYMOUS"
+
+
+def principal_bytes(session: Session) -> bytes:
+    """The client's principal as an Envelope carries it."""
+    return str(session.principal).encode()
+
+
+def principal_of(envelope: Any) -> KafkaPrincipal:
+    """The client's principal an Envelope request carries; `EnvelopeError` (INVALID_REQUEST)
+    when it is not `type:name` text: the coordinator then serves nothing under a guess."""
+    raw = bytes(envelope.request_principal or b"")
+    try:
+        kind, sep, name = raw.decode().partition(":")
+    except UnicodeDecodeError:
+        sep = ""
+    if not sep or not kind or not name:
+        raise EnvelopeError(
+            InvalidRequestError.code, "Envelope: request_principal is not type:name text"
+        )
+    return KafkaPrincipal(kind, name)
 
 
 class EnvelopeError(Exception):

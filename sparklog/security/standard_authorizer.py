@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, KeysView, Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -267,6 +267,10 @@ class StandardAuthorizer:
     def acls(self) -> Mapping[uuid.UUID, AclBinding]:
         """The current ACLs by id (read-only view of one snapshot)."""
         return dict(self._snapshot.bindings)
+
+    def acl_ids(self) -> KeysView[uuid.UUID]:
+        """The ids of the current ACLs (a live view of one snapshot: cheap to compare)."""
+        return self._snapshot.bindings.keys()
 
     def __len__(self) -> int:
         return len(self._snapshot.bindings)

@@ -13,14 +13,14 @@ from kio.schema.produce.v9.request import ProduceRequest
 
 from sparklog.broker.delayed import DelayedOperations, wait_until
 from sparklog.broker.fetch_params import FetchPartition, FetchResult
-from sparklog.broker.kafka_apis import (
+from sparklog.broker.request_parsing import (
     fetch_params,
     fetch_partition_data,
     fetch_partitions,
-    group_by_topic,
     produce_entries,
 )
 from sparklog.protocol import codec, kio_build
+from sparklog.protocol.responses import group_by_topic
 from sparklog.storage.txn_index import AbortedTxn
 
 
