@@ -20,6 +20,7 @@ from sparklog.protocol import pipeline
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.protocol.pipeline import RequestStage
 from sparklog.security.acl import (
+    CLUSTER_NAME,
     AccessControlEntry,
     AclBinding,
     AclOperation,
@@ -322,8 +323,22 @@ def test_a_path_holding_another_delta_table_is_refused_with_the_fix(tmp_path, ca
     assert sink.written == 0 and sink.lost >= 1
 
 
+#: The forwarding broker (on 127.0.0.1) may send Envelopes (CLUSTER_ACTION, as Kafka's
+#: handleEnvelope needs); the client it forwards for, elsewhere, may do nothing.
+BROKERS_ONLY_FROM_LOOPBACK = StandardAuthorizer(
+    acls=[
+        AclBinding(
+            ResourcePattern(ResourceType.CLUSTER, CLUSTER_NAME),
+            AccessControlEntry(
+                "User:*", "127.0.0.1", AclOperation.CLUSTER_ACTION, AclPermissionType.ALLOW
+            ),
+        )
+    ]
+)
+
+
 class BindDenyingAuthorizer(RequestStage):
-    """The coordinator listener's authorize stage with no ACL at all (everything denied)."""
+    """The coordinator listener's authorize stage: only the broker's own address may act."""
 
     name = "authorize"
 
@@ -331,7 +346,7 @@ class BindDenyingAuthorizer(RequestStage):
         self.coordinator = coordinator
 
     def on_request(self, request):
-        request.context.authorizer = StandardAuthorizer()
+        request.context.authorizer = BROKERS_ONLY_FROM_LOOPBACK
         request.context.audit = self.coordinator.audit
         request.context.node_id = 3001
         return None

@@ -531,3 +531,32 @@ def test_transaction_apis_check_topics_groups_and_transactional_ids(acls, grante
             await conn.close()
 
     assert asyncio.run(run()) == ({writable: 55, other: 29}, 30, 53)
+
+
+def test_denials_land_in_the_audit_table_with_the_deciding_node(acls, granted):
+    """The authorize stage binds each server's audit sink: a broker's denial (the producer's
+    Metadata for the topic) and the coordinator's denial of a forwarded group request reach
+    the driver's audit table, each with its node."""
+    from tests.integration.test_audit_trail import wait_for_rows
+
+    name = topic(acls, granted)
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    assert code(produce_one(acls.bootstrap_servers, name)) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    consumer = Consumer({"bootstrap.servers": acls.bootstrap_servers, "group.id": group})
+    consumer.subscribe([name])
+    try:
+        for _ in range(20):
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error():
+                break
+    finally:
+        consumer.close()
+    path = acls.coordinator.audit.path
+    produced = wait_for_rows(path, lambda r: r["resource_name"] == name)
+    joined = wait_for_rows(path, lambda r: r["resource_name"] == group)
+    assert [(r["api"], r["decision"], r["operation"], r["node_id"]) for r in produced[:1]] == [
+        ("METADATA", "DENIED", "DESCRIBE", 0)
+    ]
+    assert ("DENIED", "DESCRIBE", 3001, "127.0.0.1") in {  # its FindCoordinator
+        (r["decision"], r["operation"], r["node_id"], r["client_address"]) for r in joined
+    }
