@@ -123,8 +123,17 @@ def create_denied(request: Request, names: Iterable[str]) -> set[str]:
     return denied_topics(request, AclOperation.CREATE, names)
 
 
-def denied_topic_metadata(name: str) -> dict[str, Any]:
-    """A refused topic in a Metadata answer: no id, no partitions, no authorized operations."""
+def denied_topic_metadata(name: str, asked_by_id: Any = None) -> dict[str, Any]:
+    """A refused topic in a Metadata answer: no partitions, no authorized operations; no id
+    when asked by name, and no name when asked by id (`asked_by_id`: its TopicImage), so
+    neither leaks (Kafka's `handleTopicMetadataRequest`)."""
+    if asked_by_id is not None:
+        return {
+            "error_code": TOPIC_DENIED,
+            "name": None,
+            "topic_id": asked_by_id.topic_id,
+            "partitions": [],
+        }
     return {"error_code": TOPIC_DENIED, "name": name, "topic_id": None, "partitions": []}
 
 

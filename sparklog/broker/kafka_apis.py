@@ -461,12 +461,15 @@ class KafkaApis:
         body = request.body
         image = self.metadata.image
         denied: set[str] = set()
+        denied_ids: dict[str, Any] = {}
         if body.topics is None:
             names = authz.visible_topics(request, image.topic_names())
         else:
             names = [t.name for t in body.topics if t.name is not None]
-            names += self._names_for_ids(t.topic_id for t in body.topics if t.name is None)
+            by_id = self._names_for_ids(t.topic_id for t in body.topics if t.name is None)
+            names += by_id
             denied = authz.denied_topics(request, AclOperation.DESCRIBE, names)
+            denied_ids = {n: image.topic(n) for n in by_id if n in denied}
         allow_create = bool(getattr(body, "allow_auto_topic_creation", True))
         missing = [n for n in names if image.topic(n) is None and n not in denied]
         create_errors: dict[str, int] = {}
@@ -484,7 +487,7 @@ class KafkaApis:
             ListenerNotFoundError if request.api_version >= 6 else LeaderNotAvailableError
         ).code
         topics = [
-            authz.denied_topic_metadata(name)
+            authz.denied_topic_metadata(name, denied_ids.get(name))
             if name in denied
             else self._topic_metadata(name, create_errors, listener, no_listener)
             async for name in cooperative.each(dict.fromkeys(names))

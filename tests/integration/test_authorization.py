@@ -560,3 +560,30 @@ def test_denials_land_in_the_audit_table_with_the_deciding_node(acls, granted):
     assert ("DENIED", "DESCRIBE", 3001, "127.0.0.1") in {  # its FindCoordinator
         (r["decision"], r["operation"], r["node_id"], r["client_address"]) for r in joined
     }
+
+
+def test_a_topic_refused_describe_leaks_neither_its_id_nor_its_name(acls, granted):
+    name = topic(acls, granted)
+    topic_id = acls.brokers[0].metadata.image.topic(name).topic_id
+
+    async def run(**wanted):
+        conn = await connect(acls.bootstrap_servers)
+        try:
+            answer = await call(
+                conn,
+                ApiKey.METADATA,
+                {
+                    "topics": [{"name": None, "topic_id": None, **wanted}],
+                    "allow_auto_topic_creation": False,
+                    "include_topic_authorized_operations": False,
+                },
+                version=12,
+            )
+            (t,) = answer.topics
+            return int(t.error_code), t.name, t.topic_id
+        finally:
+            await conn.close()
+
+    code_, name_, id_ = asyncio.run(run(name=name))
+    assert (code_, name_) == (29, name) and id_ in (None, uuid.UUID(int=0))
+    assert asyncio.run(run(topic_id=topic_id)) == (29, None, topic_id)
