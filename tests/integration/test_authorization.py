@@ -587,3 +587,30 @@ def test_a_topic_refused_describe_leaks_neither_its_id_nor_its_name(acls, grante
     code_, name_, id_ = asyncio.run(run(name=name))
     assert (code_, name_) == (29, name) and id_ in (None, uuid.UUID(int=0))
     assert asyncio.run(run(topic_id=topic_id)) == (29, None, topic_id)
+
+
+def test_auto_creation_needs_create_on_the_cluster_or_the_topic(acls, granted):
+    name = f"auto-{uuid.uuid4().hex[:8]}"
+    granted(*allow(T, name, Op.DESCRIBE))
+
+    async def run():
+        conn = await connect(acls.bootstrap_servers)
+        try:
+            answer = await call(
+                conn,
+                ApiKey.METADATA,
+                {
+                    "topics": [{"name": name, "topic_id": None}],
+                    "allow_auto_topic_creation": True,
+                    "include_topic_authorized_operations": False,
+                },
+            )
+            return int(answer.topics[0].error_code)
+        finally:
+            await conn.close()
+
+    assert asyncio.run(run()) == 29
+    assert acls.brokers[0].metadata.image.topic(name) is None  # not created
+    granted(*allow(T, name, Op.CREATE))
+    assert asyncio.run(run()) in (0, 5)  # created (LEADER_NOT_AVAILABLE while it elects)
+    assert acls.brokers[0].metadata.image.topic(name) is not None
