@@ -140,12 +140,9 @@ class ControllerServer(ServerLifecycle):
         self.audit_config = AuditConfig.from_properties(props)
         #: the authorize stage (`authorizer.class.name`), fed from the controller's image
         self.authorization = authorize_stage(
-            props or self.config.originals,
-            self.acl_image,
-            node_id=CONTROLLER_NODE_ID,
-            audit=self.audit,
-            audit_allowed=self.audit_config.audit_log_allowed,
-        )
+            props or self.config.originals, self.acl_image, node_id=CONTROLLER_NODE_ID,
+            audit=self.audit, audit_allowed=self.audit_config.audit_log_allowed,
+        )  # fmt: skip
         self._tick_task: asyncio.Task | None = None
         self._appended: asyncio.Event | None = None
         self._stopping = False
@@ -456,9 +453,7 @@ class ControllerServer(ServerLifecycle):
         self._call_write(lambda: controller.unregister_broker(broker_id))
 
     def acl_image(self) -> MetadataImage | None:
-        """The live image the authorizers read ACLs from (this controller's, and the
-        coordinator's through `CoordinatorContext`); None before start. Read it from any
-        thread: the authorize stage tolerates a concurrent change (it retries next request)."""
+        """The live image authorizers read ACLs from (also the coordinator's), from any thread."""
         return None if self.controller is None else self.controller.image
 
     def metadata_image(self) -> MetadataImage:
