@@ -614,3 +614,55 @@ def test_auto_creation_needs_create_on_the_cluster_or_the_topic(acls, granted):
     granted(*allow(T, name, Op.CREATE))
     assert asyncio.run(run()) in (0, 5)  # created (LEADER_NOT_AVAILABLE while it elects)
     assert acls.brokers[0].metadata.image.topic(name) is not None
+
+
+def test_replication_works_under_the_authorizer_and_needs_cluster_action(tmp_path):
+    """Followers fetch with CLUSTER_ACTION (the base ACL): an acks=all produce to a topic
+    replicated on three brokers completes; a consumer's Fetch posing as a follower
+    (replica_id >= 0) without CLUSTER_ACTION is refused."""
+    with AclCluster(brokers=3, data_dir=tmp_path, config=TEST_CONFIG) as cluster:
+        name = "replicated"
+        cluster.grant(allow(C, CLUSTER_NAME, Op.CREATE) + allow(T, name, Op.WRITE, Op.READ))
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+        admin.create_topics([NewTopic(name, 1, 3)])[name].result(15)
+        assert produce_one(cluster.bootstrap_servers, name, acks="all") is None
+        cluster.revoke(cluster.base_acl_ids)
+
+        async def follower_fetch():
+            conn = await connect(cluster.bootstrap_servers)
+            try:
+                answer = await call(
+                    conn,
+                    ApiKey.FETCH,
+                    {
+                        "replica_id": 1,
+                        "max_wait": 0,
+                        "min_bytes": 0,
+                        "max_bytes": 1 << 20,
+                        "isolation_level": 0,
+                        "session_id": 0,
+                        "session_epoch": -1,
+                        "topics": [
+                            {
+                                "topic": name,
+                                "partitions": [
+                                    {
+                                        "partition": 0,
+                                        "current_leader_epoch": -1,
+                                        "fetch_offset": 0,
+                                        "log_start_offset": -1,
+                                        "partition_max_bytes": 1 << 16,
+                                    }
+                                ],
+                            }
+                        ],
+                        "forgotten_topics_data": [],
+                        "rack_id": "",
+                    },
+                    version=12,
+                )
+                return int(answer.responses[0].partitions[0].error_code)
+            finally:
+                await conn.close()
+
+        assert asyncio.run(follower_fetch()) == 29
