@@ -150,6 +150,8 @@ def merge(request: Request, response: Any, refused: Any) -> Any:
     if response is None:
         return refused
     key = ApiKey(request.api_key)
+    if key == ApiKey.OFFSET_DELETE and int(response.error_code):
+        return response  # a group-level error stands alone (Kafka's getErrorResponse)
     field = "results" if key == ApiKey.DELETE_GROUPS else "topics"
     return dataclasses.replace(
         response, **{field: tuple(getattr(response, field)) + tuple(getattr(refused, field))}
@@ -169,9 +171,11 @@ def _without_topics(request: Request, operation: AclOperation) -> tuple[Request 
         return request, None
     refused_topics = tuple(t for t in topics if t.name in denied)
     refused = refusal(_with(request, topics=refused_topics), TOPIC_DENIED)
-    if ApiKey(request.api_key) == ApiKey.OFFSET_DELETE:
-        refused = _offset_delete_refusal(request, refused_topics)
     kept = tuple(t for t in topics if t.name not in denied)
+    if ApiKey(request.api_key) == ApiKey.OFFSET_DELETE:
+        # Kafka asks the coordinator even with no topic left: a group error (unknown group,
+        # not empty) answers the request alone, the refused topics dropped (`merge`)
+        return _with(request, topics=kept), _offset_delete_refusal(request, refused_topics)
     return (_with(request, topics=kept) if kept else None), refused
 
 
