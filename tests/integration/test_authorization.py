@@ -666,3 +666,47 @@ def test_replication_works_under_the_authorizer_and_needs_cluster_action(tmp_pat
                 await conn.close()
 
         assert asyncio.run(follower_fetch()) == 29
+
+
+def test_acls_created_and_deleted_with_kafkas_admin_api_take_effect(acls, granted):
+    """The whole path: CreateAcls (ALTER on the cluster) through a broker, the controller's
+    record, every server's authorizer; DeleteAcls takes the grant back."""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    name = topic(acls, granted)
+    admin = AdminClient({"bootstrap.servers": acls.bootstrap_servers})
+    write = AclBinding(
+        ResourceType.TOPIC,
+        name,
+        ResourcePatternType.LITERAL,
+        "User:ANONYMOUS",
+        "*",
+        AclOperation.WRITE,
+        AclPermissionType.ALLOW,
+    )
+    with pytest.raises(KafkaException) as refused:
+        admin.create_acls([write])[write].result(15)
+    assert refused.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    granted(*allow(C, CLUSTER_NAME, Op.ALTER))
+    admin.create_acls([write])[write].result(15)
+    acls.wait_for_brokers()
+    assert produce_one(acls.bootstrap_servers, name) is None
+    matching = AclBindingFilter(
+        ResourceType.TOPIC,
+        name,
+        ResourcePatternType.LITERAL,
+        None,
+        None,
+        AclOperation.ANY,
+        AclPermissionType.ANY,
+    )
+    admin.delete_acls([matching])[matching].result(15)
+    acls.wait_for_brokers()
+    assert code(produce_one(acls.bootstrap_servers, name)) == KafkaError.TOPIC_AUTHORIZATION_FAILED
