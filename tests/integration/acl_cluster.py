@@ -63,6 +63,9 @@ BASE_ACLS = allow(ResourceType.CLUSTER, CLUSTER_NAME, AclOperation.CLUSTER_ACTIO
 class AclCluster(EmbeddedCluster):
     """`EmbeddedCluster` whose brokers and coordinator check ANONYMOUS (see module doc)."""
 
+    #: `super.users` of the brokers and the coordinator (none: ANONYMOUS is checked there)
+    checked_super_users = ""
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.config.setdefault("authorizer.class.name", STANDARD_AUTHORIZER)
@@ -76,7 +79,7 @@ class AclCluster(EmbeddedCluster):
 
     def _checked(self, make: Any, *args: Any, **kwargs: Any) -> Any:
         saved = self.config
-        self.config = {**saved, "super.users": ""}
+        self.config = {**saved, "super.users": self.checked_super_users}
         try:
             return make(*args, **kwargs)
         finally:
