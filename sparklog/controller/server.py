@@ -60,7 +60,6 @@ from sparklog.metadata.configs import ControllerConfig
 from sparklog.metadata.image import GROUP_RESOURCE, MetadataImage
 from sparklog.metadata.scram_bootstrap import bootstrap_credentials, missing_credential_records
 from sparklog.protocol.api_versions import CONTROLLER_APIS
-from sparklog.protocol.authorization import authorize_stage, stages_with
 from sparklog.protocol.connection import Request
 from sparklog.protocol.server import KafkaServer
 from sparklog.protocol.server_lifecycle import ServerLifecycle
@@ -138,11 +137,6 @@ class ControllerServer(ServerLifecycle):
         self.audit = SwitchableAuditSink()
         #: `audit.log.allowed` (the authorize stage reads it) and the buffer bound
         self.audit_config = AuditConfig.from_properties(props)
-        #: the authorize stage (`authorizer.class.name`), fed from the controller's image
-        self.authorization = authorize_stage(
-            props or self.config.originals, self.acl_image, node_id=CONTROLLER_NODE_ID,
-            audit=self.audit, audit_allowed=self.audit_config.audit_log_allowed,
-        )  # fmt: skip
         self._tick_task: asyncio.Task | None = None
         self._appended: asyncio.Event | None = None
         self._stopping = False
@@ -203,7 +197,9 @@ class ControllerServer(ServerLifecycle):
                 name="controller",
                 audit=self.audit,
                 security=self.listener_security,
-                stages=stages_with(self.authorization),
+                stages=self._authorized_stages(
+                    self.config.originals, self.acl_image, CONTROLLER_NODE_ID
+                ),
             )
         except BaseException:
             self.metadata_log.close()
@@ -452,8 +448,7 @@ class ControllerServer(ServerLifecycle):
         controller = self._require_controller()
         self._call_write(lambda: controller.unregister_broker(broker_id))
 
-    def acl_image(self) -> MetadataImage | None:
-        """The live image authorizers read ACLs from (also the coordinator's), from any thread."""
+    def acl_image(self) -> MetadataImage | None:  # the authorizers' ACLs (the coordinator's too)
         return None if self.controller is None else self.controller.image
 
     def metadata_image(self) -> MetadataImage:

@@ -29,10 +29,12 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, Self, TypeVar
 
+from sparklog.protocol.authorization import authorize_stage, stages_with
 from sparklog.protocol.loop_thread import LoopThread
+from sparklog.protocol.pipeline import RequestStage
 from sparklog.protocol.server import KafkaServer
 from sparklog.security.listeners import ListenerSecurity
 
@@ -89,6 +91,22 @@ class ServerLifecycle:
         )
         await server.start()
         return server
+
+    def _authorized_stages(
+        self, props: Mapping[str, object] | None, image: Callable[[], Any], node_id: int
+    ) -> list[RequestStage]:
+        """The pipeline stages of this server's listeners with its authorize stage
+        (`authorizer.class.name`, fed from `image()`'s ACLs), kept as `self.authorization`,
+        bound to the server's `audit` sink and `audit_config` (`audit.log.allowed`)."""
+        audit_config = getattr(self, "audit_config", None)
+        self.authorization = authorize_stage(
+            props,
+            image,
+            node_id=node_id,
+            audit=getattr(self, "audit", None),
+            audit_allowed=None if audit_config is None else audit_config.audit_log_allowed,
+        )
+        return stages_with(self.authorization)
 
     def _spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task:
         """Run `coro` as a background task of this server, cancelled by `_cancel_tasks`."""

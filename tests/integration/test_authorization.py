@@ -714,37 +714,33 @@ def test_acls_created_and_deleted_with_kafkas_admin_api_take_effect(acls, grante
 
 def test_mtls_principals_are_authorized_by_their_acls_and_super_users(tmp_path, tls_ca):
     """Real principals: clients' certificates map to User:alice, User:bob and User:admin
-    (ssl.principal.mapping.rules); alice's ACLs let her produce, bob has none, admin is a
-    super user of the brokers."""
-    from sparklog.security.principal import PrincipalBuilder
-    from sparklog.security.session import SecurityProtocol
-    from sparklog.security.ssl_factory import SslConfig, server_context
+    (ssl.principal.mapping.rules on an SSL listener); alice's ACLs let her produce, bob has
+    none, admin is a super user of the brokers."""
     from tests.support.tls_cluster import RULES
 
     class MtlsAclCluster(AclCluster):
         checked_super_users = "User:admin"
 
-        def _new_broker(self, node_id):
-            broker = super()._new_broker(node_id)
-            server = broker.server
-            server.listener_name = "SSL"
-            server.security_protocol = SecurityProtocol.SSL
-            server.ssl_context = server_context(
-                SslConfig.of(tls_ca.server_props(client_auth="required"))
-            )
-            server.principal_builder = PrincipalBuilder.of({"ssl.principal.mapping.rules": RULES})
-            return broker
-
-    with MtlsAclCluster(brokers=1, data_dir=tmp_path, config=TEST_CONFIG) as cluster:
+    config = {
+        **TEST_CONFIG,
+        "listeners": "SSL://127.0.0.1:0,PLAINTEXT://127.0.0.1:0",
+        "inter.broker.listener.name": "PLAINTEXT",
+        **tls_ca.server_props(client_auth="required"),
+        "ssl.principal.mapping.rules": RULES,
+    }
+    with MtlsAclCluster(brokers=1, data_dir=tmp_path, config=config) as cluster:
         name = "alices"
         cluster.grant([binding(T, name, Op.WRITE, principal="User:alice")])
+        bootstrap = cluster.brokers[0].bootstrap_of("SSL")
 
         def conf(user):
             return tls_ca.librdkafka_props(tls_ca.client(user))
 
-        admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers, **conf("admin")})
+        admin = AdminClient({"bootstrap.servers": bootstrap, **conf("admin")})
         admin.create_topics([NewTopic(name, 1, 1)])[name].result(15)  # super user: no ACL
-        assert produce_one(cluster.bootstrap_servers, name, **conf("alice")) is None
-        refused = produce_one(cluster.bootstrap_servers, name, **conf("bob"))
-        assert code(refused) == KafkaError.TOPIC_AUTHORIZATION_FAILED
-        assert produce_one(cluster.bootstrap_servers, name, **conf("admin")) is None
+        assert produce_one(bootstrap, name, **conf("alice")) is None
+        assert (
+            code(produce_one(bootstrap, name, **conf("bob")))
+            == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        )
+        assert produce_one(bootstrap, name, **conf("admin")) is None
