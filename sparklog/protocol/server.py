@@ -18,10 +18,11 @@ by `ssl_handshake_timeout_ms`; a peer that stalls, sends plaintext Kafka request
 fails its handshake and loses that connection only. The principal is the peer certificate's
 subject mapped by `ssl.principal.mapping.rules` (`security.principal.PrincipalBuilder`), or
 `User:ANONYMOUS` without a certificate; a subject no rule maps closes the connection (Kafka's
-`SslAuthenticationException`). Responses with file ranges (Fetch's `FileResponse`) cannot
-use `sendfile` through TLS (the kernel would send the bytes unencrypted): over TLS the ranges
-are read and written through the TLS transport, as Kafka turns zero-copy off for SSL channels
-(`SslTransportLayer.transferFrom`).
+`SslAuthenticationException`).
+
+A connection's bytes come in through `server_transport.RequestProtocol` (received straight
+into its `ServerConnection`), and responses with file ranges (Fetch's `FileResponse`) go out
+through `server_transport.send_file_response` (`sendfile`, but not over TLS: see there).
 """
 
 from __future__ import annotations
@@ -29,12 +30,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import ssl
 import time
 from collections.abc import Mapping, Sequence
 
-from sparklog.protocol import cooperative, file_response
+from sparklog.protocol import cooperative
 from sparklog.protocol.api_versions import ApiKey, VersionRange
 from sparklog.protocol.connection import (
     DEFAULT_MAX_REQUEST_BYTES,
@@ -54,28 +54,22 @@ from sparklog.protocol.request_queue import (
 from sparklog.protocol.sasl_authenticator import (
     SASL_APIS,
     SaslReply,
-    SaslServerAuthenticator,
     sasl_reply,
+)
+from sparklog.protocol.server_transport import (
+    DRAIN_ABOVE_BYTES,
+    RequestProtocol,
+    send_file_response,
+    wall_clock_ms,
 )
 from sparklog.security.audit import LOG_ONLY, AuditSink, authentication_failed
 from sparklog.security.listeners import ListenerSecurity
 from sparklog.security.principal import NoMatchingRule, PrincipalBuilder
 from sparklog.security.sasl.enabled import SaslServerConfig
-from sparklog.security.session import ANONYMOUS, SecurityProtocol
+from sparklog.security.session import SecurityProtocol
 
 logger = logging.getLogger(__name__)
 
-#: Between requests a connection reads this much at a time, so a large request's first read
-#: holds little of its body: the rest goes by `recv_into` straight into the request's own
-#: buffer (any request of `_DIRECT_REQUEST_BYTES` or more gets one), as Kafka reads the size
-#: and then the request into a buffer of that size.
-_FIRST_READ_BYTES = 8 * 1024
-_DIRECT_REQUEST_BYTES = 16 * 1024
-#: Responses are written without awaiting `drain()` until this much waits in the transport
-#: (asyncio's default high-water mark): an awaited drain per response cost a task and a timer.
-_DRAIN_ABOVE_BYTES = 64 * 1024
-#: Over TLS, a response's file ranges are read and written in pieces of at most this size.
-_TLS_FILE_CHUNK_BYTES = 1 << 20
 #: A TLS handshake that has not finished after this long is abandoned (the default of
 #: `sparklog.ssl.handshake.timeout.ms`, `ssl_factory.SslConfig.handshake_timeout_ms`).
 DEFAULT_SSL_HANDSHAKE_TIMEOUT_MS = 10_000
@@ -187,7 +181,7 @@ class KafkaServer:
         """Bind and start accepting; `port` holds the bound port afterwards."""
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: _RequestProtocol(self, loop), self.host, self.port, reuse_address=True
+            lambda: RequestProtocol(self, loop), self.host, self.port, reuse_address=True
         )
         self.port = self._server.sockets[0].getsockname()[1]
         logger.info("%s listening on %s:%d", self.name, self.host, self.port)
@@ -214,7 +208,7 @@ class KafkaServer:
         return len(self._connections)
 
     async def _start_tls(
-        self, protocol: _RequestProtocol, writer: asyncio.StreamWriter, peer: object
+        self, protocol: RequestProtocol, writer: asyncio.StreamWriter, peer: object
     ) -> bool:
         """Run the TLS handshake and authenticate the connection from its peer's certificate;
         False (the caller closes the connection) when either fails."""
@@ -257,7 +251,7 @@ class KafkaServer:
         protocol.conn.authenticated(principal)
         return True
 
-    def _audit_failure(self, protocol: _RequestProtocol, reason: str) -> None:
+    def _audit_failure(self, protocol: RequestProtocol, reason: str) -> None:
         """An authentication failure for the audit trail (`AuditSink.record` never blocks)."""
         self.audit.record(
             authentication_failed(
@@ -308,7 +302,7 @@ class KafkaServer:
         return True
 
     async def _serve_connection(
-        self, protocol: _RequestProtocol, writer: asyncio.StreamWriter
+        self, protocol: RequestProtocol, writer: asyncio.StreamWriter
     ) -> None:
         peer = writer.get_extra_info("peername")
         ip = peer[0] if isinstance(peer, tuple) and peer else ""
@@ -335,13 +329,13 @@ class KafkaServer:
                     deadline_ms = sasl.handshake_deadline_ms if sasl is not None else None
                     wait_s = idle_s
                     if deadline_ms is not None:  # a SASL handshake under way is bounded
-                        wait_s = min(idle_s, max(0.0, (deadline_ms - _now_ms()) / 1000))
+                        wait_s = min(idle_s, max(0.0, (deadline_ms - wall_clock_ms()) / 1000))
                     try:  # asyncio.timeout, not wait_for: no task per read (16 -> 5 us)
                         async with asyncio.timeout(wait_s):
                             if not await protocol.receive():
                                 return
                     except TimeoutError:  # connections.max.idle.ms: Kafka closes idle ones
-                        if sasl is not None and sasl.handshake_timed_out(_now_ms()):
+                        if sasl is not None and sasl.handshake_timed_out(wall_clock_ms()):
                             self.handshake_timeouts += 1
                             self._on_authentication_failure(
                                 conn, "SASL handshake not finished in time"
@@ -357,7 +351,7 @@ class KafkaServer:
                     request := await cooperative.complete(conn.next_request_steps())
                 ) is not NEED_DATA:
                     if protocol.sasl is not None or request.api_key in SASL_APIS:
-                        reply = sasl_reply(conn, request, _now_ms())
+                        reply = sasl_reply(conn, request, wall_clock_ms())
                         if reply is not None:
                             if not await self._send_sasl_reply(writer, conn, request, reply):
                                 return
@@ -368,7 +362,7 @@ class KafkaServer:
                         try:  # a peer that never reads its responses is idle too
                             if isinstance(body, FileResponse):
                                 await asyncio.wait_for(
-                                    _send_file_response(writer, conn, request, body), idle_s
+                                    send_file_response(writer, conn, request, body), idle_s
                                 )
                             else:
                                 frame = await cooperative.complete(
@@ -376,7 +370,7 @@ class KafkaServer:
                                 )
                                 writer.write(frame)
                             # drain() only waits above the transport's high-water mark
-                            if writer.transport.get_write_buffer_size() > _DRAIN_ABOVE_BYTES:
+                            if writer.transport.get_write_buffer_size() > DRAIN_ABOVE_BYTES:
                                 async with asyncio.timeout(idle_s):
                                     await writer.drain()
                         except TimeoutError:
@@ -460,7 +454,7 @@ class KafkaServer:
         )
         self.audit.record(
             authentication_failed(
-                _now_ms(),
+                wall_clock_ms(),
                 client_address=conn.client_address,
                 listener=self.listener_name,
                 mechanism=mechanism,
@@ -470,162 +464,3 @@ class KafkaServer:
                 api=api,
             )
         )
-
-
-def _now_ms() -> int:
-    """Wall-clock milliseconds: SASL session and token expiry times are wall-clock."""
-    return int(time.time() * 1000)
-
-
-class _RequestProtocol(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
-    """One connection's bytes, received straight into its `ServerConnection`: the rest of a
-    large request frame lands in the frame's own buffer by `recv_into`, with no copy on the
-    way (a stream reader copied each request three times). It reads only while the connection
-    task waits for bytes and no whole request is waiting, as Kafka mutes a channel while a
-    request is handled, and `queued.max.request.bytes` gates reads as before."""
-
-    def __init__(self, server: KafkaServer, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__(
-            asyncio.StreamReader(loop=loop),
-            lambda _reader, writer: server._serve_connection(self, writer),
-            loop=loop,
-        )
-        #: the connection's SASL authenticator (SASL listeners only)
-        self.sasl = (
-            SaslServerAuthenticator(server.sasl, _now_ms()) if server.sasl is not None else None
-        )
-        self.conn = ServerConnection(
-            server.apis,
-            server.max_request_bytes,
-            direct_frame_bytes=_DIRECT_REQUEST_BYTES,
-            listener_name=server.listener_name,
-            security_protocol=server.security_protocol,
-            # PLAINTEXT: ANONYMOUS at once; SSL: once the handshake gave the certificate;
-            # SASL_*: once the SASL exchange succeeded
-            authenticated_as=(
-                ANONYMOUS if server.security_protocol is SecurityProtocol.PLAINTEXT else None
-            ),
-            sasl=self.sasl,
-        )
-        self._pool_bounded = server.memory_pool.bounded
-        self._scratch = memoryview(bytearray(_FIRST_READ_BYTES))
-        self._into_frame = False
-        self._waiter: asyncio.Future[None] | None = None
-        self._got_bytes = False
-        self._ended = False
-        self._reading: asyncio.Transport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        peer = transport.get_extra_info("peername")
-        if isinstance(peer, tuple) and len(peer) >= 2:
-            self.conn.client_address, self.conn.client_port = peer[0], peer[1]
-        super().connection_made(transport)
-        assert isinstance(transport, asyncio.Transport)
-        self._reading = transport
-        transport.pause_reading()  # until the connection task asks for bytes
-
-    def on_tls_handshake(self) -> None:
-        """The TLS handshake starts: it drives the socket's reads itself."""
-        self._reading = None
-
-    def on_tls(self, transport: asyncio.BaseTransport) -> None:
-        """The handshake ended: reads go through the TLS transport, paused until asked for
-        (application bytes that came with the handshake's end are in already)."""
-        assert isinstance(transport, asyncio.Transport)
-        self._reading = transport
-        transport.pause_reading()  # until the connection task asks for bytes
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        frame = self.conn.receive_buffer()
-        self._into_frame = frame is not None
-        return frame if frame is not None else self._scratch
-
-    def buffer_updated(self, nbytes: int) -> None:
-        if self._into_frame:
-            self.conn.received(nbytes)
-        else:
-            self.conn.receive_data(self._scratch[:nbytes])
-        self._got_bytes = True
-        if self._pool_bounded or self.conn.has_request():
-            self._pause()
-        self._wake()
-
-    def eof_received(self) -> bool | None:
-        self._ended = True
-        self._wake()
-        return super().eof_received()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._ended = True
-        self._wake()
-        super().connection_lost(exc)
-
-    async def receive(self) -> bool:
-        """Read until some bytes arrive; False once the peer is gone and nothing came."""
-        if self._ended:
-            return False
-        self._got_bytes = False
-        self._waiter = asyncio.get_running_loop().create_future()
-        if self._reading is not None:
-            self._reading.resume_reading()
-        try:
-            await self._waiter
-        finally:
-            self._waiter = None
-        return self._got_bytes or not self._ended
-
-    def _pause(self) -> None:
-        if self._reading is not None:
-            self._reading.pause_reading()
-
-    def _wake(self) -> None:
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
-
-
-async def _send_file_response(
-    writer: asyncio.StreamWriter, conn: ServerConnection, request: Request, response: FileResponse
-) -> None:
-    """Write a response's bytes, and send its file ranges with sendfile, in order."""
-    loop = asyncio.get_running_loop()
-    try:
-        frame = await cooperative.complete(conn.send_response_steps(request, response.body))
-        flexible = bool(type(response.body).__flexible__)
-        sock = writer.transport.get_extra_info("socket")
-        tls = writer.transport.get_extra_info("sslcontext") is not None
-        for piece in file_response.pieces(frame, response.records, flexible):
-            if isinstance(piece, bytes):
-                writer.write(piece)
-                continue
-            if tls:  # no sendfile through TLS (module doc): read the range, write it
-                await _write_file_range(writer, piece.file.fileno(), piece.position, piece.size)
-                continue
-            sent = 0
-            if sock is not None and not writer.transport.get_write_buffer_size():
-                # most ranges fit the socket buffer: one call, no trip through the loop
-                with contextlib.suppress(BlockingIOError, InterruptedError):
-                    sent = os.sendfile(
-                        sock.fileno(), piece.file.fileno(), piece.position, piece.size
-                    )
-            if sent < piece.size:
-                await writer.drain()
-                await loop.sendfile(
-                    writer.transport, piece.file, piece.position + sent, piece.size - sent
-                )
-    finally:
-        response.close()
-
-
-async def _write_file_range(
-    writer: asyncio.StreamWriter, fd: int, position: int, size: int
-) -> None:
-    """Copy `size` bytes at `position` of `fd` through the (TLS) transport, chunk by chunk."""
-    end = position + size
-    while position < end:
-        chunk = os.pread(fd, min(_TLS_FILE_CHUNK_BYTES, end - position), position)
-        if not chunk:
-            raise EOFError(f"file range ends {end - position} bytes early")
-        writer.write(chunk)
-        position += len(chunk)
-        if writer.transport.get_write_buffer_size() > _DRAIN_ABOVE_BYTES:
-            await writer.drain()
