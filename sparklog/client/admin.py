@@ -32,6 +32,7 @@ from .admin_channel import AdminChannel, admin_error, raise_first, retry_until
 from .admin_groups import GroupDescription, GroupListing
 from .admin_reassignments import PartitionReassignment
 from .admin_security import AdminSecurityCalls
+from .broker_connection import now_ms
 from .config import admin_config
 from .metadata import (
     REFRESH_ERROR_CODES,
@@ -41,7 +42,7 @@ from .metadata import (
     PartitionInfo,
     group_by_leader,
 )
-from .network import NetworkClient, now_ms
+from .network import NetworkClient
 
 _RESOURCE_TYPES = {"topic": 2, "broker": 4, "broker_logger": 8}
 _RESOURCE_NAMES = {v: k for k, v in _RESOURCE_TYPES.items()}

@@ -25,8 +25,9 @@ from sparklog.errors import (
 )
 from sparklog.protocol.api_versions import ApiKey
 
+from .broker_connection import now_ms
 from .metadata import Metadata
-from .network import NetworkClient, now_ms
+from .network import NetworkClient
 
 #: Result errors an admin call retries (Kafka's `KafkaAdminClient` reschedules on these); other
 #: errors in a result are final even when their class is retriable (e.g. an unknown topic).

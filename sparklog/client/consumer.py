@@ -46,6 +46,7 @@ from sparklog.protocol.api_versions import ApiKey
 from sparklog.structs import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, IsolationLevel, TopicPartition
 
 from .admin import OffsetAndTimestamp, list_offsets
+from .broker_connection import now_ms
 from .config import consumer_config
 from .fetcher import (
     ConsumerRecord,
@@ -55,7 +56,7 @@ from .fetcher import (
 )
 from .group_member import GroupMember
 from .metadata import Metadata
-from .network import NetworkClient, now_ms
+from .network import NetworkClient
 from .position_reset import reset_positions
 from .producer import ClientClosedError
 

@@ -49,8 +49,9 @@ from sparklog.protocol.consumer_protocol import (
 from sparklog.structs import TopicPartition
 
 from .assignors import ASSIGNORS
+from .broker_connection import now_ms
 from .metadata import Metadata
-from .network import NetworkClient, now_ms
+from .network import NetworkClient
 
 logger = logging.getLogger(__name__)
 

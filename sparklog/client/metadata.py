@@ -41,8 +41,9 @@ from sparklog.protocol.api_versions import ApiKey
 from sparklog.security.sasl.client import AUTHENTICATION_ERRORS
 from sparklog.structs import TopicPartition
 
+from .broker_connection import now_ms
 from .config import parse_bootstrap_servers
-from .network import NetworkClient, now_ms
+from .network import NetworkClient
 
 #: Errors after which the client's view of leaders is stale (Kafka's `InvalidMetadataException`).
 REFRESH_ERROR_CODES = frozenset(

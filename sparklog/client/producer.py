@@ -43,9 +43,10 @@ from .accumulator import (
     estimate_record_bytes,
 )
 from .arrow_send import BatchesFuture, byte_lengths, split_by_partition
+from .broker_connection import now_ms
 from .config import producer_config
 from .metadata import Metadata
-from .network import NetworkClient, now_ms
+from .network import NetworkClient
 from .partitioner import BuiltInPartitioner, make_partitioner
 from .record_future import RecordFuture, Waiters, future_class
 from .sender import Sender

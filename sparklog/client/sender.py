@@ -49,8 +49,9 @@ from sparklog.records.compression import CompressionType
 from sparklog.structs import TopicPartition
 
 from .accumulator import ProducerBatch, RecordAccumulator
+from .broker_connection import now_ms
 from .metadata import REFRESH_ERROR_CODES, BrokerNode, Metadata
-from .network import NetworkClient, now_ms
+from .network import NetworkClient
 from .request_builder import timestamp_ms
 
 if TYPE_CHECKING:

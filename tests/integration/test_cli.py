@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from sparklog.client import KafkaConsumer, TopicPartition
-from sparklog.client.network import now_ms
+from sparklog.client.broker_connection import now_ms
 
 CLI_TIMEOUT_S = 60
 SERVE_START_TIMEOUT_S = 60

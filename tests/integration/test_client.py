@@ -27,7 +27,8 @@ from sparklog.client import (
     RecordMetadata,
     TopicPartition,
 )
-from sparklog.client.network import BrokerConnection, NetworkClient, now_ms
+from sparklog.client.broker_connection import BrokerConnection, now_ms
+from sparklog.client.network import NetworkClient
 from sparklog.errors import (
     InvalidPartitionsError,
     InvalidTopicError,

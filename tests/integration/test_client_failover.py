@@ -18,8 +18,9 @@ import pyarrow as pa
 import pytest
 
 from sparklog.client import AdminClient, KafkaConsumer, KafkaProducer, NewTopic, TopicPartition
+from sparklog.client.broker_connection import now_ms
 from sparklog.client.config import producer_config
-from sparklog.client.network import NetworkClient, now_ms
+from sparklog.client.network import NetworkClient
 from sparklog.cluster.embedded import EmbeddedCluster
 from sparklog.errors import NetworkExceptionError
 from sparklog.protocol.api_versions import ApiKey

@@ -180,7 +180,7 @@ def test_sparklogs_blocking_connection_over_mtls_with_sends_and_reads_in_paralle
     other threads send (one SSL object used by two threads, as the plaintext path does)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from sparklog.client.network import BrokerConnection
+    from sparklog.client.broker_connection import BrokerConnection
     from sparklog.protocol.api_versions import ApiKey
     from sparklog.protocol.outbound import ClientSecurity
 

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pytest
 
 from sparklog.client import AdminClient, KafkaConsumer, KafkaProducer, NewTopic, TopicPartition
-from sparklog.client.network import now_ms
+from sparklog.client.broker_connection import now_ms
 from sparklog.cluster.embedded import EmbeddedCluster
 from sparklog.records import iter_batches
 from sparklog.records.arrow_codec import HEADERS_TYPE

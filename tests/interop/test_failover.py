@@ -18,7 +18,7 @@ from collections.abc import Callable
 import pytest
 
 from sparklog.client import AdminClient, KafkaConsumer, NewTopic, TopicPartition
-from sparklog.client.network import now_ms
+from sparklog.client.broker_connection import now_ms
 from sparklog.cluster.embedded import EmbeddedCluster
 from tests.collector import PollingCollector
 

@@ -15,8 +15,8 @@ again before it ends; Kafka's client picks a point between 85% and 95% of the li
 
 Nothing here touches a socket or a clock: `SaslClientAuthenticator.next_request()` says what
 to send (api key, version, fields) and `on_response(body, now_ms)` takes the answer; the
-blocking client (`client/network.py`) and the asyncio one (`protocol/async_client.py`) move
-the bytes. A mechanism object is used for one authentication only (SCRAM's nonce is fresh
+blocking client (`client/broker_connection.py`) and the asyncio one
+(`protocol/async_client.py`) move the bytes. A mechanism object is used for one authentication only (SCRAM's nonce is fresh
 each time): `SaslClientConfig.new_mechanism()` makes one per connection.
 
 Secrets (passwords, tokens, JAAS text) never appear in a repr, a log line or an exception.

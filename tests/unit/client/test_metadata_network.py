@@ -6,8 +6,9 @@ import datetime
 
 import pytest
 
+from sparklog.client.broker_connection import CLIENT_APIS
 from sparklog.client.metadata import Cluster, MetadataState, group_by_leader
-from sparklog.client.network import CLIENT_APIS, ReconnectBackoff
+from sparklog.client.network import ReconnectBackoff
 from sparklog.client.request_builder import (
     build_request,
     build_response,

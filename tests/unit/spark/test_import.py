@@ -47,7 +47,13 @@ def test_planning_a_read_or_write_loads_neither_the_broker_nor_the_network_stack
         "parse_sink_options({'topic': 't', 'kafka.linger.ms': '5'}, "
         "default_bootstrap=ds._default_bootstrap() or '127.0.0.1:1')"
     )
-    heavy = ("sparklog.broker", "sparklog.client.network", "sparklog.spark.cluster", "kio.schema")
+    heavy = (
+        "sparklog.broker",
+        "sparklog.client.network",
+        "sparklog.client.broker_connection",
+        "sparklog.spark.cluster",
+        "kio.schema",
+    )
     assert modules_loaded_by(code, (*heavy, "crc32c")) == []
 
 
