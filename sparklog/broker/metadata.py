@@ -21,7 +21,8 @@ from sparklog.broker.partition import PartitionRegistration
 from sparklog.broker.replica_base import TopicMetadata
 from sparklog.errors import KafkaError, OffsetOutOfRangeError
 from sparklog.metadata.broker_configs import DEFAULT_RESOURCE, dynamic_topic_defaults
-from sparklog.metadata.image import BROKER_RESOURCE, MetadataImage, MetadataRecordError
+from sparklog.metadata.image import BROKER_RESOURCE, MetadataImage
+from sparklog.metadata.log_records import MetadataRecordError
 from sparklog.storage.config import LogConfig
 
 logger = logging.getLogger(__name__)

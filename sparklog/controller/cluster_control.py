@@ -28,7 +28,8 @@ from sparklog.errors import (
     InvalidRequestError,
     StaleBrokerEpochError,
 )
-from sparklog.metadata.image import REGISTER_BROKER, MetadataImage
+from sparklog.metadata.image import MetadataImage
+from sparklog.metadata.log_records import REGISTER_BROKER
 from sparklog.security.listeners import ListenerEndpoint, endpoints_to_record, normalised
 from sparklog.security.session import SecurityProtocol
 

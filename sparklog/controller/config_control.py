@@ -44,14 +44,8 @@ from sparklog.metadata.group_configs import (
     group_changes,
     group_legacy_changes,
 )
-from sparklog.metadata.image import (
-    BROKER_RESOURCE,
-    CLEAR_ELR,
-    CONFIG,
-    GROUP_RESOURCE,
-    TOPIC_RESOURCE,
-    MetadataImage,
-)
+from sparklog.metadata.image import BROKER_RESOURCE, GROUP_RESOURCE, TOPIC_RESOURCE, MetadataImage
+from sparklog.metadata.log_records import CLEAR_ELR, CONFIG
 
 MIN_INSYNC_REPLICAS = "min.insync.replicas"
 

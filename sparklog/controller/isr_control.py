@@ -41,7 +41,8 @@ from sparklog.errors import (
     UnknownTopicOrPartitionError,
 )
 from sparklog.metadata.alter_partition import IsrChange, IsrChangeOutcome
-from sparklog.metadata.image import MetadataImage, PartitionRegistration
+from sparklog.metadata.image import MetadataImage
+from sparklog.metadata.log_records import PartitionRegistration
 
 logger = logging.getLogger(__name__)
 

@@ -35,7 +35,8 @@ from sparklog.controller.metadata_store import (
     read_range,
 )
 from sparklog.errors import MessageTooLargeError
-from sparklog.metadata.image import MetadataImage, MetadataRecordError, encode_record
+from sparklog.metadata.image import MetadataImage
+from sparklog.metadata.log_records import MetadataRecordError, encode_record
 from sparklog.records import SimpleRecord, build_batch, iter_batches
 from sparklog.storage.config import LogConfig
 from sparklog.storage.log import FetchDataInfo, Log

@@ -39,12 +39,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sparklog.metadata.image import (
-    LEADER_CHANGE,
-    MetadataImage,
-    MetadataRecordError,
-    decode_record,
-)
+from sparklog.metadata.image import MetadataImage
+from sparklog.metadata.log_records import LEADER_CHANGE, MetadataRecordError, decode_record
 from sparklog.records import iter_batches
 from sparklog.storage.log import Log
 from sparklog.storage.object_store import (

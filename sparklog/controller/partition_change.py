@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from sparklog.metadata.image import PARTITION_CHANGE, PartitionRegistration
+from sparklog.metadata.log_records import PARTITION_CHANGE, PartitionRegistration
 from sparklog.structs import NO_LEADER
 
 

@@ -66,19 +66,16 @@ from sparklog.metadata.configs import (
     ConfigResource,
     ControllerConfig,
 )
-from sparklog.metadata.image import (
-    BROKER_RESOURCE,
+from sparklog.metadata.image import BROKER_RESOURCE, ELR_FEATURE, ELR_FEATURE_LEVEL, MetadataImage
+from sparklog.metadata.log_records import (
     CLEAR_ELR,
     CONFIG,
-    ELR_FEATURE,
-    ELR_FEATURE_LEVEL,
     FEATURE_LEVEL,
     FENCE_BROKER,
     LEADER_CHANGE,
     PRODUCER_IDS,
     UNFENCE_BROKER,
     UNREGISTER_BROKER,
-    MetadataImage,
 )
 from sparklog.security.acl import AclBinding
 from sparklog.security.acl_filter import AclBindingFilter

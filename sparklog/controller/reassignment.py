@@ -29,7 +29,8 @@ from sparklog.errors import (
     NoReassignmentInProgressError,
     UnknownTopicOrPartitionError,
 )
-from sparklog.metadata.image import MetadataImage, PartitionRegistration
+from sparklog.metadata.image import MetadataImage
+from sparklog.metadata.log_records import PartitionRegistration
 from sparklog.structs import NO_LEADER, TopicPartition
 
 logger = logging.getLogger(__name__)

@@ -36,14 +36,8 @@ from sparklog.metadata.configs import (
     effective_topic_config,
     validate_topic_configs,
 )
-from sparklog.metadata.image import (
-    CONFIG,
-    REMOVE_TOPIC,
-    TOPIC,
-    TOPIC_RESOURCE,
-    MetadataImage,
-    PartitionRegistration,
-)
+from sparklog.metadata.image import TOPIC_RESOURCE, MetadataImage
+from sparklog.metadata.log_records import CONFIG, REMOVE_TOPIC, TOPIC, PartitionRegistration
 from sparklog.structs import METADATA_TOPIC, NO_LEADER
 
 logger = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """The cluster metadata that brokers and the controller share (DESIGN D15; Kafka's `metadata`
-module): the metadata image and its records (`image`), the partition-change values of
-AlterPartition (`alter_partition`) and the config vocabulary: topic-config names and their
-broker synonyms, DescribeConfigs entries, cluster settings (`configs`), dynamic broker configs
+module): the metadata image (`image`) and its records (`log_records`), the partition-change
+values of AlterPartition (`alter_partition`) and the config vocabulary: topic-config names and
+their broker synonyms, DescribeConfigs entries, cluster settings (`configs`), dynamic broker configs
 (`broker_configs`) and group configs (`group_configs`).
 
 This package is part of the floor under the three servers: it imports only `records`,
@@ -31,13 +31,8 @@ if TYPE_CHECKING:
         describe_configs,
         effective_topic_config,
     )
-    from .image import (
-        BrokerRegistration,
-        MetadataImage,
-        MetadataRecordError,
-        PartitionRegistration,
-        TopicImage,
-    )
+    from .image import MetadataImage, TopicImage
+    from .log_records import BrokerRegistration, MetadataRecordError, PartitionRegistration
 
 _MODULES = {
     "IsrChange": "alter_partition",
@@ -53,10 +48,10 @@ _MODULES = {
     "OpType": "configs",
     "describe_configs": "configs",
     "effective_topic_config": "configs",
-    "BrokerRegistration": "image",
+    "BrokerRegistration": "log_records",
     "MetadataImage": "image",
-    "MetadataRecordError": "image",
-    "PartitionRegistration": "image",
+    "MetadataRecordError": "log_records",
+    "PartitionRegistration": "log_records",
     "TopicImage": "image",
 }
 

@@ -40,7 +40,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sparklog.metadata.image import PartitionRegistration
+from sparklog.metadata.log_records import PartitionRegistration
 
 from .messages import TopicPartition
 from .sim_log import SimLog, SimRecord

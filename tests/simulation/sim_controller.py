@@ -22,12 +22,8 @@ from sparklog.controller.quorum_controller import QuorumController
 from sparklog.controller.results import ControllerResult
 from sparklog.errors import KafkaError
 from sparklog.metadata.configs import ControllerConfig
-from sparklog.metadata.image import (
-    PARTITION,
-    PARTITION_CHANGE,
-    MetadataImage,
-    PartitionRegistration,
-)
+from sparklog.metadata.image import MetadataImage
+from sparklog.metadata.log_records import PARTITION, PARTITION_CHANGE, PartitionRegistration
 
 from .checks import History
 from .messages import (

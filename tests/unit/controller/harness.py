@@ -16,7 +16,8 @@ from sparklog.controller.quorum_controller import QuorumController
 from sparklog.controller.replication_control import CreateTopicResult, NewTopic
 from sparklog.controller.results import ControllerResult
 from sparklog.metadata.configs import ControllerConfig
-from sparklog.metadata.image import MetadataImage, PartitionRegistration
+from sparklog.metadata.image import MetadataImage
+from sparklog.metadata.log_records import PartitionRegistration
 
 CLUSTER_ID = "test-cluster-id-000001"
 SESSION_TIMEOUT_MS = 9000

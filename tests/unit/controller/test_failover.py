@@ -20,7 +20,8 @@ from sparklog.errors import (
     UnknownTopicOrPartitionError,
 )
 from sparklog.metadata.configs import ControllerConfig
-from sparklog.metadata.image import PARTITION, PARTITION_CHANGE, MetadataImage
+from sparklog.metadata.image import MetadataImage
+from sparklog.metadata.log_records import PARTITION, PARTITION_CHANGE
 from sparklog.structs import NO_LEADER
 
 from .harness import CLUSTER_ID, SESSION_TIMEOUT_MS, Harness

@@ -7,7 +7,7 @@ import uuid
 import pytest
 
 from sparklog.controller.partition_change import elect_leader, partition_change
-from sparklog.metadata.image import PartitionRegistration
+from sparklog.metadata.log_records import PartitionRegistration
 from sparklog.structs import NO_LEADER
 
 from .harness import SESSION_TIMEOUT_MS, Harness

@@ -21,7 +21,8 @@ from sparklog.metadata.configs import (
     ConfigResourceType,
     ControllerConfig,
 )
-from sparklog.metadata.image import MetadataImage, MetadataRecordError
+from sparklog.metadata.image import MetadataImage
+from sparklog.metadata.log_records import MetadataRecordError
 from sparklog.records import iter_batches
 from sparklog.structs import NO_LEADER
 

@@ -18,7 +18,8 @@ from sparklog.controller.metadata_store import (
     ObjectMetadataStore,
     open_metadata_store,
 )
-from sparklog.metadata.image import MetadataImage, MetadataRecordError
+from sparklog.metadata.image import MetadataImage
+from sparklog.metadata.log_records import MetadataRecordError
 from sparklog.storage.object_store import (
     StorageLocationError,
     is_object_store_uri,
@@ -118,7 +119,7 @@ def test_a_stale_controller_is_fenced_and_the_log_never_forks(tmp_path, new_obje
 def test_a_starting_controller_claims_the_log_even_while_the_zombie_writes(tmp_path, new_objects):
     """The successor's LeaderChange goes after whatever the zombie wrote since the successor
     read the log (both are in its image); from then on the zombie's writes lose."""
-    from sparklog.metadata.image import LEADER_CHANGE
+    from sparklog.metadata.log_records import LEADER_CHANGE
 
     objects = new_objects()
     zombie = OnObjects(objects, tmp_path / "a")

@@ -15,7 +15,8 @@ from sparklog.errors import (
     UnknownTopicOrPartitionError,
 )
 from sparklog.metadata.alter_partition import IsrChange
-from sparklog.metadata.image import MetadataImage, PartitionRegistration
+from sparklog.metadata.image import MetadataImage
+from sparklog.metadata.log_records import PartitionRegistration
 
 from .harness import SESSION_TIMEOUT_MS, Harness
 

@@ -6,7 +6,8 @@ import uuid
 
 import pytest
 
-from sparklog.metadata.image import MetadataImage, MetadataRecordError, encode_record
+from sparklog.metadata.image import MetadataImage
+from sparklog.metadata.log_records import MetadataRecordError, encode_record
 from sparklog.records import SimpleRecord, build_batch
 
 TOPIC_ID = str(uuid.UUID(int=1))

@@ -10,7 +10,8 @@ import pytest
 import scramp
 
 from sparklog.metadata.acls import acl_record, remove_acl_record
-from sparklog.metadata.image import MetadataImage, MetadataRecordError, encode_record
+from sparklog.metadata.image import MetadataImage
+from sparklog.metadata.log_records import MetadataRecordError, encode_record
 from sparklog.metadata.scram import remove_scram_record, scram_record
 from sparklog.records import SimpleRecord, build_batch
 from sparklog.security.acl import (
