@@ -11,9 +11,9 @@ coordinator's hops, instead of blocking on a PUT or an fsync. One writer thread,
 time: order is the lock's. A tick task fences brokers whose lease expired.
 
 Embedding: `start_in_thread()` runs the loop in a daemon thread and returns once listening;
-`stop()` shuts down and joins it. The launcher calls `next_node_id()`, `request_shutdown()`,
-`unregister_broker()`, `metadata_image()`, `live_brokers()`, `describe_brokers()` and
-`describe_topics()` from any thread; they run on the loop.
+`stop()` shuts down and joins it. What the launcher and the driver's coordinator call from
+any thread (`next_node_id()`, `metadata_image()`, `partition_leader()`, ...) is inherited from
+`launcher_api.ControllerLauncherApi`.
 
 The metadata log's durable home is `metadata.log.dir` (default: the controller's data dir): a
 directory (local or a shared filesystem's mount) or an `s3://` URI (`storage.options.*`
@@ -34,7 +34,6 @@ lost write (records are applied only after they are durable).
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import logging
 import os
@@ -49,6 +48,7 @@ from typing import Any, TypeVar
 
 from sparklog.controller.apis import ControllerApis
 from sparklog.controller.cluster_id import load_or_format_cluster_id
+from sparklog.controller.launcher_api import ControllerLauncherApi
 from sparklog.controller.metadata_log import MetadataLog
 from sparklog.controller.metadata_store import (
     MetadataLogFencedError,
@@ -57,12 +57,10 @@ from sparklog.controller.metadata_store import (
 from sparklog.controller.quorum_controller import QuorumController
 from sparklog.controller.results import ControllerResult
 from sparklog.metadata.configs import ControllerConfig
-from sparklog.metadata.image import GROUP_RESOURCE, MetadataImage
 from sparklog.metadata.scram_bootstrap import bootstrap_credentials, missing_credential_records
 from sparklog.protocol.api_versions import CONTROLLER_APIS
 from sparklog.protocol.connection import Request
 from sparklog.protocol.server import KafkaServer
-from sparklog.protocol.server_lifecycle import ServerLifecycle
 from sparklog.security.audit import AuditConfig, SwitchableAuditSink
 from sparklog.security.credentials import CredentialStore
 from sparklog.security.listener_config import ListenerConfig
@@ -74,14 +72,13 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 #: Kafka's setting for where the metadata log lives
 METADATA_LOG_DIR = "metadata.log.dir"
-_CALL_TIMEOUT_S = 30.0
 #: how often an idle controller checks that no newer controller wrote the log (Kafka's active
 #: controller writes a NoOpRecord every metadata.max.idle.interval.ms = 500 for liveness, KIP-835;
 #: a read does here what fencing needs, without growing the log)
 _PROBE_INTERVAL_MS = 500
 
 
-class ControllerServer(ServerLifecycle):
+class ControllerServer(ControllerLauncherApi):
     """The driver-side controller: Kafka-protocol server over the metadata log."""
 
     thread_name = "sparklog-controller"
@@ -432,171 +429,6 @@ class ControllerServer(ServerLifecycle):
         if self._appended is not None:
             self._appended.set()
             self._appended = asyncio.Event()
-
-    # -- launcher API (any thread) ----------------------------------------------------------
-
-    def next_node_id(self) -> int:
-        """A fresh broker id for a new broker (Kafka's protocol has no id-allocation API)."""
-        return self._call(lambda: self._require_controller().next_node_id())
-
-    def request_shutdown(self, broker_id: int | None = None) -> None:
-        """Make heartbeats of `broker_id` (every broker when None) answer should_shut_down."""
-        self._call(lambda: self._require_controller().request_shutdown(broker_id))
-
-    def unregister_broker(self, broker_id: int) -> None:
-        """Forget a broker (e.g. before relaunching its identity in a new Spark job)."""
-        controller = self._require_controller()
-        self._call_write(lambda: controller.unregister_broker(broker_id))
-
-    def acl_image(self) -> MetadataImage | None:  # the authorizers' ACLs (the coordinator's too)
-        return None if self.controller is None else self.controller.image
-
-    def metadata_image(self) -> MetadataImage:
-        """A copy of the current image (brokers, topics, partitions, configs)."""
-        return self._call(
-            lambda: MetadataImage.from_dict(self._require_controller().image.to_dict())
-        )
-
-    def live_brokers(self) -> list[dict[str, Any]]:
-        """Unfenced brokers, sorted by id: `broker_id`, `host`, `port`, `rack`."""
-
-        def view() -> list[dict[str, Any]]:
-            image = self._require_controller().image
-            return [
-                {"broker_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack}
-                for b in image.unfenced_brokers()
-            ]
-
-        return self._call(view)
-
-    def describe_brokers(self) -> list[dict[str, Any]]:
-        """Every registered broker with its launch facts and `fenced` flag, sorted by id."""
-        return self._call(lambda: self.metadata_image().to_dict()["brokers"])
-
-    def describe_topics(self) -> list[dict[str, Any]]:
-        """Every topic: `name`, `topic_id`, `partitions` (leader, epochs, replicas, ISR), `configs`."""
-
-        def view() -> list[dict[str, Any]]:
-            image = self._require_controller().image
-            topics = []
-            for name in image.topic_names():
-                topic = image.topic(name)
-                assert topic is not None
-                partitions = [topic.partitions[i].to_record() for i in sorted(topic.partitions)]
-                for p in partitions:
-                    del p["type"], p["topic_id"]
-                configs = dict(image.topic_config(name))
-                topics.append(
-                    {
-                        "name": name,
-                        "topic_id": str(topic.topic_id),
-                        "partitions": partitions,
-                        "configs": configs,
-                    }
-                )
-            return topics
-
-        return self._call(view)
-
-    async def handle_from_other_loop(self, request: Request) -> Any:
-        """Serve a client request on the controller's loop, awaited from another loop (the
-        group coordinator answers Metadata and DescribeCluster this way)."""
-        loop = self._loop
-        if loop is None or self._stopping or self.apis is None:
-            raise RuntimeError("the controller is not running")
-        self._check_not_fenced()
-        future = asyncio.run_coroutine_threadsafe(self.apis.handle(request), loop)
-        return await asyncio.wrap_future(future)
-
-    def allocate_producer_ids(self, owner_id: int) -> tuple[int, int]:
-        """(first id, count) of a fresh producer-id block for the driver's coordinator."""
-
-        controller = self._require_controller()
-        block = self._call_write(lambda: controller.producer_ids_block(owner_id))
-        return block.producer_id_start, block.producer_id_len
-
-    def partition_count(self, topic: str) -> int:
-        """How many partitions `topic` has (0: no such topic), read from the image without
-        hopping onto the loop (a lookup in dicts the loop replaces atomically; it may lag one
-        record behind)."""
-        controller = self.controller
-        image = None if controller is None else controller.image.topic(topic)
-        return 0 if image is None else len(image.partitions)
-
-    def partition_leader(self, topic: str, partition: int) -> tuple[int, str, int] | None:
-        """(broker id, host, port) of the partition's leader on the inter-broker listener (where
-        the coordinator's markers go); None while it has no live one.
-        Read without hopping onto the loop, like `partition_count`."""
-        controller = self.controller
-        image = None if controller is None else controller.image
-        found = None if image is None else image.topic(topic)
-        registration = None if found is None else found.partitions.get(partition)
-        if image is None or registration is None or not registration.is_online:
-            return None
-        broker = image.broker(registration.leader)
-        endpoint = None if broker is None else broker.endpoint(self.inter_broker_listener_name)
-        if broker is None or broker.fenced or endpoint is None:
-            return None
-        return broker.broker_id, endpoint.host, endpoint.port
-
-    def group_config(self, group_id: str) -> Mapping[str, str]:
-        """A group's own configs (GROUP resource `Config` records), read from the image without
-        hopping onto the loop, like `partition_count`."""
-        controller = self.controller
-        return (
-            {} if controller is None else dict(controller.image.configs(GROUP_RESOURCE, group_id))
-        )
-
-    def topic_names(self) -> list[str]:
-        controller = self.controller
-        return [] if controller is None else list(controller.image.topic_names())
-
-    def topic_id(self, topic: str) -> uuid.UUID | None:
-        controller = self.controller
-        image = None if controller is None else controller.image.topic(topic)
-        return None if image is None else image.topic_id
-
-    def topic_name(self, topic_id: uuid.UUID) -> str | None:
-        controller = self.controller
-        image = None if controller is None else controller.image.topic_by_id(topic_id)
-        return None if image is None else image.name
-
-    def _require_controller(self) -> QuorumController:
-        if self.controller is None:
-            raise RuntimeError("the controller is not started")
-        return self.controller
-
-    def _check_not_fenced(self) -> None:
-        if self.metadata_log is not None:
-            self.metadata_log.check_not_fenced()
-
-    def _call_write(self, operation: Callable[[], ControllerResult[T]]) -> T:
-        """`commit(operation)` from another thread: wait for its response."""
-        loop = self._loop
-        if loop is None or self._stopping:
-            raise RuntimeError("the controller is not running")
-        self._check_not_fenced()
-        assert threading.get_ident() != self._loop_thread_id, "on the loop: await commit()"
-        future = asyncio.run_coroutine_threadsafe(self.commit(operation), loop)
-        return future.result(_CALL_TIMEOUT_S)
-
-    def _call(self, fn: Callable[[], T]) -> T:
-        loop = self._loop
-        if loop is None or self._stopping:
-            raise RuntimeError("the controller is not running")
-        self._check_not_fenced()
-        if threading.get_ident() == self._loop_thread_id:
-            return fn()
-        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-
-        def run() -> None:
-            try:
-                future.set_result(fn())
-            except BaseException as e:
-                future.set_exception(e)
-
-        loop.call_soon_threadsafe(run)
-        return future.result(_CALL_TIMEOUT_S)
 
 
 def _consume_exception(task: asyncio.Future[Any]) -> None:
