@@ -5,6 +5,10 @@ JARs (`sparklog.jars`): node 1 is a combined controller+broker, nodes 2..N are b
 only; every listener binds 127.0.0.1 on a free port; each JVM is capped with `-Xmx`. It is a
 context manager; `stop()` ends every process it started. `pids` gives the broker processes so
 benchmarks can read their CPU time and RSS from /proc.
+
+`security=OracleSecurity(...)` (see `kafka_security`) serves SASL_SSL and mTLS listeners with
+SCRAM users created at format time and Kafka's StandardAuthorizer instead of PLAINTEXT;
+`bootstrap_servers` then names the SASL_SSL listener and `bootstrap(listener)` any of them.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import time
 from pathlib import Path
 
 from sparklog.jars import kafka_classpath
+from sparklog.oracle.kafka_security import CLIENT_LISTENERS, OracleSecurity
 
 _LOG4J2 = """\
 status = warn
@@ -54,6 +59,7 @@ class ApacheKafka:
         heap: str = "1g",
         config: dict[str, str] | None = None,
         log_level: str = "WARN",
+        security: OracleSecurity | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.brokers = brokers
@@ -61,13 +67,24 @@ class ApacheKafka:
         self.config = dict(config or {})
         self.log_level = log_level
         self.cluster_id = _cluster_id()
+        self.security = security
         self.ports = [free_port() for _ in range(brokers)]
+        # per secured client listener, one port per node (SASL_SSL's are `ports`)
+        self.listener_ports: dict[str, list[int]] = {"PLAINTEXT": self.ports}
+        if security is not None:
+            self.listener_ports = {CLIENT_LISTENERS[0]: self.ports}
+            for name in CLIENT_LISTENERS[1:]:
+                self.listener_ports[name] = [free_port() for _ in range(brokers)]
         self.controller_port = free_port()
         self._procs: list[subprocess.Popen] = []
 
     @property
     def bootstrap_servers(self) -> str:
         return ",".join(f"127.0.0.1:{port}" for port in self.ports)
+
+    def bootstrap(self, listener: str) -> str:
+        """The bootstrap servers of one listener (PLAINTEXT, or SASL_SSL / SSL when secured)."""
+        return ",".join(f"127.0.0.1:{port}" for port in self.listener_ports[listener])
 
     @property
     def pids(self) -> list[int]:
@@ -108,6 +125,10 @@ class ApacheKafka:
             props["process.roles"] = "broker"
             props["listeners"] = f"PLAINTEXT://127.0.0.1:{port}"
         props["advertised.listeners"] = f"PLAINTEXT://127.0.0.1:{port}"
+        if self.security is not None:
+            ports = {name: p[node_id - 1] for name, p in self.listener_ports.items()}
+            controller = self.controller_port if node_id == 1 else None
+            props.update(self.security.properties(ports, controller))
         props.update(self.config)
         return props
 
@@ -133,6 +154,8 @@ class ApacheKafka:
                 "kafka.tools.StorageTool", "format", "-t", self.cluster_id,
                 "-c", str(props_file), "--ignore-formatted", node_dir=node_dir,
             )  # fmt: skip
+            if self.security is not None and node_id == 1:
+                fmt += self.security.format_arguments()
             done = subprocess.run(fmt, capture_output=True, text=True, timeout=120)
             if done.returncode != 0:
                 raise KafkaNotStarted(f"kafka-storage format failed: {done.stderr[-2000:]}")
@@ -170,13 +193,10 @@ class ApacheKafka:
         from confluent_kafka.admin import AdminClient
 
         deadline = time.monotonic() + timeout_s
-        admin = AdminClient(
-            {
-                "bootstrap.servers": self.bootstrap_servers,
-                "broker.address.family": "v4",
-                "log_level": 0,
-            }
-        )
+        config = {"bootstrap.servers": self.bootstrap_servers}
+        if self.security is not None:
+            config = self.security.admin_client_config(self.bootstrap_servers)
+        admin = AdminClient({**config, "broker.address.family": "v4", "log_level": 0})
         last: Exception | None = None
         while time.monotonic() < deadline:
             for node_id, proc in enumerate(self._procs, start=1):
