@@ -21,12 +21,19 @@ side with the same topic settings; every cell is measured on one, then the other
             a small write and read per cell whose seconds are the first-use figures (one-time
             costs: JVM class loading and JIT, Python workers and imports).
 
+  security  (jobs/bench_security.py) both configured with the same SASL_SSL/mTLS listeners and
+            StandardAuthorizer: confluent produce and consume over SASL_SSL SCRAM-SHA-512 with
+            1,000 ACLs loaded and with no authorizer, and authentications per second;
+            `--no-security` leaves them out.
+
 Headline ratios (sparklog / Kafka; the JSON's "definitions" says which cell each comes from):
 `produce_mb_s_vs_kafka`, `consume_mb_s_vs_kafka`, `e2e_p99_vs_kafka` (lower is better),
 `cpu_per_gb_vs_kafka` (lower is better), `spark_read_vs_kafka_connector`,
 `spark_write_vs_kafka_connector`, `kafka_connector_on_sparklog_vs_kafka`.
 
-Usage: .venv/bin/python jobs/bench_vs_kafka.py [--quick] [--json FILE]
+Security ratios: see jobs/bench_security.py (`sasl_ssl_produce_mb_s_vs_kafka`, ...).
+
+Usage: .venv/bin/python jobs/bench_vs_kafka.py [--quick] [--no-security] [--json FILE]
        [--kafka-bootstrap HOST:PORT --kafka-pids PID,...]   (reuse a running 1-broker Kafka)
 """
 
@@ -79,6 +86,7 @@ class System:
     bootstrap: str
     pids: list[int]
     stop: Callable[[], None] = field(default=lambda: None)
+    client: dict[str, Any] = field(default_factory=dict)  # librdkafka security settings
 
     def cpu_s(self) -> float:
         total = 0
@@ -131,11 +139,11 @@ def sparklog_serve(brokers: int) -> Iterator[System]:
             proc.wait(60)
 
 
-def create_topic(bootstrap: str, partitions: int, rf: int) -> str:
+def create_topic(bootstrap: str, partitions: int, rf: int, client: dict | None = None) -> str:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     name = f"bench-{uuid.uuid4().hex[:10]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap, **LIBRDKAFKA})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **LIBRDKAFKA, **(client or {})})
     admin.create_topics([NewTopic(name, partitions, rf)])[name].result(60)
     time.sleep(0.5)  # metadata reaches every broker
     return name
@@ -159,7 +167,9 @@ def producer_performance(bootstrap: str, topic: str, records: int, size: int) ->
     return {"records_s": rps, "mb_s": rps * size / 1e6, "p50_ms": p50, "p99_ms": p99}
 
 
-def confluent_produce(bootstrap: str, topic: str, records: int, size: int) -> dict[str, float]:
+def confluent_produce(
+    bootstrap: str, topic: str, records: int, size: int, client: dict | None = None
+) -> dict[str, float]:
     from confluent_kafka import Producer
 
     rng = np.random.default_rng(size)
@@ -173,7 +183,7 @@ def confluent_produce(bootstrap: str, topic: str, records: int, size: int) -> di
     producer = Producer(
         {"bootstrap.servers": bootstrap, **LIBRDKAFKA, "acks": "all", "compression.type": "lz4",
          "linger.ms": 5, "batch.size": 1_000_000, "queue.buffering.max.messages": 2_000_000,
-         "queue.buffering.max.kbytes": 2_000_000}
+         "queue.buffering.max.kbytes": 2_000_000, **(client or {})}
     )  # fmt: skip
     started = time.perf_counter()
     for i in range(records):
@@ -192,13 +202,15 @@ def confluent_produce(bootstrap: str, topic: str, records: int, size: int) -> di
             "p50_ms": float(p50), "p99_ms": float(p99)}  # fmt: skip
 
 
-def confluent_consume(bootstrap: str, topic: str, partitions: int, records: int, size: int) -> dict:
+def confluent_consume(
+    bootstrap: str, topic: str, partitions: int, records: int, size: int, client: dict | None = None
+) -> dict:
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer(
         {"bootstrap.servers": bootstrap, **LIBRDKAFKA, "group.id": "bench-unused",
          "enable.auto.commit": False, "queued.min.messages": 1_000_000,
-         "fetch.queue.backoff.ms": 0}
+         "fetch.queue.backoff.ms": 0, **(client or {})}
     )  # fmt: skip
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     got = 0
@@ -280,7 +292,7 @@ def _confluent_produce_with_cpu(system: System, topic: str, records: int, size: 
     dirty pages of earlier runs are written back (no run pays for another one's writeback)."""
     os.sync()
     cpu = system.cpu_s()
-    produced = confluent_produce(system.bootstrap, topic, records, size)
+    produced = confluent_produce(system.bootstrap, topic, records, size, client=system.client)
     tick = 1 / os.sysconf("SC_CLK_TCK")  # a tiny --quick cell may not use one whole tick
     used = max(system.cpu_s() - cpu, tick)
     produced["broker_cpu_s_per_gb"] = used / (records * size / 1e9)
@@ -441,10 +453,13 @@ def main() -> None:
     parser.add_argument("--kafka-bootstrap", help="reuse a running 1-broker Apache Kafka")
     parser.add_argument("--kafka-pids", default="", help="its broker pids (for /proc)")
     parser.add_argument("--json", help="write every figure here")
+    parser.add_argument("--no-security", action="store_true", help="leave out the SASL_SSL cells")
+    parser.add_argument("--auth-count", type=int, default=300, help="authentications timed")
+    parser.add_argument("--auth-threads", type=int, default=4)
     args = parser.parse_args()
     if args.quick:
         args.mb, args.spark_rows, args.rate, args.latency_s = 2.0, 20_000, 500, 1.0
-        args.spark_warmup_rows, args.rounds = 1_000, 1
+        args.spark_warmup_rows, args.rounds, args.auth_count = 1_000, 1, 20
     out: dict[str, Any] = {}
     for rf in (1,) if args.quick else (1, 3):
         print(f"RF={rf} ({rf} broker(s) each)")
@@ -455,12 +470,19 @@ def main() -> None:
             if rf == 1:
                 print("Spark")
                 spark_cells(kafka, ours, args, out)
-    out["headline"] = headline(out)
-    out["definitions"] = DEFINITIONS
+    definitions = dict(DEFINITIONS)
+    if not args.no_security:
+        import bench_security  # imports this module: not at the top
+
+        print("Security (SASL_SSL, SCRAM-SHA-512, StandardAuthorizer)")
+        bench_security.security_cells(args, out)
+        definitions |= bench_security.DEFINITIONS
+    out["headline"] = headline(out) | out.pop("security_headline", {})
+    out["definitions"] = definitions
     out.update(out["headline"])
     print(table(out))
     for key, value in out["headline"].items():
-        print(f"{key} = {value:.3f}  ({DEFINITIONS[key]})")
+        print(f"{key} = {value:.3f}  ({definitions.get(key.removeprefix('kafka.'), 'Kafka')})")
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")
 
