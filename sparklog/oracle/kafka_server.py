@@ -168,7 +168,7 @@ class ApacheKafka:
                     start_new_session=True,
                 )  # fmt: skip
             )
-        self._wait_ready(timeout_s)
+        self.wait_ready(timeout_s)
         return self
 
     def kill(self, node_id: int) -> None:
@@ -188,7 +188,7 @@ class ApacheKafka:
             start_new_session=True,
         )
 
-    def _wait_ready(self, timeout_s: float) -> None:
+    def wait_ready(self, timeout_s: float = 90.0) -> None:
         """Ready when every broker answers Metadata listing all brokers (kafka-clients' view)."""
         from confluent_kafka.admin import AdminClient
 

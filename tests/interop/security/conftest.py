@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import ssl
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,8 @@ class SecureTarget:
     ca: TestCA
     client_cert: KeyPair  # alice's certificate (mTLS)
     security: OracleSecurity
+    #: restarts the process holding the controller (and its metadata log) on its data dir
+    restart_controller: Callable[[], None] = field(default=lambda: None, compare=False)
 
     def bootstrap(self, auth: str) -> str:
         return self.sasl_ssl if auth == "scram" else self.ssl
@@ -245,9 +248,15 @@ def secure_kafka(tmp_path_factory, tls_ca) -> SecureTarget:
         security=security,
     )
     with kafka:
+
+        def restart() -> None:  # node 1 is the combined controller + broker
+            kafka.kill(1)
+            kafka.restart(1)
+            kafka.wait_ready()
+
         target = SecureTarget(
             "kafka", kafka.bootstrap(SASL_SSL), kafka.bootstrap(SSL), tls_ca,
-            alice_certificate(tls_ca), security,
+            alice_certificate(tls_ca), security, restart,
         )  # fmt: skip
         grant_alice(target.admin())
         wait_for_acls(target.admin(), 3)
@@ -291,10 +300,9 @@ def secure_sparklog(tmp_path_factory, tls_ca) -> SecureTarget:
     data_dir: Path = tmp_path_factory.mktemp("secure-sparklog")
     config = sparklog_config(security, ports)
     with EmbeddedCluster(brokers=1, data_dir=data_dir, config=config) as cluster:
-        del cluster  # reached through its listeners only
         target = SecureTarget(
             "sparklog", f"127.0.0.1:{ports[SASL_SSL]}", f"127.0.0.1:{ports[SSL]}", tls_ca,
-            alice_certificate(tls_ca), security,
+            alice_certificate(tls_ca), security, cluster.restart_controller,
         )  # fmt: skip
         admin = target.admin()
         admin.list_topics(timeout=15)
