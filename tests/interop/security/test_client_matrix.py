@@ -21,7 +21,7 @@ import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import NewTopic
 
-from .conftest import PLAIN_USERS, SecureTarget
+from tests.support.secure_clusters import PLAIN_USERS, SecureTarget
 
 pytestmark = [pytest.mark.interop, pytest.mark.oracle]
 

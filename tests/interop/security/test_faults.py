@@ -22,7 +22,8 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from .conftest import SecureTarget
+from tests.support.secure_clusters import SecureTarget
+
 from .test_client_matrix import DEADLINE_S, authentication_error, eventually
 
 pytestmark = [pytest.mark.interop, pytest.mark.oracle]

@@ -10,8 +10,9 @@ import subprocess
 
 import pytest
 
+from tests.support.secure_clusters import SecureTarget
+
 from ..java_tools import compile_java
-from .conftest import SecureTarget
 from .test_client_matrix import RECORDS, TXN_RECORDS, names
 
 pytestmark = [pytest.mark.interop, pytest.mark.oracle]

@@ -12,8 +12,7 @@ import pytest
 from confluent_kafka.admin import NewTopic
 
 from sparklog.jars import spark_jars_or_none
-
-from .conftest import SCRAM_USERS, SecureTarget
+from tests.support.secure_clusters import SCRAM_USERS, SecureTarget
 
 pytestmark = [
     pytest.mark.spark,
