@@ -19,9 +19,9 @@ SASL_SSL / Kafka SASL_SSL; target >= 0.9), `sasl_ssl_vs_plaintext_produce` and
 and Kafka's own `kafka.acls_1000_vs_authorizer_off_produce` beside it.
 
 SCRAM users: Kafka creates them when formatting its storage (`kafka-storage format
---add-scram`); sparklog gets them through AlterUserScramCredentials from the admin user (PLAIN),
-so a sparklog without that API yet fails here with the reason printed, and its cells are
-left out rather than the whole benchmark stopped.
+--add-scram`), sparklog's controller at start (`sparklog.add.scram`, the same syntax). A
+sparklog that cannot be secured fails here with the reason printed, and its cells are left
+out rather than the whole benchmark stopped.
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ def secured_kafka(security: OracleSecurity) -> Iterator[System]:
 @contextmanager
 def secured_sparklog(security: OracleSecurity) -> Iterator[System]:
     """`sparklog serve --master none` with the same settings (no KRaft controller listener:
-    the driver's controller has its own), SCRAM users through AlterUserScramCredentials."""
+    the driver's controller has its own), SCRAM users from `sparklog.add.scram`."""
     from sparklog.cli.common import default_config_file, read_properties_file
 
     ports = {SASL_SSL: free_port(), SSL: free_port()}
@@ -139,7 +139,9 @@ def secured_sparklog(security: OracleSecurity) -> Iterator[System]:
     }
     with tempfile.TemporaryDirectory(prefix="bench-sparklog-sasl-") as d:
         defaults = default_config_file()
+        scram = ";".join(security.format_arguments()[1::2])  # as kafka-storage format takes them
         settings = (read_properties_file(defaults) if defaults else {}) | props
+        settings["sparklog.add.scram"] = scram
         conf = Path(d) / "server.properties"  # a file: the JAAS passwords stay out of `ps`
         conf.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
         cmd = [sys.executable, "-m", "sparklog", "serve", "--master", "none", "--brokers", "1",
@@ -154,7 +156,6 @@ def secured_sparklog(security: OracleSecurity) -> Iterator[System]:
             threading.Thread(target=stream.read, daemon=True).start()
         try:
             bootstrap = f"127.0.0.1:{ports[SASL_SSL]}"
-            _add_scram_user(security, bootstrap)
             yield System("sparklog", bootstrap, [proc.pid], client=client_config(security))
         finally:
             proc.send_signal(signal.SIGTERM)
@@ -165,21 +166,6 @@ def _admin(security: OracleSecurity, bootstrap: str) -> Any:
     from confluent_kafka.admin import AdminClient
 
     return AdminClient(security.admin_client_config(bootstrap) | LIBRDKAFKA)
-
-
-def _add_scram_user(security: OracleSecurity, bootstrap: str) -> None:
-    from confluent_kafka.admin import (
-        ScramCredentialInfo,
-        ScramMechanism,
-        UserScramCredentialUpsertion,
-    )
-
-    upsert = UserScramCredentialUpsertion(
-        USER, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), PASSWORD.encode()
-    )
-    admin = _admin(security, bootstrap)
-    for future in admin.alter_user_scram_credentials([upsert], request_timeout=30).values():
-        future.result()
 
 
 def load_acls(security: OracleSecurity, bootstrap: str) -> None:

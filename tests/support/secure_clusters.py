@@ -266,31 +266,17 @@ def secure_kafka(tmp_path_factory, tls_ca) -> SecureTarget:
 
 def sparklog_config(security: OracleSecurity, ports: dict[str, int]) -> dict[str, str]:
     """Kafka's settings as sparklog takes them: the same listeners, TLS, SASL and ACL settings;
-    no KRaft controller listener (the driver's controller has its own, see listeners.py)."""
+    no KRaft controller listener (the driver's controller has its own, see listeners.py); the
+    SCRAM users as `sparklog.add.scram` (`kafka-storage format --add-scram`'s syntax, written
+    by the controller at start as Kafka's format writes them into the bootstrap metadata)."""
     props = security.properties(ports, controller_port=None)
     props = {
         key: value
         for key, value in props.items()
         if "controller" not in key and not key.startswith("listener.name.controller")
     }
-    return TOPIC_DEFAULTS | props
-
-
-def add_scram_users(admin: AdminClient, users: dict[str, str]) -> None:
-    """AlterUserScramCredentials (KIP-554) for each user, both mechanisms, 4096 iterations."""
-    from confluent_kafka.admin import (
-        ScramCredentialInfo,
-        ScramMechanism,
-        UserScramCredentialUpsertion,
-    )
-
-    upserts = [
-        UserScramCredentialUpsertion(user, ScramCredentialInfo(mechanism, 4096), password.encode())
-        for user, password in users.items()
-        for mechanism in (ScramMechanism.SCRAM_SHA_512, ScramMechanism.SCRAM_SHA_256)
-    ]
-    for future in admin.alter_user_scram_credentials(upserts, request_timeout=30).values():
-        future.result()
+    scram = ";".join(security.format_arguments()[1::2])
+    return TOPIC_DEFAULTS | props | {"sparklog.add.scram": scram}
 
 
 @pytest.fixture(scope="session")
@@ -309,7 +295,6 @@ def secure_sparklog(tmp_path_factory, tls_ca) -> SecureTarget:
         )  # fmt: skip
         admin = target.admin()
         admin.list_topics(timeout=15)
-        add_scram_users(admin, SCRAM_USERS)
         grant_alice(admin)
         wait_for_acls(admin, 3)
         yield target
