@@ -9,12 +9,16 @@ behaviour (SaslServerAuthenticator); sparklog must answer the same:
 - PLAIN and SCRAM-SHA-512 (RFC 5802 via scramp's client) with the right password: error 0 and
   `session_lifetime_ms` 0 (connections.max.reauth.ms defaults to 0), then requests are served
   as that user;
-- a wrong password: SASL_AUTHENTICATION_FAILED (58), then the connection is closed."""
+- a wrong password: SASL_AUTHENTICATION_FAILED (58), then the connection is closed;
+- SaslHandshake v0 (kafka-python's older clients, KAFKA-18270): the tokens then travel raw,
+  each behind a 4-byte length, not in SaslAuthenticate; PLAIN's answer is an empty token, a
+  wrong password closes the connection (v0 has no frame to carry an error)."""
 
 from __future__ import annotations
 
 import socket
 import ssl
+import struct
 from typing import Any
 
 import pytest
@@ -69,6 +73,24 @@ class WireClient:
 
     def close(self) -> None:
         self.sock.close()
+
+    def raw_token(self, token: bytes) -> bytes:
+        """A SaslHandshake v0 token exchange: length-prefixed bytes out, the same back."""
+        self.sock.sendall(struct.pack(">i", len(token)) + token)
+        header = self._read_exactly(4)
+        return self._read_exactly(struct.unpack(">i", header)[0])
+
+    def _read_exactly(self, count: int) -> bytes:
+        data = b""
+        while len(data) < count:
+            try:
+                chunk = self.sock.recv(count - len(data))
+            except (ConnectionError, ssl.SSLError) as e:
+                raise Closed(str(e)) from None
+            if not chunk:
+                raise Closed("end of stream")
+            data += chunk
+        return data
 
     def handshake(self, mechanism: str) -> Any:
         return self.ask(SASL_HANDSHAKE, 1, mechanism=mechanism)
@@ -139,3 +161,16 @@ def test_scram_sha_512_exchange(wire: WireClient, password_ok: bool) -> None:
     else:
         assert final.error_code == SASL_AUTHENTICATION_FAILED
         assert wire.is_closed()
+
+
+@pytest.mark.parametrize("password_ok", [True, False], ids=["right", "wrong"])
+def test_handshake_v0_then_raw_plain_token(wire: WireClient, password_ok: bool) -> None:
+    answer = wire.ask(SASL_HANDSHAKE, 0, mechanism="PLAIN")
+    assert answer.error_code == 0 and set(answer.mechanisms) == ENABLED
+    password = PLAIN_USERS["alice"] if password_ok else "not-the-password"
+    if password_ok:
+        assert wire.raw_token(b"\0alice\0" + password.encode()) == b""
+        assert wire.metadata().brokers
+    else:
+        with pytest.raises(Closed):
+            wire.raw_token(b"\0alice\0" + password.encode())
