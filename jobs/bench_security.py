@@ -58,8 +58,8 @@ DEFINITIONS = {
     "sasl_ssl_vs_plaintext_consume": "sparklog consume over SASL_SSL / over PLAINTEXT (same cell)",
     "authentications_s_vs_kafka": "new SASL_SSL SCRAM-SHA-512 connections (+1 Metadata) per "
     "second: sparklog / Kafka",
-    "acls_1000_vs_authorizer_off_produce": "sparklog SASL_SSL produce with 1,000 ACLs / with no "
-    "authorizer",
+    "acls_1000_vs_authorizer_off_produce": "SASL_SSL produce with 1,000 ACLs / with no "
+    "authorizer (sparklog; kafka.acls_1000_vs_authorizer_off_produce: Kafka's)",
 }
 
 
