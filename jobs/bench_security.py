@@ -144,6 +144,8 @@ def secured_sparklog(security: OracleSecurity) -> Iterator[System]:
         scram = ";".join(security.format_arguments()[1::2])  # as kafka-storage format takes them
         settings = (read_properties_file(defaults) if defaults else {}) | props
         settings["sparklog.add.scram"] = scram
+        # the defaults file may name the inter-broker listener by protocol; Kafka refuses both
+        settings.pop("security.inter.broker.protocol", None)
         conf = Path(d) / "server.properties"  # a file: the JAAS passwords stay out of `ps`
         conf.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
         cmd = [sys.executable, "-m", "sparklog", "serve", "--master", "none", "--brokers", "1",
