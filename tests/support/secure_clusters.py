@@ -151,8 +151,8 @@ class SecureTarget:
         return kwargs | {"security_protocol": "SSL"}
 
     def java(self, auth: str) -> dict[str, str]:
-        """Kafka's Java clients' settings (PEM trust store; a PKCS12 key store for mTLS: Java
-        17 cannot read PKCS#8 keys encrypted with PBES2, what `cryptography` writes)."""
+        """Kafka's Java clients' settings (PEM trust store; for mTLS a PKCS12 key store, the
+        broker's being PEM: both of Kafka's key store formats take part)."""
         props = {
             "bootstrap.servers": self.bootstrap(auth),
             "ssl.truststore.type": "PEM",
@@ -175,23 +175,10 @@ class SecureTarget:
         }
 
 
-def alice_certificate(ca: TestCA) -> KeyPair:
-    """alice's client certificate. It names a DNS identity: Java refuses a certificate whose
-    subjectAltName extension is empty ("No data stored in SubjectAlternativeNameExtension")."""
-    return ca.issue(
-        "client-alice-san",
-        "alice.clients.test",
-        common_name="alice",
-        organization_name="sparklog",
-        organization_unit_name="tests",
-    )
-
-
 def oracle_security(ca: TestCA) -> OracleSecurity:
-    # PKCS12: Kafka on Java 17 cannot read the PBES2-encrypted PEM key `server_props()` writes
     return OracleSecurity(
         ca_file=ca.ca_path,
-        server_ssl=ca.server_props(keystore="PKCS12"),
+        server_ssl=ca.server_props(),  # PEM key store, key encrypted as Java 17 reads it
         scram_users=SCRAM_USERS,
         plain_users=PLAIN_USERS,
     )
@@ -257,7 +244,7 @@ def secure_kafka(tmp_path_factory, tls_ca) -> SecureTarget:
 
         target = SecureTarget(
             "kafka", kafka.bootstrap(SASL_SSL), kafka.bootstrap(SSL), tls_ca,
-            alice_certificate(tls_ca), security, restart,
+            tls_ca.client("alice"), security, restart,
         )  # fmt: skip
         grant_alice(target.admin())
         wait_for_acls(target.admin(), 3)
@@ -291,7 +278,7 @@ def secure_sparklog(tmp_path_factory, tls_ca) -> SecureTarget:
     with EmbeddedCluster(brokers=1, data_dir=data_dir, config=config) as cluster:
         target = SecureTarget(
             "sparklog", f"127.0.0.1:{ports[SASL_SSL]}", f"127.0.0.1:{ports[SSL]}", tls_ca,
-            alice_certificate(tls_ca), security, cluster.restart_controller,
+            tls_ca.client("alice"), security, cluster.restart_controller,
         )  # fmt: skip
         admin = target.admin()
         admin.list_topics(timeout=15)
