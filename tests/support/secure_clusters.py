@@ -13,9 +13,10 @@ lazily by the first test that asks for it, both configured with the same Kafka s
 
 Each fixture gives a `SecureTarget` whose methods build each client library's settings for
 `scram` (SASL_SSL, SCRAM-SHA-512 as alice) or `mtls` (SSL with alice's certificate), and the
-super user's AdminClient. tests/interop/security parametrizes its tests over both (`target`);
-sparklog cells are expected to fail (xfail, not strict) only while its listeners, TLS, SASL
-and ACL metadata have not landed; remove `SPARKLOG_PENDING` then.
+super user's AdminClient. At start each fixture tries alice's two logins once and keeps what
+failed (`login_errors`): a test needing a login that failed fails at once (`require`) instead
+of after its clients' timeouts. tests/interop/security parametrizes its tests over both
+(`target`).
 """
 
 from __future__ import annotations
@@ -58,12 +59,6 @@ TOPIC_DEFAULTS = {
     "transaction.state.log.min.isr": "1",
 }
 
-#: sparklog cells until its listeners/TLS/SASL/ACL pieces are on main (issue 30)
-SPARKLOG_PENDING = pytest.mark.xfail(
-    reason="sparklog's SASL_SSL/mTLS listeners and ACL metadata are not on main yet",
-    strict=False,
-)
-
 
 @dataclass(frozen=True)
 class SecureTarget:
@@ -77,6 +72,23 @@ class SecureTarget:
     security: OracleSecurity
     #: restarts the process holding the controller (and its metadata log) on its data dir
     restart_controller: Callable[[], None] = field(default=lambda: None, compare=False)
+    #: auth -> why alice could not log in that way when the cluster started
+    login_errors: dict[str, str] = field(default_factory=dict, compare=False)
+
+    def require(self, auth: str) -> None:
+        """Fail now when alice's `auth` login did not work at start."""
+        if auth in self.login_errors:
+            pytest.fail(
+                f"alice cannot log in over {auth} on {self.name}: {self.login_errors[auth]}"
+            )
+
+    def probe_logins(self) -> None:
+        """Try each of alice's logins once (Metadata through it), recording failures."""
+        for auth in AUTHS:
+            try:
+                AdminClient(self.librdkafka(auth)).list_topics(timeout=15)
+            except Exception as e:  # noqa: BLE001 (recorded; `require` reports it)
+                self.login_errors[auth] = str(e)
 
     def bootstrap(self, auth: str) -> str:
         return self.sasl_ssl if auth == "scram" else self.ssl
@@ -248,6 +260,7 @@ def secure_kafka(tmp_path_factory, tls_ca) -> SecureTarget:
         )  # fmt: skip
         grant_alice(target.admin())
         wait_for_acls(target.admin(), 3)
+        target.probe_logins()
         yield target
 
 
@@ -284,8 +297,5 @@ def secure_sparklog(tmp_path_factory, tls_ca) -> SecureTarget:
         admin.list_topics(timeout=15)
         grant_alice(admin)
         wait_for_acls(admin, 3)
-        # both of alice's ways in answer before any test runs: a cluster that half works
-        # fails here once, not in every test after a client timeout
-        for auth in AUTHS:
-            AdminClient(target.librdkafka(auth)).list_topics(timeout=15)
+        target.probe_logins()
         yield target

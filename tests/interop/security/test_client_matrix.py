@@ -355,6 +355,7 @@ def test_acls_deny_what_alice_was_not_granted_and_bad_passwords_fail(
 ) -> None:
     """alice may not create or read outside `sec-` (TOPIC_AUTHORIZATION_FAILED), mallory (no
     ACLs) may not read `sec-` topics, and a wrong password fails authentication."""
+    target.require("scram")
     admin = target.admin()
     private = f"private-{uuid.uuid4().hex[:6]}"
     admin.create_topics([NewTopic(private, 1, 1)], request_timeout=30)[private].result()

@@ -48,6 +48,7 @@ def produce_one(producer: confluent_kafka.Producer, topic: str) -> int | None:
 
 
 def test_acl_removal_takes_effect_on_an_open_connection(target: SecureTarget) -> None:
+    target.require("scram")
     admin = target.admin()
     topic = f"revoke-{uuid.uuid4().hex[:6]}"
     admin.create_topics([NewTopic(topic, 1, 1)], request_timeout=30)[topic].result()
@@ -79,6 +80,7 @@ def _expect(got: int | None, want: int | None) -> int | None:
 
 @pytest.mark.slow  # a controller restart: ~20 s for Kafka (log recovery after a kill)
 def test_controller_restart_keeps_scram_users_and_acls(target: SecureTarget) -> None:
+    target.require("scram")
     admin = target.admin()
     topic = f"sec-restart-{uuid.uuid4().hex[:6]}"
     admin.create_topics([NewTopic(topic, 1, 1)], request_timeout=30)[topic].result()

@@ -61,6 +61,7 @@ def close_cached_kafka_producers(spark) -> None:
 
 
 def test_spark_kafka_connector_writes_and_reads_over_sasl_ssl(spark, target: SecureTarget) -> None:
+    target.require("scram")
     topic = f"sec-spark-{uuid.uuid4().hex[:6]}"
     admin = confluent_kafka.admin.AdminClient(target.librdkafka("scram"))
     admin.create_topics([NewTopic(topic, 2, 1)], request_timeout=30)[topic].result()
