@@ -11,7 +11,9 @@ from tests.support.secure_clusters import AUTHS, SecureTarget
 
 #: (part of a sparklog cell's node id, why it is expected to fail); "" matches every cell
 SPARKLOG_PENDING: tuple[tuple[str, str], ...] = (
-    ("", "sparklog cannot serve SASL_SSL on main yet (the SASL server and authz are pending)"),
+    ("test_acls_deny", "ACLs are not enforced on main yet (authz pending)"),
+    ("test_acl_removal", "ACLs are not enforced on main yet (authz pending)"),
+    ("test_controller_restart", "ACLs are not enforced on main yet (authz pending)"),
 )
 
 
