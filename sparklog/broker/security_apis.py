@@ -1,7 +1,7 @@
 """ACL and SCRAM credential APIs on a broker (Kafka's `AclApis` and the SCRAM handlers of
 `KafkaApis`): CreateAcls, DeleteAcls and AlterUserScramCredentials are checked here (a bad
-enum code closes the connection, the cluster ALTER check, CreateAcls' whole-request quirk)
-and then forwarded to the controller like every admin write (`AdminApis.handle_forwarded`:
+enum code closes the connection, the cluster ALTER check, SECURITY_DISABLED without an
+authorizer as Kafka's `AclApis`, CreateAcls' whole-request quirk) and then forwarded to the controller like every admin write (`AdminApis.handle_forwarded`:
 the answer comes once this broker's image holds the change); DescribeAcls and
 DescribeUserScramCredentials are answered from this broker's image, as Kafka's brokers
 answer from their metadata cache. DescribeClientQuotas answers none (sparklog stores no client
@@ -18,7 +18,11 @@ from typing import Any
 
 from sparklog.broker.admin_apis import AdminApis
 from sparklog.broker.metadata import BrokerMetadata
-from sparklog.errors import ClusterAuthorizationFailedError, UnknownServerError
+from sparklog.errors import (
+    ClusterAuthorizationFailedError,
+    SecurityDisabledError,
+    UnknownServerError,
+)
 from sparklog.metadata import security_wire as wire
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.protocol.connection import Request
@@ -28,6 +32,7 @@ from sparklog.security.acl import CLUSTER_NAME, AclBinding, AclOperation, Resour
 from sparklog.security.audit import LOG_ONLY, change_event
 
 _REFUSED = (ClusterAuthorizationFailedError.code, "Cluster authorization failed.")
+_DISABLED = SecurityDisabledError.code
 
 
 def _cluster_allowed(request: Request, operation: AclOperation) -> bool:
@@ -74,6 +79,8 @@ def security_handlers(
         bindings = wire.acl_creations(request.body)
         if not _cluster_allowed(request, AclOperation.ALTER):
             return wire.create_acls_refused(request, *_REFUSED)
+        if request.context.authorizer is None:
+            return wire.create_acls_refused(request, _DISABLED, wire.NO_AUTHORIZER)
         if wire.names_any(bindings):
             return wire.create_acls_refused(request, UnknownServerError.code, None)
         response = await admin.handle_forwarded(request)
@@ -87,6 +94,8 @@ def security_handlers(
             wire.acl_filter(f)
         if not _cluster_allowed(request, AclOperation.ALTER):
             return wire.delete_acls_refused(request, *_REFUSED)
+        if request.context.authorizer is None:
+            return wire.delete_acls_refused(request, _DISABLED, wire.NO_AUTHORIZER)
         response = await admin.handle_forwarded(request)
         for result in response.filter_results:
             for m in result.matching_acls:
@@ -97,6 +106,8 @@ def security_handlers(
         wire.acl_filter(request.body)
         if not _cluster_allowed(request, AclOperation.DESCRIBE):
             return wire.describe_acls_refused(request, *_REFUSED)
+        if request.context.authorizer is None:
+            return wire.describe_acls_refused(request, _DISABLED, wire.NO_AUTHORIZER_DESCRIBE)
         return wire.describe_acls_response(request, metadata.image.acls)
 
     async def alter_scram(request: Request) -> Any:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
 from sparklog.cli.common import CliError, admin_client
+from sparklog.errors import SecurityDisabledError
 from sparklog.security.acl import (
     CLUSTER_NAME,
     AccessControlEntry,
@@ -78,6 +79,23 @@ def cmd_acls(args: argparse.Namespace, out: TextIO) -> int:
             "add and remove take literal or prefixed"
         )
     resources = list(_resources(args))
+    try:
+        return _acls(args, out, resources, pattern_type)
+    except SecurityDisabledError:
+        # Kafka's brokers answer SECURITY_DISABLED without an authorizer; say how to get one
+        raise CliError(
+            "the cluster has no authorizer, so it keeps no ACLs (SECURITY_DISABLED): set "
+            "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer on "
+            "the brokers and the controller (with super.users for the admins) and restart"
+        ) from None
+
+
+def _acls(
+    args: argparse.Namespace,
+    out: TextIO,
+    resources: list[tuple[ResourceType, str | None]],
+    pattern_type: PatternType,
+) -> int:
     with admin_client(args) as admin:
         if args.action == "add":
             bindings = _bindings(args, resources, pattern_type)

@@ -7,9 +7,9 @@ credentials, DESCRIBE on the cluster to list them) through `pipeline.authorize`,
 allows everything until an authorizer is configured. A refusal answers
 CLUSTER_AUTHORIZATION_FAILED in the API's own shape, for every item of the request.
 
-Unlike Kafka, these APIs are served without an authorizer too (Kafka answers
-SECURITY_DISABLED): the ACLs are stored, and apply once an authorizer is configured
-(docs/differences.md).
+Without `authorizer.class.name` the three ACL APIs answer SECURITY_DISABLED (54), as
+Kafka's `AclApis` does: there is nothing to store ACLs for. The SCRAM APIs need no
+authorizer (Kafka serves them regardless).
 """
 
 from __future__ import annotations
@@ -20,7 +20,11 @@ from typing import Any
 from sparklog.controller.controller_context import ControllerContext
 from sparklog.controller.results import ApiError
 from sparklog.controller.scram_control import ScramDeletion, ScramUpsertion
-from sparklog.errors import ClusterAuthorizationFailedError, UnknownServerError
+from sparklog.errors import (
+    ClusterAuthorizationFailedError,
+    SecurityDisabledError,
+    UnknownServerError,
+)
 from sparklog.metadata import security_wire as wire
 from sparklog.protocol.connection import Request
 from sparklog.protocol.pipeline import authorize
@@ -29,6 +33,7 @@ from sparklog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 logger = logging.getLogger(__name__)
 
 _REFUSED = (ClusterAuthorizationFailedError.code, "Cluster authorization failed.")
+_DISABLED = SecurityDisabledError.code
 
 
 def cluster_allowed(request: Request, operation: AclOperation) -> bool:
@@ -43,6 +48,8 @@ async def handle_create_acls(server: ControllerContext, request: Request) -> Any
     bindings = wire.acl_creations(request.body)
     if not cluster_allowed(request, AclOperation.ALTER):
         return wire.create_acls_refused(request, *_REFUSED)
+    if request.context.authorizer is None:
+        return wire.create_acls_refused(request, _DISABLED, wire.NO_AUTHORIZER)
     if wire.names_any(bindings):
         return wire.create_acls_refused(request, UnknownServerError.code, None)
     controller = server.controller
@@ -56,6 +63,8 @@ async def handle_delete_acls(server: ControllerContext, request: Request) -> Any
     filters = [wire.acl_filter(f) for f in request.body.filters]
     if not cluster_allowed(request, AclOperation.ALTER):
         return wire.delete_acls_refused(request, *_REFUSED)
+    if request.context.authorizer is None:
+        return wire.delete_acls_refused(request, _DISABLED, wire.NO_AUTHORIZER)
     controller = server.controller
     assert controller is not None
     results = await server.commit(lambda: controller.delete_acls(filters))
@@ -69,6 +78,8 @@ def handle_describe_acls(server: ControllerContext, request: Request) -> Any:
     del acl_filter
     if not cluster_allowed(request, AclOperation.DESCRIBE):
         return wire.describe_acls_refused(request, *_REFUSED)
+    if request.context.authorizer is None:
+        return wire.describe_acls_refused(request, _DISABLED, wire.NO_AUTHORIZER_DESCRIBE)
     controller = server.controller
     assert controller is not None
     return wire.describe_acls_response(request, controller.image.acls)

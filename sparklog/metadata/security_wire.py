@@ -97,6 +97,12 @@ def acl_filter(f: Any) -> AclBindingFilter:
     )
 
 
+# Kafka's `AclApis` messages with no authorizer (SECURITY_DISABLED): CreateAcls and DeleteAcls
+# put this in every result, DescribeAcls at the top level with its own wording.
+NO_AUTHORIZER = "No Authorizer is configured."
+NO_AUTHORIZER_DESCRIBE = "No Authorizer is configured on the broker"
+
+
 def create_acls_response(request: Request, outcomes: Sequence[Outcome]) -> Any:
     """CreateAcls' answer: one result per creation (Kafka sends "" as a success's message)."""
     respond = Response(request)

@@ -7,12 +7,42 @@ import signal
 
 import pytest
 
+from sparklog.cluster.embedded import EmbeddedCluster
+from tests.support.authorizer import OPEN_AUTHORIZER
+
+from .conftest import TEST_CONFIG
 from .test_cli import Served, ok, unique, user_error
 
 
-def test_acls_and_users_commands(cluster):
+@pytest.fixture(scope="module")
+def acl_cluster(tmp_path_factory):
+    """A controller and one broker with the StandardAuthorizer (ACLs need one), everyone allowed."""
+    with EmbeddedCluster(
+        brokers=1,
+        data_dir=tmp_path_factory.mktemp("cli-acls"),
+        config={**TEST_CONFIG, **OPEN_AUTHORIZER},
+    ) as running:
+        yield running
+
+
+def test_acls_without_an_authorizer_name_the_setting(cluster):
+    """Kafka's SECURITY_DISABLED (no `authorizer.class.name`) becomes an error naming the fix."""
+    bs = cluster.bootstrap_servers
+    for args in (
+        ("add", "--allow-principal", "User:bob", "--operation", "Write", "--topic", "t"),
+        ("list",),
+        ("remove", "--topic", "t", "--force"),
+    ):
+        error = user_error("acls", *args, "--bootstrap-server", bs)
+        assert "SECURITY_DISABLED" in error
+        assert (
+            "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer" in error
+        )
+
+
+def test_acls_and_users_commands(acl_cluster):
     """The short tier: one ACL and one user through the CLI against an in-process cluster."""
-    bs, topic = cluster.bootstrap_servers, unique("cli-acl-short")
+    bs, topic = acl_cluster.bootstrap_servers, unique("cli-acl-short")
     ok("acls", "add", "--bootstrap-server", bs, "--allow-principal", "User:bob",
        "--operation", "Write", "--topic", topic)  # fmt: skip
     assert "principal=User:bob, host=*, operation=WRITE, permissionType=ALLOW" in ok(
@@ -29,6 +59,7 @@ def test_serve_add_scram_then_users_and_acls_from_the_cli(tmp_path):
     served = Served(
         "--master", "none", "--data-dir", str(tmp_path / "served"),
         "--config", "broker.heartbeat.interval.ms=200",
+        *(a for k, v in OPEN_AUTHORIZER.items() for a in ("--config", f"{k}={v}")),
         "--add-scram", "SCRAM-SHA-512=[name=admin,password=admin-secret]",
     )  # fmt: skip
     try:

@@ -31,6 +31,7 @@ from sparklog.security.acl import (
 )
 from sparklog.security.acl_filter import AclBindingFilter
 from sparklog.security.credentials import ScramMechanism
+from tests.support.authorizer import OPEN_AUTHORIZER
 
 SHA256, SHA512 = ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512
 
@@ -101,6 +102,7 @@ def secured_cluster(tmp_path):
         "broker.session.timeout.ms": "3000",
         # snapshots every few records: a restart reads ACLs and users from one, then the log
         "metadata.log.snapshot.records": "4",
+        **OPEN_AUTHORIZER,  # the ACL APIs answer SECURITY_DISABLED without an authorizer
     }
     with EmbeddedCluster(brokers=2, data_dir=tmp_path, config=config) as cluster:
         yield cluster

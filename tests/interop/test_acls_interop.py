@@ -13,6 +13,7 @@ import scramp
 
 from sparklog.cluster.embedded import EmbeddedCluster
 from sparklog.security.credentials import ScramMechanism
+from tests.support.authorizer import OPEN_AUTHORIZER
 
 from .java_tools import classpath_or_fail
 
@@ -38,7 +39,7 @@ def cluster(tmp_path_factory):
     with EmbeddedCluster(
         brokers=1,
         data_dir=tmp_path_factory.mktemp("acls-interop"),
-        config={"broker.heartbeat.interval.ms": "200"},
+        config={"broker.heartbeat.interval.ms": "200", **OPEN_AUTHORIZER},
     ) as running:
         yield running
 

@@ -2,8 +2,9 @@
 DescribeUserScramCredentials sent to Apache Kafka and to sparklog: the same error codes and
 messages per item, the same bindings and credentials described, the same connection closes.
 
-Kafka runs with its StandardAuthorizer (ACL APIs answer SECURITY_DISABLED without one) and
-`User:ANONYMOUS` as super user, so every request is allowed on both sides.
+Both run the StandardAuthorizer (the ACL APIs answer SECURITY_DISABLED without one: see
+`test_differential_acls_disabled.py`) with `User:ANONYMOUS` as super user, so every request
+is allowed on both sides.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from sparklog.protocol import codec, kio_build
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.protocol.async_client import AsyncKafkaConnection
 from tests.integration.broker_wire import host_port
+from tests.support.authorizer import OPEN_AUTHORIZER
 
 from .conftest import SHARED_CONFIG, SPARKLOG_ONLY
 from .wire import NAMES, Pair, run
@@ -37,7 +39,7 @@ def acl_brokers(tmp_path_factory) -> dict[str, str]:
     ACLs and users these tests leave behind stay out of other modules' clusters)."""
     if not java_available():
         pytest.skip("java is not installed: the Apache Kafka oracle needs a JDK >= 17")
-    sparklog_config = {**SHARED_CONFIG, **SPARKLOG_ONLY}
+    sparklog_config = {**SHARED_CONFIG, **SPARKLOG_ONLY, **OPEN_AUTHORIZER}
     with EmbeddedCluster(
         brokers=1, data_dir=tmp_path_factory.mktemp("sparklog-acls"), config=sparklog_config
     ) as ours:
