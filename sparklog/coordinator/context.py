@@ -5,7 +5,7 @@ and the admin requests clients send to the coordinator as to any node."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from sparklog.protocol.connection import Request
@@ -55,3 +55,45 @@ class CoordinatorContext(TopicIds, Protocol):
     async def handle_from_other_loop(self, request: Request) -> Any:
         """Answer a request the coordinator delegates (Metadata, admin APIs)."""
         ...
+
+
+class CurrentContext:
+    """The `CoordinatorContext` of whichever controller hosts the coordinator *now*: every
+    call goes to `current()` at call time. The coordinator hands these methods to its cores
+    and channels once, at start; a controller restarted under a running coordinator
+    (`EmbeddedCluster.restart_controller`) replaces the server's `controller`, and bound
+    methods of the old one would keep answering from its stopped image (every topic created
+    since then unknown: OffsetCommit answered UNKNOWN_TOPIC_OR_PARTITION)."""
+
+    def __init__(self, current: Callable[[], CoordinatorContext]) -> None:
+        self._current = current
+
+    def topic_id(self, topic: str) -> uuid.UUID | None:
+        return self._current().topic_id(topic)
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        return self._current().topic_name(topic_id)
+
+    def partition_count(self, topic: str) -> int:
+        return self._current().partition_count(topic)
+
+    def topic_names(self) -> list[str]:
+        return self._current().topic_names()
+
+    def partition_leader(self, topic: str, partition: int) -> tuple[int, str, int] | None:
+        return self._current().partition_leader(topic, partition)
+
+    def group_config(self, group_id: str) -> Mapping[str, str]:
+        return self._current().group_config(group_id)
+
+    def allocate_producer_ids(self, owner_id: int) -> tuple[int, int]:
+        return self._current().allocate_producer_ids(owner_id)
+
+    def scram_credentials(self) -> CredentialStore | None:
+        return self._current().scram_credentials()
+
+    def acl_image(self) -> Any:
+        return self._current().acl_image()
+
+    async def handle_from_other_loop(self, request: Request) -> Any:
+        return await self._current().handle_from_other_loop(request)

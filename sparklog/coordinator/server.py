@@ -40,7 +40,7 @@ from typing import Any, TypeVar
 from sparklog.coordinator import authz
 from sparklog.coordinator.audit_log import AuditStore, DeltaAuditSink, audit_table_path
 from sparklog.coordinator.clock import WALL_CLOCK_FLOOR_MS, CoordinatorClock
-from sparklog.coordinator.context import CoordinatorContext
+from sparklog.coordinator.context import CoordinatorContext, CurrentContext
 from sparklog.coordinator.group.apis import GroupCoordinatorApis
 from sparklog.coordinator.group.config import GroupConfig
 from sparklog.coordinator.group.coordinator import GroupCoordinator
@@ -139,6 +139,9 @@ class GroupCoordinatorServer(ServerLifecycle):
             audit_allowed=self.audit_config.audit_log_allowed,
         )
         self.controller = controller
+        #: the context handed to the cores and channels: it follows `controller` when a
+        #: restarted controller replaces it (`context.CurrentContext`)
+        self.context = CurrentContext(lambda: self.controller)
         #: wall-clock ms that never jump in this process (tests inject one; see `clock`)
         self.clock = clock or CoordinatorClock()
         #: the listener it serves: the inter-broker listener's name and protocol (only
@@ -148,7 +151,7 @@ class GroupCoordinatorServer(ServerLifecycle):
         self.listener_security = listeners.security(listener)
         if self.listener_security.sasl is not None and controller is not None:
             # SCRAM logins: the controller's credentials
-            self.listener_security.sasl.bind_credentials(controller.scram_credentials)
+            self.listener_security.sasl.bind_credentials(self.context.scram_credentials)
         #: how the markers reach brokers: their inter-broker listener's security
         self.marker_security = server_client_security(listeners)
         self.host = listener.bind_host
@@ -198,9 +201,9 @@ class GroupCoordinatorServer(ServerLifecycle):
         self.clock.not_before(newest_time_ms(rows))
         self.core = GroupCoordinator(
             self.config,
-            self.controller.partition_count,
-            topic_names=self.controller.topic_names,
-            group_config=self.controller.group_config,
+            self.context.partition_count,
+            topic_names=self.context.topic_names,
+            group_config=self.context.group_config,
         )
         self.core.load(rows, self.now_ms())
         assert self.store is not None
@@ -214,19 +217,19 @@ class GroupCoordinatorServer(ServerLifecycle):
         self.txn.load(rows, self.now_ms())
         self.core.txn_check = self.txn.check_offset_commit
         self._apis = GroupCoordinatorApis(
-            self.core, self.now_ms, self._collect_writes, self.controller
+            self.core, self.now_ms, self._collect_writes, self.context
         )
         self._txn_apis = TransactionApis(
             self.txn,
             self.core,
             self.now_ms,
             self._collect_writes,
-            self.controller.partition_count,
+            self.context.partition_count,
             self._reserve_producer_ids,
         )
         self.markers = TransactionMarkerChannel(
-            self.controller.partition_leader,
-            self.controller.partition_count,
+            self.context.partition_leader,
+            self.context.partition_count,
             self._markers_done,
             request_timeout_ms=self.txn_config.transaction_marker_request_timeout_ms,
             security=self.marker_security,
@@ -429,7 +432,7 @@ class GroupCoordinatorServer(ServerLifecycle):
             return
         assert self._loop is not None
         start, size = await self._loop.run_in_executor(
-            None, self.controller.allocate_producer_ids, GROUP_COORDINATOR_NODE_ID
+            None, self.context.allocate_producer_ids, GROUP_COORDINATOR_NODE_ID
         )
         self._producer_ids = [start, start + size]
 
