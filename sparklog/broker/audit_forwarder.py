@@ -23,7 +23,7 @@ from kio.static.primitive import i32, i64
 
 from sparklog.broker.coordinator_channel import CoordinatorChannel, CoordinatorUnreachableError
 from sparklog.errors import error_for_code
-from sparklog.protocol.sparklog_apis import AuditEventEntry, AuditEventsRequest
+from sparklog.protocol.sparklog_apis import AuditEventsRequest, audit_event_entry
 from sparklog.security.audit import AuditEvent, BufferedAuditSink
 
 logger = logging.getLogger(__name__)
@@ -34,22 +34,6 @@ MAX_BATCH = 1_000
 RETRY_BACKOFF_MS = 1_000
 #: how long a request may wait for the coordinator (a clean shutdown waits this at most)
 REQUEST_TIMEOUT_S = 10.0
-
-
-def _entry(e: AuditEvent) -> AuditEventEntry:
-    return AuditEventEntry(
-        time_ms=i64(e.time_ms),
-        principal=e.principal,
-        client_address=e.client_address,
-        listener=e.listener,
-        api=e.api,
-        resource_type=e.resource_type,
-        resource_name=e.resource_name,
-        operation=e.operation,
-        decision=e.decision,
-        node_id=i32(e.node_id),
-        detail=e.detail,
-    )
 
 
 class ForwardingAuditSink(BufferedAuditSink):
@@ -110,7 +94,7 @@ class ForwardingAuditSink(BufferedAuditSink):
         request = AuditEventsRequest(
             node_id=i32(self.node_id),
             dropped=i64(self._batch_dropped),
-            events=tuple(_entry(e) for e in self._batch),
+            events=tuple(audit_event_entry(e) for e in self._batch),
         )
         try:
             response = await self.channel.send(request, timeout_s=REQUEST_TIMEOUT_S)

@@ -38,7 +38,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from sparklog.coordinator.delta_log import local_dir, sync_checkpoint, sync_commits
+from sparklog.coordinator.delta_log import local_dir, sync_commits
+from sparklog.coordinator.offsets_store import maintain_table
 from sparklog.security.audit import (
     AuditConfig,
     AuditEvent,
@@ -190,18 +191,8 @@ class AuditStore:
     def maintain(self) -> None:
         """Compact, checkpoint, vacuum and clean the log on a handle of its own (compaction and
         blind appends do not conflict in Delta), so commits never wait for it."""
-        from deltalake import DeltaTable
-
         try:
-            table = DeltaTable(self.path, storage_options=self.storage_options)
-            first = table.version() + 1
-            table.optimize.compact()
-            table.create_checkpoint()
-            if self._local_dir is not None:  # before vacuum deletes the files it replaced
-                sync_commits(self._local_dir, first, table.version())
-                sync_checkpoint(self._local_dir, table.version())
-            table.vacuum(retention_hours=1, dry_run=False, enforce_retention_duration=False)
-            table.cleanup_metadata()
+            maintain_table(self.path, self.storage_options, self._local_dir)
         except Exception:  # noqa: BLE001 - maintenance is best effort; commits carry on
             logger.exception("audit table maintenance failed on %s; will retry", self.path)
 

@@ -267,20 +267,9 @@ class OffsetsStore:
         """Compact small files, checkpoint, vacuum unreferenced files, drop old log entries.
         Runs beside appends on its own table handle (compaction and blind appends do not
         conflict in Delta), so commits never wait for it."""
-        from deltalake import DeltaTable
-
         started = time.monotonic()
         try:
-            table = DeltaTable(self.path, storage_options=self.storage_options)
-            first = table.version() + 1
-            table.optimize.compact()
-            table.create_checkpoint()
-            if self._local_dir is not None:  # before vacuum deletes the files it replaced
-                sync_commits(self._local_dir, first, table.version())
-                sync_checkpoint(self._local_dir, table.version())
-            # files replaced within the last hour stay, for readers that listed them
-            table.vacuum(retention_hours=1, dry_run=False, enforce_retention_duration=False)
-            table.cleanup_metadata()
+            maintain_table(self.path, self.storage_options, self._local_dir)
         except Exception:  # noqa: BLE001 - maintenance is best effort; commits carry on
             logger.exception("offsets table maintenance failed on %s; will retry", self.path)
             return
@@ -288,3 +277,22 @@ class OffsetsStore:
 
     def version(self) -> int:
         return self._table.version()
+
+
+def maintain_table(path: str, storage_options: dict[str, str] | None, local: Path | None) -> None:
+    """Compact, checkpoint, vacuum and clean one Delta table's log on a handle of its own
+    (compaction and blind appends do not conflict in Delta, so commits never wait for it);
+    on a local table, the new commits and checkpoint are made durable before vacuum deletes
+    the files they replaced. Raises what deltalake raises (callers log and retry later)."""
+    from deltalake import DeltaTable
+
+    table = DeltaTable(path, storage_options=storage_options)
+    first = table.version() + 1
+    table.optimize.compact()
+    table.create_checkpoint()
+    if local is not None:
+        sync_commits(local, first, table.version())
+        sync_checkpoint(local, table.version())
+    # files replaced within the last hour stay, for readers that listed them
+    table.vacuum(retention_hours=1, dry_run=False, enforce_retention_duration=False)
+    table.cleanup_metadata()

@@ -69,8 +69,9 @@ from sparklog.protocol.pipeline import authorize, throttle_time_ms
 from sparklog.protocol.responses import find_coordinator_response, refusal
 from sparklog.protocol.server import KafkaServer
 from sparklog.protocol.server_lifecycle import ServerLifecycle
+from sparklog.protocol.sparklog_apis import audit_event
 from sparklog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
-from sparklog.security.audit import AuditConfig, AuditEvent, dropped_event
+from sparklog.security.audit import AuditConfig, dropped_event
 from sparklog.security.listener_config import ListenerConfig
 from sparklog.storage.object_store import join_location, storage_options
 from sparklog.structs import GROUP_COORDINATOR_NODE_ID
@@ -394,21 +395,7 @@ class GroupCoordinatorServer(ServerLifecycle):
             return kio_build.response(request, {"error_code": ClusterAuthorizationFailedError.code})
         body = request.body
         for e in body.events:
-            self.audit.buffer(
-                AuditEvent(
-                    time_ms=int(e.time_ms),
-                    principal=e.principal,
-                    client_address=e.client_address,
-                    listener=e.listener,
-                    api=e.api,
-                    resource_type=e.resource_type,
-                    resource_name=e.resource_name,
-                    operation=e.operation,
-                    decision=e.decision,
-                    node_id=int(e.node_id),
-                    detail=e.detail,
-                )
-            )
+            self.audit.buffer(audit_event(e))
         if body.dropped > 0:
             self.audit.buffer(
                 dropped_event(self.now_ms(), int(body.dropped), int(body.node_id), "broker's")

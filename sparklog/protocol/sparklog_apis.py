@@ -26,6 +26,8 @@ from kio.schema.types import ProducerId, TransactionalId
 from kio.static.constants import EntityType
 from kio.static.primitive import i16, i32, i32Timedelta, i64
 
+from sparklog.security.audit import AuditEvent
+
 END_TXN_BATCH = 32_001
 AUDIT_EVENTS = 32_002
 
@@ -103,6 +105,40 @@ class AuditEventEntry:
     decision: str = field(metadata={"kafka_type": "string"})
     node_id: i32 = field(metadata={"kafka_type": "int32"})
     detail: str = field(metadata={"kafka_type": "string"})
+
+
+def audit_event_entry(event: AuditEvent) -> AuditEventEntry:
+    """An audit event as a broker sends it to the driver."""
+    return AuditEventEntry(
+        time_ms=i64(event.time_ms),
+        principal=event.principal,
+        client_address=event.client_address,
+        listener=event.listener,
+        api=event.api,
+        resource_type=event.resource_type,
+        resource_name=event.resource_name,
+        operation=event.operation,
+        decision=event.decision,
+        node_id=i32(event.node_id),
+        detail=event.detail,
+    )
+
+
+def audit_event(entry: AuditEventEntry) -> AuditEvent:
+    """The audit event an `AuditEventEntry` carries (the driver's side of `audit_event_entry`)."""
+    return AuditEvent(
+        time_ms=int(entry.time_ms),
+        principal=entry.principal,
+        client_address=entry.client_address,
+        listener=entry.listener,
+        api=entry.api,
+        resource_type=entry.resource_type,
+        resource_name=entry.resource_name,
+        operation=entry.operation,
+        decision=entry.decision,
+        node_id=int(entry.node_id),
+        detail=entry.detail,
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
