@@ -4,6 +4,7 @@ value (INT32_MIN) when the client does not ask (issue 29 item 4)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 
@@ -58,6 +59,13 @@ def test_cluster_and_topic_operations_match_kafka(brokers):
                 },
             )
             assert all(a["topics"][0]["error_code"] == 0 for a in created.values())
+            # CreateTopics answers before every broker's metadata has the topic (Kafka's too,
+            # on a loaded machine): wait until both list it
+            for _ in range(100):
+                seen = await pair.ask(ApiKey.METADATA, metadata([topic], include=False), 10)
+                if all(a["topics"][0]["error_code"] == 0 for a in seen.values()):
+                    break
+                await asyncio.sleep(0.05)
             answers = {}
             for version in (10, pair.version(ApiKey.METADATA)):
                 for include in (True, False):
