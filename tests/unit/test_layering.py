@@ -26,7 +26,7 @@ PACKAGE = ROOT / "sparklog"
 BASE = frozenset({"lazy_names", "errors", "structs", "settings"})
 #: The shared floor under the three servers (D15): Kafka's `metadata` module, the wire
 #: protocol and its request pipeline, security, records and the log.
-FLOOR = BASE | {"records", "storage", "security", "protocol", "metadata"}
+FLOOR = BASE | {"records", "storage", "security", "protocol", "metadata", "metrics"}
 PEERS = frozenset({"broker", "controller", "coordinator"})
 
 #: component -> the components it may import (besides itself). A component is the package (or
@@ -42,18 +42,20 @@ ALLOWED: dict[str, frozenset[str]] = {
     "storage": BASE | {"records"},
     # TLS, SASL mechanisms, the authorizer: sans-IO, under the pipeline that calls them
     "security": BASE,
+    # sensors, stats, quotas and the Prometheus exposition: sans-IO beside security (D19)
+    "metrics": BASE,
     # framing, kio schemas, the request pipeline, shared response builders; never the log
     # (a FileRecords slice is a records type) and never metadata (which reads storage's
     # LogConfig), so a client importing the protocol does not load a broker's log
-    "protocol": BASE | {"records", "security"},
+    "protocol": BASE | {"records", "security", "metrics"},
     # the metadata image and records, AlterPartition values, the config vocabulary
-    "metadata": BASE | {"records", "storage", "security", "protocol"},
+    "metadata": BASE | {"records", "storage", "security", "protocol", "metrics"},
     # the three servers: the floor only, never each other
     "broker": FLOOR,
     "controller": FLOOR,
     "coordinator": FLOOR,
     # Kafka clients: the wire protocol and record batches, no log, no metadata image
-    "client": BASE | {"records", "security", "protocol"},
+    "client": BASE | {"records", "security", "protocol", "metrics"},
     # the pinned JAR cache (Spark sessions, the Kafka oracle, tests)
     "jars": frozenset(),
     # launchers: start and wire the servers
@@ -223,7 +225,7 @@ def test_the_checker_names_an_offending_import(tmp_path, monkeypatch):
     assert len(violations) == 2, "\n".join(violations)
     # a lazy import inside a function counts, with its line
     assert violations[0].startswith("sparklog/broker/apis.py:4 imports sparklog.controller.image:")
-    assert "broker may import errors, lazy_names, metadata, protocol" in violations[0]
+    assert "broker may import errors, lazy_names, metadata, metrics, protocol" in violations[0]
     assert "controller may be imported by cli, cluster, oracle, spark" in violations[0]
     # a floor package's face that imports a peer is named where it does (broker/server.py,
     # which imports that face, passes: each file answers for its own imports)
