@@ -80,6 +80,7 @@ from sparklog.broker.replica_fetcher_manager import ReplicaFetcherManager
 from sparklog.broker.replica_manager import ReplicaManager
 from sparklog.metadata.broker_configs import dynamic_cleaner_config
 from sparklog.metadata.image import MetadataImage
+from sparklog.metrics.config import MetricsConfig
 from sparklog.protocol.api_versions import BROKER_SERVED_APIS
 from sparklog.protocol.authorization import authorize_stage, stages_with
 from sparklog.protocol.outbound import controller_client_security
@@ -129,6 +130,10 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
         self.config = BrokerConfig.from_properties(config)
         #: `audit.log.allowed` (the authorize stage reads it) and the buffer bound
         self.audit_config = AuditConfig.from_properties(config)
+        #: this broker's metrics (`sparklog.metrics`: Kafka's names; served by the process's
+        #: Prometheus endpoint) and the settings of their windows and of quota windows
+        self.metrics_config = MetricsConfig.from_properties(config)
+        self.metrics = self.metrics_config.registry()
         self.node_id = node_id if node_id is not None else _stored_node_id(self.data_dir)
         self.thread_name = f"sparklog-broker-{self.node_id}"
         self.expected_cluster_id = cluster_id

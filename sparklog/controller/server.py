@@ -58,6 +58,7 @@ from sparklog.controller.quorum_controller import QuorumController
 from sparklog.controller.results import ControllerResult
 from sparklog.metadata.configs import ControllerConfig
 from sparklog.metadata.scram_bootstrap import bootstrap_credentials, missing_credential_records
+from sparklog.metrics.config import MetricsConfig
 from sparklog.protocol.api_versions import CONTROLLER_APIS
 from sparklog.protocol.connection import Request
 from sparklog.protocol.server import KafkaServer
@@ -134,6 +135,9 @@ class ControllerServer(ControllerLauncherApi):
         self.audit = SwitchableAuditSink()
         #: `audit.log.allowed` (the authorize stage reads it) and the buffer bound
         self.audit_config = AuditConfig.from_properties(props)
+        #: the controller's metrics (Kafka's `KafkaController`/`ControllerStats` names)
+        self.metrics_config = MetricsConfig.from_properties(props)
+        self.metrics = self.metrics_config.registry()
         self._tick_task: asyncio.Task | None = None
         self._appended: asyncio.Event | None = None
         self._stopping = False

@@ -54,6 +54,7 @@ from sparklog.coordinator.transaction.coordinator import TransactionCoordinator
 from sparklog.coordinator.transaction.marker_channel import TransactionMarkerChannel
 from sparklog.coordinator.transaction.persisted import MarkerJob
 from sparklog.errors import ClusterAuthorizationFailedError, CoordinatorNotAvailableError
+from sparklog.metrics.config import MetricsConfig
 from sparklog.protocol import envelope, kio_build
 from sparklog.protocol.api_versions import (
     COORDINATOR_DELEGATED_APIS,
@@ -118,6 +119,10 @@ class GroupCoordinatorServer(ServerLifecycle):
         )
         #: `audit.log.allowed` and the buffer bound (the authorize stage reads the former)
         self.audit_config = AuditConfig.from_properties(config)
+        #: the group and transaction coordinators' metrics (Kafka's `GroupMetadataManager`,
+        #: `group-coordinator-metrics`, `TransactionStateManager` names)
+        self.metrics_config = MetricsConfig.from_properties(config)
+        self.metrics = self.metrics_config.registry()
         #: the driver's audit sink (`audit_log`): the controller's, this server's and, through
         #: AuditEvents requests, every broker's events land in the audit table beside the
         #: offsets table; started with the server, drained and closed at shutdown

@@ -21,93 +21,16 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from enum import Enum
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import cast
 
+from sparklog.metrics.metric import SUMMARY_QUANTILES, KafkaMetric, MetricKind, MetricName
 from sparklog.metrics.sensor import Sensor
 from sparklog.metrics.stats import Measurable, MeasurableStat, MetricConfig, Percentiles
 
 
 def monotonic_ms() -> int:
     return int(time.monotonic() * 1000)
-
-
-@dataclass(frozen=True, slots=True)
-class MetricName:
-    """A metric's Kafka JMX name: `domain:type=T,name=N,tag=v,...` (tags in Kafka's order)."""
-
-    domain: str
-    type: str
-    name: str
-    tags: tuple[tuple[str, str], ...] = ()
-    description: str = field(default="", compare=False)
-
-    @classmethod
-    def of(
-        cls,
-        domain: str,
-        type_: str,
-        name: str,
-        tags: Mapping[str, str] | Iterable[tuple[str, str]] = (),
-        description: str = "",
-    ) -> MetricName:
-        items = tags.items() if isinstance(tags, Mapping) else tags
-        return cls(domain, type_, name, tuple((k, str(v)) for k, v in items), description)
-
-    @property
-    def jmx(self) -> str:
-        tags = "".join(f",{k}={v}" for k, v in self.tags)
-        return f"{self.domain}:type={self.type},name={self.name}{tags}"
-
-    def tag(self, key: str) -> str | None:
-        for k, v in self.tags:
-            if k == key:
-                return v
-        return None
-
-
-class MetricKind(Enum):
-    COUNTER = "counter"
-    GAUGE = "gauge"
-    SUMMARY = "summary"
-
-
-#: The quantiles a summary exposes (Yammer's histogram attributes: 50th … 999thPercentile).
-SUMMARY_QUANTILES = (0.5, 0.75, 0.95, 0.98, 0.99, 0.999)
-
-
-class KafkaMetric:
-    """One named value of the registry."""
-
-    __slots__ = ("name", "kind", "config", "_measurable", "_registry")
-
-    def __init__(
-        self,
-        registry: Metrics,
-        name: MetricName,
-        kind: MetricKind,
-        measurable: Measurable | Callable[[], float],
-        config: MetricConfig,
-    ) -> None:
-        self._registry = registry
-        self.name = name
-        self.kind = kind
-        self._measurable = measurable
-        self.config = config
-
-    def value(self, now_ms: int | None = None) -> float:
-        if now_ms is None:
-            now_ms = self._registry.now_ms()
-        measurable = self._measurable
-        if callable(measurable):
-            return float(measurable())
-        return measurable.measure(self.config, now_ms)
-
-    @property
-    def measurable(self) -> Measurable | Callable[[], float]:
-        return self._measurable
 
 
 class Meter:
@@ -263,6 +186,6 @@ class Metrics:
         config: MetricConfig,
         kind: MetricKind = MetricKind.GAUGE,
     ) -> KafkaMetric:
-        metric = KafkaMetric(self, name, kind, measurable, config)
+        metric = KafkaMetric(self._clock, name, kind, measurable, config)
         self._metrics[name] = metric
         return metric

@@ -10,12 +10,22 @@ nobody used for a while (Kafka drops a quota sensor of an idle client after an h
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from sparklog.metrics.metric import KafkaMetric, MetricName
 from sparklog.metrics.stats import MeasurableStat, MetricConfig, Stat
 
-if TYPE_CHECKING:
-    from sparklog.metrics.registry import KafkaMetric, MetricName, Metrics
+
+class SensorRegistry(Protocol):
+    """What a sensor needs of its registry (`registry.Metrics`)."""
+
+    def now_ms(self) -> int: ...
+
+    def metric(self, name: MetricName) -> KafkaMetric | None: ...
+
+    def _register(
+        self, name: MetricName, measurable: MeasurableStat, config: MetricConfig
+    ) -> KafkaMetric: ...
 
 
 class QuotaViolation(Exception):
@@ -45,7 +55,7 @@ class Sensor:
 
     def __init__(
         self,
-        registry: Metrics,
+        registry: SensorRegistry,
         name: str,
         config: MetricConfig,
         parents: Sequence[Sensor] = (),

@@ -162,8 +162,9 @@ def authorize_stage(
     )
 
 
-def stages_with(stage: RequestStage) -> list[RequestStage]:
-    """The default pipeline with `stage` in its slot (`stage.name`)."""
+def stages_with(*stages: RequestStage) -> list[RequestStage]:
+    """The default pipeline with each of `stages` in its slot (`stage.name`)."""
     from sparklog.protocol.pipeline import default_stages
 
-    return [stage if s.name == stage.name else s for s in default_stages()]
+    chosen = {stage.name: stage for stage in stages}
+    return [chosen.get(s.name, s) for s in default_stages()]

@@ -89,6 +89,9 @@ class RequestContext:
     audit_allowed: bool = False
     #: the node deciding (broker id, controller or coordinator node id), for audit events
     node_id: int = -1
+    #: `time.monotonic_ns()` when the server had the whole request (0: built in-process);
+    #: the measure stage's RequestQueueTimeMs / TotalTimeMs start here
+    received_ns: int = 0
 
 
 @dataclass(frozen=True, slots=True)

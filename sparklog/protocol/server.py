@@ -350,6 +350,7 @@ class KafkaServer:
                 while (
                     request := await cooperative.complete(conn.next_request_steps())
                 ) is not NEED_DATA:
+                    request.context.received_ns = time.monotonic_ns()
                     if protocol.sasl is not None or request.api_key in SASL_APIS:
                         reply = sasl_reply(conn, request, wall_clock_ms())
                         if reply is not None:

@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from sparklog.metrics.registry import MetricKind, MetricName, Metrics
+from sparklog.metrics.metric import MetricKind, MetricName
+from sparklog.metrics.registry import Metrics
 from sparklog.metrics.sensor import QuotaViolation
 from sparklog.metrics.stats import (
     Avg,
