@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(PY))
 
-.PHONY: venv jars demo storage-demo test test-unit test-fast fuzz lint bench kcat netns-tools soak-net clean
+.PHONY: venv jars demo storage-demo test test-unit test-fast fuzz lint bench kcat netns-tools soak soak-net clean
 
 venv: $(STAMP) $(NATIVE)
 
@@ -61,6 +61,12 @@ netns-tools:
 	  echo "installing Debian's iproute2 and nftables"; \
 	  apt-get update -qq && env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 	    iproute2 nftables >/dev/null; }
+
+# The long soak (README "Soak"): three brokers on local-cluster under executor kills, pauses,
+# link faults and leader moves for SOAK_MINUTES; the suite runs one minute of it.
+SOAK_MINUTES ?= 10
+soak: $(STAMP) $(NATIVE) $(JARS_STAMPS)
+	$(PY) jobs/soak.py --minutes $(SOAK_MINUTES) $(SOAK_ARGS)
 
 # The soak on a Spark standalone cluster spread over network namespaces, under real partitions,
 # loss, delay and a slow link (README "The network-partition soak"); as root.
