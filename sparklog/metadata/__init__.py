@@ -2,7 +2,7 @@
 module): the metadata image (`image`) and its records (`log_records`), the partition-change
 values of AlterPartition (`alter_partition`) and the config vocabulary: topic-config names and
 their broker synonyms, DescribeConfigs entries, cluster settings (`configs`), dynamic broker configs
-(`broker_configs`) and group configs (`group_configs`).
+(`broker_configs`) and group configs (`group_configs`); client quotas (`quotas`).
 
 This package is part of the floor under the three servers: it imports only `records`,
 `storage` (for `LogConfig`) and `errors`, and the controller, the brokers and the coordinator
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     )
     from .image import MetadataImage, TopicImage
     from .log_records import BrokerRegistration, MetadataRecordError, PartitionRegistration
+    from .quotas import ClientQuotaEntity, QuotasImage, ResolvedQuota
 
 _MODULES = {
     "IsrChange": "alter_partition",
@@ -53,6 +54,9 @@ _MODULES = {
     "MetadataRecordError": "log_records",
     "PartitionRegistration": "log_records",
     "TopicImage": "image",
+    "ClientQuotaEntity": "quotas",
+    "QuotasImage": "quotas",
+    "ResolvedQuota": "quotas",
 }
 
 __getattr__ = lazy_getattr(__name__, {n: f"{__name__}.{m}" for n, m in _MODULES.items()})
@@ -61,6 +65,7 @@ __all__ = [
     "TOPIC_CONFIG_SYNONYMS",
     "AlterConfigOp",
     "BrokerRegistration",
+    "ClientQuotaEntity",
     "ConfigEntry",
     "ConfigResource",
     "ConfigResourceType",
@@ -73,6 +78,8 @@ __all__ = [
     "MetadataRecordError",
     "OpType",
     "PartitionRegistration",
+    "QuotasImage",
+    "ResolvedQuota",
     "TopicImage",
     "describe_configs",
     "effective_topic_config",

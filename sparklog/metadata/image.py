@@ -15,7 +15,8 @@ RegisterBroker record's `broker_epoch` is its own offset (Kafka's broker epoch).
 (`FeatureLevel` records, Kafka's `FeatureLevelRecord`) gate behaviour that changes what the log
 means: `eligible.leader.replicas.version` >= 1 turns on KIP-966's Eligible Leader Replicas.
 ACL and SCRAM credential records (Kafka's `AccessControlEntryRecord`,
-`UserScramCredentialRecord` and their removals) are folded in by `acls.py` and `scram.py`.
+`UserScramCredentialRecord` and their removals) are folded in by `acls.py` and `scram.py`,
+client quotas (`ClientQuota`, Kafka's `ClientQuotaRecord`) by `quotas.py`.
 
 The records' type names, their JSON codec, the broker and partition registrations and the
 partition invariants' check live in `log_records.py`; the topics' image (`TopicImage`) and the
@@ -52,6 +53,7 @@ from sparklog.metadata.log_records import (
     check_partition,
     decode_record,
 )
+from sparklog.metadata.quotas import CLIENT_QUOTA, QuotasImage
 from sparklog.metadata.scram import (
     REMOVE_USER_SCRAM_CREDENTIAL,
     USER_SCRAM_CREDENTIAL,
@@ -106,6 +108,7 @@ class MetadataImage:
         self._features: dict[str, int] = {}
         self._acls = AclsImage()  # metadata/acls.py
         self._credentials = ScramCredentials()  # metadata/scram.py
+        self._quotas = QuotasImage()  # metadata/quotas.py
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -179,6 +182,11 @@ class MetadataImage:
     def credentials(self) -> ScramCredentials:
         """The SCRAM credentials: a `CredentialStore` that follows this image as it moves."""
         return self._credentials
+
+    @property
+    def quotas(self) -> QuotasImage:
+        """The client quotas (`ClientQuota` records) and the lookups enforcers resolve with."""
+        return self._quotas
 
     # -- apply ------------------------------------------------------------------------------
 
@@ -406,6 +414,7 @@ class MetadataImage:
             "features": dict(sorted(self._features.items())),
             "acls": self._acls.to_list(),
             "scram_credentials": self._credentials.to_list(),
+            "client_quotas": self._quotas.to_list(),
         }
 
     @classmethod
@@ -433,6 +442,8 @@ class MetadataImage:
             # ... and before ACLs and SCRAM credentials, none of them
             image._acls = AclsImage.from_list(data.get("acls", ()))
             image._credentials = ScramCredentials.from_list(data.get("scram_credentials", ()))
+            # ... and before client quotas, none
+            image._quotas = QuotasImage.from_list(data.get("client_quotas", ()))
         except (KeyError, TypeError, ValueError) as e:
             if isinstance(e, MetadataRecordError):
                 raise
@@ -471,6 +482,7 @@ _HANDLERS = {
     REMOVE_ACCESS_CONTROL_ENTRY: lambda image, record: image._acls.replay_remove(record),
     USER_SCRAM_CREDENTIAL: lambda image, record: image._credentials.replay(record),
     REMOVE_USER_SCRAM_CREDENTIAL: lambda image, record: image._credentials.replay_remove(record),
+    CLIENT_QUOTA: lambda image, record: image._quotas.replay(record),
 }
 
 
