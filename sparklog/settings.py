@@ -363,6 +363,7 @@ DECLARED_IN: Mapping[Scope, tuple[str, ...]] = {
         "sparklog.security.audit",
         "sparklog.security.sasl.server_config",
         "sparklog.security.authorizer_config",
+        "sparklog.metrics.config",
     ),
     Scope.CONTROLLER: (
         "sparklog.metadata.configs",

@@ -39,10 +39,12 @@ def encode_produce_body(
     if not _FIRST_VERSION <= version <= _LAST_VERSION:
         return None
     by_topic: dict[str, list[tuple[int, ProduceResult]]] = {}
+    error_counts: dict[int, int] = {}
     for (topic, partition), r in results:
         if version >= 10 and r.error_code == _NOT_LEADER_OR_FOLLOWER:
             return None
         by_topic.setdefault(topic, []).append((partition, r))
+        error_counts[r.error_code] = error_counts.get(r.error_code, 0) + 1
     flexible = version >= _FLEXIBLE_FROM
     out = bytearray()
     _array_length(out, len(by_topic), flexible)
@@ -68,7 +70,7 @@ def encode_produce_body(
     out += _INT32.pack(throttle_time_ms)  # the pipeline's, as kio_build writes it
     if flexible:
         out.append(0)  # the response's tagged fields: no node endpoints
-    return EncodedBody(bytes(out), flexible)
+    return EncodedBody(bytes(out), flexible, error_counts)
 
 
 def produce_response_data(

@@ -257,7 +257,7 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
             queued_max_request_bytes=self.config.queued_max_request_bytes,
             audit=self.audit,
             security=security,
-            stages=stages_with(self.authorization),
+            stages=stages_with(self.authorization, *self._measure_stages()),
         )
 
     def __repr__(self) -> str:
@@ -514,6 +514,7 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
         self.log_manager.shutdown(clean=clean, broker_epoch=self.broker_epoch)
         if self._lock is not None:
             self._lock.release()
+        self._close_metrics()
         self.state = BrokerState.NOT_RUNNING
         if self._shutdown_requested is not None:
             self._shutdown_requested.set()

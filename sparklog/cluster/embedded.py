@@ -143,6 +143,21 @@ class EmbeddedCluster:
     # -- addresses --------------------------------------------------------------------------
 
     @property
+    def metrics_port(self) -> int:
+        """The port this process serves Prometheus metrics on (`/metrics`, every server of
+        the process; `metrics.prometheus.port`, -1: any free one; 0: off)."""
+        return self.controller.metrics_port if self.controller is not None else 0
+
+    def metrics_endpoints(self) -> list[str]:
+        """`host:port` of every metrics endpoint of the cluster: this process's, then each
+        broker process's (`broker_processes=True`), as Prometheus scrapes them."""
+        host = self.config.get("metrics.prometheus.host", "127.0.0.1")
+        ports = [self.metrics_port] + [
+            getattr(b, "metrics_port", 0) for b in self.brokers if self.broker_processes
+        ]
+        return [f"{host}:{p}" for p in dict.fromkeys(ports) if p]
+
+    @property
     def bootstrap_servers(self) -> str:
         """`host:port,...` of the running brokers (a client's `bootstrap.servers`)."""
         return ",".join(b.bootstrap for b in self.brokers if b.state.value == "running")

@@ -296,6 +296,7 @@ class ControllerServer(ControllerLauncherApi):
                 self.metadata_log.close()
         if self._writer is not None:
             self._writer.shutdown(wait=True)
+        self._close_metrics()
         logger.info("controller on %s stopped", self.bootstrap)
 
     def stop(self, timeout_s: float = 30.0) -> None:

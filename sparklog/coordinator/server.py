@@ -263,7 +263,7 @@ class GroupCoordinatorServer(ServerLifecycle):
             name="group-coordinator",
             audit=self.audit,
             security=self.listener_security,
-            stages=stages_with(self.authorization),
+            stages=stages_with(self.authorization, *self._measure_stages()),
         )
         self.port = self._server.port
 
@@ -318,6 +318,7 @@ class GroupCoordinatorServer(ServerLifecycle):
         if self.markers is not None:
             await self.markers.close()
         await asyncio.get_running_loop().run_in_executor(None, self.audit.close)
+        self._close_metrics()
         logger.info("group coordinator on %s stopped", self.bootstrap)
 
     # -- requests ---------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import struct
+from collections.abc import Mapping
 from functools import cache
 from typing import Any, NamedTuple, cast
 
@@ -115,6 +116,9 @@ class EncodedBody(NamedTuple):
 
     data: bytes
     flexible: bool
+    #: the response's error codes counted (Kafka's `errorCounts`, for `ErrorsPerSec`), as
+    #: the writer saw them; None: not counted
+    error_counts: Mapping[int, int] | None = None
 
 
 def encode_response(body: Payload | EncodedBody, correlation_id: int) -> bytes:

@@ -92,6 +92,12 @@ class RequestContext:
     #: `time.monotonic_ns()` when the server had the whole request (0: built in-process);
     #: the measure stage's RequestQueueTimeMs / TotalTimeMs start here
     received_ns: int = 0
+    #: the measure stage's stamps: the handler started, the handler (and the stages after
+    #: it) finished; `remote_ns` is the part of the handler's time spent waiting on others
+    #: (purgatory, the controller, replicas), which such waits add to (Kafka's RemoteTimeMs)
+    dequeued_ns: int = 0
+    handled_ns: int = 0
+    remote_ns: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,8 @@ stages, in Kafka's order:
    `RequestContext.throttle_time_ms`, which every response builder writes as the response's
    `throttle_time_ms` (`throttle_time_ms(request)`), and may mute the channel. Today: 0.
 4. **measure** — request metrics (Kafka's `RequestMetrics`: time in queue, local, throttle,
-   response send) around the handler. Today: a hook point.
+   response send) around the handler (`protocol.request_metrics.RequestMetrics`); the
+   server tells the stages when the response was written (`on_sent`).
 
 A stage overrides `on_request` (return a response body to answer without calling the
 handler: a refusal) and/or `on_response` (look at or replace the response); the pipeline
@@ -58,6 +59,10 @@ class RequestStage:
     def on_response(self, request: Request, response: Any | None) -> Any | None:
         """After the handler (or a refusing stage): the response to send (None: no answer)."""
         return response
+
+    def on_sent(self, request: Request, body: Any | None, start_ns: int, end_ns: int) -> None:
+        """The server wrote the response `body` (None: none was due) from `start_ns` to
+        `end_ns` (`time.monotonic_ns()`): Kafka's network thread completing the request."""
 
 
 class AllowAuthenticated(RequestStage):
@@ -107,6 +112,9 @@ class RequestPipeline:
             for s in reversed(self.stages)
             if type(s).on_response is not RequestStage.on_response
         ]
+        self._sent = [s.on_sent for s in self.stages if type(s).on_sent is not RequestStage.on_sent]
+        #: whether a stage wants `on_sent` (the server then reads the clock around sends)
+        self.measures = bool(self._sent)
 
     def stage(self, name: str) -> RequestStage:
         """The stage called `name` (KeyError naming the stages there are)."""
@@ -135,6 +143,10 @@ class RequestPipeline:
         for after in self._after:
             response = after(request, response)
         return response
+
+    def on_sent(self, request: Request, body: Any | None, start_ns: int, end_ns: int) -> None:
+        for sent in self._sent:
+            sent(request, body, start_ns, end_ns)
 
 
 # -- response fields the pipeline owns --------------------------------------------------------

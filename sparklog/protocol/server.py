@@ -357,8 +357,10 @@ class KafkaServer:
                             if not await self._send_sasl_reply(writer, conn, request, reply):
                                 return
                             continue
+                    pipeline = self.pipeline
                     async with self.request_slots.slot():
-                        body = await self.pipeline(request)
+                        body = await pipeline(request)
+                    start_ns = time.monotonic_ns() if pipeline.measures else 0
                     if body is not None:
                         try:  # a peer that never reads its responses is idle too
                             if isinstance(body, FileResponse):
@@ -378,6 +380,8 @@ class KafkaServer:
                             self.idle_closed_connections += 1
                             writer.transport.abort()
                             return
+                    if start_ns:
+                        pipeline.on_sent(request, body, start_ns, time.monotonic_ns())
                     await cooperative.checkpoint()
                 if not conn.incomplete_request_bytes:
                     self.memory_pool.release(reserved)

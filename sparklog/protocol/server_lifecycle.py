@@ -32,9 +32,12 @@ import threading
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, Self, TypeVar
 
+from sparklog.metrics.config import MetricsConfig
+from sparklog.metrics.http_endpoint import MetricsSource, add_server
 from sparklog.protocol.authorization import authorize_stage, stages_with
 from sparklog.protocol.loop_thread import LoopThread
 from sparklog.protocol.pipeline import RequestStage
+from sparklog.protocol.request_metrics import RequestMetrics
 from sparklog.protocol.server import KafkaServer
 from sparklog.security.listeners import ListenerSecurity
 
@@ -56,6 +59,10 @@ class ServerLifecycle:
         self._loop_thread_id: int | None = None
         self._runner: LoopThread | None = None
         self._tasks: list[asyncio.Task] = []
+        #: this server's registry as the process's Prometheus endpoint exposes it
+        self.metrics_source: MetricsSource | None = None
+        #: the measure stage of its listeners (None: `sparklog.metrics.enabled=false`)
+        self.request_metrics: RequestMetrics | None = None
 
     async def start(self) -> None:
         raise NotImplementedError
@@ -66,10 +73,40 @@ class ServerLifecycle:
     # -- on the loop ------------------------------------------------------------------------
 
     def _enter_loop(self) -> asyncio.AbstractEventLoop:
-        """Record the running loop as this server's (the first thing `start()` does)."""
+        """Record the running loop as this server's (the first thing `start()` does), and
+        expose the server's registry (`self.metrics`) through the process's Prometheus
+        endpoint (`metrics.http_endpoint`: bound when `metrics.prometheus.port` asks)."""
         loop = self._loop = asyncio.get_running_loop()
         self._loop_thread_id = threading.get_ident()
+        metrics = getattr(self, "metrics", None)
+        if metrics is not None and self.metrics_source is None:
+            name = self.thread_name.removeprefix("sparklog-")
+            config = getattr(self, "metrics_config", None) or MetricsConfig()
+            self.metrics_source = add_server(name, metrics, config, loop)
         return loop
+
+    def _close_metrics(self) -> None:
+        """Stop exposing this server's registry (its shutdown does this)."""
+        source, self.metrics_source = self.metrics_source, None
+        if source is not None:
+            source.close()
+
+    @property
+    def metrics_port(self) -> int:
+        """The port this process serves `/metrics` on (0: none): `metrics.prometheus.port`
+        of the first server of the process that asked for one."""
+        return self.metrics_source.port if self.metrics_source is not None else 0
+
+    def _measure_stages(self) -> tuple[RequestStage, ...]:
+        """The measure stage of this server's listeners (Kafka's `RequestMetrics` into
+        `self.metrics`), kept as `self.request_metrics`; none with
+        `sparklog.metrics.enabled=false`."""
+        config = getattr(self, "metrics_config", None)
+        if config is None or not config.sparklog_metrics_enabled:
+            return ()
+        if self.request_metrics is None:
+            self.request_metrics = RequestMetrics(getattr(self, "metrics"))  # noqa: B009
+        return (self.request_metrics,)
 
     async def _bind_listener(
         self,
@@ -106,7 +143,7 @@ class ServerLifecycle:
             audit=getattr(self, "audit", None),
             audit_allowed=None if audit_config is None else audit_config.audit_log_allowed,
         )
-        return stages_with(self.authorization)
+        return stages_with(self.authorization, *self._measure_stages())
 
     def _spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task:
         """Run `coro` as a background task of this server, cancelled by `_cancel_tasks`."""
