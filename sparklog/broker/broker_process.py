@@ -48,6 +48,8 @@ class BrokerProcess:
         self.config = dict(config)
         self.host = ""
         self.port = 0
+        #: the port the child process serves Prometheus metrics on (0: none)
+        self.metrics_port = 0
         self._process: multiprocessing.process.BaseProcess | None = None
         self._conn: Connection | None = None
 
@@ -97,7 +99,7 @@ class BrokerProcess:
         if message[0] != "ready":
             self.kill_in_thread()
             raise BrokerProcessError(f"broker {self.node_id}: {message[1]}")
-        _kind, self.host, self.port = message
+        _kind, self.host, self.port, self.metrics_port = message
         return self
 
     def stop(self, timeout_s: float = 30.0) -> None:
@@ -125,6 +127,7 @@ class BrokerProcess:
             self._conn.close()
             self._conn = None
         self.port = 0
+        self.metrics_port = 0
 
 
 def _child_main(
@@ -150,7 +153,7 @@ def _child_main(
     except Exception as e:  # noqa: BLE001 - reported to the parent, which raises it
         conn.send(("error", f"{type(e).__name__}: {e}"))
         return
-    conn.send(("ready", broker.host, broker.port))
+    conn.send(("ready", broker.host, broker.port, broker.metrics_port))
     try:
         told = conn.recv()
     except (EOFError, OSError):

@@ -51,10 +51,16 @@ def parse_bootstrap(bootstrap: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def launcher_client_id(executor_id: str | None, task_attempt: int, data_dir: str) -> str:
-    """The client id carrying the launcher's facts to the controller (architecture.md §3)."""
+def launcher_client_id(
+    executor_id: str | None, task_attempt: int, data_dir: str, metrics_endpoint: str | None = None
+) -> str:
+    """The client id carrying the launcher's facts to the controller (architecture.md §3):
+    `metrics_endpoint` is where the broker's process serves Prometheus metrics (the driver's
+    `/sd` lists it)."""
+    metrics = f"metrics={metrics_endpoint};" if metrics_endpoint else ""
     return (
-        f"sparklog-broker;executor={executor_id or 'local'};attempt={task_attempt};dir={data_dir}"
+        f"sparklog-broker;executor={executor_id or 'local'};attempt={task_attempt};"
+        f"{metrics}dir={data_dir}"
     )
 
 

@@ -112,6 +112,8 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
 
     start_timeout_s = None  # `start()` bounds itself (initial.broker.registration.timeout.ms)
 
+    metrics_port_fallback = True  # executors sharing a host cannot share the port
+
     def __init__(
         self,
         node_id: int | None,
@@ -260,6 +262,15 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
             stages=stages_with(self.authorization, *self._measure_stages()),
         )
 
+    def _metrics_endpoint(self) -> str:
+        """`host:port` Prometheus reaches this broker's process metrics at (a wildcard bind
+        is reached at the broker's own host)."""
+        assert self.metrics_source is not None and self.metrics_source.endpoint is not None
+        host = self.metrics_source.endpoint.host
+        if host in ("", "0.0.0.0", "::"):
+            host = self.listener_config.advertised[0].host or self.server.host
+        return f"{host}:{self.metrics_port}"
+
     def __repr__(self) -> str:
         return f"BrokerServer(node_id={self.node_id}, {self.state.value}, {self.bootstrap})"
 
@@ -307,6 +318,10 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
         assert self.state is BrokerState.NOT_RUNNING, f"{self!r} started twice"
         self.state = BrokerState.STARTING
         loop = self._enter_loop()
+        if self.metrics_source is not None and self.metrics_source.address:
+            self.controller.client_id = launcher_client_id(  # registration tells the driver
+                self.executor_id, self.task_attempt, str(self.data_dir), self._metrics_endpoint()
+            )
         self._unfenced = asyncio.Event()
         self._shutdown_requested = asyncio.Event()
         self._heartbeat_now = asyncio.Event()

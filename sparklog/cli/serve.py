@@ -55,6 +55,16 @@ def report_coordinator(cluster: Any) -> None:
         progress(f"the group coordinator is not serving groups or transactions: {reason}")
 
 
+def report_metrics(cluster: Any) -> None:
+    """Where Prometheus scrapes (`metrics.prometheus.port`): the driver's `/metrics`, and its
+    `/sd` listing every metrics endpoint of the cluster."""
+    endpoints = cluster.metrics_endpoints()
+    if endpoints:
+        progress(
+            f"metrics: http://{endpoints[0]}/metrics (all endpoints: http://{endpoints[0]}/sd)"
+        )
+
+
 def report_listeners(cluster: Any) -> None:
     """With several listeners, where each serves (the bootstrap line names the first's)."""
     names = list(getattr(cluster.brokers[0], "servers", {}))
@@ -94,6 +104,7 @@ def serve_spark(
     try:
         announce(cluster.bootstrap_servers)
         report_coordinator(cluster)
+        report_metrics(cluster)
         progress(f"serving (data in {data_dir}); Ctrl-C or SIGTERM stops it")
         wait_until(stop, jvm_alive)
     except BaseException:
@@ -127,6 +138,7 @@ def _serve_embedded(
         announce(cluster.bootstrap_servers)
         report_listeners(cluster)
         report_coordinator(cluster)
+        report_metrics(cluster)
         progress(f"serving (data in {data_dir}); Ctrl-C or SIGTERM stops it")
         wait_until(stop)
         progress("stopping the brokers and the controller")

@@ -43,6 +43,8 @@ class BrokerLaunchFacts:
     executor_id: str | None = None
     task_attempt: int = -1
     data_dir: str | None = None
+    #: `host:port` of the Prometheus endpoint of the broker's process (None: none)
+    metrics_endpoint: str | None = None
 
 
 def broker_client_id(facts: BrokerLaunchFacts) -> str:
@@ -52,6 +54,8 @@ def broker_client_id(facts: BrokerLaunchFacts) -> str:
     if facts.executor_id is not None:
         parts.append(f"executor={facts.executor_id}")
     parts.append(f"attempt={facts.task_attempt}")
+    if facts.metrics_endpoint is not None:
+        parts.append(f"metrics={facts.metrics_endpoint}")
     if facts.data_dir is not None:
         parts.append(f"dir={facts.data_dir}")
     return ";".join(parts)
@@ -68,7 +72,9 @@ def parse_broker_client_id(client_id: str | None) -> BrokerLaunchFacts:
         attempt = int(fields.get("attempt", "-1"))
     except ValueError:
         attempt = -1
-    return BrokerLaunchFacts(fields.get("executor"), attempt, data_dir if _sep else None)
+    return BrokerLaunchFacts(
+        fields.get("executor"), attempt, data_dir if _sep else None, fields.get("metrics")
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +210,7 @@ def register_broker_record(request: BrokerRegistrationRequest, broker_epoch: int
         "executor_id": request.facts.executor_id,
         "data_dir": request.facts.data_dir,
         "task_attempt": request.facts.task_attempt,
+        "metrics_endpoint": request.facts.metrics_endpoint,
         "endpoints": endpoints_to_record(request.endpoints),
     }
 

@@ -165,6 +165,8 @@ class ControllerServer(ControllerLauncherApi):
         """Open the metadata log, fence brokers without a lease, and start listening."""
         assert self._loop is None, "a ControllerServer starts once"
         self._enter_loop()
+        if self.metrics_source is not None:
+            self.metrics_source.service_discovery = self._metrics_targets
         self.metadata_log, image = MetadataLog.open(
             self.store,
             now_ms=_wall_ms(),
@@ -213,6 +215,17 @@ class ControllerServer(ControllerLauncherApi):
             self.bootstrap,
             image.offset,
         )
+
+    def _metrics_targets(self) -> list[dict[str, Any]]:
+        """The Prometheus HTTP SD target groups of the unfenced brokers' metrics endpoints
+        (from their registrations), one per broker labelled with its id."""
+        if self.controller is None:
+            return []
+        return [
+            {"targets": [b.metrics_endpoint], "labels": {"broker_id": str(b.broker_id)}}
+            for b in self.controller.image.unfenced_brokers()
+            if b.metrics_endpoint
+        ]
 
     def _claim_leadership(self) -> None:
         """Commit the LeaderChange record (see the module doc) before serving, after the

@@ -243,6 +243,7 @@ class MetadataImage:
             data_dir=r.get("data_dir"),
             task_attempt=int(r.get("task_attempt", -1)),
             fenced=True,
+            metrics_endpoint=r.get("metrics_endpoint"),
             endpoints=endpoints_from_record(r.get("endpoints", ())),
         )
         if broker.broker_epoch != self.offset:

@@ -55,6 +55,8 @@ class BrokerRegistration:
     data_dir: str | None = None
     task_attempt: int = -1
     fenced: bool = True
+    #: `host:port` where the broker's process serves Prometheus metrics (None: none)
+    metrics_endpoint: str | None = None
     #: every advertised listener (Kafka's `BrokerRegistration.listeners`); `host`/`port` are
     #: the first's. Registrations from before listeners were recorded have one PLAINTEXT.
     endpoints: tuple[ListenerEndpoint, ...] = ()

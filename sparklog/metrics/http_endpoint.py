@@ -26,8 +26,9 @@ import contextlib
 import json
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
@@ -52,8 +53,16 @@ class MetricsSource:
     name: str  # "broker-1", "controller", "group-coordinator"
     registry: Metrics
     loop: asyncio.AbstractEventLoop
-    #: extra snapshots the server adds (e.g. the socket server's gauges computed at scrape)
     endpoint: MetricsEndpoint | None = field(default=None, repr=False)
+    #: what `/sd` lists for this server (Prometheus HTTP SD target groups), called on `loop`
+    #: (the controller: its brokers' endpoints)
+    service_discovery: Callable[[], list[dict[str, Any]]] | None = None
+
+    @property
+    def address(self) -> str:
+        """`host:port` of the process endpoint ("" when not serving)."""
+        endpoint = self.endpoint
+        return f"{endpoint.host}:{endpoint.port}" if endpoint is not None and endpoint.port else ""
 
     @property
     def port(self) -> int:
@@ -73,7 +82,6 @@ class MetricsEndpoint:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._sources: list[MetricsSource] = []
-        self._sd_targets: dict[str, tuple[list[str], dict[str, str]]] = {}
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.base_events.Server | None = None
@@ -83,9 +91,13 @@ class MetricsEndpoint:
 
     # -- sources -------------------------------------------------------------------------
 
-    def add(self, source: MetricsSource, host: str, port: int) -> MetricsSource:
+    def add(
+        self, source: MetricsSource, host: str, port: int, *, any_port_if_taken: bool = False
+    ) -> MetricsSource:
         """Expose `source`; bind (`host`, `port`: -1 any free one) unless bound already or
-        `port` is 0. Safe from any thread; blocks until bound."""
+        `port` is 0. Safe from any thread; blocks until bound. `any_port_if_taken`: a port in
+        use by another process is replaced by a free one (a broker task: executors sharing a
+        host cannot share the port; the driver's `/sd` lists where each one went)."""
         with self._lock:
             self._sources.append(source)
             source.endpoint = self
@@ -101,7 +113,13 @@ class MetricsEndpoint:
                     )
                 return source
             try:
-                self._bind(host, 0 if port == -1 else port)
+                try:
+                    self._bind(host, 0 if port == -1 else port)
+                except OSError as e:
+                    if not any_port_if_taken:
+                        raise
+                    logger.warning("%s; serving metrics on a free port instead", e)
+                    self._bind(host, 0)
             except OSError:
                 self._sources.remove(source)
                 source.endpoint = None
@@ -112,7 +130,6 @@ class MetricsEndpoint:
         with self._lock:
             if source in self._sources:
                 self._sources.remove(source)
-            self._sd_targets.pop(source.name, None)
             if self._sources:
                 return
             thread, loop = self._thread, self._loop
@@ -127,13 +144,6 @@ class MetricsEndpoint:
     def sources(self) -> list[MetricsSource]:
         with self._lock:
             return list(self._sources)
-
-    def set_sd_targets(
-        self, name: str, targets: Sequence[str], labels: Mapping[str, str] | None = None
-    ) -> None:
-        """What `/sd` lists for `name` (the driver: its brokers' metrics endpoints)."""
-        with self._lock:
-            self._sd_targets[name] = (list(targets), dict(labels or {}))
 
     # -- the HTTP thread ------------------------------------------------------------------
 
@@ -205,14 +215,20 @@ class MetricsEndpoint:
             self.scrapes += 1
             return "200 OK", CONTENT_TYPE_PLAIN_0_0_4, await self.scrape()
         if path == b"/sd":
-            return "200 OK", "application/json", self._service_discovery()
+            return "200 OK", "application/json", await self._service_discovery()
         return "404 Not Found", "text/plain", b"not found: GET /metrics or /sd\n"
 
     async def scrape(self) -> bytes:
         """The text exposition of every source (on the endpoint's loop)."""
         sources = self.sources()
         labelled = len(sources) > 1
-        waits = [_snapshot_on_loop(s, {"server": s.name} if labelled else None) for s in sources]
+        waits = [
+            _on_loop(
+                s,
+                partial(prometheus.families, s.registry, {"server": s.name} if labelled else None),
+            )
+            for s in sources
+        ]
         snapshots = []
         for source, wait in zip(sources, waits, strict=True):
             try:
@@ -222,27 +238,39 @@ class MetricsEndpoint:
                 logger.warning("metrics of %s left out of this scrape: %r", source.name, e)
         return generate_latest(prometheus.Snapshot(prometheus.merge(snapshots)))
 
-    def _service_discovery(self) -> bytes:
-        with self._lock:
-            groups = [
-                {"targets": targets, "labels": labels}
-                for targets, labels in self._sd_targets.values()
-            ]
-            if self.port:
-                groups.insert(0, {"targets": [f"{self.host}:{self.port}"], "labels": {}})
+    async def _service_discovery(self) -> bytes:
+        """Prometheus HTTP SD: this endpoint, then what each server adds (the controller: the
+        brokers' endpoints), each asked on its own loop; an address listed once."""
+        sources = self.sources()
+        groups: list[dict[str, Any]] = []
+        if self.port:
+            groups.append({"targets": [f"{self.host}:{self.port}"], "labels": {}})
+        seen = {f"{self.host}:{self.port}"}
+        for source in sources:
+            if source.service_discovery is None:
+                continue
+            try:
+                async with asyncio.timeout(SNAPSHOT_TIMEOUT_S):
+                    more = await asyncio.wrap_future(_on_loop(source, source.service_discovery))
+            except Exception as e:  # noqa: BLE001 - a stuck or stopped server is left out
+                logger.warning("service discovery of %s left out: %r", source.name, e)
+                continue
+            for group in more:
+                targets = [t for t in group["targets"] if t not in seen]
+                seen.update(targets)
+                if targets:
+                    groups.append({**group, "targets": targets})
         return json.dumps(groups).encode()
 
 
-def _snapshot_on_loop(
-    source: MetricsSource, labels: Mapping[str, str] | None
-) -> concurrent.futures.Future[Any]:
-    """The families of `source`'s registry, taken on its own loop."""
+def _on_loop(source: MetricsSource, fn: Callable[[], Any]) -> concurrent.futures.Future[Any]:
+    """`fn()` run on `source`'s own loop."""
     done: concurrent.futures.Future[Any] = concurrent.futures.Future()
 
     def take() -> None:
         if done.set_running_or_notify_cancel():
             try:
-                done.set_result(prometheus.families(source.registry, labels))
+                done.set_result(fn())
             except BaseException as e:  # noqa: BLE001 - to the scrape
                 done.set_exception(e)
 
@@ -261,7 +289,12 @@ def process_endpoint() -> MetricsEndpoint:
 
 
 def add_server(
-    name: str, registry: Metrics, config: MetricsConfig, loop: asyncio.AbstractEventLoop
+    name: str,
+    registry: Metrics,
+    config: MetricsConfig,
+    loop: asyncio.AbstractEventLoop,
+    *,
+    any_port_if_taken: bool = False,
 ) -> MetricsSource:
     """Expose a starting server's registry through the process's endpoint (bound if
     `config.metrics_prometheus_port` asks for it); `close()` the answer when it stops."""
@@ -269,6 +302,7 @@ def add_server(
         MetricsSource(name, registry, loop),
         config.metrics_prometheus_host,
         config.metrics_prometheus_port,
+        any_port_if_taken=any_port_if_taken,
     )
 
 

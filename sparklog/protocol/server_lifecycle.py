@@ -53,6 +53,9 @@ class ServerLifecycle:
     thread_name = "sparklog-server"
     #: how long `start_in_thread` waits for `start()` by default
     start_timeout_s: float | None = 30.0
+    #: a `metrics.prometheus.port` taken by another process is replaced by a free one (a
+    #: broker task: executors on one host cannot share it); else starting fails
+    metrics_port_fallback = False
 
     def __init__(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -82,7 +85,9 @@ class ServerLifecycle:
         if metrics is not None and self.metrics_source is None:
             name = self.thread_name.removeprefix("sparklog-")
             config = getattr(self, "metrics_config", None) or MetricsConfig()
-            self.metrics_source = add_server(name, metrics, config, loop)
+            self.metrics_source = add_server(
+                name, metrics, config, loop, any_port_if_taken=self.metrics_port_fallback
+            )
         return loop
 
     def _close_metrics(self) -> None:

@@ -115,6 +115,9 @@ def broker_task(specs: Iterable[BrokerTaskSpec]) -> Iterator[dict]:
         attempt = spec.launch * 1000 + task_attempt
         config = dict(spec.config)
         config.setdefault("listeners.host", spec.bind_host or executor_host())
+        # the executor's metrics endpoint (`metrics.prometheus.port`) where Prometheus can
+        # reach it: the broker's own address unless the settings name one
+        config.setdefault("metrics.prometheus.host", config["listeners.host"])
         stop = threading.Event()
         _stop_when_jvm_dies(stop)
         result = run_broker(

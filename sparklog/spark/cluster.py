@@ -266,6 +266,20 @@ class SparkLogCluster:
         live = self._brokers_of_this_run() or self.controller.live_brokers()
         return ",".join(f"{b['host']}:{b['port']}" for b in live)
 
+    @property
+    def metrics_port(self) -> int:
+        """The port the driver serves Prometheus metrics on (`metrics.prometheus.port`; 0:
+        off): the controller's and coordinators' metrics, `/sd` listing the brokers'."""
+        return self.controller.metrics_port
+
+    def metrics_endpoints(self) -> list[str]:
+        """`host:port` of the driver's metrics endpoint and of each live broker's process
+        (from their registrations), as the driver's `/sd` lists them for Prometheus."""
+        source = self.controller.metrics_source
+        own = source.address if source is not None else ""
+        brokers = [b.get("metrics_endpoint") for b in self._brokers_of_this_run()]
+        return list(dict.fromkeys(e for e in [own, *brokers] if e))
+
     def describe(self) -> dict[str, Any]:
         """Brokers (id, host, port, executor, data dir, attempt, fenced), launches and topics."""
         brokers = self.controller.describe_brokers()
@@ -279,6 +293,7 @@ class SparkLogCluster:
             "controller": self.controller.bootstrap,
             "group_coordinator": self.coordinator.bootstrap if self.coordinator else None,
             "bootstrap_servers": self.bootstrap_servers,
+            "metrics_endpoints": self.metrics_endpoints(),
             "brokers": brokers,
             "topics": self.controller.describe_topics(),
         }

@@ -4,6 +4,9 @@ prometheus_client's own text parser."""
 
 from __future__ import annotations
 
+import json
+import signal
+import socket
 import urllib.request
 
 import pytest
@@ -12,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sparklog.cluster.embedded import EmbeddedCluster
 from tests.integration import broker_wire as wire
 from tests.integration.conftest import TEST_CONFIG
+from tests.integration.test_cli import Served
 
 
 @pytest.fixture(scope="module")
@@ -155,3 +159,52 @@ def test_follower_fetches_are_fetch_follower(metrics_cluster):
     wire.run(create())
     families = scrape(metrics_cluster.metrics_port)
     assert total(families, "kafka_network_requestmetrics_requests_total", request="FetchFollower")
+
+
+def test_broker_processes_serve_their_own_endpoint_which_the_drivers_sd_lists(tmp_path):
+    config = {**TEST_CONFIG, "metrics.prometheus.port": "-1"}
+    with EmbeddedCluster(
+        brokers=1, data_dir=tmp_path, config=config, broker_processes=True
+    ) as cluster:
+        driver, broker = cluster.metrics_endpoints()
+        assert driver == f"127.0.0.1:{cluster.metrics_port}"
+        with urllib.request.urlopen(f"http://{driver}/sd", timeout=30) as response:
+            groups = json.loads(response.read())
+        assert {"targets": [broker], "labels": {"broker_id": "0"}} in groups
+        assert groups[0]["targets"] == [driver]
+
+        async def ask() -> None:
+            conn = await wire.connect(cluster.bootstrap_servers)
+            try:
+                await wire.metadata(conn, None)
+            finally:
+                await conn.close()
+
+        wire.run(ask())
+        families = scrape(int(broker.rsplit(":", 1)[1]))
+        # one server in that process: no `server` label, the JMX exporter's names as they are
+        assert total(families, "kafka_network_requestmetrics_requests_total", request="Metadata")
+        assert not any("server" in s.labels for f in families for s in f.samples)
+
+
+def test_serve_prints_where_its_metrics_are_and_serves_them(tmp_path):
+    with socket.socket() as probe:  # a port free a moment ago: serve binds it by number
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    served = Served(
+        "--master",
+        "none",
+        "--brokers",
+        "1",
+        "--data-dir",
+        str(tmp_path / "served"),
+        "--config",
+        f"metrics.prometheus.port={port}",
+    )
+    try:
+        families = scrape(port)
+        assert total(families, "kafka_network_requestmetrics_requests_total", server="controller")
+    finally:
+        code, err = served.stop(signal.SIGTERM)
+    assert code == 0, err
+    assert f"metrics: http://127.0.0.1:{port}/metrics" in err

@@ -196,12 +196,21 @@ def test_session_timeout_comes_from_the_config():
         BrokerLaunchFacts("3", 1, "/data/broker;odd/dir=x"),
         BrokerLaunchFacts(None, -1, None),
         BrokerLaunchFacts("exec-9", 0, None),
+        BrokerLaunchFacts("exec-2", 3, "/d;metrics=x", "10.0.0.7:9404"),
     ],
 )
 def test_broker_client_id_round_trips_launch_facts(facts):
     client_id = broker_client_id(facts)
     assert client_id.startswith("sparklog-broker;")
     assert parse_broker_client_id(client_id) == facts
+
+
+def test_the_brokers_client_id_carries_its_metrics_endpoint():
+    from sparklog.broker.controller_client import launcher_client_id
+
+    facts = parse_broker_client_id(launcher_client_id("e1", 2, "/data;x", "10.0.0.7:9404"))
+    assert facts == BrokerLaunchFacts("e1", 2, "/data;x", "10.0.0.7:9404")
+    assert parse_broker_client_id(launcher_client_id("e1", 2, "/d")).metrics_endpoint is None
 
 
 def test_other_client_ids_carry_no_launch_facts():
