@@ -273,7 +273,10 @@ class KafkaApis:
                     r.records.close()
         items = []
         file_records: dict[bytes, FileRecords] = {}
+        topic_stats = self.replica_manager.topic_stats
         async for p, r in cooperative.each(answered):
+            if r is not None and r.records:  # Kafka's updateBytesOut, as the response is built
+                topic_stats.bytes_out(p.topic, len(r.records), params.is_from_follower)
             data = fetch_partition_data(p, r, params.isolation_level)
             if isinstance(data["records"], FileRecords):
                 key = placeholder(len(file_records))

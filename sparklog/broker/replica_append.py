@@ -8,10 +8,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from sparklog.broker.delayed_produce import DelayedProduce, ProduceResult
-from sparklog.broker.replica_base import ReplicaManagerBase, error_code_of
-from sparklog.errors import CorruptMessageError, InvalidRecordError, InvalidRequiredAcksError
+from sparklog.broker.replica_base import (
+    EXPECTED_PRODUCE_ERRORS,
+    HostedPartition,
+    ReplicaManagerBase,
+    error_code_of,
+)
+from sparklog.errors import (
+    CorruptMessageError,
+    InvalidRecordError,
+    InvalidRequiredAcksError,
+    MessageTooLargeError,
+)
 from sparklog.protocol import cooperative
 from sparklog.records.batch import batch_size_at
+from sparklog.records.errors import InvalidCrcError
 from sparklog.storage.log_validator import RecordValidationError
 from sparklog.storage.producer_append_info import AppendOrigin
 from sparklog.structs import TopicPartition
@@ -58,6 +69,7 @@ class AppendPath(ReplicaManagerBase):
         now_ms: int,
         origin: AppendOrigin,
     ) -> tuple[ProduceResult, int | None]:
+        hosted = None
         try:
             self.dir_failures.check()
             hosted = self.hosted(*tp)
@@ -85,9 +97,13 @@ class AppendPath(ReplicaManagerBase):
             )
         except Exception as e:  # noqa: BLE001 - becomes this partition's error code
             self._on_storage_error(e, f"produce to {tp[0]}-{tp[1]}")
+            if origin is AppendOrigin.CLIENT:
+                self._count_failed_produce(hosted, records, e)
             code, message = error_code_of(e, f"produce to {tp[0]}-{tp[1]}")
             record_errors = tuple(e.record_errors) if isinstance(e, RecordValidationError) else ()
             return ProduceResult(code, error_message=message, record_errors=record_errors), None
+        if origin is AppendOrigin.CLIENT and not info.duplicate:
+            hosted.stats.on_appended(info.valid_bytes, info.records_count)
         if not info.duplicate:
             events = hosted.partition.on_leader_append(hosted.log.log_end_offset)
             self._apply_events(tp, hosted, events)  # wakes waiters when there are events
@@ -97,6 +113,18 @@ class AppendPath(ReplicaManagerBase):
             0, info.first_offset, info.log_append_time_ms, hosted.log.log_start_offset
         )
         return result, info.last_offset + 1
+
+    def _count_failed_produce(
+        self, hosted: HostedPartition | None, records: bytes | None, e: Exception
+    ) -> None:
+        """Kafka's failed-produce metrics: the request counted, unexpected errors counted as
+        failed, a batch over max.message.bytes as rejected bytes, a CRC mismatch as an invalid
+        CRC (`UnifiedLog.analyzeAndValidateRecords`)."""
+        stats = hosted.stats if hosted is not None else self.topic_stats.unhosted()
+        rejected = len(records) if records and isinstance(e, MessageTooLargeError) else 0
+        stats.on_produce_failed(not isinstance(e, EXPECTED_PRODUCE_ERRORS), rejected)
+        if isinstance(e, InvalidCrcError) and self.topic_stats.enabled:
+            self.topic_stats.invalid_message_crc_records.count += 1
 
     async def _await_acks_all(
         self,

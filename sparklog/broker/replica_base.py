@@ -16,6 +16,12 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from sparklog.broker.broker_metrics import (
+    NO_STATS,
+    BrokerTopicStats,
+    ReplicaManagerMetrics,
+    TopicStats,
+)
 from sparklog.broker.delayed import DelayedOperations, FollowerFetches
 from sparklog.broker.log_manager import LogManager
 from sparklog.broker.partition import (
@@ -29,12 +35,20 @@ from sparklog.broker.partition import (
 )
 from sparklog.errors import (
     CorruptMessageError,
+    FencedLeaderEpochError,
     KafkaError,
     KafkaStorageError,
+    MessageTooLargeError,
     NotLeaderOrFollowerError,
+    OffsetOutOfRangeError,
+    RecordListTooLargeError,
+    ReplicaNotAvailableError,
+    UnknownLeaderEpochError,
     UnknownServerError,
+    UnknownTopicIdError,
     UnknownTopicOrPartitionError,
 )
+from sparklog.metrics.registry import Metrics
 from sparklog.records.errors import CorruptRecordError
 from sparklog.storage.config import LogConfig
 from sparklog.storage.log import Log
@@ -76,6 +90,35 @@ class HostedPartition:
     partition: Partition
     log: Log
     topic_id: uuid.UUID
+    #: its topic's `BrokerTopicMetrics`, looked up once (the data path marks them)
+    stats: TopicStats = NO_STATS
+
+
+#: The errors Kafka leaves out of FailedProduceRequestsPerSec (`ReplicaManager.
+#: appendToLocalLog`: a client causes or retries them, they are no broker failure) ...
+EXPECTED_PRODUCE_ERRORS: tuple[type[Exception], ...] = (
+    UnknownTopicOrPartitionError,
+    NotLeaderOrFollowerError,
+    MessageTooLargeError,
+    RecordListTooLargeError,
+    CorruptMessageError,
+    CorruptRecordError,
+    KafkaStorageError,
+    UnknownTopicIdError,
+    OSError,
+)
+#: ... and out of FailedFetchRequestsPerSec (`ReplicaManager.readFromLog`)
+EXPECTED_FETCH_ERRORS: tuple[type[Exception], ...] = (
+    NotLeaderOrFollowerError,
+    UnknownTopicOrPartitionError,
+    ReplicaNotAvailableError,
+    KafkaStorageError,
+    OffsetOutOfRangeError,
+    FencedLeaderEpochError,
+    UnknownLeaderEpochError,
+    UnknownTopicIdError,
+    OSError,
+)
 
 
 def error_code_of(e: Exception, what: str) -> tuple[int, str]:
@@ -102,6 +145,8 @@ class ReplicaManagerBase:
         clock_ms: Callable[[], int],
         fetch_max_bytes: int = 57_671_680,
         delayed: DelayedOperations | None = None,
+        metrics: Metrics | None = None,
+        data_path_metrics: bool = True,
     ) -> None:
         self.node_id = node_id
         self.log_manager = log_manager
@@ -118,6 +163,18 @@ class ReplicaManagerBase:
         self._live_brokers: frozenset[int] | None = None  # None: every replica may join an ISR
         self.fetchers: FollowerFetchers | None = None  # set by the broker server
         self.alter_partition: IsrProposals | None = None  # set by the broker server
+        #: `BrokerTopicMetrics` (`sparklog.metrics.enabled=false`: `data_path_metrics` off)
+        self.topic_stats = BrokerTopicStats(metrics if data_path_metrics else None)
+        #: the ReplicaManager and Log gauges (None: a registry-less replica manager in tests)
+        self.replica_metrics = (
+            None
+            if metrics is None
+            else ReplicaManagerMetrics(
+                metrics,
+                lambda: (h.partition for h in self._partitions.values()),
+                lambda: self.dir_failures.offline,
+            )
+        )
 
     @property
     def partitions(self) -> dict[TopicPartition, HostedPartition]:

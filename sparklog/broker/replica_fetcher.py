@@ -91,6 +91,9 @@ class PartitionFetchState:
     phase: FetchPhase = FetchPhase.TRUNCATING
     fetch_offset: int = 0
     delayed_until_ms: int = 0
+    #: the leader's high watermark minus our fetch offset at the last fetch (Kafka's
+    #: `FetcherLagMetrics.lag`, read as ReplicaFetcherManager MaxLag)
+    lag: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -535,6 +538,7 @@ class ReplicaFetcher:
                 leader_high_watermark=int(data.high_watermark),
                 leader_log_start_offset=int(data.log_start_offset),
             )
+            state.lag = max(0, int(data.high_watermark) - state.fetch_offset)
         except (KafkaError, CorruptRecordError) as e:
             # an offline log dir was reported once by its failure channel
             report = logger.debug if isinstance(e, KafkaStorageError) else logger.error

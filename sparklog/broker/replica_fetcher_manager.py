@@ -19,9 +19,14 @@ from sparklog.broker.replica_fetcher import (
     ReplicaFetcher,
 )
 from sparklog.errors import KafkaStorageError
+from sparklog.metrics.metric import MetricName
+from sparklog.metrics.registry import Metrics
 from sparklog.protocol.outbound import server_client_security
 
 logger = logging.getLogger(__name__)
+
+#: Kafka's `kafka.server:type=ReplicaFetcherManager,name=MaxLag,clientId=Replica`
+MAX_LAG = MetricName.of("kafka.server", "ReplicaFetcherManager", "MaxLag", {"clientId": "Replica"})
 
 
 def fetcher_id_for(tp: TopicPartition, num_fetchers: int) -> int:
@@ -40,6 +45,7 @@ class ReplicaFetcherManager:
         endpoint_of: EndpointLookup,
         *,
         clock_ms: Callable[[], int],
+        metrics: Metrics | None = None,
     ) -> None:
         self.node_id = node_id
         self.replica_manager = replica_manager
@@ -53,6 +59,18 @@ class ReplicaFetcherManager:
         # Kafka's failedPartitions: not followed until the metadata assigns them again
         self.failed_partitions: set[TopicPartition] = set()
         self.closed = False
+        if metrics is not None:
+            metrics.gauge(MAX_LAG, self.max_lag)
+
+    def max_lag(self) -> float:
+        """The largest lag (messages behind the leader's high watermark) of any followed
+        partition (Kafka's `FetcherManagerMaxLag`), read at scrape time."""
+        return float(
+            max(
+                (s.lag for f in self._fetchers.values() for s in f.partitions.values()),
+                default=0,
+            )
+        )
 
     def statistics(self) -> dict[str, int]:
         return {"fetchers": len(self._fetchers), "partitions": len(self._assigned)}

@@ -57,6 +57,8 @@ class FollowerPath(ReplicaManagerBase):
                     # log start is inside a batch; start ours where that batch starts.
                     log_.truncate_fully_and_start_at(first_base)
                 log_.append_as_follower(records, self._clock_ms())
+            if self.topic_stats.enabled:  # Kafka's updateReplicationBytesIn (all topics only)
+                self.topic_stats.replication_bytes_in.count += len(records)
         high_watermark = min(leader_high_watermark, log_.log_end_offset)
         if high_watermark > log_.high_watermark:
             log_.update_high_watermark(high_watermark)

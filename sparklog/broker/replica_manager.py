@@ -34,7 +34,12 @@ import logging
 from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
-from sparklog.broker.partition import IsrChangeProposed, Partition, PartitionRegistration
+from sparklog.broker.partition import (
+    IsrChanged,
+    IsrChangeProposed,
+    Partition,
+    PartitionRegistration,
+)
 from sparklog.broker.replica_append import AppendPath
 from sparklog.broker.replica_base import HostedPartition, TopicMetadata
 from sparklog.broker.replica_follower import FollowerPath
@@ -102,9 +107,12 @@ class ReplicaManager(AppendPath, ReadPath, FollowerPath):
             hosted = self._partitions.get(tp) or self._host(tp, topic)
             self.log_manager.update_config(*tp, topic.config)
             hosted.partition.min_insync_replicas = hosted.log.config.min_insync_replicas
+            pending, isr_before = hosted.partition.pending_isr, hosted.partition.isr
             events = hosted.partition.apply_registration(
                 registration, self._clock_ms(), hosted.log.log_end_offset
             )
+            if pending is not None and self.replica_metrics is not None:
+                self._maybe_count_isr_change(hosted.partition, pending, isr_before)
             self._apply_events(tp, hosted, events)
             yield
 
@@ -112,8 +120,11 @@ class ReplicaManager(AppendPath, ReadPath, FollowerPath):
         opened = self.log_manager.get_or_create_log(*tp, topic.topic_id, topic.config)
         partition = Partition(tp[0], tp[1], self.node_id)
         partition.reset_high_watermark(opened.high_watermark)
-        hosted = HostedPartition(partition, opened, topic.topic_id)
+        stats = self.topic_stats.acquire(tp[0])
+        hosted = HostedPartition(partition, opened, topic.topic_id, stats)
         self._partitions[tp] = hosted
+        if self.replica_metrics is not None:
+            self.replica_metrics.add_log(*tp, opened)
         return hosted
 
     def _remove(self, tp: TopicPartition) -> None:
@@ -123,6 +134,14 @@ class ReplicaManager(AppendPath, ReadPath, FollowerPath):
         hosted.partition.mark_deleted()
         self.log_manager.delete_log(*tp)
         self._notify_all(tp)
+        self._maybe_remove_metrics(tp)
+
+    def _maybe_remove_metrics(self, tp: TopicPartition) -> None:
+        """A partition left: its Log gauges go, and its topic's meters when it was the topic's
+        last partition here (Kafka's `maybeRemoveTopicMetrics`)."""
+        if self.replica_metrics is not None:
+            self.replica_metrics.remove_log(*tp)
+        self.topic_stats.release(tp[0])
 
     # -- offsets ----------------------------------------------------------------------------
 
@@ -216,11 +235,27 @@ class ReplicaManager(AppendPath, ReadPath, FollowerPath):
             self._apply_events(tp, hosted, events)
         return proposed
 
+    def _maybe_count_isr_change(
+        self, partition: Partition, pending: IsrChangeProposed, isr_before: tuple[int, ...]
+    ) -> None:
+        """The metadata carried the ISR this leader proposed before the controller's answer
+        did (the controller publishes, then answers): that is the leader's change committing,
+        which Kafka counts when the answer comes; the answer then finds its proposal replaced
+        and is ignored, so the change is counted here, once."""
+        assert self.replica_metrics is not None
+        if (
+            partition.is_leader
+            and partition.pending_isr is None
+            and set(partition.isr) == set(pending.isr)
+        ):
+            self.replica_metrics.on_isr_committed(isr_before, partition.isr)
+
     def on_isr_outcome(self, tp: TopicPartition, proposal: IsrChangeProposed, outcome: Any) -> bool:
         """The controller answered an ISR proposal (an `IsrChangeOutcome`); True: send again."""
         hosted = self._partitions.get(tp)
         if hosted is None or hosted.topic_id != outcome.topic_id:
             return False
+        isr_before = hosted.partition.isr
         events, retry = hosted.partition.apply_isr_outcome(
             proposal,
             outcome.error_code,
@@ -231,6 +266,11 @@ class ReplicaManager(AppendPath, ReadPath, FollowerPath):
         )
         if events:
             logger.info("%s-%d: ISR is now %s", *tp, list(hosted.partition.isr))
+        if self.replica_metrics is not None:
+            if outcome.error_code:  # Kafka's IsrChangeListener.markFailed
+                self.replica_metrics.on_isr_update_failed()
+            elif any(isinstance(e, IsrChanged) for e in events):
+                self.replica_metrics.on_isr_committed(isr_before, hosted.partition.isr)
         self._apply_events(tp, hosted, events)
         return retry
 

@@ -19,7 +19,12 @@ from sparklog.broker.fetch_params import (
     FetchResult,
     Unchanged,
 )
-from sparklog.broker.replica_base import HostedPartition, ReplicaManagerBase, error_code_of
+from sparklog.broker.replica_base import (
+    EXPECTED_FETCH_ERRORS,
+    HostedPartition,
+    ReplicaManagerBase,
+    error_code_of,
+)
 from sparklog.errors import KafkaError
 from sparklog.protocol import cooperative
 from sparklog.records.file_records import FileRecords
@@ -90,7 +95,7 @@ class ReadPath(ReplicaManagerBase):
             follower = (self._clock_ms(), eligible)
         results: list[FetchResult | None] = [None] * len(partitions)
         yield from self._read_into_steps(
-            results, params, partitions, range(len(partitions)), unchanged, follower
+            results, params, partitions, range(len(partitions)), unchanged, follower, arriving
         )
         return results
 
@@ -112,6 +117,7 @@ class ReadPath(ReplicaManagerBase):
         indices: Iterable[int],
         unchanged: Unchanged | None,
         follower: tuple[int, bool] | None = None,
+        arriving: bool = False,
     ) -> Generator[None, None, None]:
         """Read `partitions[i]` into `results[i]` for each of `indices` in turn, sharing
         `max_bytes` (the first batch read is returned whole, as Kafka's first one is); yields
@@ -127,6 +133,7 @@ class ReadPath(ReplicaManagerBase):
                 min_one_batch,
                 unchanged,
                 follower,
+                arriving,
             )
             if result is not None and result.records:
                 budget -= len(result.records)
@@ -162,13 +169,18 @@ class ReadPath(ReplicaManagerBase):
         min_one_batch: bool,
         unchanged: Unchanged | None = None,
         follower: tuple[int, bool] | None = None,
+        arriving: bool = False,
     ) -> FetchResult | None:
         """One partition's result. `follower` = (now, whether the follower may join the ISR):
         the fetch just arrived from a follower, which holds everything below its fetch offset
-        (Kafka's updateFollowerFetchState); errors are left to the read, which answers them."""
+        (Kafka's updateFollowerFetchState); errors are left to the read, which answers them.
+        An `arriving` read (not a delayed fetch's re-read) counts in TotalFetchRequestsPerSec."""
+        hosted = None
         try:
             self.dir_failures.check()
             hosted = self.hosted(p.topic, p.partition)
+            if arriving:
+                hosted.stats.on_fetch()
             hosted.partition.check_leader(p.current_leader_epoch)
             log_ = hosted.log
             if follower is not None:
@@ -195,6 +207,12 @@ class ReadPath(ReplicaManagerBase):
                 )
                 records, aborted = data.records, data.aborted_transactions
         except Exception as e:  # noqa: BLE001 - becomes this partition's error code
+            if arriving:  # Kafka's readFromLog: unexpected errors count as failed fetches
+                stats = self.topic_stats.unhosted() if hosted is None else hosted.stats
+                if hosted is None:
+                    stats.on_fetch()  # a hosted partition counted itself already
+                if not isinstance(e, EXPECTED_FETCH_ERRORS):
+                    stats.on_fetch_failed()
             self._on_storage_error(e, f"fetch from {p.topic}-{p.partition}")
             code, _message = error_code_of(e, f"fetch from {p.topic}-{p.partition}")
             leader_id, leader_epoch = self.leader_of(p.topic, p.partition)

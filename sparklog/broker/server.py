@@ -172,6 +172,8 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
             self.log_manager,
             clock_ms=wall_clock_ms,
             fetch_max_bytes=self.config.fetch_max_bytes,
+            metrics=self.metrics,
+            data_path_metrics=self.metrics_config.sparklog_metrics_enabled,
         )
         self.fetchers = ReplicaFetcherManager(
             self.node_id,
@@ -179,6 +181,7 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
             self.config,
             self._endpoint_of,
             clock_ms=wall_clock_ms,
+            metrics=self.metrics,
         )
         self.alter_partition = AlterPartitionManager(
             self.controller,

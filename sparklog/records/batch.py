@@ -35,7 +35,7 @@ from sparklog.records.batch_header import (
 )
 from sparklog.records.compression import decompress
 from sparklog.records.crc import crc32c
-from sparklog.records.errors import CorruptRecordError
+from sparklog.records.errors import CorruptRecordError, InvalidCrcError
 from sparklog.records.record import Record, decode_records
 from sparklog.structs import (
     NO_PARTITION_LEADER_EPOCH,
@@ -110,7 +110,7 @@ class RecordBatch:
         """Raise CorruptRecordError if the stored CRC does not match the bytes."""
         actual = self.compute_crc()
         if actual != self.header.crc:
-            raise CorruptRecordError(
+            raise InvalidCrcError(
                 self.position + CRC_OFFSET,
                 f"CRC-32C mismatch: stored {self.header.crc:#010x}, computed {actual:#010x}",
             )

@@ -32,7 +32,11 @@ from sparklog.records.batch import (
 from sparklog.records.compression import CompressionType, decompress
 from sparklog.records.control import ControlRecordType, control_type_of
 from sparklog.records.crc import crc32c
-from sparklog.records.errors import CorruptRecordError, DecompressedTooLargeError
+from sparklog.records.errors import (
+    CorruptRecordError,
+    DecompressedTooLargeError,
+    InvalidCrcError,
+)
 
 _WORK_BYTES = 1 << 20
 _NO_BOUNDS = np.empty(0, dtype=np.int64)  # starts/ends of a group whose data is None
@@ -82,7 +86,7 @@ def read_headers(view: memoryview, u8: np.ndarray, pos: np.ndarray) -> np.ndarra
 def verify_crcs(
     view: memoryview, pos: np.ndarray, sizes: np.ndarray, crcs: np.ndarray, core=None
 ) -> None:
-    """Raise CorruptRecordError for the first batch whose CRC-32C does not match."""
+    """Raise InvalidCrcError for the first batch whose CRC-32C does not match."""
     if core is not None:
         first = core.first_bad_crc(view, le64(pos), le64(sizes))
         if first < 0:
@@ -91,7 +95,7 @@ def verify_crcs(
     for p, size, stored in zip(pos.tolist(), sizes.tolist(), crcs.tolist(), strict=True):
         actual = crc32c(view[p + ATTRIBUTES_OFFSET : p + size])
         if actual != stored:
-            raise CorruptRecordError(
+            raise InvalidCrcError(
                 p + CRC_OFFSET,
                 f"CRC-32C mismatch: stored {stored:#010x}, computed {actual:#010x}",
             )

@@ -18,6 +18,11 @@ class CorruptRecordError(CorruptMessageError):
         super().__init__(f"corrupt record batch at byte {position}: {reason}")
 
 
+class InvalidCrcError(CorruptRecordError):
+    """A batch whose stored CRC-32C does not match its bytes (Kafka counts these apart, as
+    `InvalidMessageCrcRecordsPerSec`)."""
+
+
 class DecompressedTooLargeError(MessageTooLargeError):
     """A compressed records section that unpacks to more than `max_bytes` (a compression bomb,
     or a batch far larger than any producer builds); decompression stopped at the bound.
