@@ -30,11 +30,13 @@ What Kafka counts, and where this follows it (`ReplicaManager.appendToLocalLog`,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import contextlib
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Protocol
 
 from sparklog.metrics.metric import MetricName
-from sparklog.metrics.registry import Meter, Metrics
+from sparklog.metrics.registry import Histogram, Meter, Metrics
 
 SERVER = "kafka.server"
 BROKER_TOPIC_METRICS = "BrokerTopicMetrics"
@@ -329,3 +331,43 @@ class ReplicaManagerMetrics:
         """The partition left this broker (deleted, or moved): its gauges go with it."""
         for name in LOG_GAUGES:
             self.metrics.remove(log_metric(name, topic, partition))
+
+
+#: Kafka's `kafka.log:type=LogFlushStats,name=LogFlushRateAndTimeMs` (a Yammer timer: its
+#: count is the flush rate, its quantiles the fsync time in ms)
+LOG_FLUSH = MetricName.of("kafka.log", "LogFlushStats", "LogFlushRateAndTimeMs")
+
+
+class LogFlushTimer:
+    """What every log's fsyncs run inside (`Log.flush_timer`): times them into `LOG_FLUSH`.
+    Flushes happen on whichever thread flushes (the loop on a roll, the log manager's scheduler
+    for flush.ms, shutdown); the time is handed to the broker's loop by `post` (its
+    `call_soon_threadsafe`) so the histogram is only ever touched where it is read. A flush
+    after the loop closed (shutdown) goes unrecorded."""
+
+    def __init__(self, metrics: Metrics, post: Callable[[Callable[[float], None], float], None]):
+        self.histogram: Histogram = metrics.histogram(LOG_FLUSH)
+        self._post = post
+
+    @contextlib.contextmanager
+    def __call__(self) -> Iterator[None]:
+        started_ns = time.perf_counter_ns()
+        try:
+            yield
+        finally:
+            elapsed_ms = (time.perf_counter_ns() - started_ns) / 1e6
+            with contextlib.suppress(RuntimeError):  # the loop is closed or gone
+                self._post(self.histogram.update, elapsed_ms)
+
+
+def add_purgatory_gauges(metrics: Metrics, operation: str, waiting: Callable[[], int]) -> None:
+    """Kafka's `kafka.server:type=DelayedOperationPurgatory,name=PurgatorySize|
+    NumDelayedOperations,delayedOperation=<operation>`: the requests of that kind waiting
+    (acks=all produces for the ISR, fetches for min_bytes). Kafka's PurgatorySize counts an
+    operation once per key it watches; sparklog's waits are not kept per key, so both read the
+    number of waiting operations."""
+    for name in ("PurgatorySize", "NumDelayedOperations"):
+        metric = MetricName.of(
+            SERVER, "DelayedOperationPurgatory", name, {"delayedOperation": operation}
+        )
+        metrics.gauge(metric, lambda: float(waiting()))

@@ -29,6 +29,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from sparklog.broker.config import BrokerConfig
@@ -118,6 +119,8 @@ class LogManager:
         self.dir_failures = LogDirFailureChannel(data_dir)
         self.retention_runs = 0
         self.segments_deleted = 0
+        #: what every log's fsyncs run inside (the broker's LogFlushStats timer)
+        self.flush_timer: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext
 
     # -- clean shutdown marker (KIP-966) ----------------------------------------------------
 
@@ -196,6 +199,7 @@ class LogManager:
         directory.rename(target)
 
     def _add(self, tp: TopicPartition, log_: Log) -> None:
+        log_.flush_timer = self.flush_timer
         with self._lock:
             self._logs[tp] = log_
         if self.cleaner is not None:

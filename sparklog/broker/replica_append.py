@@ -133,4 +133,8 @@ class AppendPath(ReplicaManagerBase):
         timeout_ms: int,
     ) -> None:
         """Kafka's `DelayedProduce`: done when every partition's HW passed its batch."""
-        await DelayedProduce(required, results, self.hosted).wait(self.delayed, timeout_ms)
+        self.delayed_produces += 1
+        try:
+            await DelayedProduce(required, results, self.hosted).wait(self.delayed, timeout_ms)
+        finally:
+            self.delayed_produces -= 1

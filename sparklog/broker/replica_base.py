@@ -21,6 +21,7 @@ from sparklog.broker.broker_metrics import (
     BrokerTopicStats,
     ReplicaManagerMetrics,
     TopicStats,
+    add_purgatory_gauges,
 )
 from sparklog.broker.delayed import DelayedOperations, FollowerFetches
 from sparklog.broker.log_manager import LogManager
@@ -175,6 +176,12 @@ class ReplicaManagerBase:
                 lambda: self.dir_failures.offline,
             )
         )
+        #: requests waiting in the purgatory, by kind (acks=all produces, long-poll fetches)
+        self.delayed_produces = 0
+        self.delayed_fetches = 0
+        if metrics is not None:
+            add_purgatory_gauges(metrics, "Produce", lambda: self.delayed_produces)
+            add_purgatory_gauges(metrics, "Fetch", lambda: self.delayed_fetches)
 
     @property
     def partitions(self) -> dict[TopicPartition, HostedPartition]:

@@ -69,7 +69,11 @@ class ReadPath(ReplicaManagerBase):
             follower = FollowerFetches(params.replica_id)  # one key, not one per partition
             self._follower_keys.add(follower)
             keys = (follower,)
-        return await delayed_fetch.wait(self.delayed, keys)
+        self.delayed_fetches += 1
+        try:
+            return await delayed_fetch.wait(self.delayed, keys)
+        finally:
+            self.delayed_fetches -= 1
 
     def _read_all(
         self,

@@ -46,12 +46,13 @@ import enum
 import logging
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from sparklog.broker.admin_apis import AdminApis
 from sparklog.broker.audit_forwarder import ForwardingAuditSink
+from sparklog.broker.broker_metrics import LogFlushTimer
 from sparklog.broker.config import BrokerConfig
 from sparklog.broker.controller_client import (
     ControllerClient,
@@ -167,6 +168,7 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
         )
         self.metadata = BrokerMetadata()
         self.log_manager = LogManager(self.data_dir, self.config)
+        self.log_manager.flush_timer = LogFlushTimer(self.metrics, self._post_to_loop)
         self.replica_manager = ReplicaManager(
             self.node_id,
             self.log_manager,
@@ -235,6 +237,13 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
         }
         #: the first listener's: the broker's default address
         self.server = next(iter(self.servers.values()))
+
+    def _post_to_loop(self, fn: Callable[[float], None], value: float) -> None:
+        """`fn(value)` on the broker's loop soon (RuntimeError when it runs no loop)."""
+        loop = self._loop
+        if loop is None:
+            raise RuntimeError("the broker runs no loop")
+        loop.call_soon_threadsafe(fn, value)
 
     def _listener_server(self, endpoint: ListenerEndpoint) -> KafkaServer:
         """The (unbound) server of one listener; ConfigError when it cannot be secured.

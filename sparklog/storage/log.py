@@ -16,8 +16,11 @@ thread may run beside the appender.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,6 +111,9 @@ class Log:
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms
         self.closed = False
+        #: wraps every fsync of segments (the broker's times them as Kafka's LogFlushStats
+        #: LogFlushRateAndTimeMs; the log itself reads no clock)
+        self.flush_timer: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext
 
     @classmethod
     def open(
@@ -356,7 +362,8 @@ class Log:
                 return active
             new_base = self.log_end_offset
             active.on_becoming_inactive()
-            active.flush()
+            with self.flush_timer():
+                active.flush()
             self.producer_state.take_snapshot(new_base)
             return self._local.roll(new_base, now_ms)
 
@@ -557,7 +564,8 @@ class Log:
         """fsync segments holding offsets below `offset` (all by default) and move the recovery point."""
         with self._lock:
             offset = self.log_end_offset if offset is None else offset
-            self._local.flush(offset)
+            with self.flush_timer():
+                self._local.flush(offset)
             self.recovery_point = max(self.recovery_point, min(offset, self.log_end_offset))
             self._unflushed_messages = 0
 

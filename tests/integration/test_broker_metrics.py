@@ -12,7 +12,12 @@ import uuid
 import confluent_kafka
 import pytest
 
-from sparklog.broker.broker_metrics import broker_topic_metric, log_metric, replica_manager_metric
+from sparklog.broker.broker_metrics import (
+    LOG_FLUSH,
+    broker_topic_metric,
+    log_metric,
+    replica_manager_metric,
+)
 from sparklog.cluster.embedded import EmbeddedCluster
 from sparklog.metrics.metric import MetricName
 from sparklog.protocol.api_versions import ApiKey
@@ -232,6 +237,19 @@ def test_isr_shrink_and_expand_are_counted_on_the_leader(mcluster):
         "the expand counted",
     )
     assert value(leader, replica_manager_metric("UnderReplicatedPartitions")) == under
+
+
+def test_log_flushes_are_timed(mcluster):
+    """flush.messages=1: every append fsyncs, each counted in LogFlushRateAndTimeMs."""
+    c = mcluster
+    topic = make_topic(c, rf=1, **{"flush.messages": 1})
+    leader = node(c, c.leader_of(topic))
+    flushes = leader.call_in_loop(lambda: leader.metrics.metric(LOG_FLUSH).measurable)
+    before = flushes.count
+    for v in (b"a", b"b", b"c"):
+        assert produce_raw(leader, topic, batch([v])).error_code == NONE
+    wait_until(lambda: leader.call_in_loop(lambda: flushes.count) >= before + 3, "3 flushes")
+    assert leader.call_in_loop(lambda: flushes.quantiles((0.5,))[0]) >= 0
 
 
 def controller_leader_counts(cluster) -> dict[int, int]:

@@ -23,6 +23,7 @@ from sparklog.broker.partition import PartitionRegistration
 from sparklog.broker.replica_fetcher import PartitionFetchState
 from sparklog.broker.replica_fetcher_manager import MAX_LAG, ReplicaFetcherManager
 from sparklog.broker.replica_manager import ReplicaManager
+from sparklog.metrics.metric import MetricName
 from sparklog.metrics.registry import Metrics
 
 from .test_replica_manager import NODE, Clock, batch, produce, topic_meta
@@ -48,6 +49,11 @@ def rm(tmp_path):
 def value(metrics, name):
     metric = metrics.metric(name)
     return None if metric is None else metric.value()
+
+
+def purgatory(operation, name="PurgatorySize"):
+    tags = {"delayedOperation": operation}
+    return MetricName.of("kafka.server", "DelayedOperationPurgatory", name, tags)
 
 
 def meter(rm, name, topic=None):
@@ -91,11 +97,14 @@ def test_a_delayed_fetch_counts_once_and_its_bytes_out_are_the_callers(rm):
             rm.fetch_messages(params, [FetchPartition("t", 0, 0, 1 << 20)])
         )
         await asyncio.sleep(0)
+        assert value(rm.metrics, purgatory("Fetch")) == 1  # the long-poll waits
+        assert value(rm.metrics, purgatory("Produce", "NumDelayedOperations")) == 0
         await rm.append_records(1, 1000, {("t", 0): batch(b"a")})
         return await waiting
 
     (result,) = asyncio.run(go())
     assert result.records
+    assert value(rm.metrics, purgatory("Fetch")) == 0
     assert meter(rm, "TotalFetchRequestsPerSec", "t") == 1
     assert meter(rm, "TotalFetchRequestsPerSec") == 1
     assert meter(rm, "BytesOutPerSec", "t") == 0
