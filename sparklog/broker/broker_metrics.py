@@ -233,6 +233,23 @@ def replica_manager_metric(name: str) -> MetricName:
 LOG_GAUGES = ("Size", "NumLogSegments", "LogStartOffset", "LogEndOffset")
 
 
+#: Kafka's `Partition` gauges, per partition (values on the leader; 0 on a follower)
+PARTITION_GAUGES = (
+    "UnderReplicated",
+    "UnderMinIsr",
+    "AtMinIsr",
+    "InSyncReplicasCount",
+    "ReplicasCount",
+    "LastStableOffsetLag",
+)
+
+
+def partition_metric(name: str, topic: str, partition: int) -> MetricName:
+    """`kafka.cluster:type=Partition,name=<name>,topic=<topic>,partition=<partition>`."""
+    tags = (("topic", topic), ("partition", str(partition)))
+    return MetricName.of("kafka.cluster", "Partition", name, tags)
+
+
 def log_metric(name: str, topic: str, partition: int) -> MetricName:
     """`kafka.log:type=Log,name=<name>,topic=<topic>,partition=<partition>`."""
     return MetricName.of(
@@ -269,13 +286,20 @@ class LogView(Protocol):
     @property
     def log_start_offset(self) -> int: ...
 
+    @property
+    def high_watermark(self) -> int: ...
+
+    @property
+    def last_stable_offset(self) -> int: ...
+
 
 class ReplicaManagerMetrics:
     """Kafka's `ReplicaManager` metrics: the ISR change meters (marked when the controller
     committed a leader's AlterPartition, as Kafka's `IsrChangeListener` does; an ISR the
     controller changes itself, e.g. when it fences a broker, is not a leader's shrink) and the
     partition gauges, computed from the hosted partitions when read (scrape time, not the data
-    path). Every hosted partition's `kafka.log:type=Log` gauges come and go with it."""
+    path). Every hosted partition's `kafka.log:type=Log` and `kafka.cluster:type=Partition`
+    gauges come and go with it."""
 
     def __init__(
         self,
@@ -316,21 +340,51 @@ class ReplicaManagerMetrics:
     def on_isr_update_failed(self) -> None:
         self.failed_isr_updates.count += 1
 
-    def add_log(self, topic: str, partition: int, log_: LogView) -> None:
-        """Kafka's `UnifiedLog` gauges of a newly hosted partition."""
-        gauges: dict[str, Callable[[], float]] = {
-            "Size": lambda: float(log_.size_in_bytes),
-            "NumLogSegments": lambda: float(len(log_.segments)),
-            "LogStartOffset": lambda: float(log_.log_start_offset),
-            "LogEndOffset": lambda: float(log_.log_end_offset),
+    def add_partition(
+        self, topic: str, index: int, partition: PartitionView, log_: LogView
+    ) -> None:
+        """The gauges of a newly hosted partition: Kafka's `UnifiedLog` ones (`kafka.log:
+        type=Log`) and its `Partition` ones (`kafka.cluster:type=Partition`, 0 on a follower)."""
+        gauges: dict[MetricName, Callable[[], float]] = {
+            log_metric("Size", topic, index): lambda: float(log_.size_in_bytes),
+            log_metric("NumLogSegments", topic, index): lambda: float(len(log_.segments)),
+            log_metric("LogStartOffset", topic, index): lambda: float(log_.log_start_offset),
+            log_metric("LogEndOffset", topic, index): lambda: float(log_.log_end_offset),
         }
-        for name, read in gauges.items():
-            self.metrics.gauge(log_metric(name, topic, partition), read)
 
-    def remove_log(self, topic: str, partition: int) -> None:
+        def leader(read: Callable[[], float]) -> Callable[[], float]:
+            return lambda: read() if partition.is_leader else 0.0
+
+        def isr() -> int:
+            return len(partition.isr)
+
+        def replicas() -> int:
+            return len(partition.replicas)
+
+        def effective_min_isr() -> int:  # Kafka's: min.insync.replicas capped at the replicas
+            return min(partition.min_insync_replicas, replicas())
+
+        reads: dict[str, Callable[[], float]] = {
+            "UnderReplicated": leader(lambda: float(isr() < replicas())),
+            "UnderMinIsr": leader(lambda: float(partition.is_under_min_isr)),
+            "AtMinIsr": leader(lambda: float(isr() == effective_min_isr())),
+            "InSyncReplicasCount": leader(lambda: float(isr())),
+            "ReplicasCount": leader(lambda: float(replicas())),
+            "LastStableOffsetLag": leader(
+                lambda: float(log_.high_watermark - log_.last_stable_offset)
+            ),
+        }
+        for name, read in reads.items():
+            gauges[partition_metric(name, topic, index)] = read
+        for metric, read in gauges.items():
+            self.metrics.gauge(metric, read)
+
+    def remove_partition(self, topic: str, index: int) -> None:
         """The partition left this broker (deleted, or moved): its gauges go with it."""
         for name in LOG_GAUGES:
-            self.metrics.remove(log_metric(name, topic, partition))
+            self.metrics.remove(log_metric(name, topic, index))
+        for name in PARTITION_GAUGES:
+            self.metrics.remove(partition_metric(name, topic, index))
 
 
 #: Kafka's `kafka.log:type=LogFlushStats,name=LogFlushRateAndTimeMs` (a Yammer timer: its

@@ -97,14 +97,14 @@ class AppendPath(ReplicaManagerBase):
             )
         except Exception as e:  # noqa: BLE001 - becomes this partition's error code
             self._on_storage_error(e, f"produce to {tp[0]}-{tp[1]}")
-            if origin is AppendOrigin.CLIENT:
-                self._count_failed_produce(hosted, records, e)
+            self._count_failed_produce(hosted, records, e)
             code, message = error_code_of(e, f"produce to {tp[0]}-{tp[1]}")
             record_errors = tuple(e.record_errors) if isinstance(e, RecordValidationError) else ()
             return ProduceResult(code, error_message=message, record_errors=record_errors), None
-        if origin is AppendOrigin.CLIENT and not info.duplicate:
-            hosted.stats.on_appended(info.valid_bytes, info.records_count)
         if not info.duplicate:
+            # every leader append, transaction markers (WriteTxnMarkers) too, as Kafka's
+            # appendToLocalLog counts them: BytesIn then matches what the log grew by
+            hosted.stats.on_appended(info.valid_bytes, info.records_count)
             events = hosted.partition.on_leader_append(hosted.log.log_end_offset)
             self._apply_events(tp, hosted, events)  # wakes waiters when there are events
             if not events:

@@ -124,7 +124,7 @@ class ReplicaManager(AppendPath, ReadPath, FollowerPath):
         hosted = HostedPartition(partition, opened, topic.topic_id, stats)
         self._partitions[tp] = hosted
         if self.replica_metrics is not None:
-            self.replica_metrics.add_log(*tp, opened)
+            self.replica_metrics.add_partition(*tp, partition, opened)
         return hosted
 
     def _remove(self, tp: TopicPartition) -> None:
@@ -140,7 +140,7 @@ class ReplicaManager(AppendPath, ReadPath, FollowerPath):
         """A partition left: its Log gauges go, and its topic's meters when it was the topic's
         last partition here (Kafka's `maybeRemoveTopicMetrics`)."""
         if self.replica_metrics is not None:
-            self.replica_metrics.remove_log(*tp)
+            self.replica_metrics.remove_partition(*tp)
         self.topic_stats.release(tp[0])
 
     # -- offsets ----------------------------------------------------------------------------

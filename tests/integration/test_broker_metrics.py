@@ -16,6 +16,7 @@ from sparklog.broker.broker_metrics import (
     LOG_FLUSH,
     broker_topic_metric,
     log_metric,
+    partition_metric,
     replica_manager_metric,
 )
 from sparklog.cluster.embedded import EmbeddedCluster
@@ -222,6 +223,9 @@ def test_isr_shrink_and_expand_are_counted_on_the_leader(mcluster):
         "the shrink counted",
     )
     assert value(leader, replica_manager_metric("UnderReplicatedPartitions")) == under + 1
+    assert value(leader, partition_metric("UnderReplicated", topic, 0)) == 1
+    assert value(leader, partition_metric("InSyncReplicasCount", topic, 0)) == 2
+    assert value(lagging, partition_metric("InSyncReplicasCount", topic, 0)) == 0  # a follower
     assert value(leader, replica_manager_metric("IsrExpandsPerSec")) == expands
     assert value(leader, replica_manager_metric("FailedIsrUpdatesPerSec")) == 0
 
@@ -237,6 +241,8 @@ def test_isr_shrink_and_expand_are_counted_on_the_leader(mcluster):
         "the expand counted",
     )
     assert value(leader, replica_manager_metric("UnderReplicatedPartitions")) == under
+    assert value(leader, partition_metric("UnderReplicated", topic, 0)) == 0
+    assert value(leader, partition_metric("InSyncReplicasCount", topic, 0)) == 3
 
 
 def test_log_flushes_are_timed(mcluster):

@@ -14,6 +14,7 @@ from sparklog.broker.broker_metrics import (
     BROKER_TOPIC_METRICS,
     broker_topic_metric,
     log_metric,
+    partition_metric,
     replica_manager_metric,
 )
 from sparklog.broker.config import BrokerConfig
@@ -25,8 +26,14 @@ from sparklog.broker.replica_fetcher_manager import MAX_LAG, ReplicaFetcherManag
 from sparklog.broker.replica_manager import ReplicaManager
 from sparklog.metrics.metric import MetricName
 from sparklog.metrics.registry import Metrics
+from sparklog.records.control import (
+    ControlRecordType,
+    EndTransactionMarker,
+    build_end_txn_marker_batch,
+)
+from sparklog.storage.producer_append_info import AppendOrigin
 
-from .test_replica_manager import NODE, Clock, batch, produce, topic_meta
+from .test_replica_manager import NODE, NOW, Clock, batch, produce, topic_meta
 
 
 def make(tmp_path, enabled=True):
@@ -76,6 +83,29 @@ def test_an_append_counts_its_batch_bytes_and_records_per_topic_and_in_total(rm)
     assert value(rm.metrics, replica_manager_metric("LeaderCount")) == 2
     assert value(rm.metrics, replica_manager_metric("PartitionCount")) == 2
     assert value(rm.metrics, replica_manager_metric("UnderReplicatedPartitions")) == 0
+
+
+def test_transaction_markers_count_as_bytes_in_and_the_lso_lag_shows_the_open_transaction(rm):
+    """Kafka's appendToLocalLog counts every leader append, WriteTxnMarkers' too: BytesIn is
+    what the log grew by. LastStableOffsetLag is the leader's HW minus its LSO."""
+    rm.apply_metadata({"t": topic_meta("t")})
+    txn = batch(b"t1", b"t2", producer_id=7, producer_epoch=0, is_transactional=True)
+    produce(rm, txn)
+    lag = partition_metric("LastStableOffsetLag", "t", 0)
+    assert value(rm.metrics, lag) == 2
+    marker = build_end_txn_marker_batch(
+        EndTransactionMarker(ControlRecordType.COMMIT, 0),
+        producer_id=7,
+        producer_epoch=0,
+        timestamp_ms=NOW,
+    )
+    asyncio.run(rm.append_records(1, 1000, {("t", 0): marker}, origin=AppendOrigin.COORDINATOR))
+    assert meter(rm, "BytesInPerSec", "t") == len(txn) + len(marker)
+    assert meter(rm, "BytesInPerSec", "t") == value(rm.metrics, log_metric("Size", "t", 0))
+    assert meter(rm, "MessagesInPerSec", "t") == 3
+    assert value(rm.metrics, lag) == 0
+    assert value(rm.metrics, partition_metric("InSyncReplicasCount", "t", 0)) == 1
+    assert value(rm.metrics, partition_metric("UnderReplicated", "t", 0)) == 0
 
 
 def test_a_produce_to_an_unknown_topic_counts_in_total_only(rm):
