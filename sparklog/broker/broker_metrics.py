@@ -230,18 +230,23 @@ def replica_manager_metric(name: str) -> MetricName:
 
 
 #: Kafka's `UnifiedLog` gauges, per partition
-LOG_GAUGES = ("Size", "NumLogSegments", "LogStartOffset", "LogEndOffset")
+LOG_GAUGES = {
+    "Size": "size",
+    "NumLogSegments": "num_log_segments",
+    "LogStartOffset": "log_start_offset",
+    "LogEndOffset": "log_end_offset",
+}
 
 
 #: Kafka's `Partition` gauges, per partition (values on the leader; 0 on a follower)
-PARTITION_GAUGES = (
-    "UnderReplicated",
-    "UnderMinIsr",
-    "AtMinIsr",
-    "InSyncReplicasCount",
-    "ReplicasCount",
-    "LastStableOffsetLag",
-)
+PARTITION_GAUGES = {
+    "UnderReplicated": "under_replicated",
+    "UnderMinIsr": "under_min_isr",
+    "AtMinIsr": "at_min_isr",
+    "InSyncReplicasCount": "in_sync_replicas_count",
+    "ReplicasCount": "replicas_count",
+    "LastStableOffsetLag": "last_stable_offset_lag",
+}
 
 
 def partition_metric(name: str, topic: str, partition: int) -> MetricName:
@@ -344,40 +349,17 @@ class ReplicaManagerMetrics:
         self, topic: str, index: int, partition: PartitionView, log_: LogView
     ) -> None:
         """The gauges of a newly hosted partition: Kafka's `UnifiedLog` ones (`kafka.log:
-        type=Log`) and its `Partition` ones (`kafka.cluster:type=Partition`, 0 on a follower)."""
-        gauges: dict[MetricName, Callable[[], float]] = {
-            log_metric("Size", topic, index): lambda: float(log_.size_in_bytes),
-            log_metric("NumLogSegments", topic, index): lambda: float(len(log_.segments)),
-            log_metric("LogStartOffset", topic, index): lambda: float(log_.log_start_offset),
-            log_metric("LogEndOffset", topic, index): lambda: float(log_.log_end_offset),
-        }
-
-        def leader(read: Callable[[], float]) -> Callable[[], float]:
-            return lambda: read() if partition.is_leader else 0.0
-
-        def isr() -> int:
-            return len(partition.isr)
-
-        def replicas() -> int:
-            return len(partition.replicas)
-
-        def effective_min_isr() -> int:  # Kafka's: min.insync.replicas capped at the replicas
-            return min(partition.min_insync_replicas, replicas())
-
-        reads: dict[str, Callable[[], float]] = {
-            "UnderReplicated": leader(lambda: float(isr() < replicas())),
-            "UnderMinIsr": leader(lambda: float(partition.is_under_min_isr)),
-            "AtMinIsr": leader(lambda: float(isr() == effective_min_isr())),
-            "InSyncReplicasCount": leader(lambda: float(isr())),
-            "ReplicasCount": leader(lambda: float(replicas())),
-            "LastStableOffsetLag": leader(
-                lambda: float(log_.high_watermark - log_.last_stable_offset)
-            ),
-        }
-        for name, read in reads.items():
-            gauges[partition_metric(name, topic, index)] = read
-        for metric, read in gauges.items():
-            self.metrics.gauge(metric, read)
+        type=Log`) and its `Partition` ones (`kafka.cluster:type=Partition`, 0 on a follower).
+        Ten per partition, so they share one tags tuple and one reader object (a broker with
+        10,000 partitions holds 100,000 of them)."""
+        tags = (("topic", topic), ("partition", str(index)))
+        reader = _PartitionGauges(partition, log_)
+        for name in LOG_GAUGES:
+            read = getattr(reader, LOG_GAUGES[name])
+            self.metrics.gauge(MetricName("kafka.log", "Log", name, tags), read)
+        for name in PARTITION_GAUGES:
+            read = getattr(reader, PARTITION_GAUGES[name])
+            self.metrics.gauge(MetricName("kafka.cluster", "Partition", name, tags), read)
 
     def remove_partition(self, topic: str, index: int) -> None:
         """The partition left this broker (deleted, or moved): its gauges go with it."""
@@ -385,6 +367,52 @@ class ReplicaManagerMetrics:
             self.metrics.remove(log_metric(name, topic, index))
         for name in PARTITION_GAUGES:
             self.metrics.remove(partition_metric(name, topic, index))
+
+
+class _PartitionGauges:
+    """The readers of one hosted partition's gauges (read at scrape time)."""
+
+    __slots__ = ("partition", "log")
+
+    def __init__(self, partition: PartitionView, log_: LogView) -> None:
+        self.partition = partition
+        self.log = log_
+
+    def size(self) -> float:
+        return float(self.log.size_in_bytes)
+
+    def num_log_segments(self) -> float:
+        return float(len(self.log.segments))
+
+    def log_start_offset(self) -> float:
+        return float(self.log.log_start_offset)
+
+    def log_end_offset(self) -> float:
+        return float(self.log.log_end_offset)
+
+    # Kafka's Partition gauges read 0 unless this broker leads the partition
+
+    def under_replicated(self) -> float:
+        p = self.partition
+        return float(p.is_leader and len(p.isr) < len(p.replicas))
+
+    def under_min_isr(self) -> float:
+        return float(self.partition.is_leader and self.partition.is_under_min_isr)
+
+    def at_min_isr(self) -> float:
+        p = self.partition  # Kafka's effective min ISR: min.insync.replicas capped at replicas
+        return float(p.is_leader and len(p.isr) == min(p.min_insync_replicas, len(p.replicas)))
+
+    def in_sync_replicas_count(self) -> float:
+        return float(len(self.partition.isr)) if self.partition.is_leader else 0.0
+
+    def replicas_count(self) -> float:
+        return float(len(self.partition.replicas)) if self.partition.is_leader else 0.0
+
+    def last_stable_offset_lag(self) -> float:
+        if not self.partition.is_leader:
+            return 0.0
+        return float(self.log.high_watermark - self.log.last_stable_offset)
 
 
 #: Kafka's `kafka.log:type=LogFlushStats,name=LogFlushRateAndTimeMs` (a Yammer timer: its
