@@ -24,7 +24,7 @@ from sparklog.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from sparklog.metadata import admin_authz
+from sparklog.metadata import admin_authz, mutation_admission
 from sparklog.metadata.broker_configs import DEFAULT_RESOURCE, describe_broker_resource
 from sparklog.metadata.configs import (
     ConfigEntry,
@@ -34,6 +34,7 @@ from sparklog.metadata.configs import (
 )
 from sparklog.metadata.group_configs import describe_group_configs
 from sparklog.metadata.image import BROKER_RESOURCE, GROUP_RESOURCE
+from sparklog.metrics.controller_mutation_quota import ControllerMutationQuotaManager
 from sparklog.protocol import codec, cooperative, kio_build
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.protocol.connection import Request
@@ -56,24 +57,38 @@ class AdminApis:
         metadata: BrokerMetadata,
         controller: ControllerClient,
         node_id: int | None = None,
+        mutation_quota: ControllerMutationQuotaManager | None = None,
     ) -> None:
         self.node_id = node_id
         self.config = config
         self.metadata = metadata
         self.controller = controller
+        #: `controller_mutation_rate` of the clients of this broker (KIP-599), applied before
+        #: forwarding: the controller sees the broker, not the client
+        self.mutation_quota = mutation_quota
 
     # -- forwarding ---------------------------------------------------------------------------
 
     async def handle_forwarded(self, request: Request) -> Any:
         """Forward what the client may do (`admin_authz`), answer the rest here."""
         body, refused = admin_authz.split(request, self._topic_of_id)
+        throttle_ms = 0
+        if self.mutation_quota is not None and body is not None:
+            image = self.metadata.image
+            body, throttled, throttle_ms = mutation_admission.admit(
+                request,
+                body,
+                self.mutation_quota,
+                image,
+                mutation_admission.default_partitions(image),
+            )
+            refused = admin_authz.merge(refused, throttled, ApiKey(request.api_key))
         if body is None:
-            return refused
-        if refused is None:
-            return await self._forward(request, body)
-        return admin_authz.merge(
-            await self._forward(request, body), refused, ApiKey(request.api_key)
-        )
+            return mutation_admission.with_throttle(refused, throttle_ms)
+        response = await self._forward(request, body)
+        if refused is not None:
+            response = admin_authz.merge(response, refused, ApiKey(request.api_key))
+        return mutation_admission.with_throttle(response, throttle_ms)
 
     def _topic_of_id(self, topic_id: Any) -> str | None:
         topic = self.metadata.image.topic_by_id(topic_id) if topic_id is not None else None

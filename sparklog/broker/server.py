@@ -81,7 +81,9 @@ from sparklog.broker.replica_fetcher_manager import ReplicaFetcherManager
 from sparklog.broker.replica_manager import ReplicaManager
 from sparklog.metadata.broker_configs import dynamic_cleaner_config
 from sparklog.metadata.image import MetadataImage
+from sparklog.metadata.mutation_admission import ImageQuotaSource
 from sparklog.metrics.config import MetricsConfig
+from sparklog.metrics.controller_mutation_quota import ControllerMutationQuotaManager
 from sparklog.protocol.api_versions import BROKER_SERVED_APIS
 from sparklog.protocol.authorization import authorize_stage, stages_with
 from sparklog.protocol.outbound import controller_client_security
@@ -202,6 +204,11 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
             metadata=self.metadata,
             controller=self.controller,
             node_id=self.node_id,
+            mutation_quota=ControllerMutationQuotaManager(
+                self.metrics,
+                self.metrics_config.quota_config,
+                ImageQuotaSource(lambda: self.metadata.image),
+            ),
         )
         self.apis = KafkaApis(
             node_id=self.node_id,

@@ -8,6 +8,7 @@ Per-resource errors carry Kafka's codes and messages; a bad request never stops 
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from sparklog.controller.api_responses import (
     missing_topic,
 )
 from sparklog.controller.cluster_control import (
+    BROKER_CLIENT_ID_PREFIX,
     BrokerHeartbeat,
     BrokerRegistrationRequest,
     InconsistentClusterIdError,
@@ -45,12 +47,17 @@ from sparklog.errors import (
     UnsupportedEndpointTypeError,
     UnsupportedVersionError,
 )
+from sparklog.metadata import mutation_admission
 from sparklog.metadata.configs import (
     AlterConfigOp,
     ConfigResource,
     describe_topic_configs,
 )
 from sparklog.metadata.image import MetadataImage, TopicImage
+from sparklog.metrics.config import MetricsConfig
+from sparklog.metrics.controller_mutation_quota import ControllerMutationQuotaManager
+from sparklog.metrics.registry import Metrics
+from sparklog.metrics.stats import MetricConfig
 from sparklog.protocol.api_versions import CONTROLLER_APIS, ApiKey
 from sparklog.protocol.async_client import api_versions_response
 from sparklog.protocol.connection import Request
@@ -70,11 +77,22 @@ _MAX_FETCH_WAIT_MS = 60_000
 _BROKERS_ENDPOINT, _CONTROLLERS_ENDPOINT = 1, 2
 
 
+def _quota_config(server: Any) -> MetricConfig:
+    config = getattr(server, "metrics_config", None)
+    return (config if config is not None else MetricsConfig()).quota_config
+
+
 class ControllerApis:
     """Dispatches requests to handlers; `server` persists records and owns the core."""
 
     def __init__(self, server: ControllerContext) -> None:
         self.server = server
+        #: `controller_mutation_rate` (KIP-599) of clients asking the controller directly
+        self.mutation_quota = ControllerMutationQuotaManager(
+            getattr(server, "metrics", None) or Metrics(),
+            _quota_config(server),
+            mutation_admission.ImageQuotaSource(lambda: self.image),
+        )
         self._handlers: dict[int, Callable[[Request], Any]] = {
             ApiKey.API_VERSIONS: self.handle_api_versions,
             ApiKey.FETCH: self.handle_fetch,
@@ -119,14 +137,36 @@ class ControllerApis:
             f"CONTROLLER_APIS announces api {request.api_key} without a handler"
         )
         served, refused = authz.check(request)  # ACLs (controller/authz.py)
+        throttle_ms = 0
+        if served is not None and self._charges_mutations(served):
+            body, throttled, throttle_ms = mutation_admission.admit(
+                served,
+                served.body,
+                self.mutation_quota,
+                self.image,
+                self.server.config.num_partitions,
+                self.server.now_ms(),
+            )
+            refused = refused if throttled is None else authz.merge(request, throttled, refused)
+            served = None if body is None else dataclasses.replace(served, body=body)
         if served is None:
-            return refused
+            return mutation_admission.with_throttle(refused, throttle_ms)
         response = handler(served)
         if inspect.isawaitable(response):
             response = await response
         if request.api_key == ApiKey.METADATA:
             return authz.filter_metadata(request, response)
-        return response if refused is None else authz.merge(request, response, refused)
+        if refused is not None:
+            response = authz.merge(request, response, refused)
+        return mutation_admission.with_throttle(response, throttle_ms)
+
+    def _charges_mutations(self, request: Request) -> bool:
+        """A client's CreateTopics/CreatePartitions/DeleteTopics sent to the controller
+        itself: brokers charged theirs before forwarding (KIP-599)."""
+        if request.api_key not in mutation_admission.STRICT_SINCE:
+            return False
+        client_id = request.session.client_id or request.client_id or ""
+        return not client_id.startswith(BROKER_CLIENT_ID_PREFIX)
 
     @property
     def controller(self) -> QuorumController:

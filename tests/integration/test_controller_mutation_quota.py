@@ -1,0 +1,139 @@
+"""`controller_mutation_rate` (KIP-599) over real sockets: a broker forwarding CreateTopics,
+CreatePartitions and DeleteTopics, and the controller asked directly, refuse over-quota topics
+with THROTTLING_QUOTA_EXCEEDED (89) and a throttle time at the strict versions, and accept then
+throttle at older ones."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import pytest
+
+from sparklog.cluster.embedded import EmbeddedCluster
+from sparklog.protocol.api_versions import ApiKey
+from tests.integration.broker_wire import call, connect
+from tests.integration.conftest import TEST_CONFIG
+
+THROTTLED = 89
+
+
+class Quotas:
+    """`controller_mutation_rate` per (user, client id), as `QuotasImage.client_quota`
+    answers it (the image's quotas are set by AlterClientQuotas; this test sets the lookup so
+    it runs before and after that lands)."""
+
+    def __init__(self) -> None:
+        self.rates: dict[tuple[str, str], float] = {}
+
+    def client_quota(self, key: str, user: str, client_id: str) -> float | None:
+        return self.rates.get((user, client_id)) if key == "controller_mutation_rate" else None
+
+
+@pytest.fixture(scope="module")
+def quota_cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    with EmbeddedCluster(
+        brokers=1, data_dir=tmp_path_factory.mktemp("mutation"), config=TEST_CONFIG
+    ) as running:
+        quotas = Quotas()
+        running.brokers[0].admin.mutation_quota.source = quotas
+        running.controller.apis.mutation_quota.source = quotas
+        yield running, quotas
+
+
+def _topic(name: str, partitions: int) -> dict[str, Any]:
+    return {
+        "name": name,
+        "num_partitions": partitions,
+        "replication_factor": 1,
+        "assignments": [],
+        "configs": [],
+    }
+
+
+async def _create(bootstrap: str, client_id: str, version: int, topics: list[dict]) -> Any:
+    conn = await connect(bootstrap, client_id=client_id)
+    try:
+        data = {"topics": topics, "timeout": 10_000, "validate_only": False}
+        return await call(conn, ApiKey.CREATE_TOPICS, data, version=version)
+    finally:
+        await conn.close()
+
+
+def _ms(throttle: Any) -> float:
+    return throttle.total_seconds() * 1000
+
+
+@pytest.mark.parametrize("via", ["broker", "controller"])
+def test_create_topics_v6_refuses_over_quota_topics(quota_cluster: Any, via: str) -> None:
+    cluster, quotas = quota_cluster
+    client_id = f"creator-{via}"
+    quotas.rates[("ANONYMOUS", client_id)] = 1.0  # 11 partitions of burst (11 × 1 s windows)
+    bootstrap = cluster.bootstrap_servers if via == "broker" else cluster.controller.bootstrap
+    prefix = uuid.uuid4().hex[:8]
+    topics = [_topic(f"{prefix}-a", 8), _topic(f"{prefix}-b", 8), _topic(f"{prefix}-c", 1)]
+    response = asyncio.run(_create(bootstrap, client_id, 6, topics))
+    codes = {t.name: t.error_code for t in response.topics}
+    # a: 11 credits → 3; b: admitted whole → -5; c: the bucket is below zero → refused
+    assert codes == {f"{prefix}-a": 0, f"{prefix}-b": 0, f"{prefix}-c": THROTTLED}
+    refused = next(t for t in response.topics if t.error_code)
+    assert refused.error_message == "The throttling quota has been exceeded."
+    assert 4000 <= _ms(response.throttle_time) <= 5000  # 5 credits at 1/s, minus time passed
+    # another client is not held by this one's quota
+    other = asyncio.run(_create(bootstrap, f"other-{via}", 6, [_topic(f"{prefix}-d", 20)]))
+    assert other.topics[0].error_code == 0 and _ms(other.throttle_time) == 0
+
+
+def test_create_topics_v5_accepts_then_throttles(quota_cluster: Any) -> None:
+    cluster, quotas = quota_cluster
+    quotas.rates[("ANONYMOUS", "old-client")] = 1.0
+    prefix = uuid.uuid4().hex[:8]
+    topics = [_topic(f"{prefix}-a", 10), _topic(f"{prefix}-b", 10)]
+    response = asyncio.run(_create(cluster.bootstrap_servers, "old-client", 5, topics))
+    assert [t.error_code for t in response.topics] == [0, 0]  # v5 does not know error 89
+    assert _ms(response.throttle_time) >= 8000  # 11 - 20 = -9 credits at 1/s
+
+
+def test_delete_topics_and_create_partitions_cost_partitions(quota_cluster: Any) -> None:
+    cluster, quotas = quota_cluster
+    prefix = uuid.uuid4().hex[:8]
+    setup = [_topic(f"{prefix}-x", 6), _topic(f"{prefix}-y", 6), _topic(f"{prefix}-z", 1)]
+    assert all(
+        t.error_code == 0
+        for t in asyncio.run(_create(cluster.bootstrap_servers, "setup", 6, setup)).topics
+    )
+    quotas.rates[("ANONYMOUS", "mutator")] = 1.0
+
+    async def mutate() -> tuple[Any, Any]:
+        conn = await connect(cluster.bootstrap_servers, client_id="mutator")
+        try:
+            grown = await call(
+                conn,
+                ApiKey.CREATE_PARTITIONS,
+                {
+                    "topics": [{"name": f"{prefix}-z", "count": 10, "assignments": None}],
+                    "timeout": 10_000,
+                    "validate_only": False,
+                },
+                version=3,
+            )  # 9 new partitions: 2 credits left
+            deleted = await call(
+                conn,
+                ApiKey.DELETE_TOPICS,
+                {"topic_names": [f"{prefix}-x", f"{prefix}-y"], "timeout": 10_000},
+                version=5,
+            )  # x: 6 partitions → -4; y: refused
+            return grown, deleted
+        finally:
+            await conn.close()
+
+    grown, deleted = asyncio.run(mutate())
+    assert grown.results[0].error_code == 0
+    assert {r.name: r.error_code for r in deleted.responses} == {
+        f"{prefix}-x": 0,
+        f"{prefix}-y": THROTTLED,
+    }
+    assert _ms(deleted.throttle_time) > 0
+    image = cluster.brokers[0].metadata.image
+    assert image.topic(f"{prefix}-x") is None and image.topic(f"{prefix}-y") is not None
