@@ -7,10 +7,12 @@ leader move, and a deleted topic's series go away."""
 from __future__ import annotations
 
 import time
+import urllib.request
 import uuid
 
 import confluent_kafka
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from sparklog.broker.broker_metrics import (
     LOG_FLUSH,
@@ -33,8 +35,9 @@ NONE, CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, INVALID_RECORD, NOT_LEADER = 0, 2, 10,
 @pytest.fixture(scope="module")
 def mcluster(tmp_path_factory):
     """Three brokers whose followers leave the ISR a second after they stop fetching."""
+    config = {**REPLICATION_CONFIG, "metrics.prometheus.port": "-1"}  # served on a free port
     with EmbeddedCluster(
-        brokers=3, data_dir=tmp_path_factory.mktemp("metrics"), config=REPLICATION_CONFIG
+        brokers=3, data_dir=tmp_path_factory.mktemp("metrics"), config=config
     ) as running:
         yield running
 
@@ -49,6 +52,22 @@ def value(broker, name: MetricName) -> float:
     return broker.call_in_loop(
         lambda: None if broker.metrics.metric(name) is None else broker.metrics.metric(name).value()
     )
+
+
+def scraped(cluster, family: str, **labels: str) -> float:
+    """The sum over the process's servers of the samples `family` with `labels`, scraped over
+    HTTP from the process's Prometheus endpoint and parsed by prometheus_client."""
+    url = f"http://127.0.0.1:{cluster.metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=30) as response:
+        text = response.read().decode()
+    samples = [
+        sample
+        for f in text_string_to_metric_families(text)
+        for sample in f.samples
+        if sample.name == family and all(sample.labels.get(k) == v for k, v in labels.items())
+    ]
+    assert samples, f"no {family}{labels} in the scrape"
+    return sum(sample.value for sample in samples)
 
 
 def topic_meter(broker, name: str, topic: str | None = None) -> float:
@@ -169,6 +188,14 @@ def test_bytes_and_messages_in_and_out_equal_the_batches_produced_and_consumed(m
         consumer.close()
     assert got == count
     assert topic_meter(leader, "BytesOutPerSec", topic) == size_bytes
+    # the same values, as a Prometheus server scrapes them (the JMX exporter's names)
+    assert scraped(c, "kafka_server_brokertopicmetrics_bytesin_total", topic=topic) == size_bytes
+    assert scraped(c, "kafka_server_brokertopicmetrics_bytesout_total", topic=topic) == size_bytes
+    assert scraped(c, "kafka_server_brokertopicmetrics_messagesin_total", topic=topic) == count
+    assert scraped(c, "kafka_log_log_size", topic=topic, partition="0") == 3 * size_bytes
+    assert scraped(c, "kafka_log_log_logendoffset", topic=topic, partition="0") == 3 * count
+    assert scraped(c, "kafka_cluster_partition_underreplicated", topic=topic) == 0
+    assert scraped(c, "kafka_server_replicamanager_leadercount") >= 1
     assert topic_meter(leader, "TotalFetchRequestsPerSec", topic) >= 1
     assert topic_meter(leader, "FailedFetchRequestsPerSec", topic) == 0
 
