@@ -4,8 +4,8 @@ enum code closes the connection, the cluster ALTER check, SECURITY_DISABLED with
 authorizer as Kafka's `AclApis`, CreateAcls' whole-request quirk) and then forwarded to the controller like every admin write (`AdminApis.handle_forwarded`:
 the answer comes once this broker's image holds the change); DescribeAcls and
 DescribeUserScramCredentials are answered from this broker's image, as Kafka's brokers
-answer from their metadata cache. DescribeClientQuotas answers none (sparklog stores no client
-quotas yet), which `kafka-configs.sh --describe --entity-type users` needs. Each ACL and
+answer from their metadata cache. AlterClientQuotas is checked (ALTER_CONFIGS on the cluster)
+and forwarded the same way; DescribeClientQuotas is answered from the image (`quota_wire`). Each ACL and
 credential change is reported to the request's audit sink (ACL_CREATED, ACL_DELETED,
 CREDENTIAL_ALTERED, CREDENTIAL_DELETED) with the client's principal. Wire details: `sparklog.metadata.security_wire`.
 """
@@ -23,11 +23,11 @@ from sparklog.errors import (
     SecurityDisabledError,
     UnknownServerError,
 )
+from sparklog.metadata import quota_wire
 from sparklog.metadata import security_wire as wire
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.protocol.connection import Request
 from sparklog.protocol.pipeline import authorize
-from sparklog.protocol.responses import Response
 from sparklog.security.acl import CLUSTER_NAME, AclBinding, AclOperation, ResourceType
 from sparklog.security.audit import LOG_ONLY, change_event
 
@@ -68,6 +68,16 @@ def _audit_acl(request: Request, decision: str, b: AclBinding) -> None:
 
 def _audit_user(request: Request, decision: str, user: str, detail: str) -> None:
     _audit(request, decision, ResourceType.USER.name, user, detail)  # never salts or keys
+
+
+def _ops_by_entity(request: Request) -> dict[frozenset[tuple[str, str | None]], str]:
+    """AlterClientQuotas' ops per entity, for the audit: `producer_byte_rate=1024, ...`."""
+    return {
+        frozenset((e.entity_type, e.entity_name) for e in entry.entity): ", ".join(
+            f"{op.key} removed" if op.remove else f"{op.key}={op.value:g}" for op in entry.ops
+        )
+        for entry in request.body.entries
+    }
 
 
 def security_handlers(
@@ -131,14 +141,28 @@ def security_handlers(
         return wire.describe_scram_response(request, metadata.image.credentials)
 
     async def describe_client_quotas(request: Request) -> Any:
-        # Kafka's KafkaApis: DESCRIBE_CONFIGS on the cluster; sparklog stores no client quotas
+        # Kafka's KafkaApis: DESCRIBE_CONFIGS on the cluster, answered from the image
         if not _cluster_allowed(request, AclOperation.DESCRIBE_CONFIGS):
-            code, message = _REFUSED
-            return Response(request)(error_code=code, error_message=message, entries=None)
-        return Response(request)(error_code=0, error_message=None, entries=())
+            return quota_wire.describe_refused(request, *_REFUSED)
+        return quota_wire.describe_response(request, metadata.image.quotas)
+
+    async def alter_client_quotas(request: Request) -> Any:
+        # Kafka's KafkaApis: ALTER_CONFIGS on the cluster, then forwarded to the controller
+        if not _cluster_allowed(request, AclOperation.ALTER_CONFIGS):
+            return quota_wire.alter_refused(request, *_REFUSED)
+        response = await admin.handle_forwarded(request)
+        if not request.body.validate_only:
+            ops = _ops_by_entity(request)
+            for result in response.entries:
+                if result.error_code == 0:
+                    entity = frozenset((e.entity_type, e.entity_name) for e in result.entity)
+                    name = ", ".join(f"{k}={n or '<default>'}" for k, n in sorted(entity))
+                    _audit(request, "QUOTA_ALTERED", "CLIENT_QUOTA", name, ops.get(entity, ""))
+        return response
 
     return {
         ApiKey.DESCRIBE_CLIENT_QUOTAS: describe_client_quotas,
+        ApiKey.ALTER_CLIENT_QUOTAS: alter_client_quotas,
         ApiKey.CREATE_ACLS: create_acls,
         ApiKey.DELETE_ACLS: delete_acls,
         ApiKey.DESCRIBE_ACLS: describe_acls,

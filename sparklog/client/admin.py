@@ -30,6 +30,7 @@ from sparklog.structs import (
 from . import admin_groups, admin_reassignments
 from .admin_channel import AdminChannel, admin_error, raise_first, retry_until
 from .admin_groups import GroupDescription, GroupListing
+from .admin_quotas import AdminQuotaCalls
 from .admin_reassignments import PartitionReassignment
 from .admin_security import AdminSecurityCalls
 from .broker_connection import now_ms
@@ -198,7 +199,7 @@ def _cluster_for(metadata: Metadata, partitions: Iterable[TopicPartition]) -> Cl
     return cluster
 
 
-class AdminClient(AdminSecurityCalls):
+class AdminClient(AdminSecurityCalls, AdminQuotaCalls):
     """Blocking cluster administration over the Kafka protocol. Thread-safe."""
 
     def __init__(self, config: Mapping[str, Any]) -> None:

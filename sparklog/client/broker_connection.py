@@ -37,6 +37,7 @@ from sparklog.errors import (
     UnsupportedVersionError,
 )
 from sparklog.protocol.api_versions import (
+    CLIENT_QUOTA_APIS,
     SECURITY_METADATA_APIS,
     ApiKey,
     UnsupportedApiError,
@@ -65,6 +66,7 @@ CLIENT_APIS: Mapping[ApiKey, VersionRange] = types.MappingProxyType(
         ApiKey.DESCRIBE_CONFIGS: (1, 4),
         ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
         **SECURITY_METADATA_APIS,
+        **CLIENT_QUOTA_APIS,
         ApiKey.CREATE_PARTITIONS: (0, 3),
         ApiKey.DESCRIBE_CLUSTER: (0, 1),
         ApiKey.ELECT_LEADERS: (0, 2),

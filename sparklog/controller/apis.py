@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from sparklog.controller import authz, replication_apis, security_apis
+from sparklog.controller import authz, quota_apis, replication_apis, security_apis
 from sparklog.controller.api_responses import (
     alter_configs_response,
     described_config,
@@ -125,6 +125,10 @@ class ControllerApis:
             ),
             ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: self._with_server(
                 security_apis.handle_describe_user_scram_credentials
+            ),
+            ApiKey.ALTER_CLIENT_QUOTAS: self._with_server(quota_apis.handle_alter_client_quotas),
+            ApiKey.DESCRIBE_CLIENT_QUOTAS: self._with_server(
+                quota_apis.handle_describe_client_quotas
             ),
         }
 

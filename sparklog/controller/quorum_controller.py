@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sparklog.controller import acl_control, scram_control
+from sparklog.controller import acl_control, quota_control, scram_control
 from sparklog.controller.cluster_control import (
     BrokerHeartbeat,
     BrokerHeartbeatManager,
@@ -77,6 +77,7 @@ from sparklog.metadata.log_records import (
     UNFENCE_BROKER,
     UNREGISTER_BROKER,
 )
+from sparklog.metadata.quotas import ClientQuotaEntity
 from sparklog.security.acl import AclBinding
 from sparklog.security.acl_filter import AclBindingFilter
 from sparklog.structs import TopicPartition
@@ -508,6 +509,17 @@ class QuorumController:
         """AlterUserScramCredentials: one result per user."""
         results, records = scram_control.alter_user_scram_credentials(
             self.image, deletions, upsertions
+        )
+        return ControllerResult(results, tuple(records))
+
+    # -- client quotas (quota_control.py) ----------------------------------------------------
+
+    def alter_client_quotas(
+        self, alterations: Sequence[quota_control.QuotaAlteration], *, validate_only: bool = False
+    ) -> ControllerResult[list[tuple[ClientQuotaEntity, ApiError]]]:
+        """AlterClientQuotas: one result per entity."""
+        results, records = quota_control.alter_client_quotas(
+            self.image, alterations, validate_only=validate_only
         )
         return ControllerResult(results, tuple(records))
 

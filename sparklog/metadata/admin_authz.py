@@ -30,7 +30,7 @@ from sparklog.errors import (
     GroupAuthorizationFailedError,
     TopicAuthorizationFailedError,
 )
-from sparklog.metadata import security_wire
+from sparklog.metadata import quota_wire, security_wire
 from sparklog.metadata.configs import ConfigResourceType
 from sparklog.protocol import kio_build
 from sparklog.protocol.api_versions import SECURITY_METADATA_APIS, ApiKey
@@ -172,6 +172,8 @@ def error_response(request: Request, code: int, message: str) -> Any:
     data: dict[str, Any]
     if key in SECURITY_METADATA_APIS:
         return security_wire.refused(request, code, message)
+    if key == ApiKey.ALTER_CLIENT_QUOTAS:
+        return quota_wire.alter_refused(request, code, message)
     if key == ApiKey.CREATE_TOPICS:
         data = {
             "topics": [

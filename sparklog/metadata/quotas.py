@@ -44,10 +44,12 @@ from __future__ import annotations
 
 import ipaddress
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
+
+from sparklog.errors import InvalidRequestError, UnsupportedVersionError
 
 CLIENT_QUOTA = "ClientQuota"
 
@@ -363,12 +365,9 @@ class QuotasImage:
     def to_list(self) -> list[dict[str, Any]]:
         """The snapshot form: one `ClientQuota` record per entity and key, in a stable order."""
 
-        def order(entity: ClientQuotaEntity) -> tuple[tuple[str, bool, str], ...]:
-            return tuple((k, n is not None, n or "") for k, n in entity.entries)
-
         return [
             quota_record(entity, key, value)
-            for entity in sorted(self._by_entity, key=order)
+            for entity in sorted(self._by_entity, key=_order)
             for key, value in sorted(self._by_entity[entity].items())
         ]
 
@@ -389,3 +388,70 @@ def _index_entries(entity: ClientQuotaEntity) -> Entries:
     if entity.entries and entity.entries[0][0] == IP and entity.entries[0][1] is not None:
         return ((IP, _ip_index_name(entity.entries[0][1])),)
     return entity.entries
+
+
+# -- DescribeClientQuotas (Kafka's `ClientQuotasImage.describe`) ------------------------------
+
+MATCH_EXACT, MATCH_DEFAULT, MATCH_ANY = 0, 1, 2  # DescribeClientQuotas' match types
+
+
+def describe_client_quotas(
+    quotas: QuotasImage, components: Sequence[tuple[str, int, str | None]], strict: bool
+) -> list[tuple[ClientQuotaEntity, dict[str, float]]]:
+    """The entities a DescribeClientQuotas filter matches, with their quotas, sorted.
+
+    `components` are (entity type, match type, match): an exact name, the `<default>`, or any
+    name of that type. An entity matches when it has every component; with `strict`, only the
+    components' types. No component matches every entity (none when strict). InvalidRequestError
+    or UnsupportedVersionError (Kafka's, with Kafka's messages) for a bad filter."""
+    exact: dict[str, str | None] = {}
+    of_type: set[str] = set()
+    for kind, match_type, match in components:
+        if not kind:
+            raise InvalidRequestError("Invalid empty entity type.")
+        if kind in exact or kind in of_type:
+            raise InvalidRequestError(
+                f"Entity type {kind} cannot appear more than once in the filter."
+            )
+        if kind not in ENTITY_TYPES:
+            raise UnsupportedVersionError(f"Unsupported entity type {kind}")
+        if match_type == MATCH_EXACT:
+            if match is None:
+                raise InvalidRequestError(
+                    "Request specified MATCH_TYPE_EXACT, but set match string to null."
+                )
+            exact[kind] = match
+        elif match_type == MATCH_DEFAULT:
+            if match is not None:
+                raise InvalidRequestError(
+                    "Request specified MATCH_TYPE_DEFAULT, but also specified a match string."
+                )
+            exact[kind] = None
+        elif match_type == MATCH_ANY:
+            if match is not None:
+                raise InvalidRequestError(
+                    "Request specified MATCH_TYPE_SPECIFIED, but also specified a match string."
+                )
+            of_type.add(kind)
+        else:
+            raise InvalidRequestError(f"Unknown match type {match_type}")
+    named = set(exact) | of_type
+    if IP in named and (USER in named or CLIENT_ID in named):
+        raise InvalidRequestError(
+            "Invalid entity filter component combination. IP filter component should not be "
+            "used with user or clientId filter component."
+        )
+    found = []
+    for entity, values in quotas:
+        entries = dict(entity.entries)
+        if strict and len(entries) != len(named):
+            continue
+        if all(k in entries and entries[k] == n for k, n in exact.items()) and all(
+            k in entries for k in of_type
+        ):
+            found.append((entity, dict(sorted(values.items()))))
+    return sorted(found, key=lambda item: _order(item[0]))
+
+
+def _order(entity: ClientQuotaEntity) -> tuple[tuple[str, bool, str], ...]:
+    return tuple((k, n is not None, n or "") for k, n in entity.entries)

@@ -54,6 +54,7 @@ class ApiKey(enum.IntEnum):
     LIST_PARTITION_REASSIGNMENTS = 46
     OFFSET_DELETE = 47
     DESCRIBE_CLIENT_QUOTAS = 48
+    ALTER_CLIENT_QUOTAS = 49
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
     ALTER_PARTITION = 56
@@ -121,6 +122,12 @@ SECURITY_METADATA_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyTyp
     }
 )
 
+#: Client quotas (cluster metadata, KIP-546): the versions Kafka 4.x serves. Brokers forward
+#: AlterClientQuotas to the controller and answer DescribeClientQuotas from their image.
+CLIENT_QUOTA_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
+    {ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1), ApiKey.ALTER_CLIENT_QUOTAS: (0, 1)}
+)
+
 #: The SASL handshake, accepted and announced on every listener of every server as Kafka does
 #: (a listener without SASL answers it ILLEGAL_SASL_STATE), and answered by the connection's
 #: authenticator (`protocol.sasl_authenticator`), never by a server's handler: v0 is kept for
@@ -156,9 +163,7 @@ BROKER_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
         ApiKey.WRITE_TXN_MARKERS: (1, 1),
         ApiKey.DESCRIBE_PRODUCERS: (0, 0),
         **SECURITY_METADATA_APIS,
-        # no client quotas exist yet: answered with none, so kafka-configs.sh can describe
-        # users (it asks for their quotas beside their SCRAM credentials)
-        ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1),
+        **CLIENT_QUOTA_APIS,
         # group and transaction APIs: brokers forward them to the driver's coordinator
         # (`FORWARDED_TO_COORDINATOR_APIS`), which serves `GROUP_COORDINATOR_APIS`
         **GROUP_APIS,
@@ -203,6 +208,7 @@ CONTROLLER_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
         ApiKey.ALLOCATE_PRODUCER_IDS: (0, 0),
         ApiKey.DESCRIBE_CLUSTER: (0, 1),
         **SECURITY_METADATA_APIS,
+        **CLIENT_QUOTA_APIS,
     }
 )
 

@@ -262,3 +262,42 @@ def test_10000_entities_stay_within_a_memory_bound():
     assert len(quotas) == 10_000
     # entity, its key map and the index entry: a few hundred bytes each, not kilobytes
     assert size < 10_000 * 1_000, size
+
+
+def test_describe_matches_exact_default_and_any_names_strict_or_not():
+    from sparklog.errors import InvalidRequestError, UnsupportedVersionError
+    from sparklog.metadata.quotas import (
+        MATCH_ANY,
+        MATCH_DEFAULT,
+        MATCH_EXACT,
+        describe_client_quotas,
+    )
+
+    image = image_with(
+        (entity(user="alice"), P, 1),
+        (entity(user="alice", client_id="app"), P, 2),
+        (entity(user=None, client_id=None), P, 3),
+        (entity(client_id=None), P, 4),
+        (entity(ip=None), CONNECTION_CREATION_RATE, 5),
+    )
+
+    def names(*components, strict=False):
+        return [str(e) for e, _ in describe_client_quotas(image.quotas, components, strict)]
+
+    assert names(("user", MATCH_EXACT, "alice")) == ["client-id=app, user=alice", "user=alice"]
+    assert names(("user", MATCH_EXACT, "alice"), strict=True) == ["user=alice"]
+    assert names(("user", MATCH_DEFAULT, None)) == ["client-id=<default>, user=<default>"]
+    assert names(("client-id", MATCH_DEFAULT, None), strict=True) == ["client-id=<default>"]
+    assert names(("client-id", MATCH_ANY, None), ("user", MATCH_ANY, None), strict=True) == [
+        "client-id=<default>, user=<default>",
+        "client-id=app, user=alice",
+    ]
+    assert len(names()) == 5 and names(strict=True) == []
+    with pytest.raises(UnsupportedVersionError, match="Unsupported entity type group"):
+        names(("group", MATCH_ANY, None))
+    with pytest.raises(InvalidRequestError, match="IP filter component should not be used"):
+        names(("ip", MATCH_ANY, None), ("user", MATCH_ANY, None))
+    with pytest.raises(InvalidRequestError, match="cannot appear more than once"):
+        names(("user", MATCH_ANY, None), ("user", MATCH_EXACT, "x"))
+    with pytest.raises(InvalidRequestError, match="MATCH_TYPE_EXACT, but set match string to null"):
+        names(("user", MATCH_EXACT, None))
