@@ -65,7 +65,8 @@ class AuditEvent:
     """One audited decision. `resource_type`/`resource_name`/`operation` are empty for
     authentication events; `decision` is "ALLOWED", "DENIED" or, for authentication,
     "AUTHENTICATION_FAILED" / "AUTHENTICATED", and for changes "ACL_CREATED", "ACL_DELETED",
-    "CREDENTIAL_ALTERED", "CREDENTIAL_DELETED"."""
+    "CREDENTIAL_ALTERED", "CREDENTIAL_DELETED", "QUOTA_ALTERED" (a client quota entity's keys set
+    or removed: `resource_type` CLIENT_QUOTA)."""
 
     time_ms: int
     principal: str

@@ -30,7 +30,8 @@ def cluster(tmp_path):
         yield cluster
 
 
-def test_quotas_reach_every_broker_survive_a_controller_restart_and_catch_up(cluster):
+def test_quotas_reach_every_broker_survive_a_controller_restart_and_catch_up(cluster, caplog):
+    caplog.set_level("INFO", logger="sparklog.security.audit")
     with AdminClient({"bootstrap.servers": cluster.bootstrap_servers}) as admin:
         admin.alter_client_quotas(
             [
@@ -48,6 +49,13 @@ def test_quotas_reach_every_broker_survive_a_controller_restart_and_catch_up(clu
         alice = admin.describe_client_quotas([QuotaFilterComponent.of_entity("user", "alice")])
         assert alice == {(("user", "alice"),): {C: 2048.0, P: 1024.0}}
         assert len(admin.describe_client_quotas()) == 4  # bob's was validate-only
+    # each change is audited with the client's principal (validate-only and refusals are not)
+    audited = [r.getMessage() for r in caplog.records if r.name == "sparklog.security.audit"]
+    assert len(audited) == 4 and all(line.startswith("QUOTA_ALTERED") for line in audited)
+    assert any(
+        "CLIENT_QUOTA:user=alice producer_byte_rate=1024, consumer_byte_rate=2048" in line
+        for line in audited
+    ), audited
     for broker in cluster.brokers:
         wait_for_controller_end(cluster, broker)
         quotas = broker.metadata.image.quotas

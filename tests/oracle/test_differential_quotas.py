@@ -78,8 +78,8 @@ def normalized(answer: dict) -> dict:
     return answer
 
 
-async def same(pair: Pair, api: ApiKey, data: dict) -> dict:
-    answers = await pair.ask(api, data)
+async def same(pair: Pair, api: ApiKey, data: dict, version: int | None = None) -> dict:
+    answers = await pair.ask(api, data, version)
     kafka, ours = (normalized(answers[n]) for n in ("kafka", "sparklog"))
     assert ours == kafka, (data, kafka, ours)
     return ours
@@ -169,6 +169,11 @@ def test_alter_and_describe_client_quotas_answer_as_kafka(brokers):
                 await same(pair, ApiKey.ALTER_CLIENT_QUOTAS, data)
             for data in FILTERS:
                 await same(pair, ApiKey.DESCRIBE_CLIENT_QUOTAS, data)
+            # v0 (not flexible) answers alike too
+            for data in (ALTERATIONS[0], ALTERATIONS[14], ALTERATIONS[-1]):
+                await same(pair, ApiKey.ALTER_CLIENT_QUOTAS, data, version=0)
+            for data in (FILTERS[0], FILTERS[-1]):
+                await same(pair, ApiKey.DESCRIBE_CLIENT_QUOTAS, data, version=0)
             # both hold the same quotas of ours, over every entity type
             answers = await pair.ask(ApiKey.DESCRIBE_CLIENT_QUOTAS, describe())
             kafka, ours = (only_ours(normalized(answers[n])) for n in ("kafka", "sparklog"))
