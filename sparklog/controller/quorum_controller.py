@@ -515,11 +515,16 @@ class QuorumController:
     # -- client quotas (quota_control.py) ----------------------------------------------------
 
     def alter_client_quotas(
-        self, alterations: Sequence[quota_control.QuotaAlteration], *, validate_only: bool = False
+        self,
+        alterations: Sequence[quota_control.QuotaAlteration],
+        *,
+        validate_only: bool = False,
+        unresolvable: Iterable[str] = (),
     ) -> ControllerResult[list[tuple[ClientQuotaEntity, ApiError]]]:
-        """AlterClientQuotas: one result per entity."""
+        """AlterClientQuotas: one result per entity (`unresolvable`: ip host names that did
+        not resolve)."""
         results, records = quota_control.alter_client_quotas(
-            self.image, alterations, validate_only=validate_only
+            self.image, alterations, validate_only=validate_only, unresolvable=set(unresolvable)
         )
         return ControllerResult(results, tuple(records))
 

@@ -9,11 +9,12 @@ answers CLUSTER_AUTHORIZATION_FAILED for every entity. Wire details: `metadata/q
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
 from sparklog.controller.controller_context import ControllerContext
-from sparklog.controller.quota_control import QuotaAlteration
+from sparklog.controller.quota_control import QuotaAlteration, host_names
 from sparklog.controller.security_apis import cluster_allowed
 from sparklog.errors import ClusterAuthorizationFailedError
 from sparklog.metadata import quota_wire
@@ -23,6 +24,7 @@ from sparklog.security.acl import AclOperation
 logger = logging.getLogger(__name__)
 
 _REFUSED = (ClusterAuthorizationFailedError.code, "Cluster authorization failed.")
+_RESOLVE_TIMEOUT_S = 5.0
 
 
 async def handle_alter_client_quotas(server: ControllerContext, request: Request) -> Any:
@@ -39,8 +41,11 @@ async def handle_alter_client_quotas(server: ControllerContext, request: Request
     controller = server.controller
     assert controller is not None  # handlers run once the server started
     validate_only = bool(body.validate_only)
+    unresolvable = await _unresolvable(host_names(alterations))
     results = await server.commit(
-        lambda: controller.alter_client_quotas(alterations, validate_only=validate_only)
+        lambda: controller.alter_client_quotas(
+            alterations, validate_only=validate_only, unresolvable=unresolvable
+        )
     )
     logger.info(
         "AlterClientQuotas%s from %s: %s",
@@ -49,6 +54,22 @@ async def handle_alter_client_quotas(server: ControllerContext, request: Request
         "; ".join(f"{entity}: {error.code}" for entity, error in results),
     )
     return quota_wire.alter_response(request, [(e, (r.code, r.message)) for e, r in results])
+
+
+async def _unresolvable(names: set[str]) -> set[str]:
+    """The host names that do not resolve (Kafka's `InetAddress.getByName` check on ip
+    entities), looked up off the event loop, each within `_RESOLVE_TIMEOUT_S`."""
+    loop = asyncio.get_running_loop()
+
+    async def fails(name: str) -> bool:
+        try:
+            await asyncio.wait_for(loop.getaddrinfo(name, None), _RESOLVE_TIMEOUT_S)
+            return False
+        except (TimeoutError, OSError, UnicodeError):
+            return True
+
+    outcomes = await asyncio.gather(*(fails(n) for n in sorted(names)))
+    return {n for n, failed in zip(sorted(names), outcomes, strict=True) if failed}
 
 
 def handle_describe_client_quotas(server: ControllerContext, request: Request) -> Any:

@@ -9,7 +9,7 @@ Kafka 4.4's rules, in its order (checked against Apache Kafka by
   does an entity with a key twice among its ops (nothing applied);
 - the entity: not empty, known types (sparklog's `client-id-prefix` and `topic` too), no empty
   name; an `ip` alone (with user or client id: "IP entity shouldnot be combined ..." as Kafka
-  spells it), a valid ip address or host name; then sparklog's combination rules (`keys_for`);
+  spells it), an ip address or a host name that resolves; then sparklog's combination rules (`keys_for`);
 - every set op's key must be one the entity may carry ("Invalid configuration key k"; removals
   are not checked), then each value: finite, greater than 0, whole for long/int keys, within a
   Java long/int;
@@ -23,7 +23,7 @@ from __future__ import annotations
 import ipaddress
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,8 +45,8 @@ from sparklog.metadata.quotas import (
 _INVALID = InvalidRequestError.code
 _LONG_MAX = 2**63 - 1
 _INT_MAX = 2**31 - 1
-#: a host name Java's `InetAddress.getByName` could resolve (RFC 1123 labels); sparklog checks
-#: the syntax and does not resolve it (no DNS lookup on the controller's event loop)
+#: a host name (RFC 1123 labels); the handler resolves those before the request is judged
+#: (`host_names`), as Kafka's `InetAddress.getByName` does
 _HOST_NAME = re.compile(r"^(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.?)+$")
 
 
@@ -64,10 +64,25 @@ def _entity(entries: Sequence[tuple[str, str | None]]) -> ClientQuotaEntity:
     return ClientQuotaEntity.of(dict(entries))
 
 
+def host_names(alterations: Sequence[QuotaAlteration]) -> set[str]:
+    """The ip entity names that are host names, not addresses: the handler resolves them."""
+    names = set()
+    for alteration in alterations:
+        for kind, name in alteration.entity:
+            if kind == IP and name and _is_address(name) is False and _HOST_NAME.match(name):
+                names.add(name)
+    return names
+
+
 def alter_client_quotas(
-    image: MetadataImage, alterations: Sequence[QuotaAlteration], *, validate_only: bool = False
+    image: MetadataImage,
+    alterations: Sequence[QuotaAlteration],
+    *,
+    validate_only: bool = False,
+    unresolvable: Collection[str] = (),
 ) -> tuple[list[tuple[ClientQuotaEntity, ApiError]], list[dict[str, Any]]]:
-    """Per entity (in first-seen order): its result; and the records to write."""
+    """Per entity (in first-seen order): its result; and the records to write. `unresolvable`:
+    the ip host names that did not resolve."""
     results: dict[ClientQuotaEntity, ApiError] = {}
     records: list[dict[str, Any]] = []
     for alteration in alterations:
@@ -82,7 +97,7 @@ def alter_client_quotas(
         if duplicate_key or entity in results:
             results[entity] = ApiError(_INVALID, f"Ignoring duplicate entity {_kafka_str(entity)}")
             continue
-        error, new = _alter_entity(image, entity, ops)
+        error, new = _alter_entity(image, entity, ops, unresolvable)
         results[entity] = error
         if error.is_success:
             records.extend(new)
@@ -90,9 +105,12 @@ def alter_client_quotas(
 
 
 def _alter_entity(
-    image: MetadataImage, entity: ClientQuotaEntity, ops: dict[str, float | None]
+    image: MetadataImage,
+    entity: ClientQuotaEntity,
+    ops: dict[str, float | None],
+    unresolvable: Collection[str],
 ) -> tuple[ApiError, list[dict[str, Any]]]:
-    error = _entity_error(entity)
+    error = _entity_error(entity, unresolvable)
     if error is not None:
         return ApiError(_INVALID, error), []
     try:
@@ -117,7 +135,7 @@ def _alter_entity(
     return NONE, records
 
 
-def _entity_error(entity: ClientQuotaEntity) -> str | None:
+def _entity_error(entity: ClientQuotaEntity, unresolvable: Collection[str] = ()) -> str | None:
     """Kafka's `validateEntity` and its ip combination check, with Kafka's messages."""
     if not entity.entries:
         return "Invalid empty client quota entity"
@@ -131,18 +149,22 @@ def _entity_error(entity: ClientQuotaEntity) -> str | None:
         if USER in types or CLIENT_ID in types:
             return "Invalid quota entity combination, IP entity shouldnot be combined with User or ClientId"
         name = entity.get(IP)
-        if name is not None and not is_valid_ip_entity(name):
+        if name is not None and (not is_valid_ip_entity(name) or name in unresolvable):
             return f"{name} is not a valid IP or resolvable host."
     return None
 
 
 def is_valid_ip_entity(name: str) -> bool:
     """An ip address, or a syntactically valid host name (see `_HOST_NAME`)."""
+    return _is_address(name) or bool(_HOST_NAME.match(name))
+
+
+def _is_address(name: str) -> bool:
     try:
         ipaddress.ip_address(name)
         return True
     except ValueError:
-        return bool(_HOST_NAME.match(name))
+        return False
 
 
 def value_error(key: str, value: float) -> str | None:

@@ -133,6 +133,8 @@ ALTERATIONS = [
     alter((entity(user="qd-v", client_id=""), [(P, 1.0)])),
     alter((entity(user="qd-v", ip="127.0.0.9"), [(P, 1.0)])),
     alter((entity(ip="not a host!"), [(CONN, 1.0)])),
+    alter((entity(ip="no-such-host.invalid"), [(CONN, 1.0)])),  # does not resolve
+    alter((entity(ip="localhost"), [(CONN, 1.0)]), validate_only=True),  # resolves
     # duplicates: a key twice, an entity twice (the first applies)
     alter((entity(user="qd-dup"), [(P, 1.0), (P, 2.0)])),
     alter((entity(user="qd-carol"), [(P, 1.0)]), (entity(user="qd-carol"), [(C, 2.0)])),

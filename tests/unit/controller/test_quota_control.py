@@ -82,3 +82,21 @@ def test_an_entity_named_twice_applies_the_first_and_answers_one_error():
         ("user=alice", 42, "Ignoring duplicate entity ClientQuotaEntity(entries={user=alice})")
     ]
     assert dict(image.quotas.quotas(ClientQuotaEntity(ALICE))) == {P: 1.0}  # as Kafka 4.4
+
+
+def test_ip_host_names_must_resolve():
+    from sparklog.controller.quota_control import host_names
+
+    alterations = [
+        QuotaAlteration((("ip", "db.example"),), (("connection_creation_rate", 5.0),)),
+        QuotaAlteration((("ip", "10.0.0.1"),), (("connection_creation_rate", 5.0),)),
+    ]
+    assert host_names(alterations) == {"db.example"}  # addresses need no lookup
+    results, records = alter_client_quotas(
+        MetadataImage(), alterations, unresolvable={"db.example"}
+    )
+    assert [(str(e), r.code, r.message) for e, r in results] == [
+        ("ip=db.example", 42, "db.example is not a valid IP or resolvable host."),
+        ("ip=10.0.0.1", 0, None),
+    ]
+    assert len(records) == 1
