@@ -528,6 +528,16 @@ async def more_outcomes(pair: Pair, note: Any) -> None:
         },
     )
     note("describe_configs(broker)", broker, lambda a: _auth(a["results"][0]["error_code"]))
+    # client quotas: DESCRIBE_CONFIGS / ALTER_CONFIGS on the cluster (validate-only)
+    quotas = await pair.ask(ApiKey.DESCRIBE_CLIENT_QUOTAS, {"components": [], "strict": True})
+    note("describe_client_quotas", quotas, lambda a: _auth(a["error_code"]))
+    user = [{"entity_type": "user", "entity_name": "authz-quota"}]
+    op = {"key": "producer_byte_rate", "value": 1024.0, "remove": False}
+    altered = await pair.ask(
+        ApiKey.ALTER_CLIENT_QUOTAS,
+        {"entries": [{"entity": user, "ops": [op]}], "validate_only": True},
+    )
+    note("alter_client_quotas", altered, lambda a: _auth(a["entries"][0]["error_code"]))
     dirs = await pair.ask(ApiKey.DESCRIBE_LOG_DIRS, {"topics": None})
     note("describe_log_dirs", dirs, lambda a: _auth(a["error_code"]))
     for g in GROUPS:
