@@ -106,4 +106,6 @@ def _value(name: str, hint: Any, topic: str) -> Any:
         return topic if topical else "fuzz"
     if isinstance(hint, type) and issubclass(hint, int):
         return 1 if name in ("count", "partitions", "replication_factor", "acks") else 0
+    if isinstance(hint, type) and issubclass(hint, float):  # a quota value (client quota APIs)
+        return 1024.0
     return None
