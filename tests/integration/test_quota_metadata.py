@@ -4,8 +4,10 @@ by a controller restart (snapshot + log), and caught up by a broker that was dow
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,6 +15,8 @@ from sparklog.client import AdminClient
 from sparklog.client.admin_quotas import QuotaAlteration, QuotaFilterComponent
 from sparklog.cluster.embedded import EmbeddedCluster
 from sparklog.errors import InvalidRequestError
+from sparklog.protocol.api_versions import ApiKey
+from tests.integration.broker_wire import call, connect
 from tests.integration.test_security_metadata import wait_for_controller_end
 
 P, C = "producer_byte_rate", "consumer_byte_rate"
@@ -97,3 +101,31 @@ def test_quotas_reach_every_broker_survive_a_controller_restart_and_catch_up(clu
                 QuotaFilterComponent.of_entity_type("client-id"),
             ]
         ) == {(("client-id", "app"), ("user", "erin")): {P: 8.0}}
+
+
+def test_a_mutation_rate_set_with_alter_client_quotas_holds_create_topics(cluster):
+    """The whole chain: AlterClientQuotas -> the brokers' images -> the controller mutation
+    quota (KIP-599) refusing the topic past the burst with THROTTLING_QUOTA_EXCEEDED (89)."""
+    with AdminClient({"bootstrap.servers": cluster.bootstrap_servers}) as admin:
+        admin.alter_client_quotas(
+            [QuotaAlteration({"client-id": "creator"}, {"controller_mutation_rate": 1})]
+        )
+    for broker in cluster.brokers:
+        wait_for_controller_end(cluster, broker)
+
+    async def create() -> Any:
+        conn = await connect(f"127.0.0.1:{cluster.brokers[0].port}", client_id="creator")
+        try:
+            topics = [
+                {"name": name, "num_partitions": n, "replication_factor": 1,
+                 "assignments": [], "configs": []}
+                for name, n in (("q-a", 8), ("q-b", 8), ("q-c", 1))
+            ]  # fmt: skip
+            data = {"topics": topics, "timeout": 10_000, "validate_only": False}
+            return await call(conn, ApiKey.CREATE_TOPICS, data, version=6)
+        finally:
+            await conn.close()
+
+    codes = {t.name: t.error_code for t in asyncio.run(create()).topics}
+    # 11 credits (11 windows x 1/s): q-a takes 8, q-b goes below zero, q-c is refused
+    assert codes == {"q-a": 0, "q-b": 0, "q-c": 89}
