@@ -374,6 +374,7 @@ DECLARED_IN: Mapping[Scope, tuple[str, ...]] = {
         "sparklog.coordinator.group.config",
         "sparklog.coordinator.transaction.config",
         "sparklog.coordinator.audit_log",
+        "sparklog.coordinator.lag",
     ),
     Scope.CLIENT: ("sparklog.client.config", "sparklog.security.ssl_factory"),
     Scope.SPARK_OPTION: ("sparklog.spark.option_values",),

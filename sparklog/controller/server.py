@@ -54,6 +54,7 @@ from sparklog.controller.metadata_store import (
     MetadataLogFencedError,
     open_metadata_store,
 )
+from sparklog.controller.metrics import ControllerMetrics
 from sparklog.controller.quorum_controller import QuorumController
 from sparklog.controller.results import ControllerResult
 from sparklog.metadata.configs import ControllerConfig
@@ -138,6 +139,9 @@ class ControllerServer(ControllerLauncherApi):
         #: the controller's metrics (Kafka's `KafkaController`/`ControllerStats` names)
         self.metrics_config = MetricsConfig.from_properties(props)
         self.metrics = self.metrics_config.registry()
+        self.controller_metrics = ControllerMetrics(
+            self.metrics, lambda: self.controller.image if self.controller is not None else None
+        )
         self._tick_task: asyncio.Task | None = None
         self._appended: asyncio.Event | None = None
         self._stopping = False
@@ -208,6 +212,7 @@ class ControllerServer(ControllerLauncherApi):
             self.metadata_log.close()
             raise
         self.port = self._server.port
+        self.controller_metrics.active = True
         self._tick_task = self._spawn(self._tick_loop(), "controller-tick")
         logger.info(
             "controller of cluster %s listening on %s (metadata offset %d)",
@@ -275,6 +280,7 @@ class ControllerServer(ControllerLauncherApi):
             self._fenced_task = asyncio.get_running_loop().create_task(self._stop_serving())
 
     async def _stop_serving(self) -> None:
+        self.controller_metrics.active = False
         if self._tick_task is not None and self._tick_task is not asyncio.current_task():
             self._tick_task.cancel()
         self._wake_fetchers()
@@ -287,6 +293,7 @@ class ControllerServer(ControllerLauncherApi):
         if self._stopping:
             return
         self._stopping = True
+        self.controller_metrics.active = False
         self._wake_fetchers()
         if self._fenced_task is not None:
             with contextlib.suppress(asyncio.CancelledError):
@@ -337,14 +344,21 @@ class ControllerServer(ControllerLauncherApi):
 
     async def _commit_locked(self, operation: Callable[[], ControllerResult[T]]) -> T:
         assert self._write_lock is not None
+        queued_ns = time.monotonic_ns()
         async with self._write_lock:
-            if self._stopping:
-                raise RuntimeError("the controller is stopping")
-            self._check_not_fenced()
-            result = operation()
-            if result.records:
-                await self._persist(result.records)
-            return result.response
+            started_ns = time.monotonic_ns()
+            metrics = self.controller_metrics
+            metrics.event_queue_time_ms.update((started_ns - queued_ns) / 1e6)
+            try:
+                if self._stopping:
+                    raise RuntimeError("the controller is stopping")
+                self._check_not_fenced()
+                result = operation()
+                if result.records:
+                    await self._persist(result.records)
+                return result.response
+            finally:
+                metrics.event_processing_time_ms.update((time.monotonic_ns() - started_ns) / 1e6)
 
     async def _persist(self, records: tuple[dict[str, Any], ...]) -> None:
         assert self.controller is not None and self.metadata_log is not None
@@ -352,11 +366,13 @@ class ControllerServer(ControllerLauncherApi):
         assert metadata_log.end_offset == image.offset
         now_ms = _wall_ms()
         batch = metadata_log.prepare(records, now_ms)
+        written_ns = time.monotonic_ns()
         try:
             await self._on_writer(metadata_log.write_durably, batch)
         except MetadataLogFencedError:
             self._on_fenced()
             raise
+        self.controller_metrics.commit_latency.record((time.monotonic_ns() - written_ns) / 1e6)
         metadata_log.appended(batch, now_ms)
         self.controller.replay(records)
         self._wake_fetchers()

@@ -21,6 +21,7 @@ import collections
 import concurrent.futures
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Sequence
 
 from sparklog.coordinator.offsets_store import OffsetsStoreFencedError
@@ -48,6 +49,7 @@ class CoordinatorRuntime:
         on_collect: Callable[[], None] = lambda: None,
         tick_ms: int = TICK_MS,
         max_rows_per_commit: int = MAX_ROWS_PER_COMMIT,
+        on_appended: Callable[[int, float], None] = lambda rows, elapsed_ms: None,
     ) -> None:
         self.now_ms = now_ms
         self.linger_ms = linger_ms
@@ -57,6 +59,9 @@ class CoordinatorRuntime:
         self.on_collect = on_collect
         self.tick_ms = tick_ms
         self.max_rows_per_commit = max_rows_per_commit
+        #: told of every successful store commit: (rows, elapsed ms) (the server's
+        #: `batch-flush-time-ms`)
+        self.on_appended = on_appended
         self.store: CoordinatorStore | None = None
         self.shards: Sequence[CoordinatorShard] = ()
         self.pending: collections.deque[Write] = collections.deque()
@@ -140,6 +145,7 @@ class CoordinatorRuntime:
         if self.fenced:
             return NotCoordinatorError.code
         assert self.store is not None
+        started_ns = time.monotonic_ns()
         try:
             await loop.run_in_executor(self._store_thread, self.store.append, rows)
         except OffsetsStoreFencedError as e:
@@ -149,6 +155,7 @@ class CoordinatorRuntime:
         except Exception:  # noqa: BLE001 - answer the clients, keep serving
             logger.exception("writing %d rows to %s failed", len(rows), self.table)
             return CoordinatorNotAvailableError.code
+        self.on_appended(len(rows), (time.monotonic_ns() - started_ns) / 1e6)
         return 0
 
     # -- timers -----------------------------------------------------------------------------

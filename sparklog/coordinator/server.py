@@ -44,6 +44,8 @@ from sparklog.coordinator.context import CoordinatorContext, CurrentContext
 from sparklog.coordinator.group.apis import GroupCoordinatorApis
 from sparklog.coordinator.group.config import GroupConfig
 from sparklog.coordinator.group.coordinator import GroupCoordinator
+from sparklog.coordinator.lag import ConsumerLagPoller, LagConfig
+from sparklog.coordinator.metrics import CoordinatorMetrics
 from sparklog.coordinator.offsets_store import OffsetsStore, OffsetsTableDamagedError
 from sparklog.coordinator.runtime import CoordinatorRuntime
 from sparklog.coordinator.shard import Row
@@ -75,7 +77,7 @@ from sparklog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from sparklog.security.audit import AuditConfig, dropped_event
 from sparklog.security.listener_config import ListenerConfig
 from sparklog.storage.object_store import join_location, storage_options
-from sparklog.structs import GROUP_COORDINATOR_NODE_ID
+from sparklog.structs import GROUP_COORDINATOR_NODE_ID, TopicPartition
 
 logger = logging.getLogger(__name__)
 
@@ -123,6 +125,10 @@ class GroupCoordinatorServer(ServerLifecycle):
         #: `group-coordinator-metrics`, `TransactionStateManager` names)
         self.metrics_config = MetricsConfig.from_properties(config)
         self.metrics = self.metrics_config.registry()
+        self.coordinator_metrics = CoordinatorMetrics(self.metrics, self)
+        #: consumer lag (`lag.py`): the poll interval (0: none) and bound
+        self.lag_config = LagConfig.from_properties(config)
+        self.lag: ConsumerLagPoller | None = None
         #: the driver's audit sink (`audit_log`): the controller's, this server's and, through
         #: AuditEvents requests, every broker's events land in the audit table beside the
         #: offsets table; started with the server, drained and closed at shutdown
@@ -173,6 +179,7 @@ class GroupCoordinatorServer(ServerLifecycle):
             linger_ms=self.config.offsets_commit_linger_ms,
             table=self.table_path,
             on_collect=self._hand_over_markers,
+            on_appended=self.coordinator_metrics.on_table_commit,
         )
         self._producer_ids = [0, 0]  # the current block: [next, end)
         self._stopping = False
@@ -222,6 +229,8 @@ class GroupCoordinatorServer(ServerLifecycle):
         )
         self.txn.load(rows, self.now_ms())
         self.core.txn_check = self.txn.check_offset_commit
+        self.core.on_offsets_committed = self.coordinator_metrics.on_offsets_committed
+        self.txn.on_completed = self.coordinator_metrics.on_transaction_completed
         self._apis = GroupCoordinatorApis(
             self.core, self.now_ms, self._collect_writes, self.context
         )
@@ -243,6 +252,7 @@ class GroupCoordinatorServer(ServerLifecycle):
         await self._listen()
         self.runtime.start([self.core, self.txn])
         self._tasks = [asyncio.create_task(self.markers.run(), name="transaction-markers")]
+        self._start_lag_poller(self.core)
         self._collect_writes()  # markers of transactions prepared before a restart
         logger.info(
             "group coordinator listening on %s (offsets table %s, %d rows loaded)",
@@ -250,6 +260,28 @@ class GroupCoordinatorServer(ServerLifecycle):
             self.table_path,
             len(rows),
         )
+
+    def _start_lag_poller(self, core: GroupCoordinator) -> None:
+        interval_ms = self.lag_config.sparklog_metrics_lag_poll_interval_ms
+        if not interval_ms:
+            return
+
+        def committed() -> dict[tuple[str, TopicPartition], int]:
+            return {
+                (group_id, tp): c.committed_offset
+                for group_id, offsets in core.offsets.items()
+                for tp, c in offsets.items()
+            }
+
+        self.lag = ConsumerLagPoller(
+            self.metrics,
+            committed,
+            self.context.partition_leader,
+            interval_ms=interval_ms,
+            max_partitions=self.lag_config.sparklog_metrics_lag_max_partitions,
+            security=self.marker_security,
+        )
+        self._tasks.append(asyncio.create_task(self.lag.run(), name="consumer-lag"))
 
     def _acl_image(self) -> Any:
         return None if self.controller is None else self.controller.acl_image()
@@ -317,6 +349,8 @@ class GroupCoordinatorServer(ServerLifecycle):
                 await task
         if self.markers is not None:
             await self.markers.close()
+        if self.lag is not None:
+            await self.lag.close()
         await asyncio.get_running_loop().run_in_executor(None, self.audit.close)
         self._close_metrics()
         logger.info("group coordinator on %s stopped", self.bootstrap)

@@ -69,6 +69,10 @@ class _OffsetRun:
     changes: dict[TopicPartition, CommittedOffset | None] = dataclasses.field(default_factory=dict)
 
 
+def _ignore(_count: int) -> None:
+    pass
+
+
 class GroupCoordinator:
     """All groups and offsets of the cluster; see the module doc for the flow."""
 
@@ -105,6 +109,9 @@ class GroupCoordinator:
         self.txn_offsets: dict[int, dict[str, dict[TopicPartition, CommittedOffset]]] = {}
         #: the transaction coordinator's check of a TxnOffsetCommit (0: it may go ahead)
         self.txn_check: Callable[[str, int, int, str], int] | None = None
+        #: told how many offsets an OffsetCommit made durable (the server's
+        #: `group-coordinator-metrics` offset-commit-rate/count)
+        self.on_offsets_committed: Callable[[int], None] = _ignore
 
     # -- persistence ------------------------------------------------------------------------
 
@@ -246,6 +253,8 @@ class GroupCoordinator:
             return respond(codes)
 
         def done(_now_ms: int, error: int) -> None:
+            if not error:
+                self.on_offsets_committed(len(changes))
             respond({tp: (error if tp in changes else c) for tp, c in codes.items()})
 
         # the rows straight from the request: `replay` builds the cache's CommittedOffset

@@ -55,6 +55,11 @@ class OffsetCache:
     def groups(self) -> list[str]:
         return list(self._offsets)
 
+    def items(self) -> list[tuple[str, dict[TopicPartition, CommittedOffset]]]:
+        """(group id, its offsets) for every group with offsets: copies, so a caller on
+        another thread (the metrics' scrape, the lag poller) never iterates the live dicts."""
+        return [(group_id, dict(offsets)) for group_id, offsets in list(self._offsets.items())]
+
     def delete_group(self, group_id: str) -> list[TopicPartition]:
         """Drop every offset of the group; the partitions that had one."""
         return list(self._offsets.pop(group_id, {}))

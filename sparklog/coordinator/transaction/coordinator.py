@@ -49,6 +49,10 @@ _REPLAYED_KINDS = frozenset({"transaction", "sink_batch"})
 Respond = Callable[[int], None]
 
 
+def _ignore_completion(_committed: bool) -> None:
+    pass
+
+
 def _nothing(_value: int) -> None:
     """A completion nobody waits for."""
 
@@ -77,6 +81,9 @@ class TransactionCoordinator:
         #: EndTxnBatch keys decided so far -> "committed" / "aborted"
         self.decided_batches: dict[str, str] = {}
         self._next_abort_check_ms = 0
+        #: told of every completed transaction, True when committed (the server's
+        #: `transaction-coordinator-metrics` commit/abort rates)
+        self.on_completed: Callable[[bool], None] = _ignore_completion
         self._next_expiry_check_ms = 0
         #: requests waiting for an id to settle: tid -> [(deadline, retry(now), give up())]
         self._parked = ParkedRequests()
@@ -463,6 +470,7 @@ class TransactionCoordinator:
             last_update_ms=now_ms,
         )
         check_transition(meta, new)
+        self.on_completed(new.state is _S.COMPLETE_COMMIT)
         row = transaction_row(new, now_ms)
         self.replay(row, now_ms)  # applied now, not once durable: see above
         self._write_complete(self.transactions[tid], row)

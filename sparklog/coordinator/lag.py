@@ -1,0 +1,251 @@
+"""Consumer lag as metrics, from the coordinator (what Burrow and kafka-lag-exporter give Kafka
+users), under kafka-lag-exporter's Prometheus names: `kafka_consumergroup_group_lag`,
+`..._group_offset` (labels group, topic, partition), `..._group_max_lag`, `..._group_sum_lag`
+(label group), `..._group_topic_sum_lag` (group, topic) and `kafka_partition_latest_offset`
+(topic, partition).
+
+Theory of operation. The coordinator holds every group's committed offsets; the log end
+offsets live on the partition leaders. Off the request path, every
+`sparklog.metrics.lag.poll.interval.ms` a task on the coordinator's loop takes the partitions
+that have a committed offset (at most `sparklog.metrics.lag.max.partitions`, the rest skipped
+with one WARN per poll), asks each leader for their latest offsets (ListOffsets, timestamp -1,
+read_uncommitted: the high watermark, which is what a consumer can reach), then replaces the
+lag gauges at once: lag = max(0, latest - committed), as kafka-lag-exporter computes it. A
+partition whose leader is unknown or does not answer keeps no lag gauge for that poll (a
+missing series, not a wrong number). Values are as of the last poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sparklog.metrics.metric import MetricName
+from sparklog.metrics.registry import Metrics
+from sparklog.protocol import codec, kio_build
+from sparklog.protocol.api_versions import ApiKey
+from sparklog.protocol.async_client import AsyncKafkaConnection, connect
+from sparklog.protocol.outbound import PLAINTEXT, ClientSecurity, Endpoint
+from sparklog.settings import ConfigType, Range, Scope, Setting, define
+from sparklog.structs import LATEST_TIMESTAMP, TopicPartition
+
+logger = logging.getLogger(__name__)
+
+LAG_SETTINGS = define(
+    Setting(
+        "sparklog.metrics.lag.poll.interval.ms",
+        ConfigType.LONG,
+        30_000,
+        Range(0),
+        doc="sparklog's own: how often the group coordinator asks the partition leaders for "
+        "their latest offsets to publish consumer lag (kafka-lag-exporter's poll interval); "
+        "0 = no lag metrics",
+        scope=Scope.COORDINATOR,
+        group="metrics",
+    ),
+    Setting(
+        "sparklog.metrics.lag.max.partitions",
+        ConfigType.INT,
+        10_000,
+        Range(1),
+        doc="sparklog's own: the most committed partitions one lag poll covers (the rest are "
+        "skipped, with a warning)",
+        scope=Scope.COORDINATOR,
+        group="metrics",
+    ),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class LagConfig:
+    sparklog_metrics_lag_poll_interval_ms: int = LAG_SETTINGS.default(
+        "sparklog.metrics.lag.poll.interval.ms"
+    )
+    sparklog_metrics_lag_max_partitions: int = LAG_SETTINGS.default(
+        "sparklog.metrics.lag.max.partitions"
+    )
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, object] | None) -> LagConfig:
+        return cls(**LAG_SETTINGS.parse(props or {}, unknown="ignore"))
+
+
+#: the exposition turns domain `kafka`, type `consumergroup`, name `group_lag` into
+#: `kafka_consumergroup_group_lag`, kafka-lag-exporter's name
+DOMAIN = "kafka"
+GROUP_TYPE = "consumergroup"
+PARTITION_TYPE = "partition"
+_LIST_OFFSETS_VERSIONS = (1, 7)
+#: a leader that does not answer within this is skipped for the poll
+REQUEST_TIMEOUT_S = 10.0
+
+Committed = dict[tuple[str, TopicPartition], int]
+LeaderLookup = Callable[[str, int], tuple[int, str, int] | None]
+
+
+def lag_metric_names(group: str, tp: TopicPartition) -> tuple[MetricName, MetricName]:
+    tags = (("group", group), ("topic", tp[0]), ("partition", str(tp[1])))
+    return (
+        MetricName.of(DOMAIN, GROUP_TYPE, "group_lag", tags),
+        MetricName.of(DOMAIN, GROUP_TYPE, "group_offset", tags),
+    )
+
+
+class ConsumerLagPoller:
+    """Polls the leaders' latest offsets and publishes lag gauges into `metrics`."""
+
+    def __init__(
+        self,
+        metrics: Metrics,
+        committed: Callable[[], Committed],
+        leader_of: LeaderLookup,
+        *,
+        interval_ms: int,
+        max_partitions: int,
+        security: ClientSecurity = PLAINTEXT,
+    ) -> None:
+        self.metrics = metrics
+        self.committed = committed
+        self.leader_of = leader_of
+        self.interval_ms = interval_ms
+        self.max_partitions = max_partitions
+        self.security = security
+        self._connections: dict[int, AsyncKafkaConnection] = {}
+        #: completed polls (tests wait on it instead of sleeping)
+        self.polls = 0
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.poll()
+            except Exception:  # noqa: BLE001 - a failed poll leaves the last values; next one
+                logger.exception("consumer lag poll failed; retrying")
+            await asyncio.sleep(self.interval_ms / 1000)
+
+    async def close(self) -> None:
+        for conn in self._connections.values():
+            with contextlib.suppress(Exception):
+                await conn.close()
+        self._connections.clear()
+
+    async def poll(self) -> None:
+        """One poll: latest offsets of every committed partition, then the gauges."""
+        committed = self.committed()
+        partitions = sorted({tp for _, tp in committed})
+        if len(partitions) > self.max_partitions:
+            logger.warning(
+                "consumer lag covers %d of %d committed partitions "
+                "(sparklog.metrics.lag.max.partitions)",
+                self.max_partitions,
+                len(partitions),
+            )
+            partitions = partitions[: self.max_partitions]
+        latest = await self._latest_offsets(partitions)
+        self.publish(committed, latest)
+        self.polls += 1
+
+    def publish(self, committed: Committed, latest: dict[TopicPartition, int]) -> None:
+        """Replace every lag gauge by the values of this poll."""
+        fresh: dict[MetricName, float] = {}
+        max_lag: dict[str, int] = {}
+        sum_lag: dict[str, int] = {}
+        topic_sum: dict[tuple[str, str], int] = {}
+        for (group, tp), offset in committed.items():
+            end = latest.get(tp)
+            if end is None:
+                continue
+            lag = max(0, end - offset)
+            lag_name, offset_name = lag_metric_names(group, tp)
+            fresh[lag_name] = lag
+            fresh[offset_name] = offset
+            max_lag[group] = max(max_lag.get(group, 0), lag)
+            sum_lag[group] = sum_lag.get(group, 0) + lag
+            topic_sum[(group, tp[0])] = topic_sum.get((group, tp[0]), 0) + lag
+        for group, value in max_lag.items():
+            fresh[MetricName.of(DOMAIN, GROUP_TYPE, "group_max_lag", {"group": group})] = value
+            fresh[MetricName.of(DOMAIN, GROUP_TYPE, "group_sum_lag", {"group": group})] = sum_lag[
+                group
+            ]
+        for (group, topic), value in topic_sum.items():
+            tags = {"group": group, "topic": topic}
+            fresh[MetricName.of(DOMAIN, GROUP_TYPE, "group_topic_sum_lag", tags)] = value
+        for tp, end in latest.items():
+            tags = {"topic": tp[0], "partition": str(tp[1])}
+            fresh[MetricName.of(DOMAIN, PARTITION_TYPE, "latest_offset", tags)] = end
+        self.metrics.remove_matching(
+            lambda n: (
+                n.domain == DOMAIN and n.type in (GROUP_TYPE, PARTITION_TYPE) and n not in fresh
+            )
+        )
+        for name, fresh_value in fresh.items():
+            self.metrics.gauge(name, _constant(float(fresh_value)))
+
+    async def _latest_offsets(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
+        by_leader: dict[int, tuple[str, int, list[TopicPartition]]] = {}
+        for tp in partitions:
+            leader = self.leader_of(tp[0], tp[1])
+            if leader is not None:
+                broker_id, host, port = leader
+                by_leader.setdefault(broker_id, (host, port, []))[2].append(tp)
+        answers = await asyncio.gather(
+            *(self._ask(b, host, port, tps) for b, (host, port, tps) in by_leader.items())
+        )
+        latest: dict[TopicPartition, int] = {}
+        for answer in answers:
+            latest.update(answer)
+        return latest
+
+    async def _ask(
+        self, broker_id: int, host: str, port: int, partitions: list[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for topic, partition in partitions:
+            topics.setdefault(topic, []).append(
+                {
+                    "partition_index": partition,
+                    "current_leader_epoch": -1,
+                    "timestamp": LATEST_TIMESTAMP,
+                }
+            )
+        data = {
+            "replica_id": -1,
+            "isolation_level": 0,
+            "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
+        }
+        try:
+            conn = await self._connection(broker_id, host, port)
+            version = conn.version_for(ApiKey.LIST_OFFSETS, _LIST_OFFSETS_VERSIONS)
+            body = kio_build.build(codec.request_schema(ApiKey.LIST_OFFSETS, version), data)
+            response = await conn.request(body, timeout_s=REQUEST_TIMEOUT_S)
+        except (ConnectionError, OSError, TimeoutError) as e:
+            logger.info("lag poll: ListOffsets to broker %d failed (%s)", broker_id, e)
+            old = self._connections.pop(broker_id, None)
+            if old is not None:
+                with contextlib.suppress(Exception):
+                    await old.close()
+            return {}
+        found: dict[TopicPartition, int] = {}
+        for topic in response.topics:
+            for p in topic.partitions:
+                if not p.error_code and int(p.offset) >= 0:
+                    found[TopicPartition(str(topic.name), int(p.partition_index))] = int(p.offset)
+        return found
+
+    async def _connection(self, broker_id: int, host: str, port: int) -> AsyncKafkaConnection:
+        conn = self._connections.get(broker_id)
+        if conn is not None and not conn.closed and (conn.host, conn.port) == (host, port):
+            return conn
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                await conn.close()
+        conn = await connect(Endpoint(host, port), self.security, client_id="sparklog-lag")
+        self._connections[broker_id] = conn
+        return conn
+
+
+def _constant(value: float) -> Callable[[], float]:
+    return lambda: value
