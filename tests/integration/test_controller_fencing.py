@@ -19,6 +19,7 @@ import pytest
 
 from sparklog.controller.metadata_store import MetadataLogFencedError
 from sparklog.controller.server import ControllerServer
+from sparklog.metrics.metric import MetricName
 
 from .conftest import TEST_CONFIG
 from .test_controller import FakeBroker, create_topics
@@ -124,8 +125,18 @@ def test_an_idle_zombie_stops_without_writing(tmp_path, shared_settings, caplog)
             fenced_lines = [r for r in caplog.records if "FENCED" in r.getMessage()]
             assert len(fenced_lines) == 1 and new.incarnation_id in fenced_lines[0].getMessage()
             assert not new.fenced
+            # Kafka's alert on the sum of ActiveControllerCount over the cluster stays 1
+            assert _active_controller_count(old) == 0
+            assert _active_controller_count(new) == 1
             new.allocate_producer_ids(0)
         finally:
             new.stop()
     finally:
         old.stop()
+
+
+def _active_controller_count(controller: ControllerServer) -> float:
+    name = MetricName.of("kafka.controller", "KafkaController", "ActiveControllerCount")
+    metric = controller.metrics.metric(name)
+    assert metric is not None
+    return metric.value()
