@@ -26,11 +26,6 @@ from sparklog.cluster.embedded import EmbeddedCluster
 from .broker_wire import batch, connect, create_topic, produce, run
 from .conftest import REPLICATION_CONFIG
 
-# Until the exposition and the broker's data-path metrics are both on main (issue 31's
-# parallel pieces), this proof has nothing to scrape.
-pytest.importorskip("sparklog.metrics.http_endpoint", reason="the Prometheus exposition")
-pytest.importorskip("sparklog.broker.broker_metrics", reason="the broker's data-path metrics")
-
 DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana" / "sparklog-overview.json"
 DEADLINE_S = 30.0
 BATCHES, RECORDS_PER_BATCH = 5, 10
