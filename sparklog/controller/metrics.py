@@ -20,14 +20,18 @@ fsynced file or an object-store PUT: the metadata log's append).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from sparklog.metadata.image import MetadataImage
+from sparklog.metadata.log_records import PARTITION_CHANGE
 from sparklog.metrics.metric import MetricName
 from sparklog.metrics.registry import Histogram, Metrics
 from sparklog.metrics.sensor import Sensor
 from sparklog.metrics.stats import Avg, Max
+from sparklog.structs import NO_LEADER
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +39,7 @@ CONTROLLER = "kafka.controller"
 #: Kafka's `ControllerMetadataMetrics` and `QuorumControllerMetrics` type
 KAFKA_CONTROLLER = "KafkaController"
 EVENT_MANAGER = "ControllerEventManager"
+CONTROLLER_STATS = "ControllerStats"
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,9 +106,32 @@ class ControllerMetrics:
         self.event_processing_time_ms: Histogram = metrics.histogram(
             MetricName.of(CONTROLLER, EVENT_MANAGER, "EventQueueProcessingTimeMs")
         )
+        self.unclean_elections = metrics.meter(
+            MetricName.of(CONTROLLER, CONTROLLER_STATS, "UncleanLeaderElectionsPerSec")
+        )
+        self.elr_elections = metrics.meter(
+            MetricName.of(CONTROLLER, CONTROLLER_STATS, "ElectionFromEligibleLeaderReplicasPerSec")
+        )
         self.commit_latency: Sensor = metrics.sensor("raft-commit-latency")
         for attribute, stat in (("commit-latency-avg", Avg()), ("commit-latency-max", Max())):
             self.commit_latency.add(MetricName.of("kafka.server", "raft-metrics", attribute), stat)
+
+    def on_records(self, image: MetadataImage, records: Iterable[Mapping[str, Any]]) -> None:
+        """Count the elections `records` make, before they are applied to `image` (Kafka's
+        `ControllerMetricsChanges`): a new leader from the eligible leader replicas (KIP-966)
+        is an ELR election; one from neither the ISR nor the ELR (a live replica under
+        `unclean.leader.election.enable`, or the last known leader) is unclean."""
+        for record in records:
+            if record.get("type") != PARTITION_CHANGE:
+                continue
+            old = image.partition(uuid.UUID(record["topic_id"]), int(record["partition"]))
+            leader = int(record["leader"])
+            if old is None or leader in (NO_LEADER, old.leader) or leader in old.isr:
+                continue
+            if leader in old.elr:
+                self.elr_elections.mark()
+            else:
+                self.unclean_elections.mark()
 
     def counts(self) -> ClusterCounts:
         """The image's counts, computed once per image offset."""

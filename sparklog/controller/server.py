@@ -374,6 +374,7 @@ class ControllerServer(ControllerLauncherApi):
             raise
         self.controller_metrics.commit_latency.record((time.monotonic_ns() - written_ns) / 1e6)
         metadata_log.appended(batch, now_ms)
+        self.controller_metrics.on_records(image, records)
         self.controller.replay(records)
         self._wake_fetchers()
         if metadata_log.snapshot_due(image):
