@@ -4,6 +4,8 @@ table's Delta commit time, transaction commits and aborts, and consumer lag fall
 
 from __future__ import annotations
 
+import asyncio
+import socket
 import time
 import uuid
 from collections.abc import Callable
@@ -14,8 +16,10 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from sparklog.cluster.embedded import EmbeddedCluster
+from sparklog.coordinator.lag import ConsumerLagPoller
 from sparklog.metrics.metric import MetricName
 from sparklog.metrics.registry import Metrics
+from sparklog.structs import TopicPartition as SparklogTopicPartition
 
 from .conftest import TEST_CONFIG
 
@@ -193,3 +197,41 @@ def test_transaction_commits_and_aborts_are_counted(cluster):
         )
         == 1
     )
+
+
+def test_a_leader_that_does_not_answer_costs_only_its_own_partitions_series(cluster):
+    topic = create_topic(cluster, 2)
+    produce(cluster, topic, MESSAGES)
+    broker = cluster.brokers[0]
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        dead_port = s.getsockname()[1]
+
+    def leader_of(t: str, partition: int) -> tuple[int, str, int]:
+        return (
+            (broker.node_id, "127.0.0.1", broker.port)
+            if partition == 0
+            else (99, "127.0.0.1", dead_port)
+        )
+
+    metrics = Metrics()
+    poller = ConsumerLagPoller(
+        metrics,
+        lambda: {
+            ("g", SparklogTopicPartition(topic, 0)): 0,
+            ("g", SparklogTopicPartition(topic, 1)): 0,
+        },
+        leader_of,
+        interval_ms=1000,
+        max_partitions=10,
+    )
+
+    async def poll() -> None:
+        try:
+            await poller.poll()
+        finally:
+            await poller.close()
+
+    asyncio.run(poll())
+    lags = {m.name.tag("partition"): m.value() for m in metrics if m.name.name == "group_lag"}
+    assert lags == {"0": MESSAGES // 2}
