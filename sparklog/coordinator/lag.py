@@ -87,14 +87,6 @@ Committed = dict[tuple[str, TopicPartition], int]
 LeaderLookup = Callable[[str, int], tuple[int, str, int] | None]
 
 
-def lag_metric_names(group: str, tp: TopicPartition) -> tuple[MetricName, MetricName]:
-    tags = (("group", group), ("topic", tp[0]), ("partition", str(tp[1])))
-    return (
-        MetricName.of(DOMAIN, GROUP_TYPE, "group_lag", tags),
-        MetricName.of(DOMAIN, GROUP_TYPE, "group_offset", tags),
-    )
-
-
 class ConsumerLagPoller:
     """Polls the leaders' latest offsets and publishes lag gauges into `metrics`."""
 
@@ -117,6 +109,10 @@ class ConsumerLagPoller:
         self._connections: dict[int, AsyncKafkaConnection] = {}
         #: completed polls (tests wait on it instead of sleeping)
         self.polls = 0
+        #: the published values; each gauge reads its own entry, so a poll that finds the
+        #: same series again only updates numbers (no metric objects made or dropped)
+        self._values: dict[MetricName, float] = {}
+        self._names: dict[tuple[Any, ...], MetricName] = {}
 
     async def run(self) -> None:
         while True:
@@ -150,7 +146,23 @@ class ConsumerLagPoller:
 
     def publish(self, committed: Committed, latest: dict[TopicPartition, int]) -> None:
         """Replace every lag gauge by the values of this poll."""
+        names, self._names = self._names, {}
         fresh: dict[MetricName, float] = {}
+
+        def put(key: tuple[Any, ...], tags: tuple[tuple[str, str], ...], value: float) -> None:
+            # one MetricName per series for as long as it is published (making ~20,000 of
+            # them per poll was most of a poll's cost)
+            name = names.get(key)
+            if name is None:
+                name = MetricName(
+                    DOMAIN,
+                    PARTITION_TYPE if key[0] == "latest_offset" else GROUP_TYPE,
+                    key[0],
+                    tags,
+                )
+            self._names[key] = name
+            fresh[name] = value
+
         max_lag: dict[str, int] = {}
         sum_lag: dict[str, int] = {}
         topic_sum: dict[tuple[str, str], int] = {}
@@ -159,30 +171,32 @@ class ConsumerLagPoller:
             if end is None:
                 continue
             lag = max(0, end - offset)
-            lag_name, offset_name = lag_metric_names(group, tp)
-            fresh[lag_name] = lag
-            fresh[offset_name] = offset
+            topic, partition = tp
+            tags = (("group", group), ("topic", topic), ("partition", str(partition)))
+            put(("group_lag", group, topic, partition), tags, lag)
+            put(("group_offset", group, topic, partition), tags, offset)
             max_lag[group] = max(max_lag.get(group, 0), lag)
             sum_lag[group] = sum_lag.get(group, 0) + lag
-            topic_sum[(group, tp[0])] = topic_sum.get((group, tp[0]), 0) + lag
+            topic_sum[(group, topic)] = topic_sum.get((group, topic), 0) + lag
         for group, value in max_lag.items():
-            fresh[MetricName.of(DOMAIN, GROUP_TYPE, "group_max_lag", {"group": group})] = value
-            fresh[MetricName.of(DOMAIN, GROUP_TYPE, "group_sum_lag", {"group": group})] = sum_lag[
-                group
-            ]
+            put(("group_max_lag", group), (("group", group),), value)
+            put(("group_sum_lag", group), (("group", group),), sum_lag[group])
         for (group, topic), value in topic_sum.items():
-            tags = {"group": group, "topic": topic}
-            fresh[MetricName.of(DOMAIN, GROUP_TYPE, "group_topic_sum_lag", tags)] = value
-        for tp, end in latest.items():
-            tags = {"topic": tp[0], "partition": str(tp[1])}
-            fresh[MetricName.of(DOMAIN, PARTITION_TYPE, "latest_offset", tags)] = end
-        self.metrics.remove_matching(
-            lambda n: (
-                n.domain == DOMAIN and n.type in (GROUP_TYPE, PARTITION_TYPE) and n not in fresh
+            put(("group_topic_sum_lag", group, topic), (("group", group), ("topic", topic)), value)
+        for (topic, partition), end in latest.items():
+            put(
+                ("latest_offset", topic, partition),
+                (("topic", topic), ("partition", str(partition))),
+                end,
             )
-        )
+        values = self._values
+        for name in [n for n in values if n not in fresh]:
+            del values[name]
+            self.metrics.remove(name)
         for name, fresh_value in fresh.items():
-            self.metrics.gauge(name, _constant(float(fresh_value)))
+            if name not in values:
+                self.metrics.gauge(name, _reader(values, name))
+            values[name] = float(fresh_value)
 
     async def _latest_offsets(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
         by_leader: dict[int, tuple[str, int, list[TopicPartition]]] = {}
@@ -247,5 +261,5 @@ class ConsumerLagPoller:
         return conn
 
 
-def _constant(value: float) -> Callable[[], float]:
-    return lambda: value
+def _reader(values: dict[MetricName, float], name: MetricName) -> Callable[[], float]:
+    return lambda: values[name]

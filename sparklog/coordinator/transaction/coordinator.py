@@ -49,10 +49,6 @@ _REPLAYED_KINDS = frozenset({"transaction", "sink_batch"})
 Respond = Callable[[int], None]
 
 
-def _ignore_completion(_committed: bool) -> None:
-    pass
-
-
 def _nothing(_value: int) -> None:
     """A completion nobody waits for."""
 
@@ -81,9 +77,8 @@ class TransactionCoordinator:
         #: EndTxnBatch keys decided so far -> "committed" / "aborted"
         self.decided_batches: dict[str, str] = {}
         self._next_abort_check_ms = 0
-        #: told of every completed transaction, True when committed (the server's
-        #: `transaction-coordinator-metrics` commit/abort rates)
-        self.on_completed: Callable[[bool], None] = _ignore_completion
+        #: told of each completed transaction, True if committed (the server's metrics)
+        self.on_completed: Callable[[bool], None] = _nothing
         self._next_expiry_check_ms = 0
         #: requests waiting for an id to settle: tid -> [(deadline, retry(now), give up())]
         self._parked = ParkedRequests()
