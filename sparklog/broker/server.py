@@ -244,6 +244,8 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
         }
         #: the first listener's: the broker's default address
         self.server = next(iter(self.servers.values()))
+        for server in self.servers.values():
+            server.bind_metrics(self.metrics)
 
     def _post_to_loop(self, fn: Callable[[float], None], value: float) -> None:
         """`fn(value)` on the broker's loop soon (RuntimeError when it runs no loop)."""

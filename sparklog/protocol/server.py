@@ -34,6 +34,7 @@ import ssl
 import time
 from collections.abc import Mapping, Sequence
 
+from sparklog.metrics.registry import Metrics
 from sparklog.protocol import cooperative
 from sparklog.protocol.api_versions import ApiKey, VersionRange
 from sparklog.protocol.connection import (
@@ -61,6 +62,10 @@ from sparklog.protocol.server_transport import (
     RequestProtocol,
     send_file_response,
     wall_clock_ms,
+)
+from sparklog.protocol.socket_server_metrics import (
+    ConnectionSensors,
+    register_socket_server_metrics,
 )
 from sparklog.security.audit import LOG_ONLY, AuditSink, authentication_failed
 from sparklog.security.listeners import ListenerSecurity
@@ -162,6 +167,8 @@ class KafkaServer:
         self.memory_pool = MemoryPool(queued_max_request_bytes)
         self.refused_connections = 0
         self.idle_closed_connections = 0
+        #: where connections are counted (`bind_metrics`); None: not measured
+        self.connection_sensors: ConnectionSensors | None = None
         self._server: asyncio.base_events.Server | None = None
         self._connections: dict[asyncio.Task, asyncio.StreamWriter] = {}
         self._per_ip: dict[str, int] = {}
@@ -206,6 +213,11 @@ class KafkaServer:
     @property
     def connection_count(self) -> int:
         return len(self._connections)
+
+    def bind_metrics(self, metrics: Metrics) -> None:
+        """Record this listener's socket-server metrics into `metrics` (Kafka's
+        `socket-server-metrics,listener=<name>`: `socket_server_metrics`)."""
+        self.connection_sensors = register_socket_server_metrics(metrics, self)
 
     async def _start_tls(
         self, protocol: RequestProtocol, writer: asyncio.StreamWriter, peer: object
@@ -315,6 +327,9 @@ class KafkaServer:
         assert task is not None
         self._connections[task] = writer
         self._per_ip[ip] = self._per_ip.get(ip, 0) + 1
+        sensors = self.connection_sensors
+        if sensors is not None:
+            sensors.created.record(1.0)
         conn = protocol.conn
         idle_s = self.connections_max_idle_ms / 1000
         reserved = 0
@@ -398,6 +413,8 @@ class KafkaServer:
             conn.close()  # a partly received request's buffer goes now, not at a collection
             self.memory_pool.release(reserved)
             self._connections.pop(task, None)
+            if sensors is not None:
+                sensors.closed.record(1.0)
             self._per_ip[ip] -= 1
             if not self._per_ip[ip]:
                 del self._per_ip[ip]

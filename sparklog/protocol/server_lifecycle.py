@@ -39,6 +39,7 @@ from sparklog.protocol.loop_thread import LoopThread
 from sparklog.protocol.pipeline import RequestStage
 from sparklog.protocol.request_metrics import RequestMetrics
 from sparklog.protocol.server import KafkaServer
+from sparklog.protocol.socket_server_metrics import register_loop_metrics
 from sparklog.security.listeners import ListenerSecurity
 
 logger = logging.getLogger(__name__)
@@ -88,6 +89,7 @@ class ServerLifecycle:
             self.metrics_source = add_server(
                 name, metrics, config, loop, any_port_if_taken=self.metrics_port_fallback
             )
+            register_loop_metrics(metrics, loop)
         return loop
 
     def _close_metrics(self) -> None:
@@ -131,6 +133,9 @@ class ServerLifecycle:
         server = KafkaServer(
             handler, apis, host=host, port=port, name=name, security=security, **limits
         )
+        metrics = getattr(self, "metrics", None)
+        if metrics is not None:
+            server.bind_metrics(metrics)
         await server.start()
         return server
 

@@ -126,6 +126,11 @@ def test_broker_request_metrics_count_each_produce_and_fetch(metrics_cluster):
     consumer = total(families, requests, request="FetchConsumer", server=server)
     assert consumer >= 1
     assert total(families, requests, request="Fetch", server=server) >= consumer
+    # the listener counted the two connections; the loop's idle share is a ratio
+    created = "kafka_server_socket_server_metrics_connection_creation_total"
+    assert total(families, created, listener="PLAINTEXT", server=server) >= 2
+    idle = "kafka_network_socketserver_networkprocessoravgidle_percent"
+    assert 0 <= total(families, idle, server=server) <= 1
     # bytes of the requests: each Produce carried its batch
     assert (
         total(
