@@ -27,6 +27,7 @@ import dataclasses
 import time
 import types
 import typing
+from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
@@ -114,7 +115,8 @@ class RequestMetrics(RequestStage):
 
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
-        self._apis: dict[tuple[str, int], _ApiMetrics] = {}
+        self._apis: dict[tuple[int, int, bool], tuple[_ApiMetrics, ...]] = {}
+        self._by_name: dict[tuple[str, int], _ApiMetrics] = {}
 
     def on_request(self, request: Request) -> Any | None:
         context = request.context
@@ -132,46 +134,71 @@ class RequestMetrics(RequestStage):
         dequeued_ns = context.dequeued_ns or received_ns
         handled_ns = context.handled_ns or start_ns
         remote_ns = min(context.remote_ns, handled_ns - dequeued_ns)
+        queue_ms = (dequeued_ns - received_ns) / _NS_PER_MS
+        local_ms = (handled_ns - dequeued_ns - remote_ns) / _NS_PER_MS
+        remote_ms = remote_ns / _NS_PER_MS
+        response_queue_ms = (start_ns - handled_ns) / _NS_PER_MS
+        send_ms = (end_ns - start_ns) / _NS_PER_MS
+        total_ms = (end_ns - received_ns) / _NS_PER_MS
+        throttle_ms = context.throttle_time_ms
+        size = request.size_bytes
+        now_ms = self.metrics.now_ms()  # one clock read for the eight histograms
         codes = error_codes(body)
         for api in self._apis_of(request):
             api.requests.mark()
-            api.size.update(request.size_bytes)
-            api.queue.update((dequeued_ns - received_ns) / _NS_PER_MS)
-            api.local.update((handled_ns - dequeued_ns - remote_ns) / _NS_PER_MS)
-            api.remote.update(remote_ns / _NS_PER_MS)
-            api.throttle.update(context.throttle_time_ms)
-            api.response_queue.update((start_ns - handled_ns) / _NS_PER_MS)
-            api.response_send.update((end_ns - start_ns) / _NS_PER_MS)
-            api.total.update((end_ns - received_ns) / _NS_PER_MS)
+            api.size.update(size, now_ms)
+            api.queue.update(queue_ms, now_ms)
+            api.local.update(local_ms, now_ms)
+            api.remote.update(remote_ms, now_ms)
+            api.throttle.update(throttle_ms, now_ms)
+            api.response_queue.update(response_queue_ms, now_ms)
+            api.response_send.update(send_ms, now_ms)
+            api.total.update(total_ms, now_ms)
             for code, n in codes.items():
                 api.error(code).mark(n)
 
     def _apis_of(self, request: Request) -> tuple[_ApiMetrics, ...]:
+        """The metrics a request counts in (looked up once per api, version and, for Fetch,
+        consumer or follower)."""
         api_key, version = request.api_key, request.api_version
+        follower = api_key == ApiKey.FETCH and _fetch_replica_id(request.body) >= 0
+        key = (api_key, version, follower)
+        apis = self._apis.get(key)
+        if apis is None:
+            apis = self._apis[key] = self._new_apis(api_key, version, follower)
+        return apis
+
+    def _new_apis(self, api_key: int, version: int, follower: bool) -> tuple[_ApiMetrics, ...]:
         main = self._api(request_name(api_key), version)
         if api_key != ApiKey.FETCH:
             return (main,)
-        body = request.body
-        replica_id = getattr(body, "replica_id", -1)
-        state = getattr(body, "replica_state", None)
-        if state is not None and replica_id < 0:  # v15+ (KIP-903)
-            replica_id = getattr(state, "replica_id", -1)
-        return (main, self._api("FetchFollower" if replica_id >= 0 else "FetchConsumer", version))
+        return (main, self._api("FetchFollower" if follower else "FetchConsumer", version))
 
     def _api(self, name: str, version: int) -> _ApiMetrics:
-        api = self._apis.get((name, version))
+        api = self._by_name.get((name, version))
         if api is None:
-            api = self._apis[(name, version)] = _ApiMetrics(self.metrics, name, version)
+            api = self._by_name[(name, version)] = _ApiMetrics(self.metrics, name, version)
         return api
+
+
+def _fetch_replica_id(body: Any) -> int:
+    replica_id = getattr(body, "replica_id", -1)
+    state = getattr(body, "replica_state", None)
+    if state is not None and replica_id < 0:  # v15+ (KIP-903)
+        replica_id = getattr(state, "replica_id", -1)
+    return int(replica_id)
 
 
 # -- the error counts of a response (Kafka's AbstractResponse.errorCounts) -------------------
 
 
-def error_codes(body: Any) -> dict[int, int]:
+_NO_ERRORS: Mapping[int, int] = {}
+
+
+def error_codes(body: Any) -> Mapping[int, int]:
     """Every error code in a response, counted (top-level and per topic/partition/...)."""
     if isinstance(body, EncodedBody):  # written by a hot handler, which counted them
-        return dict(body.error_counts or {})
+        return body.error_counts or _NO_ERRORS
     body = getattr(body, "body", body)  # a FileResponse's kio body
     counts: dict[int, int] = {}
     if body is not None and dataclasses.is_dataclass(body):

@@ -1,0 +1,159 @@
+"""What metrics cost (issue 31 §4): produce and consume throughput of a sparklog broker with
+its metrics on vs off, interleaved, ratios from one run.
+
+  on   `sparklog.metrics.enabled=true` (the measure stage: Kafka's RequestMetrics on every
+       request; the data-path meters) and the Prometheus endpoint scraped every
+       `--scrape-interval-s` by a thread of this process, as Prometheus would;
+  off  `sparklog.metrics.enabled=false`, no endpoint.
+
+Both clusters (`python -m sparklog serve --master none`, one broker each) run side by side;
+the cells alternate on, off, on, off, ... for `--rounds` rounds, each a confluent-kafka
+produce (1 KB values, 6 partitions, RF=1, acks=all, lz4: bench_vs_kafka's cell) into a new
+topic, then a consume of it. The ratio of a cell is median(on) / median(off) (target >= 0.97).
+
+    python jobs/bench_metrics.py [--mb 100] [--rounds 5] [--json out.json] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_vs_kafka import System, confluent_consume, confluent_produce, create_topic  # noqa: E402
+
+PARTITIONS = 6
+SIZE = 1000
+DEFINITIONS = {
+    "metrics_on_vs_off_produce": "confluent produce 1KB/6p/RF=1 acks=all, metrics on (scraped) / "
+    "off: median of the interleaved rounds",
+    "metrics_on_vs_off_consume": "confluent consume (assign) of that topic, metrics on / off",
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def serve(name: str, settings: dict[str, str]) -> Iterator[System]:
+    """A one-broker `sparklog serve --master none` with `settings`."""
+    with tempfile.TemporaryDirectory(prefix=f"bench-metrics-{name}-") as d:
+        cmd = [sys.executable, "-m", "sparklog", "serve", "--master", "none", "--brokers", "1",
+               "--data-dir", d]  # fmt: skip
+        for key, value in settings.items():
+            cmd += ["--config", f"{key}={value}"]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        assert proc.stdout is not None
+        bootstrap = None
+        for line in proc.stdout:
+            if line.startswith("bootstrap.servers="):
+                bootstrap = line.strip().split("=", 1)[1]
+                break
+        if bootstrap is None:
+            raise SystemExit(f"sparklog serve ({name}) did not start")
+        threading.Thread(target=proc.stdout.read, daemon=True).start()
+        try:
+            yield System(name, bootstrap, [proc.pid])
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(60)
+
+
+class Scraper:
+    """Scrapes a `/metrics` endpoint every `interval_s` (what Prometheus adds to "on")."""
+
+    def __init__(self, port: int, interval_s: float) -> None:
+        self.url = f"http://127.0.0.1:{port}/metrics"
+        self.interval_s = interval_s
+        self.scrapes = 0
+        self.bytes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-scraper", daemon=True)
+
+    def __enter__(self) -> Scraper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            with urllib.request.urlopen(self.url, timeout=30) as response:
+                self.bytes += len(response.read())
+            self.scrapes += 1
+
+
+def _round(system: System, records: int) -> tuple[float, float]:
+    topic = create_topic(system.bootstrap, PARTITIONS, 1)
+    produced = confluent_produce(system.bootstrap, topic, records, SIZE)
+    consumed = confluent_consume(system.bootstrap, topic, PARTITIONS, records, SIZE)
+    return produced["mb_s"], consumed["mb_s"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mb", type=float, default=100.0, help="MB of values per produce cell")
+    parser.add_argument("--rounds", type=int, default=5, help="on/off pairs, interleaved")
+    parser.add_argument("--scrape-interval-s", type=float, default=1.0)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, 2 rounds (smoke test)")
+    parser.add_argument("--json", help="write every figure here")
+    args = parser.parse_args()
+    if args.quick:
+        args.mb, args.rounds = 5.0, 2
+    records = int(args.mb * 1e6 / SIZE)
+    port = _free_port()
+    on_settings = {"sparklog.metrics.enabled": "true", "metrics.prometheus.port": str(port)}
+    off_settings = {"sparklog.metrics.enabled": "false", "metrics.prometheus.port": "0"}
+    runs: dict[str, dict[str, list[float]]] = {
+        s: {"produce": [], "consume": []} for s in ("on", "off")
+    }
+    with (
+        serve("on", on_settings) as on,
+        serve("off", off_settings) as off,
+        Scraper(port, args.scrape_interval_s) as scraper,
+    ):
+        _round(on, max(1, records // 10))  # warm-up: imports, first segments, JIT-less caches
+        _round(off, max(1, records // 10))
+        for i in range(args.rounds):
+            order = (("on", on), ("off", off)) if i % 2 == 0 else (("off", off), ("on", on))
+            for name, system in order:
+                produce_mb_s, consume_mb_s = _round(system, records)
+                runs[name]["produce"].append(produce_mb_s)
+                runs[name]["consume"].append(consume_mb_s)
+                print(f"round {i + 1} {name:>3}: produce {produce_mb_s:7.1f} MB/s, "
+                      f"consume {consume_mb_s:7.1f} MB/s", flush=True)  # fmt: skip
+    out: dict[str, Any] = {"runs": runs, "scrapes": scraper.scrapes}
+    out["scrape_bytes_avg"] = scraper.bytes / max(1, scraper.scrapes)
+    for cell in ("produce", "consume"):
+        on_mb_s = statistics.median(runs["on"][cell])
+        off_mb_s = statistics.median(runs["off"][cell])
+        out[f"metrics_on_{cell}_mb_s"] = on_mb_s
+        out[f"metrics_off_{cell}_mb_s"] = off_mb_s
+        out[f"metrics_on_vs_off_{cell}"] = on_mb_s / off_mb_s
+    out["definitions"] = DEFINITIONS
+    for key, definition in DEFINITIONS.items():
+        print(f"{key} = {out[key]:.3f}  ({definition})")
+    print(f"{scraper.scrapes} scrapes of {out['scrape_bytes_avg'] / 1024:.1f} KiB on average")
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")
+
+
+if __name__ == "__main__":
+    main()
