@@ -21,6 +21,7 @@ from sparklog.errors import (
     MessageTooLargeError,
 )
 from sparklog.protocol import cooperative
+from sparklog.protocol.request_metrics import remote_wait
 from sparklog.records.batch import batch_size_at
 from sparklog.records.errors import InvalidCrcError
 from sparklog.storage.log_validator import RecordValidationError
@@ -135,6 +136,7 @@ class AppendPath(ReplicaManagerBase):
         """Kafka's `DelayedProduce`: done when every partition's HW passed its batch."""
         self.delayed_produces += 1
         try:
-            await DelayedProduce(required, results, self.hosted).wait(self.delayed, timeout_ms)
+            with remote_wait():  # the request's RemoteTimeMs
+                await DelayedProduce(required, results, self.hosted).wait(self.delayed, timeout_ms)
         finally:
             self.delayed_produces -= 1

@@ -27,6 +27,7 @@ from sparklog.broker.replica_base import (
 )
 from sparklog.errors import KafkaError
 from sparklog.protocol import cooperative
+from sparklog.protocol.request_metrics import remote_wait
 from sparklog.records.file_records import FileRecords
 from sparklog.storage.txn_index import AbortedTxn
 from sparklog.structs import IsolationLevel, TopicPartition
@@ -71,7 +72,8 @@ class ReadPath(ReplicaManagerBase):
             keys = (follower,)
         self.delayed_fetches += 1
         try:
-            return await delayed_fetch.wait(self.delayed, keys)
+            with remote_wait():  # the request's RemoteTimeMs
+                return await delayed_fetch.wait(self.delayed, keys)
         finally:
             self.delayed_fetches -= 1
 

@@ -23,11 +23,13 @@ Produce acks=0), as Kafka's network thread completes the request's metrics.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import time
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from functools import cache
 from typing import Any
 
@@ -37,7 +39,7 @@ from sparklog.metrics.metric import MetricName
 from sparklog.metrics.registry import Histogram, Meter, Metrics
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.protocol.codec import EncodedBody
-from sparklog.protocol.connection import Request
+from sparklog.protocol.connection import Request, RequestContext
 from sparklog.protocol.pipeline import RequestStage
 
 _DOMAIN = "kafka.network"
@@ -121,6 +123,7 @@ class RequestMetrics(RequestStage):
     def on_request(self, request: Request) -> Any | None:
         context = request.context
         context.dequeued_ns = time.monotonic_ns()
+        _HANDLING.set(context)  # the handler's task: `remote_wait` finds the request here
         return None
 
     def on_response(self, request: Request, response: Any | None) -> Any | None:
@@ -187,6 +190,28 @@ def _fetch_replica_id(body: Any) -> int:
     if state is not None and replica_id < 0:  # v15+ (KIP-903)
         replica_id = getattr(state, "replica_id", -1)
     return int(replica_id)
+
+
+# -- remote time ------------------------------------------------------------------------------
+
+#: The context of the request the current task is handling (set by the measure stage).
+_HANDLING: contextvars.ContextVar[RequestContext | None] = contextvars.ContextVar(
+    "sparklog_handling", default=None
+)
+
+
+@contextlib.contextmanager
+def remote_wait() -> Iterator[None]:
+    """Count the time inside as the handled request's RemoteTimeMs (a wait on others:
+    Kafka's purgatory — acks=all for the followers, a fetch for `fetch.min.bytes`). Outside a
+    measured request it costs two clock reads and counts nothing."""
+    began_ns = time.monotonic_ns()
+    try:
+        yield
+    finally:
+        context = _HANDLING.get()
+        if context is not None:
+            context.remote_ns += time.monotonic_ns() - began_ns
 
 
 # -- the error counts of a response (Kafka's AbstractResponse.errorCounts) -------------------

@@ -213,3 +213,28 @@ def test_serve_prints_where_its_metrics_are_and_serves_them(tmp_path):
         code, err = served.stop(signal.SIGTERM)
     assert code == 0, err
     assert f"metrics: http://127.0.0.1:{port}/metrics" in err
+
+
+def test_a_fetch_waiting_in_purgatory_counts_its_wait_as_remote_time(metrics_cluster):
+    async def wait() -> int:
+        conn = await wire.connect(metrics_cluster.bootstrap_servers)
+        try:
+            assert (await wire.create_topic(conn, "metrics-wait")).error_code == 0
+            leader = metrics_cluster.leader_of("metrics-wait", 0)
+            index = metrics_cluster.broker_index(leader)
+            leader_conn = await wire.connect(metrics_cluster.brokers[index].bootstrap)
+            try:  # nothing to read: the fetch waits its whole max wait for data
+                await wire.fetch(leader_conn, "metrics-wait", 0, max_wait_ms=300)
+            finally:
+                await leader_conn.close()
+            return leader
+        finally:
+            await conn.close()
+
+    before = scrape(metrics_cluster.metrics_port)
+    leader = wire.run(wait())
+    after = scrape(metrics_cluster.metrics_port)
+    remote = "kafka_network_requestmetrics_remotetimems_sum"
+    labels = {"request": "FetchConsumer", "server": f"broker-{leader}"}
+    # a wait cannot end before its max wait when no data comes: a lower bound, not a speed
+    assert total(after, remote, **labels) - total(before, remote, **labels) >= 250
