@@ -26,9 +26,8 @@ import contextlib
 import json
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
@@ -222,13 +221,7 @@ class MetricsEndpoint:
         """The text exposition of every source (on the endpoint's loop)."""
         sources = self.sources()
         labelled = len(sources) > 1
-        waits = [
-            _on_loop(
-                s,
-                partial(prometheus.families, s.registry, {"server": s.name} if labelled else None),
-            )
-            for s in sources
-        ]
+        waits = [_snapshot_on_loop(s, {"server": s.name} if labelled else None) for s in sources]
         snapshots = []
         for source, wait in zip(sources, waits, strict=True):
             try:
@@ -261,6 +254,34 @@ class MetricsEndpoint:
                 if targets:
                     groups.append({**group, "targets": targets})
         return json.dumps(groups).encode()
+
+
+#: A snapshot reads this many metrics, then lets its server's loop run (10,000 partitions'
+#: gauges must not hold a broker's requests for the whole scrape).
+SNAPSHOT_SLICE = 128
+
+
+def _snapshot_on_loop(
+    source: MetricsSource, labels: Mapping[str, str] | None
+) -> concurrent.futures.Future[Any]:
+    """The families of `source`'s registry, read on its own loop in slices."""
+
+    async def take() -> list[Any]:
+        builder = prometheus.FamilyBuilder(source.registry, labels)
+        for i, metric in enumerate(source.registry):
+            builder.add(metric)
+            if i % SNAPSHOT_SLICE == SNAPSHOT_SLICE - 1:
+                await asyncio.sleep(0)
+        return builder.families()
+
+    coro = take()
+    try:
+        return asyncio.run_coroutine_threadsafe(coro, source.loop)
+    except RuntimeError as e:  # the loop closed
+        coro.close()
+        failed: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        failed.set_exception(e)
+        return failed
 
 
 def _on_loop(source: MetricsSource, fn: Callable[[], Any]) -> concurrent.futures.Future[Any]:

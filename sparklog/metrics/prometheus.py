@@ -38,7 +38,7 @@ from functools import lru_cache
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.samples import Sample
 
-from sparklog.metrics.metric import SUMMARY_QUANTILES, MetricKind, MetricName
+from sparklog.metrics.metric import SUMMARY_QUANTILES, KafkaMetric, MetricKind, MetricName
 from sparklog.metrics.registry import Histogram, Meter, Metrics
 
 logger = logging.getLogger(__name__)
@@ -84,35 +84,49 @@ def exposed(name: MetricName, kind: MetricKind) -> tuple[str, dict[str, str]]:
 def families(registry: Metrics, labels: Mapping[str, str] | None = None) -> list[Metric]:
     """A snapshot of `registry` as metric families, `labels` added to every sample. Reads
     live state: call it on the thread that records into `registry`."""
-    now_ms = registry.now_ms()
-    extra = dict(labels or {})
-    out: dict[str, Metric] = {}
+    builder = FamilyBuilder(registry, labels)
     for metric in registry:
+        builder.add(metric)
+    return builder.families()
+
+
+class FamilyBuilder:
+    """A snapshot taken metric by metric (so a big registry can be read in slices, the
+    server's loop serving requests between them: `http_endpoint`)."""
+
+    def __init__(self, registry: Metrics, labels: Mapping[str, str] | None = None) -> None:
+        self.now_ms = registry.now_ms()
+        self.labels = dict(labels or {})
+        self._out: dict[str, Metric] = {}
+
+    def add(self, metric: KafkaMetric) -> None:
         kind = metric.kind
         fname, tags = exposed(metric.name, kind)
-        if extra:
-            tags = {**tags, **extra}
-        family = out.get(fname)
+        if self.labels:
+            tags = {**tags, **self.labels}
+        family = self._out.get(fname)
         if family is None:
-            family = out[fname] = _new_family(fname, metric.name, kind)
+            family = self._out[fname] = _new_family(fname, metric.name, kind)
         elif family.type != kind.value:
             logger.debug("%s: %s collides with a %s", fname, metric.name.jmx, family.type)
-            continue
+            return
         measurable = metric.measurable
         if kind is MetricKind.COUNTER:
             assert isinstance(measurable, Meter)
             family.samples.append(Sample(fname + "_total", tags, measurable.count))
         elif kind is MetricKind.SUMMARY:
             assert isinstance(measurable, Histogram)
-            _add_summary(family, fname, tags, measurable, now_ms)
+            _add_summary(family, fname, tags, measurable, self.now_ms)
         else:
             try:
-                value = metric.value(now_ms)
+                value = metric.value(self.now_ms)
             except Exception:  # noqa: BLE001 - one broken gauge must not fail the scrape
                 logger.debug("gauge %s failed", metric.name.jmx, exc_info=True)
-                continue
+                return
             family.samples.append(Sample(fname, tags, value))
-    return list(out.values())
+
+    def families(self) -> list[Metric]:
+        return list(self._out.values())
 
 
 def _new_family(fname: str, name: MetricName, kind: MetricKind) -> Metric:

@@ -342,8 +342,30 @@ class Percentiles(SampledStat):
     def percentiles(
         self, config: MetricConfig, quantiles: Sequence[float], now_ms: int
     ) -> list[float]:
+        """`percentile(q)` for each of `quantiles`, the windows merged once (a scrape asks
+        for six of every histogram)."""
         self._purge_obsolete(config, now_ms)
-        return [self._percentile(self._samples, q) for q in quantiles]
+        merged: dict[int, int] = {}
+        count = 0
+        for sample in self._samples:
+            assert isinstance(sample, _HistogramSample)
+            for index, n in sample.bins.items():
+                merged[index] = merged.get(index, 0) + n
+            count += sample.event_count
+        if not count:
+            return [math.nan] * len(quantiles)
+        out = [_bin_value(max(merged))] * len(quantiles)
+        pending = sorted(range(len(quantiles)), key=lambda i: quantiles[i])
+        at = 0
+        seen = 0
+        for index in sorted(merged):
+            seen += merged[index]
+            while at < len(pending) and seen >= quantiles[pending[at]] * count:
+                out[pending[at]] = _bin_value(index)
+                at += 1
+            if at == len(pending):
+                break
+        return out
 
     @staticmethod
     def _percentile(samples: Sequence[_Sample], quantile: float) -> float:

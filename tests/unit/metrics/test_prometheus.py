@@ -235,3 +235,57 @@ def test_a_port_in_use_is_a_clear_error():
 
 def test_metrics_config_port_defaults_off():
     assert MetricsConfig().metrics_prometheus_port == 0
+
+
+def test_percentiles_of_several_quantiles_merge_once_and_agree_with_one_at_a_time():
+    import random
+
+    from sparklog.metrics.stats import MetricConfig, Percentiles
+
+    config = MetricConfig()
+    rng = random.Random(31)
+    for _ in range(100):
+        stat = Percentiles()
+        for _ in range(rng.randint(0, 40)):
+            stat.record(config, rng.random() * rng.choice([1, 100, 10_000]), 1_000)
+        quantiles = [0.5, 0.999, 0.0, 0.75, 1.0, 0.95, 0.3]
+        together = stat.percentiles(config, quantiles, 1_000)
+        alone = [stat.percentile(config, q, 1_000) for q in quantiles]
+        assert [str(v) for v in together] == [str(v) for v in alone]
+
+
+def test_a_big_registry_is_read_in_slices_letting_its_loop_serve_between():
+    from sparklog.metrics import http_endpoint
+
+    async def main() -> tuple[int, int]:
+        loop = asyncio.get_running_loop()
+        registry = Metrics()
+        for i in range(3 * http_endpoint.SNAPSHOT_SLICE):
+            registry.gauge(
+                MetricName.of("kafka.log", "Log", "Size", {"partition": str(i)}), lambda: 1
+            )
+        ticks = 0
+
+        async def other_work() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        worker = loop.create_task(other_work())
+        await asyncio.sleep(0)
+        before = ticks
+        source = MetricsSource("broker-0", registry, loop)
+        snapshot = await asyncio.wrap_future(http_endpoint._snapshot_on_loop(source, None))
+        worker.cancel()
+        return ticks - before, len(snapshot[0].samples)
+
+    ran_between, samples = asyncio.run(main())
+    assert samples == 3 * http_endpoint_slice()
+    assert ran_between >= 2  # the loop ran other work between the slices
+
+
+def http_endpoint_slice() -> int:
+    from sparklog.metrics.http_endpoint import SNAPSHOT_SLICE
+
+    return SNAPSHOT_SLICE
