@@ -38,6 +38,7 @@ from sparklog.metrics.controller_mutation_quota import ControllerMutationQuotaMa
 from sparklog.protocol import codec, cooperative, kio_build
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.protocol.connection import Request
+from sparklog.protocol.request_metrics import remote_wait
 from sparklog.security.acl import AclOperation
 
 logger = logging.getLogger(__name__)
@@ -96,16 +97,17 @@ class AdminApis:
 
     async def _forward(self, request: Request, body: Any) -> Any:
         timeout_s = self._timeout_s(body)
-        try:
-            response = await self.controller.forward(body, timeout_s=timeout_s + 5)
-        except _NETWORK_ERRORS as e:
-            logger.warning(
-                "forwarding %s to the controller failed: %s", ApiKey(request.api_key).name, e
-            )
-            return forward_error_response(
-                request, RequestTimedOutError.code, f"the controller did not answer: {e}"
-            )
-        await self.wait_for_controller_metadata(timeout_s)
+        with remote_wait():  # the controller's time is the request's RemoteTimeMs
+            try:
+                response = await self.controller.forward(body, timeout_s=timeout_s + 5)
+            except _NETWORK_ERRORS as e:
+                logger.warning(
+                    "forwarding %s to the controller failed: %s", ApiKey(request.api_key).name, e
+                )
+                return forward_error_response(
+                    request, RequestTimedOutError.code, f"the controller did not answer: {e}"
+                )
+            await self.wait_for_controller_metadata(timeout_s)
         return response
 
     def _timeout_s(self, body: Any) -> float:

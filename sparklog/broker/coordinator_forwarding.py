@@ -43,6 +43,7 @@ from sparklog.errors import CoordinatorNotAvailableError, NotCoordinatorError
 from sparklog.protocol import envelope
 from sparklog.protocol.api_versions import FORWARDED_TO_COORDINATOR_APIS, ApiKey
 from sparklog.protocol.connection import Request
+from sparklog.protocol.request_metrics import remote_wait
 from sparklog.protocol.responses import find_coordinator_response, refusal
 
 logger = logging.getLogger(__name__)
@@ -82,9 +83,10 @@ class CoordinatorForwarding:
         return coordinator_broker(key, self._live_broker_ids()) == self.node_id
 
     async def _ask(self, request: Request) -> bytes:
-        return await self.channel.forward(
-            request, request.session.client_host, timeout_s=forward_timeout_s(request)
-        )
+        with remote_wait():  # the coordinator's time is the request's RemoteTimeMs
+            return await self.channel.forward(
+                request, request.session.client_host, timeout_s=forward_timeout_s(request)
+            )
 
     async def forward(self, request: Request) -> Any:
         """The coordinator's answer to `request`, as it wrote it (NOT_COORDINATOR when it

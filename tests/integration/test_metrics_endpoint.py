@@ -126,6 +126,10 @@ def test_broker_request_metrics_count_each_produce_and_fetch(metrics_cluster):
     consumer = total(families, requests, request="FetchConsumer", server=server)
     assert consumer >= 1
     assert total(families, requests, request="Fetch", server=server) >= consumer
+    # the broker forwarded CreateTopics to the controller: that wait is its remote time
+    assert (
+        total(families, "kafka_network_requestmetrics_remotetimems_sum", request="CreateTopics") > 0
+    )
     # the listener counted the two connections; the loop's idle share is a ratio
     created = "kafka_server_socket_server_metrics_connection_creation_total"
     assert total(families, created, listener="PLAINTEXT", server=server) >= 2
