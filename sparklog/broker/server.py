@@ -84,6 +84,7 @@ from sparklog.metadata.image import MetadataImage
 from sparklog.metadata.mutation_admission import ImageQuotaSource
 from sparklog.metrics.config import MetricsConfig
 from sparklog.metrics.controller_mutation_quota import ControllerMutationQuotaManager
+from sparklog.metrics.metric import MetricName
 from sparklog.protocol.api_versions import BROKER_SERVED_APIS
 from sparklog.protocol.authorization import authorize_stage, stages_with
 from sparklog.protocol.outbound import controller_client_security
@@ -104,6 +105,18 @@ class BrokerState(enum.Enum):
     RUNNING = "running"
     PENDING_CONTROLLED_SHUTDOWN = "pending controlled shutdown"
     SHUTTING_DOWN = "shutting down"
+
+
+#: Kafka's `BrokerState` values, as its `kafka.server:type=KafkaServer,name=BrokerState` gauge
+#: shows them (dashboards alert on != 3).
+BROKER_STATE_VALUES = {
+    BrokerState.NOT_RUNNING: 0,
+    BrokerState.STARTING: 1,
+    BrokerState.RECOVERY: 2,
+    BrokerState.RUNNING: 3,
+    BrokerState.PENDING_CONTROLLED_SHUTDOWN: 6,
+    BrokerState.SHUTTING_DOWN: 7,
+}
 
 
 class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
@@ -139,6 +152,10 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
         #: Prometheus endpoint) and the settings of their windows and of quota windows
         self.metrics_config = MetricsConfig.from_properties(config)
         self.metrics = self.metrics_config.registry()
+        self.metrics.gauge(
+            MetricName.of("kafka.server", "KafkaServer", "BrokerState"),
+            lambda: BROKER_STATE_VALUES[self.state],
+        )
         self.node_id = node_id if node_id is not None else _stored_node_id(self.data_dir)
         self.thread_name = f"sparklog-broker-{self.node_id}"
         self.expected_cluster_id = cluster_id

@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 
 from sparklog.metrics import prometheus
@@ -212,7 +213,8 @@ class MetricsEndpoint:
         path = parts[1].split(b"?", 1)[0]
         if path in (b"/metrics", b"/"):
             self.scrapes += 1
-            return "200 OK", CONTENT_TYPE_PLAIN_0_0_4, await self.scrape()
+            body = await self.scrape()
+            return "200 OK", CONTENT_TYPE_PLAIN_0_0_4, body if parts[0] == b"GET" else b""
         if path == b"/sd":
             return "200 OK", "application/json", await self._service_discovery()
         return "404 Not Found", "text/plain", b"not found: GET /metrics or /sd\n"
@@ -229,6 +231,7 @@ class MetricsEndpoint:
                     snapshots.append(await asyncio.wrap_future(wait))
             except Exception as e:  # noqa: BLE001 - a stuck or stopped server is left out
                 logger.warning("metrics of %s left out of this scrape: %r", source.name, e)
+        snapshots.append(list(_PROCESS.collect()))
         return generate_latest(prometheus.Snapshot(prometheus.merge(snapshots)))
 
     async def _service_discovery(self) -> bytes:
@@ -303,6 +306,14 @@ def _on_loop(source: MetricsSource, fn: Callable[[], Any]) -> concurrent.futures
 
 
 _PROCESS_ENDPOINT = MetricsEndpoint()
+
+#: The process's own figures (`process_cpu_seconds_total`, `process_resident_memory_bytes`,
+#: `python_gc_*`, `python_info`: what the JMX exporter's JVM metrics are to a Kafka broker),
+#: read from /proc and the interpreter, not from any server.
+_PROCESS = CollectorRegistry(auto_describe=False)
+ProcessCollector(registry=_PROCESS)
+GCCollector(registry=_PROCESS)
+PlatformCollector(registry=_PROCESS)
 
 
 def process_endpoint() -> MetricsEndpoint:

@@ -130,6 +130,7 @@ def test_broker_request_metrics_count_each_produce_and_fetch(metrics_cluster):
     assert (
         total(families, "kafka_network_requestmetrics_remotetimems_sum", request="CreateTopics") > 0
     )
+    assert total(families, "kafka_server_kafkaserver_brokerstate", server=server) == 3  # RUNNING
     # the listener counted the two connections; the loop's idle share is a ratio
     created = "kafka_server_socket_server_metrics_connection_creation_total"
     assert total(families, created, listener="PLAINTEXT", server=server) >= 2

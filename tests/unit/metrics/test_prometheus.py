@@ -175,6 +175,8 @@ def test_endpoint_reads_each_registry_on_its_own_loop_and_closes_with_the_last()
         assert samples[(n, frozenset({("server", "broker-0")}))] == 10
         assert samples[(n, frozenset({("server", "broker-1")}))] == 11
         assert sorted(map(id, read_on)) == sorted(map(id, loops))  # each on its own loop
+        # and the process's own figures, as the JMX exporter adds the JVM's
+        assert ("process_cpu_seconds_total", frozenset()) in samples
 
         status, _ct, body = _get(f"http://127.0.0.1:{port}/sd")
         assert status == 200 and json.loads(body)[0]["targets"] == [f"127.0.0.1:{port}"]
