@@ -9,7 +9,9 @@ its metrics on vs off, interleaved, ratios from one run.
 Both clusters (`python -m sparklog serve --master none`, one broker each) run side by side;
 the cells alternate on, off, on, off, ... for `--rounds` rounds, each a confluent-kafka
 produce (1 KB values, 6 partitions, RF=1, acks=all, lz4: bench_vs_kafka's cell) into a new
-topic, then a consume of it. The ratio of a cell is median(on) / median(off) (target >= 0.97).
+topic, then a consume of it. The ratio of a cell is median(on) / median(off) (target >= 0.97);
+beside each, the broker process's CPU seconds per GB, median(off) / median(on) (what the
+metrics cost in CPU, which a machine shared with other work disturbs less than MB/s).
 
     python jobs/bench_metrics.py [--mb 100] [--rounds 5] [--json out.json] [--quick]
 """
@@ -40,6 +42,9 @@ DEFINITIONS = {
     "metrics_on_vs_off_produce": "confluent produce 1KB/6p/RF=1 acks=all, metrics on (scraped) / "
     "off: median of the interleaved rounds",
     "metrics_on_vs_off_consume": "confluent consume (assign) of that topic, metrics on / off",
+    "metrics_on_vs_off_produce_cpu_efficiency": "broker CPU s per GB produced: off / on (1.0 = "
+    "metrics cost no CPU; steadier than MB/s on a shared machine)",
+    "metrics_on_vs_off_consume_cpu_efficiency": "broker CPU s per GB consumed: off / on",
 }
 
 
@@ -100,18 +105,30 @@ class Scraper:
             self.scrapes += 1
 
 
-def _round(system: System, records: int) -> tuple[float, float]:
+def _round(system: System, records: int) -> dict[str, float]:
+    """One produce and one consume: MB/s of each, and the broker process's CPU seconds per
+    GB of values during each (steadier than MB/s on a shared machine)."""
+    gb = records * SIZE / 1e9
     topic = create_topic(system.bootstrap, PARTITIONS, 1)
+    cpu = system.cpu_s()
     produced = confluent_produce(system.bootstrap, topic, records, SIZE)
+    produce_cpu = system.cpu_s() - cpu
+    cpu = system.cpu_s()
     consumed = confluent_consume(system.bootstrap, topic, PARTITIONS, records, SIZE)
-    return produced["mb_s"], consumed["mb_s"]
+    consume_cpu = system.cpu_s() - cpu
+    return {
+        "produce": produced["mb_s"],
+        "consume": consumed["mb_s"],
+        "produce_cpu_s_per_gb": produce_cpu / gb,
+        "consume_cpu_s_per_gb": consume_cpu / gb,
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=float, default=100.0, help="MB of values per produce cell")
     parser.add_argument("--rounds", type=int, default=5, help="on/off pairs, interleaved")
-    parser.add_argument("--scrape-interval-s", type=float, default=1.0)
+    parser.add_argument("--scrape-interval-s", type=float, default=5.0, help="1 for the worst case")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, 2 rounds (smoke test)")
     parser.add_argument("--json", help="write every figure here")
     args = parser.parse_args()
@@ -121,9 +138,8 @@ def main() -> None:
     port = _free_port()
     on_settings = {"sparklog.metrics.enabled": "true", "metrics.prometheus.port": str(port)}
     off_settings = {"sparklog.metrics.enabled": "false", "metrics.prometheus.port": "0"}
-    runs: dict[str, dict[str, list[float]]] = {
-        s: {"produce": [], "consume": []} for s in ("on", "off")
-    }
+    cells = ("produce", "consume", "produce_cpu_s_per_gb", "consume_cpu_s_per_gb")
+    runs: dict[str, dict[str, list[float]]] = {s: {c: [] for c in cells} for s in ("on", "off")}
     with (
         serve("on", on_settings) as on,
         serve("off", off_settings) as off,
@@ -134,11 +150,13 @@ def main() -> None:
         for i in range(args.rounds):
             order = (("on", on), ("off", off)) if i % 2 == 0 else (("off", off), ("on", on))
             for name, system in order:
-                produce_mb_s, consume_mb_s = _round(system, records)
-                runs[name]["produce"].append(produce_mb_s)
-                runs[name]["consume"].append(consume_mb_s)
-                print(f"round {i + 1} {name:>3}: produce {produce_mb_s:7.1f} MB/s, "
-                      f"consume {consume_mb_s:7.1f} MB/s", flush=True)  # fmt: skip
+                figures = _round(system, records)
+                for cell in cells:
+                    runs[name][cell].append(figures[cell])
+                print(f"round {i + 1} {name:>3}: produce {figures['produce']:7.1f} MB/s "
+                      f"({figures['produce_cpu_s_per_gb']:5.1f} CPU s/GB), consume "
+                      f"{figures['consume']:7.1f} MB/s ({figures['consume_cpu_s_per_gb']:5.1f} "
+                      "CPU s/GB)", flush=True)  # fmt: skip
     out: dict[str, Any] = {"runs": runs, "scrapes": scraper.scrapes}
     out["scrape_bytes_avg"] = scraper.bytes / max(1, scraper.scrapes)
     for cell in ("produce", "consume"):
@@ -147,6 +165,9 @@ def main() -> None:
         out[f"metrics_on_{cell}_mb_s"] = on_mb_s
         out[f"metrics_off_{cell}_mb_s"] = off_mb_s
         out[f"metrics_on_vs_off_{cell}"] = on_mb_s / off_mb_s
+        on_cpu = statistics.median(runs["on"][f"{cell}_cpu_s_per_gb"])
+        off_cpu = statistics.median(runs["off"][f"{cell}_cpu_s_per_gb"])
+        out[f"metrics_on_vs_off_{cell}_cpu_efficiency"] = off_cpu / on_cpu
     out["definitions"] = DEFINITIONS
     for key, definition in DEFINITIONS.items():
         print(f"{key} = {out[key]:.3f}  ({definition})")
