@@ -83,6 +83,9 @@ class _TimedSelector:
     def __init__(self, selector: Any, meter: LoopIdleMeter) -> None:
         self._selector = selector
         self._meter = meter
+        # the calls asyncio makes per reader pause/resume go straight to the selector
+        for name in ("register", "unregister", "modify", "get_key", "get_map", "close"):
+            setattr(self, name, getattr(selector, name))
 
     def select(self, timeout: float | None = None) -> Any:
         began_ns = time.monotonic_ns()
