@@ -89,7 +89,8 @@ class ServerLifecycle:
             self.metrics_source = add_server(
                 name, metrics, config, loop, any_port_if_taken=self.metrics_port_fallback
             )
-            register_loop_metrics(metrics, loop)
+            if config.sparklog_metrics_enabled:  # off: not even two clock reads per turn
+                register_loop_metrics(metrics, loop)
         return loop
 
     def _close_metrics(self) -> None:
