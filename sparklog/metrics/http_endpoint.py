@@ -44,6 +44,9 @@ SNAPSHOT_TIMEOUT_S = 5.0
 #: A request line and headers longer than this, or slower than the timeout, are refused.
 _MAX_REQUEST_HEAD_BYTES = 16 * 1024
 _REQUEST_TIMEOUT_S = 10.0
+#: Connections served at once; more are answered 503 at once (a scrape storm must not pile up
+#: snapshots on the servers' loops).
+MAX_HTTP_CONNECTIONS = 16
 
 
 @dataclass(eq=False)
@@ -88,6 +91,7 @@ class MetricsEndpoint:
         self.host = ""
         self.port = 0
         self.scrapes = 0
+        self._open_connections = 0  # on the endpoint's loop only
 
     # -- sources -------------------------------------------------------------------------
 
@@ -186,15 +190,17 @@ class MetricsEndpoint:
         logger.info("serving Prometheus metrics on http://%s:%d/metrics", self.host, self.port)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            async with asyncio.timeout(_REQUEST_TIMEOUT_S):
-                head = await reader.readuntil(b"\r\n\r\n")
-            status, content_type, body = await self._answer(head)
-        except (asyncio.LimitOverrunError, asyncio.IncompleteReadError, TimeoutError):
-            status, content_type, body = "400 Bad Request", "text/plain", b"bad request\n"
-        except ConnectionError:
-            writer.close()
-            return
+        if self._open_connections >= MAX_HTTP_CONNECTIONS:
+            status, content_type, body = "503 Service Unavailable", "text/plain", b"busy\n"
+        else:
+            self._open_connections += 1
+            try:
+                status, content_type, body = await self._read_and_answer(reader)
+            except ConnectionError:
+                writer.close()
+                return
+            finally:
+                self._open_connections -= 1
         writer.write(
             f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
@@ -203,6 +209,14 @@ class MetricsEndpoint:
         with contextlib.suppress(ConnectionError):
             await writer.drain()
         writer.close()
+
+    async def _read_and_answer(self, reader: asyncio.StreamReader) -> tuple[str, str, bytes]:
+        try:
+            async with asyncio.timeout(_REQUEST_TIMEOUT_S):
+                head = await reader.readuntil(b"\r\n\r\n")
+        except (asyncio.LimitOverrunError, asyncio.IncompleteReadError, TimeoutError):
+            return "400 Bad Request", "text/plain", b"bad request\n"
+        return await self._answer(head)
 
     async def _answer(self, head: bytes) -> tuple[str, str, bytes]:
         if len(head) > _MAX_REQUEST_HEAD_BYTES:

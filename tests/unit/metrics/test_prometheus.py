@@ -291,3 +291,34 @@ def http_endpoint_slice() -> int:
     from sparklog.metrics.http_endpoint import SNAPSHOT_SLICE
 
     return SNAPSHOT_SLICE
+
+
+def test_connections_over_the_bound_are_answered_busy_at_once():
+    import socket
+
+    from sparklog.metrics.http_endpoint import MAX_HTTP_CONNECTIONS
+
+    async def idle() -> None:
+        pass
+
+    thread = LoopThread("test-loop")
+    loop = thread.start(idle, 10)
+    endpoint = MetricsEndpoint()
+    source = endpoint.add(MetricsSource("broker-0", Metrics(), loop), "127.0.0.1", -1)
+    silent = [
+        socket.create_connection(("127.0.0.1", source.port)) for _ in range(MAX_HTTP_CONNECTIONS)
+    ]
+    try:
+        assert _get(f"http://127.0.0.1:{source.port}/metrics")[0] == 503
+        for s in silent:
+            s.close()
+        silent = []
+        status = 503
+        while status == 503:  # until the endpoint saw the silent ones go
+            status = _get(f"http://127.0.0.1:{source.port}/metrics")[0]
+        assert status == 200
+    finally:
+        for s in silent:
+            s.close()
+        source.close()
+        thread.stop(idle, 10)
