@@ -108,6 +108,16 @@ class SampledStat:
         self._purge_obsolete(config, now_ms)
         return self._combine(self._samples, config, now_ms)
 
+    def current_window_value(self, config: MetricConfig, now_ms: int) -> float:
+        """The value of the window `now_ms` falls in (the initial value when that window
+        has not started: nothing was recorded in it yet)."""
+        if not self._samples:
+            return self._initial
+        sample = self._samples[self._current]
+        if sample.is_complete(now_ms, config):
+            return self._initial
+        return sample.value
+
     def oldest_window_ms(self, now_ms: int) -> int:
         """Start of the oldest live window (now when there is none)."""
         if not self._samples:
