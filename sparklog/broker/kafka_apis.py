@@ -12,6 +12,7 @@ be tested without sockets.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterable
 from typing import Any
@@ -246,6 +247,9 @@ class KafkaApis:
     async def handle_fetch(self, request: Request) -> Any:
         body = request.body
         params = fetch_params(body, zero_copy=self.zero_copy_fetch)
+        cap = request.context.fetch_max_bytes_cap  # the client's fetch quota window (KIP-13)
+        if cap is not None and cap < params.max_bytes:
+            params = dataclasses.replace(params, max_bytes=max(1, cap))
         partitions = [p async for p in cooperative.each(fetch_partitions_steps(body))]
         context = self.fetch_manager.new_context(
             int(getattr(body, "session_id", INVALID_SESSION_ID)),

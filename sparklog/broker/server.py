@@ -77,6 +77,7 @@ from sparklog.broker.metadata import (
     dynamic_layers,
     topics_from_image,
 )
+from sparklog.broker.quotas import BrokerQuotas, ThrottleStage
 from sparklog.broker.replica_fetcher_manager import ReplicaFetcherManager
 from sparklog.broker.replica_manager import ReplicaManager
 from sparklog.metadata.broker_configs import dynamic_cleaner_config
@@ -245,6 +246,13 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
                 self.apis.forwarding.channel,
                 max_events=self.audit_config.audit_buffer_max_events,
             )
+        #: client quotas (the pipeline's throttle stage), read from this broker's image
+        self.quotas = BrokerQuotas(
+            self.metrics,
+            self.metrics_config.quota_config,
+            lambda: getattr(self.metadata.image, "quotas", None),
+        )
+        self.throttle = ThrottleStage(self.quotas, self.metrics)
         #: the authorize stage (`authorizer.class.name`), fed from this broker's image
         self.authorization = authorize_stage(
             self.config.originals,
@@ -297,7 +305,7 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
             queued_max_request_bytes=self.config.queued_max_request_bytes,
             audit=self.audit,
             security=security,
-            stages=stages_with(self.authorization, *self._measure_stages()),
+            stages=stages_with(self.authorization, self.throttle, *self._measure_stages()),
         )
 
     def _metrics_endpoint(self) -> str:

@@ -270,6 +270,21 @@ class ClientQuotaManager:
             return self.throttle_time_ms(entity, e, now_ms)
         return 0
 
+    def current_throttle_time_ms(self, user: str, client_id: str, now_ms: int) -> int:
+        """The throttle time the client's entity has earned so far without recording
+        anything (0 when it is within its quota or has none)."""
+        resolved = self._resolve(user, client_id)
+        if resolved is None:
+            return 0
+        entity = self._entities.get(resolved.tags)
+        if entity is None:
+            return 0
+        try:
+            entity.quota_sensor.check_quotas(now_ms)
+        except QuotaViolation as e:
+            return self.throttle_time_ms(entity, e, now_ms)
+        return 0
+
     def throttle_time_ms(self, entity: ClientSensors, e: QuotaViolation, now_ms: int) -> int:
         """Kafka's `throttleTime`: how long until the rate is back at the quota, as the
         excess over the quota times the rate's window."""
@@ -382,6 +397,23 @@ class ClientRequestQuotaManager(ClientQuotaManager):
             user, client_id, loop_time_ns * NANOS_TO_PERCENTAGE_PER_SECOND, now_ms
         )
         return min(throttle_ms, self.max_throttle_time_ms)
+
+    def current_request_throttle_time_ms(self, user: str, client_id: str, now_ms: int) -> int:
+        """The request quota's throttle time from the loop time recorded so far (capped)."""
+        return min(
+            self.current_throttle_time_ms(user, client_id, now_ms), self.max_throttle_time_ms
+        )
+
+    def record_loop_time(self, user: str, client_id: str, loop_time_ns: int, now_ms: int) -> None:
+        """Record a request's event-loop time without checking the quota (the next request's
+        `current_request_throttle_time_ms` sees it)."""
+        resolved = self._resolve(user, client_id)
+        if resolved is None:
+            return
+        entity = self._sensors(resolved, user, client_id)
+        entity.quota_sensor.record(
+            loop_time_ns * NANOS_TO_PERCENTAGE_PER_SECOND, now_ms, check_quotas=False
+        )
 
     def record_exempt(self, loop_time_ns: int, now_ms: int) -> None:
         self._exempt.record(loop_time_ns * NANOS_TO_PERCENTAGE_PER_SECOND, now_ms)

@@ -98,6 +98,12 @@ class RequestContext:
     dequeued_ns: int = 0
     handled_ns: int = 0
     remote_ns: int = 0
+    #: the event-loop time the handler held the loop for this request, in ns; counted only
+    #: when a stage asks (`RequestStage.times_handler`: the request quota, KIP-124)
+    handler_ns: int = 0
+    #: set by the throttle stage: a Fetch's `max_bytes` is capped to what fits in the
+    #: client's quota window (Kafka's `getMaxValueInQuotaWindow`); None: no cap
+    fetch_max_bytes_cap: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

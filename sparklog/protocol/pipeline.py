@@ -33,11 +33,11 @@ context decides.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Generator, Sequence
+from typing import Any, cast
 
 from sparklog.protocol.api_versions import ApiKey
-from sparklog.protocol.connection import Request
+from sparklog.protocol.connection import Request, RequestContext
 from sparklog.security.acl import AUTHORIZED_OPERATIONS_OMITTED, AclOperation, ResourceType
 from sparklog.security.audit import LOG_ONLY, AuditEvent
 from sparklog.security.authorizer import authorized_operations as _authorized_operations
@@ -51,6 +51,10 @@ class RequestStage:
 
     #: the stage's slot in the pipeline ("authenticate", "authorize", "throttle", "measure")
     name = "stage"
+    #: whether the handler's time on the event loop is counted into
+    #: `RequestContext.handler_ns` (the request quota's measure: loop time, not wall time,
+    #: so a Fetch waiting in purgatory costs nothing while it waits)
+    times_handler = False
 
     def on_request(self, request: Request) -> Any | None:
         """Before the handler: None to go on, or the response body to answer with instead."""
@@ -115,6 +119,7 @@ class RequestPipeline:
         self._sent = [s.on_sent for s in self.stages if type(s).on_sent is not RequestStage.on_sent]
         #: whether a stage wants `on_sent` (the server then reads the clock around sends)
         self.measures = bool(self._sent)
+        self._timed = any(s.times_handler for s in self.stages)
 
     def stage(self, name: str) -> RequestStage:
         """The stage called `name` (KeyError naming the stages there are)."""
@@ -139,7 +144,10 @@ class RequestPipeline:
             if response is not None:
                 break
         else:
-            response = await self.handler(request)
+            if self._timed:
+                response = await _LoopTimed(self.handler(request), request.context)
+            else:
+                response = await self.handler(request)
         for after in self._after:
             response = after(request, response)
         return response
@@ -149,6 +157,41 @@ class RequestPipeline:
             sent(request, body, start_ns, end_ns)
 
 
+class _LoopTimed:
+    """Awaits a handler's coroutine step by step, adding the time each step held the loop to
+    `context.handler_ns` (what Kafka's request quota charges: I/O thread time, here
+    event-loop time; time suspended, waiting for replicas or in a purgatory, is free)."""
+
+    __slots__ = ("_coro", "_context")
+
+    def __init__(self, coro: Awaitable[Any | None], context: RequestContext) -> None:
+        self._coro = coro
+        self._context = context
+
+    def __await__(self) -> Generator[Any, Any, Any | None]:
+        steps = self._coro.__await__()
+        context = self._context
+        clock = time.perf_counter_ns
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            start = clock()
+            try:
+                yielded = steps.send(value) if error is None else steps.throw(error)
+            except StopIteration as done:
+                context.handler_ns += clock() - start
+                return cast(Any, done.value)
+            except BaseException:
+                context.handler_ns += clock() - start
+                raise
+            context.handler_ns += clock() - start
+            try:
+                value = yield yielded
+                error = None
+            except BaseException as e:  # cancellation: pass it to the handler
+                value, error = None, e
+
+
 # -- response fields the pipeline owns --------------------------------------------------------
 
 
@@ -156,6 +199,51 @@ def throttle_time_ms(request: Request) -> int:
     """The `throttle_time_ms` every response to `request` carries (the throttle stage's
     decision; 0 without quotas). Response builders call this; handlers never write it."""
     return request.context.throttle_time_ms
+
+
+#: The first version of each API whose client throttles itself on `throttle_time_ms`
+#: (KIP-219; Kafka's `AbstractResponse.shouldClientThrottle`): to those the broker sends
+#: the response at once and then mutes the connection; to older ones it delays the
+#: response instead. APIs added after KIP-219 (Kafka 2.0) throttle from their first version.
+KIP_219_FIRST_VERSION: dict[int, int] = {
+    ApiKey.PRODUCE: 6,
+    ApiKey.FETCH: 8,
+    ApiKey.LIST_OFFSETS: 3,
+    ApiKey.METADATA: 6,
+    ApiKey.OFFSET_COMMIT: 4,
+    ApiKey.OFFSET_FETCH: 4,
+    ApiKey.FIND_COORDINATOR: 2,
+    ApiKey.JOIN_GROUP: 3,
+    ApiKey.HEARTBEAT: 2,
+    ApiKey.LEAVE_GROUP: 2,
+    ApiKey.SYNC_GROUP: 2,
+    ApiKey.DESCRIBE_GROUPS: 2,
+    ApiKey.LIST_GROUPS: 2,
+    ApiKey.API_VERSIONS: 2,
+    ApiKey.CREATE_TOPICS: 3,
+    ApiKey.DELETE_TOPICS: 2,
+    ApiKey.DELETE_RECORDS: 1,
+    ApiKey.INIT_PRODUCER_ID: 1,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: 2,
+    ApiKey.ADD_PARTITIONS_TO_TXN: 1,
+    ApiKey.ADD_OFFSETS_TO_TXN: 1,
+    ApiKey.END_TXN: 1,
+    ApiKey.TXN_OFFSET_COMMIT: 1,
+    ApiKey.DESCRIBE_ACLS: 1,
+    ApiKey.CREATE_ACLS: 1,
+    ApiKey.DELETE_ACLS: 1,
+    ApiKey.DESCRIBE_CONFIGS: 2,
+    ApiKey.ALTER_CONFIGS: 1,
+    ApiKey.DESCRIBE_LOG_DIRS: 1,
+    ApiKey.CREATE_PARTITIONS: 1,
+    ApiKey.DELETE_GROUPS: 1,
+}
+
+
+def client_throttles(api_key: int, api_version: int) -> bool:
+    """Whether the client of this request version throttles itself (KIP-219): the server
+    answers at once and mutes the connection; otherwise it delays the answer."""
+    return api_version >= KIP_219_FIRST_VERSION.get(api_key, 0)
 
 
 #: The request flag asking for a resource type's authorized operations (Metadata v8+,

@@ -45,7 +45,7 @@ from sparklog.protocol.connection import (
     ServerConnection,
 )
 from sparklog.protocol.file_response import FileResponse
-from sparklog.protocol.pipeline import Handler, RequestPipeline, RequestStage
+from sparklog.protocol.pipeline import Handler, RequestPipeline, RequestStage, client_throttles
 from sparklog.protocol.request_queue import (
     DEFAULT_QUEUED_MAX_REQUESTS,
     UNBOUNDED,
@@ -169,6 +169,8 @@ class KafkaServer:
         self.idle_closed_connections = 0
         #: where connections are counted (`bind_metrics`); None: not measured
         self.connection_sensors: ConnectionSensors | None = None
+        #: connections muted right now for a throttle (KIP-219)
+        self.muted_connections = 0
         self._server: asyncio.base_events.Server | None = None
         self._connections: dict[asyncio.Task, asyncio.StreamWriter] = {}
         self._per_ip: dict[str, int] = {}
@@ -375,6 +377,10 @@ class KafkaServer:
                     pipeline = self.pipeline
                     async with self.request_slots.slot():
                         body = await pipeline(request)
+                    throttle_s = request.context.throttle_time_ms / 1000
+                    if throttle_s and not client_throttles(request.api_key, request.api_version):
+                        await asyncio.sleep(throttle_s)  # before KIP-219: delay the answer
+                        throttle_s = 0
                     start_ns = time.monotonic_ns() if pipeline.measures else 0
                     if body is not None:
                         try:  # a peer that never reads its responses is idle too
@@ -397,6 +403,12 @@ class KafkaServer:
                             return
                     if start_ns:
                         pipeline.on_sent(request, body, start_ns, time.monotonic_ns())
+                    if throttle_s:  # KIP-219: answered; now muted, the next request waits
+                        self.muted_connections += 1
+                        try:
+                            await asyncio.sleep(throttle_s)
+                        finally:
+                            self.muted_connections -= 1
                     await cooperative.checkpoint()
                 if not conn.incomplete_request_bytes:
                     self.memory_pool.release(reserved)

@@ -1,0 +1,239 @@
+"""Client quotas enforced on a broker, with real clients (a port of the checks of Kafka's
+`tests/kafkatest/tests/client/quota_test.py`): confluent-kafka producing and consuming flat out
+under a byte-rate quota of each entity type (client-id, user, (user, client-id)) is held to the
+quota, measured from the broker's own byte counts, and sees `throttle_time_ms` in librdkafka's
+`throttle_cb`; a client that ignores the throttle time is held by the muted connection.
+
+Rates from a short run: Kafka's quota `Rate` spans `quota.window.num` − 1 = 10 windows of 1 s
+at least, so a client may send up to 10 s of quota at once before it is throttled (Kafka's
+behaviour too); the bound a run of `elapsed_s` must respect is therefore
+`quota × (elapsed_s + 10) × 1.05`, far below what an unthrottled client sends in that time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from sparklog.cluster.embedded import EmbeddedCluster
+from sparklog.metrics.metric import MetricName
+from tests.integration.broker_wire import batch, connect, create_topic, produce
+
+pytestmark = pytest.mark.interop
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+
+LIBRDKAFKA = {"broker.address.family": "v4"}
+CLUSTER_CONFIG = {"broker.heartbeat.interval.ms": "200", "num.partitions": "1"}
+#: 200 KB/s: small enough that a flat-out client on loopback is throttled within a second
+QUOTA_BYTES_PER_S = 200_000
+#: Kafka's minimum rate window: (quota.window.num − 1) × quota.window.size.seconds
+BURST_S = 10
+RUN_S = 2.5
+TOLERANCE = 1.05
+VERSIONS = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class Resolved:
+    limit: float
+    tags: tuple[tuple[str, str], ...]
+
+
+@dataclass
+class StaticQuotas:
+    """Quotas the test sets on the broker (a `QuotaSource`): Kafka's precedence among
+    (user, client-id), user, client-id."""
+
+    quotas: dict[tuple[str | None, str | None, str], float] = field(default_factory=dict)
+    version: int = 0
+
+    def set(self, user: str | None, client_id: str | None, key: str, limit: float) -> None:
+        self.quotas[(user, client_id, key)] = limit
+        self.version = next(VERSIONS)  # never repeats, as the image's does not
+
+    def client_quota(self, key: str, user: str, client_id: str) -> Resolved | None:
+        for u, c in ((user, client_id), (user, None), (None, client_id)):
+            limit = self.quotas.get((u, c, key))
+            if limit is not None:
+                return Resolved(limit, (("user", u or ""), ("client-id", c or "")))
+        return None
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedCluster]:
+    with EmbeddedCluster(
+        brokers=1, data_dir=tmp_path_factory.mktemp("quotas"), config=CLUSTER_CONFIG
+    ) as running:
+        yield running
+
+
+@pytest.fixture
+def quotas(cluster: EmbeddedCluster) -> Iterator[StaticQuotas]:
+    source = StaticQuotas()
+    broker = cluster.brokers[0]
+    broker.quotas.source = lambda: source
+    yield source
+    broker.quotas.source = lambda: None
+
+
+def new_topic(cluster: EmbeddedCluster) -> str:
+    name = f"quota-{uuid.uuid4().hex[:8]}"
+
+    async def make() -> None:
+        conn = await connect(cluster.bootstrap_servers)
+        try:
+            response = await create_topic(conn, name)
+            assert response.error_code == 0, response
+        finally:
+            await conn.close()
+
+    asyncio.run(make())
+    return name
+
+
+def log_bytes(cluster: EmbeddedCluster, topic: str) -> int:
+    """The broker's own count: bytes in the partition's log."""
+    return int(cluster.brokers[0].replica_manager.hosted(topic, 0).log.size_in_bytes)
+
+
+def bound_bytes(elapsed_s: float) -> float:
+    return QUOTA_BYTES_PER_S * (elapsed_s + BURST_S) * TOLERANCE
+
+
+def produce_flat_out(cluster: EmbeddedCluster, topic: str, client_id: str) -> tuple[float, list]:
+    """Produce 1 KB records as fast as librdkafka takes them for RUN_S; (elapsed, throttles)."""
+    throttles: list[Any] = []
+    producer = confluent_kafka.Producer(
+        {
+            **LIBRDKAFKA,
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "client.id": client_id,
+            "linger.ms": 2,
+            "batch.size": 16_384,
+            "queue.buffering.max.kbytes": 512,
+            "throttle_cb": throttles.append,
+        }
+    )
+    value = b"x" * 1000
+    start = time.monotonic()
+    while time.monotonic() - start < RUN_S:
+        try:
+            producer.produce(topic, value)
+        except BufferError:
+            producer.poll(0.01)
+    producer.poll(0)
+    elapsed = time.monotonic() - start
+    producer.purge()
+    producer.flush(5)
+    return elapsed, throttles
+
+
+@pytest.mark.parametrize(
+    "entity",
+    [(None, "quota-client"), ("ANONYMOUS", None), ("ANONYMOUS", "quota-client")],
+    ids=["client-id", "user", "user-client-id"],
+)
+def test_producer_held_to_its_byte_rate_quota(
+    cluster: EmbeddedCluster, quotas: StaticQuotas, entity: tuple[str | None, str | None]
+) -> None:
+    user, client_id = entity
+    # an override at another level that does not apply to this client changes nothing
+    quotas.set(None, "someone-else", "producer_byte_rate", 10**9)
+    quotas.set(user, client_id, "producer_byte_rate", QUOTA_BYTES_PER_S)
+    topic = new_topic(cluster)
+    elapsed, throttles = produce_flat_out(cluster, topic, "quota-client")
+    sent = log_bytes(cluster, topic)
+    assert sent <= bound_bytes(elapsed), (sent, elapsed)
+    assert sent >= QUOTA_BYTES_PER_S * BURST_S * 0.9  # the burst went through: not just slow
+    assert throttles and max(t.throttle_time for t in throttles) > 0
+    broker = cluster.brokers[0]
+    tags = {"user": user or "", "client-id": client_id or ""}
+    rate = broker.metrics.metric(MetricName.of("kafka.server", "Produce", "byte-rate", tags))
+    # the quota metric (`kafka_server_produce_byte_rate`) is what the broker counted: in a
+    # run shorter than the window, everything sent over the 10 s window
+    assert rate is not None
+    assert rate.value() == pytest.approx(sent / BURST_S, rel=0.1)
+    throttle = broker.metrics.metric(
+        MetricName.of("kafka.server", "Produce", "throttle-time", tags)
+    )
+    assert throttle is not None and throttle.value() > 0
+
+
+def test_consumer_held_to_its_byte_rate_quota(
+    cluster: EmbeddedCluster, quotas: StaticQuotas
+) -> None:
+    topic = new_topic(cluster)
+    # 6 MB written without a quota (another client id), then read flat out under one
+    producer = confluent_kafka.Producer(
+        {**LIBRDKAFKA, "bootstrap.servers": cluster.bootstrap_servers, "linger.ms": 20}
+    )
+    for _ in range(6000):
+        while True:
+            try:
+                producer.produce(topic, b"y" * 1000)
+                break
+            except BufferError:
+                producer.poll(0.01)
+    assert producer.flush(30) == 0
+    quotas.set(None, "quota-consumer", "consumer_byte_rate", QUOTA_BYTES_PER_S)
+    throttles: list[Any] = []
+    consumer = confluent_kafka.Consumer(
+        {
+            **LIBRDKAFKA,
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "client.id": "quota-consumer",
+            "group.id": f"g-{uuid.uuid4().hex[:6]}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "throttle_cb": throttles.append,
+        }
+    )
+    consumer.assign([confluent_kafka.TopicPartition(topic, 0, 0)])
+    received = 0
+    start = time.monotonic()
+    try:
+        while time.monotonic() - start < RUN_S:
+            message = consumer.poll(0.05)
+            if message is not None and message.error() is None:
+                received += len(message.value())
+            consumer.poll(0)  # serve throttle_cb
+        elapsed = time.monotonic() - start
+    finally:
+        consumer.close()
+    # what the client got is at most what the broker sent
+    assert received <= bound_bytes(elapsed), (received, elapsed)
+    assert received >= QUOTA_BYTES_PER_S  # data flowed until the throttle
+    assert throttles and max(t.throttle_time for t in throttles) > 0
+
+
+def test_a_client_ignoring_throttle_time_is_held_by_the_muted_connection(
+    cluster: EmbeddedCluster, quotas: StaticQuotas
+) -> None:
+    quotas.set(None, "rude", "producer_byte_rate", QUOTA_BYTES_PER_S)
+    topic = new_topic(cluster)
+    payload = batch([b"z" * 1000] * 60)  # ~60 KB per request
+
+    async def flat_out() -> float:
+        conn = await connect(cluster.bootstrap_servers, client_id="rude")
+        try:
+            start = time.monotonic()
+            while time.monotonic() - start < RUN_S:
+                # never waits on its own: sends the next request as soon as it is answered
+                response = await produce(conn, topic, payload)
+                assert response.error_code == 0, response
+            return time.monotonic() - start
+        finally:
+            await conn.close()
+
+    elapsed = asyncio.run(flat_out())
+    sent = log_bytes(cluster, topic)
+    assert sent <= bound_bytes(elapsed) + len(payload), (sent, elapsed)
+    assert sent >= QUOTA_BYTES_PER_S * BURST_S * 0.9
