@@ -250,7 +250,7 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
         self.quotas = BrokerQuotas(
             self.metrics,
             self.metrics_config.quota_config,
-            lambda: getattr(self.metadata.image, "quotas", None),
+            lambda: self.metadata.image.quotas,
         )
         self.throttle = ThrottleStage(self.quotas, self.metrics)
         #: the authorize stage (`authorizer.class.name`), fed from this broker's image

@@ -141,7 +141,7 @@ class ClientQuotaManager:
         #: the quota windows: `quota.window.num` × `quota.window.size.seconds`
         self.config = MetricConfig(config.samples, config.time_window_ms)
         self._source = source
-        self._version: int | None = None
+        self._version: tuple[int, int] | None = None
         self._resolved: dict[tuple[str, str], _Resolved | None] = {}
         self._entities: dict[QuotaTags, ClientSensors] = {}
         self._shares: dict[QuotaTags, float] = {}
@@ -153,7 +153,8 @@ class ClientQuotaManager:
         source = self._source()
         if source is None:
             return None
-        version = source.version
+        # a new image object (a snapshot loaded) may restart its count: key on both
+        version = (id(source), source.version)
         if version != self._version:
             self._version = version
             self._resolved.clear()

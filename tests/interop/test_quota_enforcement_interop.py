@@ -13,16 +13,15 @@ behaviour too); the bound a run of `elapsed_s` must respect is therefore
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
 from sparklog.cluster.embedded import EmbeddedCluster
+from sparklog.metadata.quotas import ClientQuotaEntity, QuotasImage, quota_record
 from sparklog.metrics.metric import MetricName
 from tests.integration.broker_wire import batch, connect, create_topic, produce
 
@@ -38,33 +37,22 @@ QUOTA_BYTES_PER_S = 200_000
 BURST_S = 10
 RUN_S = 2.5
 TOLERANCE = 1.05
-VERSIONS = itertools.count(1)
 
 
-@dataclass(frozen=True)
-class Resolved:
-    limit: float
-    tags: tuple[tuple[str, str], ...]
+class Quotas:
+    """Quotas set on the broker's quota source: a `QuotasImage` fed `ClientQuota` records, as
+    the broker's metadata image is."""
 
-
-@dataclass
-class StaticQuotas:
-    """Quotas the test sets on the broker (a `QuotaSource`): Kafka's precedence among
-    (user, client-id), user, client-id."""
-
-    quotas: dict[tuple[str | None, str | None, str], float] = field(default_factory=dict)
-    version: int = 0
+    def __init__(self) -> None:
+        self.image = QuotasImage()
 
     def set(self, user: str | None, client_id: str | None, key: str, limit: float) -> None:
-        self.quotas[(user, client_id, key)] = limit
-        self.version = next(VERSIONS)  # never repeats, as the image's does not
-
-    def client_quota(self, key: str, user: str, client_id: str) -> Resolved | None:
-        for u, c in ((user, client_id), (user, None), (None, client_id)):
-            limit = self.quotas.get((u, c, key))
-            if limit is not None:
-                return Resolved(limit, (("user", u or ""), ("client-id", c or "")))
-        return None
+        entries: dict[str, str | None] = {}
+        if user is not None:
+            entries["user"] = user
+        if client_id is not None:
+            entries["client-id"] = client_id
+        self.image.replay(quota_record(ClientQuotaEntity.of(entries), key, limit))
 
 
 @pytest.fixture(scope="module")
@@ -76,12 +64,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedCluste
 
 
 @pytest.fixture
-def quotas(cluster: EmbeddedCluster) -> Iterator[StaticQuotas]:
-    source = StaticQuotas()
+def quotas(cluster: EmbeddedCluster) -> Iterator[Quotas]:
+    quotas = Quotas()
     broker = cluster.brokers[0]
-    broker.quotas.source = lambda: source
-    yield source
-    broker.quotas.source = lambda: None
+    broker.quotas.source = lambda: quotas.image
+    yield quotas
+    broker.quotas.source = lambda: broker.metadata.image.quotas
 
 
 def new_topic(cluster: EmbeddedCluster) -> str:
@@ -142,7 +130,7 @@ def produce_flat_out(cluster: EmbeddedCluster, topic: str, client_id: str) -> tu
     ids=["client-id", "user", "user-client-id"],
 )
 def test_producer_held_to_its_byte_rate_quota(
-    cluster: EmbeddedCluster, quotas: StaticQuotas, entity: tuple[str | None, str | None]
+    cluster: EmbeddedCluster, quotas: Quotas, entity: tuple[str | None, str | None]
 ) -> None:
     user, client_id = entity
     # an override at another level that does not apply to this client changes nothing
@@ -167,9 +155,7 @@ def test_producer_held_to_its_byte_rate_quota(
     assert throttle is not None and throttle.value() > 0
 
 
-def test_consumer_held_to_its_byte_rate_quota(
-    cluster: EmbeddedCluster, quotas: StaticQuotas
-) -> None:
+def test_consumer_held_to_its_byte_rate_quota(cluster: EmbeddedCluster, quotas: Quotas) -> None:
     topic = new_topic(cluster)
     # 6 MB written without a quota (another client id), then read flat out under one
     producer = confluent_kafka.Producer(
@@ -215,7 +201,7 @@ def test_consumer_held_to_its_byte_rate_quota(
 
 
 def test_a_client_ignoring_throttle_time_is_held_by_the_muted_connection(
-    cluster: EmbeddedCluster, quotas: StaticQuotas
+    cluster: EmbeddedCluster, quotas: Quotas
 ) -> None:
     quotas.set(None, "rude", "producer_byte_rate", QUOTA_BYTES_PER_S)
     topic = new_topic(cluster)
