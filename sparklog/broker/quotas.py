@@ -31,6 +31,8 @@ from typing import Any
 from sparklog.metrics.quota_manager import (
     ClientQuotaManager,
     ClientRequestQuotaManager,
+    ConnectionRateQuotaManager,
+    IpQuotaSource,
     QuotaSource,
     QuotaType,
 )
@@ -102,12 +104,24 @@ class BrokerQuotas:
         self.produce = ClientQuotaManager(metrics, QuotaType.PRODUCE, config, self._source)
         self.fetch = ClientQuotaManager(metrics, QuotaType.FETCH, config, self._source)
         self.request = ClientRequestQuotaManager(metrics, config, self._source)
+        self.connection = ConnectionRateQuotaManager(metrics, config, self._ip_source)
+        self._now_ms = metrics.now_ms
 
     def _source(self) -> QuotaSource | None:
         return self.source()
 
+    def _ip_source(self) -> IpQuotaSource | None:
+        source = self.source()
+        return source if isinstance(source, IpQuotaSource) else None
+
+    def connection_throttle_ms(self, ip: str) -> int:
+        """For the accept path: 0 to serve a new connection from `ip`, else the ms after
+        which to close it (KIP-612)."""
+        return self.connection.record_and_get_throttle_time_ms(ip, self._now_ms())
+
     def expire(self, now_ms: int) -> int:
-        return sum(m.expire(now_ms) for m in (self.produce, self.fetch, self.request))
+        managers = (self.produce, self.fetch, self.request, self.connection)
+        return sum(m.expire(now_ms) for m in managers)
 
 
 class ThrottleStage(RequestStage):

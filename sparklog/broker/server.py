@@ -306,6 +306,7 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
             audit=self.audit,
             security=security,
             stages=stages_with(self.authorization, self.throttle, *self._measure_stages()),
+            connection_throttle=self.quotas.connection_throttle_ms,
         )
 
     def _metrics_endpoint(self) -> str:

@@ -36,7 +36,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from sparklog.metrics.metric import MetricName
 from sparklog.metrics.registry import Metrics
@@ -141,7 +141,8 @@ class ClientQuotaManager:
         #: the quota windows: `quota.window.num` × `quota.window.size.seconds`
         self.config = MetricConfig(config.samples, config.time_window_ms)
         self._source = source
-        self._version: tuple[int, int] | None = None
+        self._versioned: QuotaSource | None = None
+        self._version = -1
         self._resolved: dict[tuple[str, str], _Resolved | None] = {}
         self._entities: dict[QuotaTags, ClientSensors] = {}
         self._shares: dict[QuotaTags, float] = {}
@@ -153,9 +154,11 @@ class ClientQuotaManager:
         source = self._source()
         if source is None:
             return None
-        # a new image object (a snapshot loaded) may restart its count: key on both
-        version = (id(source), source.version)
-        if version != self._version:
+        # a new image object (a snapshot loaded) may restart its count: key on both (the
+        # object held, so its id cannot be reused)
+        version = source.version
+        if source is not self._versioned or version != self._version:
+            self._versioned = source
             self._version = version
             self._resolved.clear()
             self._update_quotas(source)
@@ -418,3 +421,75 @@ class ClientRequestQuotaManager(ClientQuotaManager):
 
     def record_exempt(self, loop_time_ns: int, now_ms: int) -> None:
         self._exempt.record(loop_time_ns * NANOS_TO_PERCENTAGE_PER_SECOND, now_ms)
+
+
+@runtime_checkable
+class IpQuotaSource(Protocol):
+    """Where `connection_creation_rate` quotas come from (`QuotasImage.ip_quota`)."""
+
+    def ip_quota(self, ip: str) -> ResolvedQuota | None: ...
+
+
+class ConnectionRateQuotaManager:
+    """`connection_creation_rate` per client IP (KIP-612, Kafka's `ConnectionQuotas`): each
+    new connection from an IP with a quota records 1 into that IP's rate; a connection that
+    takes it over the quota is not recorded (it will not be served) and is closed after the
+    throttle time, so a client reconnecting in a loop is slowed to the quota."""
+
+    def __init__(
+        self, metrics: Metrics, config: MetricConfig, source: Callable[[], IpQuotaSource | None]
+    ) -> None:
+        self.metrics = metrics
+        self.config = MetricConfig(config.samples, config.time_window_ms)
+        self._source = source
+        self._sensors: dict[QuotaTags, tuple[Sensor, Rate, MetricName, float]] = {}
+        #: connections closed for going over their IP's rate
+        self.throttled_connections = 0
+
+    def record_and_get_throttle_time_ms(self, ip: str, now_ms: int) -> int:
+        """Record a new connection from `ip`; 0 to serve it, else the ms after which to close
+        it (Kafka's `recordIpConnectionMaybeThrottle`)."""
+        source = self._source()
+        found = source.ip_quota(ip) if source is not None else None
+        if found is None:
+            return 0
+        tags = tuple(found.tags)
+        limit = float(found.limit)
+        entry = self._sensors.get(tags)
+        if entry is None or self.metrics.get_sensor(entry[0].name) is None:
+            sensor = self.metrics.sensor(
+                "ConnectionRateQuota-" + ":".join(v for _, v in tags),
+                self.config,
+                inactive_expiration_ms=INACTIVE_SENSOR_EXPIRATION_MS,
+            )
+            rate = Rate()
+            name = MetricName.of(
+                "kafka.server",
+                "ip-connection-metrics",
+                "connection-creation-rate",
+                tags,
+                "Tracking the rate of new connections per IP",
+            )
+            sensor.add(name, rate, self.config.with_quota(Quota.upper_bound(limit)))
+            entry = (sensor, rate, name, limit)
+            self._sensors[tags] = entry
+        sensor, rate, name, known = entry
+        if known != limit:  # the quota changed since
+            sensor.set_quota(name, self.config.with_quota(Quota.upper_bound(limit)))
+            self._sensors[tags] = (sensor, rate, name, limit)
+        try:
+            sensor.record(1.0, now_ms)
+        except QuotaViolation as e:
+            sensor.record(-1.0, now_ms, check_quotas=False)  # not served: not counted
+            self.throttled_connections += 1
+            if e.bound <= 0:
+                return int(self.config.samples * self.config.time_window_ms)
+            window_ms = rate.window_size_ms(self.config, now_ms)
+            return max(1, round((e.value - e.bound) / e.bound * window_ms))
+        return 0
+
+    def expire(self, now_ms: int) -> int:
+        gone = [tags for tags, entry in self._sensors.items() if entry[0].has_expired(now_ms)]
+        for tags in gone:
+            self.metrics.remove_sensor(self._sensors.pop(tags)[0].name)
+        return len(gone)

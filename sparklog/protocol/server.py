@@ -32,7 +32,7 @@ import contextlib
 import logging
 import ssl
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from sparklog.metrics.registry import Metrics
 from sparklog.protocol import cooperative
@@ -108,6 +108,7 @@ class KafkaServer:
         sasl: SaslServerConfig | None = None,
         security: ListenerSecurity | None = None,
         node_id: int = -1,
+        connection_throttle: Callable[[str], int] | None = None,
     ) -> None:
         """`security`, when given, is the listener's (`security.listeners.listener_security`)
         and sets `listener_name`, `security_protocol`, `ssl_context`, `principal_builder`,
@@ -171,6 +172,10 @@ class KafkaServer:
         self.connection_sensors: ConnectionSensors | None = None
         #: connections muted right now for a throttle (KIP-219)
         self.muted_connections = 0
+        #: `connection_throttle(ip)`: 0 to serve a new connection, else the ms after which to
+        #: close it (client quotas' `connection_creation_rate`, KIP-612); None: no such quota
+        self.connection_throttle = connection_throttle
+        self.throttled_connections = 0
         self._server: asyncio.base_events.Server | None = None
         self._connections: dict[asyncio.Task, asyncio.StreamWriter] = {}
         self._per_ip: dict[str, int] = {}
@@ -320,6 +325,16 @@ class KafkaServer:
     ) -> None:
         peer = writer.get_extra_info("peername")
         ip = peer[0] if isinstance(peer, tuple) and peer else ""
+        if self.connection_throttle is not None and (delay_ms := self.connection_throttle(ip)):
+            # KIP-612: over its IP's connection_creation_rate; closed after the throttle time
+            # (so a client reconnecting in a loop is slowed to the rate), never served
+            self.throttled_connections += 1
+            with contextlib.suppress(Exception):
+                await asyncio.sleep(delay_ms / 1000)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+            return
         if self._refuse(ip):
             writer.close()
             with contextlib.suppress(Exception):

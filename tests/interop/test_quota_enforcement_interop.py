@@ -223,3 +223,27 @@ def test_a_client_ignoring_throttle_time_is_held_by_the_muted_connection(
     sent = log_bytes(cluster, topic)
     assert sent <= bound_bytes(elapsed) + len(payload), (sent, elapsed)
     assert sent >= QUOTA_BYTES_PER_S * BURST_S * 0.9
+
+
+def test_connections_over_the_ip_rate_are_closed(cluster: EmbeddedCluster, quotas: Quotas) -> None:
+    """KIP-612: `connection_creation_rate` for 127.0.0.1 at 2/s admits the 10 s window's 20
+    connections opened at once; the rest are closed unanswered after their throttle time."""
+    quotas.image.replay(
+        quota_record(ClientQuotaEntity.of({"ip": "127.0.0.1"}), "connection_creation_rate", 2)
+    )
+
+    async def open_many(n: int) -> tuple[int, int, float]:
+        start = time.monotonic()
+        results = await asyncio.gather(
+            *(connect(cluster.bootstrap_servers) for _ in range(n)), return_exceptions=True
+        )
+        elapsed = time.monotonic() - start
+        served = [r for r in results if not isinstance(r, BaseException)]
+        for conn in served:
+            await conn.close()
+        return len(served), n - len(served), elapsed
+
+    served, closed, elapsed = asyncio.run(open_many(30))
+    assert served <= 2 * (elapsed + BURST_S) * TOLERANCE, (served, elapsed)
+    assert served >= 15 and closed >= 5, (served, closed)
+    assert cluster.brokers[0].server.throttled_connections >= closed

@@ -13,6 +13,7 @@ from sparklog.metrics.quota_manager import (
     INACTIVE_SENSOR_EXPIRATION_MS,
     ClientQuotaManager,
     ClientRequestQuotaManager,
+    ConnectionRateQuotaManager,
     QuotaType,
 )
 from sparklog.metrics.registry import Metrics
@@ -206,3 +207,26 @@ def test_request_quota_is_a_percentage_of_loop_time_capped_at_one_window() -> No
     qm.record_exempt(10**9, clock.ms)
     exempt = metrics.metric(MetricName.of("kafka.server", "Request", "exempt-request-time"))
     assert exempt is not None and exempt.value() == pytest.approx(10)
+
+
+class IpSource(TinySource):
+    def ip_quota(self, ip: str) -> Resolved | None:
+        limit = self.quotas.get((None, ip, "connection_creation_rate"))
+        return None if limit is None else Resolved(limit, (("ip", ip),))
+
+
+def test_connection_rate_over_the_quota_is_closed_after_the_throttle_and_not_counted() -> None:
+    clock = Clock()
+    metrics = Metrics(clock=clock)
+    source = IpSource()
+    qm = ConnectionRateQuotaManager(metrics, QUOTA_WINDOWS, lambda: source)
+    assert qm.record_and_get_throttle_time_ms("10.0.0.1", clock.ms) == 0  # no quota
+    source.set(None, "10.0.0.1", "connection_creation_rate", 2)
+    # 2/s over the 10 s window: 20 connections at once are fine, the 21st is 0.5 s over
+    # (21 / 10 s = 2.1/s: (2.1 - 2) / 2 × 10 s)
+    assert [qm.record_and_get_throttle_time_ms("10.0.0.1", clock.ms) for _ in range(20)] == [0] * 20
+    assert qm.record_and_get_throttle_time_ms("10.0.0.1", clock.ms) == 500
+    # refused connections are not counted: the next one is refused just as long
+    assert qm.record_and_get_throttle_time_ms("10.0.0.1", clock.ms) == 500
+    assert qm.throttled_connections == 2
+    assert qm.record_and_get_throttle_time_ms("10.0.0.2", clock.ms) == 0  # another IP
