@@ -35,6 +35,7 @@ from sparklog.metrics.quota_manager import (
     IpQuotaSource,
     QuotaSource,
     QuotaType,
+    TopicQuotaManager,
 )
 from sparklog.metrics.registry import Metrics
 from sparklog.metrics.stats import MetricConfig
@@ -66,20 +67,37 @@ EXEMPT_APIS = frozenset(
 EXPIRE_EVERY_MS = 60_000
 
 
-def fetch_record_bytes(response: Any) -> int:
-    """The record bytes a Fetch response carries (file-backed ones by their length): what
-    the consumer byte rate counts."""
+def fetch_topic_bytes(response: Any) -> dict[str, int]:
+    """The record bytes a Fetch response carries per topic (file-backed ones by their
+    length): what the consumer byte rates count."""
     files = response.records if isinstance(response, FileResponse) else {}
     body = response.body if isinstance(response, FileResponse) else response
-    total = 0
+    out: dict[str, int] = {}
     for topic in getattr(body, "responses", ()):
+        total = 0
         for partition in topic.partitions:
             records = partition.records
             if not records:
                 continue
             file_records = files.get(records) if files else None
             total += len(file_records) if file_records is not None else len(records)
-    return total
+        if total:
+            name = topic.topic
+            out[name] = out.get(name, 0) + total
+    return out
+
+
+def fetch_record_bytes(response: Any) -> int:
+    return sum(fetch_topic_bytes(response).values())
+
+
+def produce_topic_bytes(body: Any) -> dict[str, int]:
+    """The record bytes a Produce request carries per topic."""
+    out: dict[str, int] = {}
+    for topic in body.topic_data:
+        size = sum(len(p.records) for p in topic.partition_data if p.records)
+        out[topic.name] = out.get(topic.name, 0) + size
+    return out
 
 
 def _is_follower_fetch(request: Request) -> bool:
@@ -105,6 +123,9 @@ class BrokerQuotas:
         self.fetch = ClientQuotaManager(metrics, QuotaType.FETCH, config, self._source)
         self.request = ClientRequestQuotaManager(metrics, config, self._source)
         self.connection = ConnectionRateQuotaManager(metrics, config, self._ip_source)
+        #: sparklog's per-topic byte rates (`topic` entity)
+        self.topic_produce = TopicQuotaManager(metrics, QuotaType.PRODUCE, config, self._source)
+        self.topic_fetch = TopicQuotaManager(metrics, QuotaType.FETCH, config, self._source)
         self._now_ms = metrics.now_ms
 
     def _source(self) -> QuotaSource | None:
@@ -114,13 +135,24 @@ class BrokerQuotas:
         source = self.source()
         return source if isinstance(source, IpQuotaSource) else None
 
+    def has_topic_quotas(self) -> bool:
+        """Whether any topic may have a byte rate (a source that can answer topic quotas)."""
+        return hasattr(self.source(), "topic_quota")  # TopicQuotaSource, cheaply
+
     def connection_throttle_ms(self, ip: str) -> int:
         """For the accept path: 0 to serve a new connection from `ip`, else the ms after
         which to close it (KIP-612)."""
         return self.connection.record_and_get_throttle_time_ms(ip, self._now_ms())
 
     def expire(self, now_ms: int) -> int:
-        managers = (self.produce, self.fetch, self.request, self.connection)
+        managers = (
+            self.produce,
+            self.fetch,
+            self.request,
+            self.connection,
+            self.topic_produce,
+            self.topic_fetch,
+        )
         return sum(m.expire(now_ms) for m in managers)
 
 
@@ -150,6 +182,11 @@ class ThrottleStage(RequestStage):
             bandwidth_ms = quotas.produce.record_and_get_throttle_time_ms(
                 user, client_id, request.size_bytes, now_ms
             )
+            if quotas.has_topic_quotas():
+                topic_ms = quotas.topic_produce.record_topics_and_get_throttle_time_ms(
+                    produce_topic_bytes(request.body), now_ms
+                )
+                bandwidth_ms = max(bandwidth_ms, topic_ms)
             request_ms = 0
             if int(request.body.acks) != 0:
                 request_ms = quotas.request.current_request_throttle_time_ms(
@@ -183,13 +220,22 @@ class ThrottleStage(RequestStage):
             quotas.request.record_loop_time(user, client_id, context.handler_ns, now_ms)
         if api_key != ApiKey.FETCH or response is None:
             return response
-        size = fetch_record_bytes(response)
+        topic_bytes = fetch_topic_bytes(response)
+        size = sum(topic_bytes.values())
         bandwidth_ms = quotas.fetch.record_and_get_throttle_time_ms(user, client_id, size, now_ms)
+        topics = quotas.has_topic_quotas()
+        if topics:
+            topic_ms = quotas.topic_fetch.record_topics_and_get_throttle_time_ms(
+                topic_bytes, now_ms
+            )
+            bandwidth_ms = max(bandwidth_ms, topic_ms)
         request_ms = context.throttle_time_ms
         if not bandwidth_ms and not request_ms:
             return response
-        # throttled by either quota: no data this time, and its bytes are taken back
+        # throttled by any quota: no data this time, and its bytes are taken back
         quotas.fetch.unrecord(user, client_id, size, now_ms)
+        if topics:
+            quotas.topic_fetch.unrecord_topics(topic_bytes, now_ms)
         if bandwidth_ms > request_ms:
             context.throttle_time_ms = bandwidth_ms
             quotas.fetch.record_throttle_time(user, client_id, bandwidth_ms, now_ms)

@@ -167,19 +167,25 @@ class ClientQuotaManager:
             return self._resolved[key]
         except KeyError:
             pass
-        found = source.client_quota(self.quota_type.key, user, client_id)
+        found = self._lookup(source, user, client_id)
         resolved = None if found is None else _Resolved(float(found.limit), tuple(found.tags))
         if len(self._resolved) >= 100_000:  # bounded: many one-off client ids
             self._resolved.clear()
         self._resolved[key] = resolved
         return resolved
 
+    #: sensor names: `{group}{prefix}{tag values}` (`Produce-alice:app`, `Produce-topic:t`)
+    _sensor_prefix = ""
+
+    def _lookup(self, source: QuotaSource, user: str, client_id: str) -> ResolvedQuota | None:
+        return source.client_quota(self.quota_type.key, user, client_id)
+
     def _update_quotas(self, source: QuotaSource) -> None:
         """Quotas changed: give each live entity its new limit (Kafka's
         `updateQuotaMetricConfigs`); an entity whose client now resolves elsewhere keeps its
         sensor until it expires, and new records go to the new entity's."""
         for entity in list(self._entities.values()):
-            found = source.client_quota(self.quota_type.key, *entity.last)
+            found = self._lookup(source, *entity.last)
             if found is not None and tuple(found.tags) == entity.tags:
                 if float(found.limit) != entity.limit:
                     entity.limit = float(found.limit)
@@ -208,7 +214,7 @@ class ClientQuotaManager:
                 self._apply_limit(entity)
             return entity
         group = self.quota_type.group
-        suffix = ":".join(v for _, v in resolved.tags)
+        suffix = self._sensor_prefix + ":".join(v for _, v in resolved.tags)
         limit = resolved.limit * self._shares.get(resolved.tags, self._default_share)
         quota_sensor = self.metrics.sensor(
             f"{group}-{suffix}",
@@ -421,6 +427,45 @@ class ClientRequestQuotaManager(ClientQuotaManager):
 
     def record_exempt(self, loop_time_ns: int, now_ms: int) -> None:
         self._exempt.record(loop_time_ns * NANOS_TO_PERCENTAGE_PER_SECOND, now_ms)
+
+
+@runtime_checkable
+class TopicQuotaSource(Protocol):
+    """Where per-topic byte rates come from (`QuotasImage.topic_quota`)."""
+
+    def topic_quota(self, key: str, topic: str) -> ResolvedQuota | None: ...
+
+
+class TopicQuotaManager(ClientQuotaManager):
+    """sparklog's per-topic byte rates (`topic` entity: `producer_byte_rate`,
+    `consumer_byte_rate`): all clients' bytes to (from) a topic on this broker share the
+    topic's quota, each topic held to its own; a request is throttled for the most any of
+    its topics earns (and the client quota's throttle, whichever is longer). Metrics
+    `kafka.server:type=Produce|Fetch,topic=` `byte-rate`/`throttle-time`."""
+
+    _sensor_prefix = "topic:"
+
+    def _lookup(self, source: QuotaSource, user: str, client_id: str) -> ResolvedQuota | None:
+        if not isinstance(source, TopicQuotaSource):
+            return None
+        return source.topic_quota(self.quota_type.key, client_id)  # the topic, see below
+
+    def record_topics_and_get_throttle_time_ms(
+        self, topic_bytes: Mapping[str, int], now_ms: int
+    ) -> int:
+        """Record each topic's bytes; the longest throttle any topic earns (0: none)."""
+        throttle_ms = 0
+        for topic, size in topic_bytes.items():
+            if size:
+                throttle_ms = max(
+                    throttle_ms, self.record_and_get_throttle_time_ms("", topic, size, now_ms)
+                )
+        return throttle_ms
+
+    def unrecord_topics(self, topic_bytes: Mapping[str, int], now_ms: int) -> None:
+        for topic, size in topic_bytes.items():
+            if size:
+                self.unrecord("", topic, size, now_ms)
 
 
 @runtime_checkable

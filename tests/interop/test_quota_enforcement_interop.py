@@ -13,6 +13,7 @@ behaviour too); the bound a run of `elapsed_s` must respect is therefore
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import time
 import uuid
 from collections.abc import Iterator
@@ -247,3 +248,21 @@ def test_connections_over_the_ip_rate_are_closed(cluster: EmbeddedCluster, quota
     assert served <= 2 * (elapsed + BURST_S) * TOLERANCE, (served, elapsed)
     assert served >= 15 and closed >= 5, (served, closed)
     assert cluster.brokers[0].server.throttled_connections >= closed
+
+
+def test_a_topic_byte_rate_holds_every_producer_of_the_topic(
+    cluster: EmbeddedCluster, quotas: Quotas
+) -> None:
+    """sparklog's `topic` entity: two producers (different client ids, no client quota)
+    writing one topic together are held to the topic's quota in total."""
+    topic = new_topic(cluster)
+    quotas.image.replay(
+        quota_record(ClientQuotaEntity.of({"topic": topic}), "producer_byte_rate", 200_000)
+    )
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        runs = list(pool.map(lambda c: produce_flat_out(cluster, topic, c), ["tq-a", "tq-b"]))
+    elapsed = max(e for e, _ in runs)
+    sent = log_bytes(cluster, topic)
+    assert sent <= bound_bytes(elapsed), (sent, elapsed)
+    assert sent >= QUOTA_BYTES_PER_S * BURST_S * 0.9
+    assert all(throttles for _, throttles in runs)  # both were throttled

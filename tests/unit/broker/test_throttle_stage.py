@@ -232,3 +232,44 @@ def test_kip_219_versions() -> None:
     assert not client_throttles(ApiKey.PRODUCE, 5) and client_throttles(ApiKey.PRODUCE, 6)
     assert not client_throttles(ApiKey.FETCH, 7) and client_throttles(ApiKey.FETCH, 8)
     assert client_throttles(ApiKey.DESCRIBE_CLUSTER, 0)  # newer than KIP-219
+
+
+class TopicQuotas(ClientIdQuotas):
+    def topic_quota(self, key: str, topic: str) -> Resolved | None:
+        limit = self.limits.get(f"topic:{topic}.{key}")
+        return None if limit is None else Resolved(limit, (("topic", topic),))
+
+
+def produce_to(client_id: str, topic: str, size: int) -> Request:
+    req = request(
+        ApiKey.PRODUCE,
+        9,
+        {
+            "transactional_id": None,
+            "acks": 1,
+            "timeout": 1000,
+            "topic_data": [
+                {"name": topic, "partition_data": [{"index": 0, "records": b"r" * size}]}
+            ],
+        },
+        size + 100,
+    )
+    return Request(req.api_key, req.api_version, 1, client_id, req.body, req.size_bytes)
+
+
+def test_a_topic_quota_holds_all_clients_of_the_topic_together() -> None:
+    clock = Clock()
+    metrics = Metrics(clock=clock)
+    source = TopicQuotas(**{"topic:t.producer_byte_rate": 1000})
+    stage = ThrottleStage(BrokerQuotas(metrics, QUOTA_WINDOWS, lambda: source), metrics)
+    first = produce_to("a", "t", 8_000)
+    stage.on_request(first)
+    assert first.context.throttle_time_ms == 0
+    second = produce_to("b", "t", 4_000)  # another client, same topic: 12,000 B over 10 s
+    stage.on_request(second)
+    assert second.context.throttle_time_ms == 2000
+    other = produce_to("b", "u", 50_000)  # another topic has no quota
+    stage.on_request(other)
+    assert other.context.throttle_time_ms == 0
+    rate = metrics.metric(MetricName.of("kafka.server", "Produce", "byte-rate", {"topic": "t"}))
+    assert rate is not None and rate.value() == pytest.approx(1200)
