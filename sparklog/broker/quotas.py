@@ -109,6 +109,15 @@ def _is_follower_fetch(request: Request) -> bool:
     return int(replica_id) >= 0
 
 
+def _has_topic_quotas(source: QuotaSource) -> bool:
+    """Whether the source has a `topic` entity (QuotasImage lists its entities; a source
+    that cannot list them but answers topic quotas may have some)."""
+    entities = getattr(source, "entities", None)
+    if callable(entities):
+        return any("topic" in entity.types() for entity in entities())
+    return hasattr(source, "topic_quota")
+
+
 class BrokerQuotas:
     """The broker's quota managers (Kafka's `QuotaManagers`: produce, fetch, request)."""
 
@@ -127,6 +136,10 @@ class BrokerQuotas:
         self.topic_produce = TopicQuotaManager(metrics, QuotaType.PRODUCE, config, self._source)
         self.topic_fetch = TopicQuotaManager(metrics, QuotaType.FETCH, config, self._source)
         self._now_ms = metrics.now_ms
+        self._seen: QuotaSource | None = None
+        self._seen_version = -1
+        self._unlimited: dict[tuple[str, str], bool] = {}
+        self._topic_quotas = False
 
     def _source(self) -> QuotaSource | None:
         return self.source()
@@ -136,8 +149,31 @@ class BrokerQuotas:
         return source if isinstance(source, IpQuotaSource) else None
 
     def has_topic_quotas(self) -> bool:
-        """Whether any topic may have a byte rate (a source that can answer topic quotas)."""
-        return hasattr(self.source(), "topic_quota")  # TopicQuotaSource, cheaply
+        """Whether any topic may have a byte rate (as of the last `unlimited` check)."""
+        return self._topic_quotas
+
+    def unlimited(self, user: str, client_id: str) -> bool:
+        """Whether nothing can limit this client's requests: no byte-rate or request quota
+        resolves for it and no topic has a byte rate. Cached per source version, so a broker
+        with many quotas none of its clients hit pays a dict lookup per request."""
+        source = self.source()
+        if source is None:
+            return True
+        version = source.version
+        if source is not self._seen or version != self._seen_version:
+            self._seen, self._seen_version = source, version
+            self._unlimited.clear()
+            self._topic_quotas = _has_topic_quotas(source)
+        key = (user, client_id)
+        found = self._unlimited.get(key)
+        if found is None:
+            found = not self._topic_quotas and all(
+                source.client_quota(t.key, user, client_id) is None for t in QuotaType
+            )
+            if len(self._unlimited) >= 100_000:  # bounded: many one-off client ids
+                self._unlimited.clear()
+            self._unlimited[key] = found
+        return found
 
     def connection_throttle_ms(self, ip: str) -> int:
         """For the accept path: 0 to serve a new connection from `ip`, else the ms after
@@ -160,7 +196,6 @@ class ThrottleStage(RequestStage):
     """The pipeline's throttle slot on a broker."""
 
     name = "throttle"
-    times_handler = True
 
     def __init__(self, quotas: BrokerQuotas, metrics: Metrics) -> None:
         self.quotas = quotas
@@ -176,8 +211,13 @@ class ThrottleStage(RequestStage):
         if api_key in EXEMPT_APIS:
             return None
         quotas = self.quotas
-        user = request.context.session.principal.name
+        context = request.context
+        user = context.session.principal.name
         client_id = request.client_id or ""
+        if quotas.unlimited(user, client_id):
+            return None
+        if quotas.request.quota_limit(user, client_id) is not None:
+            context.time_handler = True  # the request quota charges its loop time
         if api_key == ApiKey.PRODUCE:
             bandwidth_ms = quotas.produce.record_and_get_throttle_time_ms(
                 user, client_id, request.size_bytes, now_ms
@@ -212,11 +252,14 @@ class ThrottleStage(RequestStage):
         context = request.context
         quotas = self.quotas
         if api_key in EXEMPT_APIS or (api_key == ApiKey.FETCH and _is_follower_fetch(request)):
-            quotas.request.record_exempt(context.handler_ns, now_ms)
+            if context.handler_ns:
+                quotas.request.record_exempt(context.handler_ns, now_ms)
             return response
         user = context.session.principal.name
         client_id = request.client_id or ""
-        if not (api_key == ApiKey.PRODUCE and int(request.body.acks) == 0):
+        if quotas.unlimited(user, client_id):
+            return response
+        if context.time_handler and not (api_key == ApiKey.PRODUCE and int(request.body.acks) == 0):
             quotas.request.record_loop_time(user, client_id, context.handler_ns, now_ms)
         if api_key != ApiKey.FETCH or response is None:
             return response

@@ -98,8 +98,10 @@ class RequestContext:
     dequeued_ns: int = 0
     handled_ns: int = 0
     remote_ns: int = 0
-    #: the event-loop time the handler held the loop for this request, in ns; counted only
-    #: when a stage asks (`RequestStage.times_handler`: the request quota, KIP-124)
+    #: set by a stage before the handler (the throttle stage, for a client with a request
+    #: quota, KIP-124): count the event-loop time the handler holds the loop for this
+    #: request into `handler_ns` (loop time, not wall time: waiting in a purgatory is free)
+    time_handler: bool = False
     handler_ns: int = 0
     #: set by the throttle stage: a Fetch's `max_bytes` is capped to what fits in the
     #: client's quota window (Kafka's `getMaxValueInQuotaWindow`); None: no cap

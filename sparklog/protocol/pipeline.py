@@ -51,10 +51,6 @@ class RequestStage:
 
     #: the stage's slot in the pipeline ("authenticate", "authorize", "throttle", "measure")
     name = "stage"
-    #: whether the handler's time on the event loop is counted into
-    #: `RequestContext.handler_ns` (the request quota's measure: loop time, not wall time,
-    #: so a Fetch waiting in purgatory costs nothing while it waits)
-    times_handler = False
 
     def on_request(self, request: Request) -> Any | None:
         """Before the handler: None to go on, or the response body to answer with instead."""
@@ -119,7 +115,6 @@ class RequestPipeline:
         self._sent = [s.on_sent for s in self.stages if type(s).on_sent is not RequestStage.on_sent]
         #: whether a stage wants `on_sent` (the server then reads the clock around sends)
         self.measures = bool(self._sent)
-        self._timed = any(s.times_handler for s in self.stages)
 
     def stage(self, name: str) -> RequestStage:
         """The stage called `name` (KeyError naming the stages there are)."""
@@ -144,7 +139,7 @@ class RequestPipeline:
             if response is not None:
                 break
         else:
-            if self._timed:
+            if request.context.time_handler:  # a stage asked (the request quota)
                 response = await _LoopTimed(self.handler(request), request.context)
             else:
                 response = await self.handler(request)

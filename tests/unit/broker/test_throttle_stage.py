@@ -221,11 +221,15 @@ def test_the_pipeline_counts_loop_time_not_time_suspended() -> None:
         await asyncio.sleep(0.2)  # suspended: free
         return "done"
 
-    stage, _clock, _metrics = stage_for()
+    stage, _clock, _metrics = stage_for(**{"c.request_percentage": 50})
     pipeline = RequestPipeline(handler, stages_with(stage))
     req = produce_request(1, 10)
     assert asyncio.run(pipeline(req)) == "done"
     assert 20_000_000 <= req.context.handler_ns < 200_000_000
+    # a client without a request quota: its handler is not timed at all
+    untimed = Request(req.api_key, req.api_version, 2, "other", req.body, 10)
+    assert asyncio.run(pipeline(untimed)) == "done"
+    assert untimed.context.handler_ns == 0
 
 
 def test_kip_219_versions() -> None:
@@ -273,3 +277,19 @@ def test_a_topic_quota_holds_all_clients_of_the_topic_together() -> None:
     assert other.context.throttle_time_ms == 0
     rate = metrics.metric(MetricName.of("kafka.server", "Produce", "byte-rate", {"topic": "t"}))
     assert rate is not None and rate.value() == pytest.approx(1200)
+
+
+def test_a_quota_added_later_reaches_a_client_that_had_none() -> None:
+    clock = Clock()
+    metrics = Metrics(clock=clock)
+    source = ClientIdQuotas()
+    stage = ThrottleStage(BrokerQuotas(metrics, QUOTA_WINDOWS, lambda: source), metrics)
+    free = produce_request(1, 50_000)
+    stage.on_request(free)
+    assert free.context.throttle_time_ms == 0 and not free.context.time_handler
+    source.limits["c.producer_byte_rate"] = 1000
+    source.version += 1
+    first, second = produce_request(1, 10_000), produce_request(1, 2_000)
+    stage.on_request(first)
+    stage.on_request(second)
+    assert (first.context.throttle_time_ms, second.context.throttle_time_ms) == (0, 2000)
