@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -24,7 +26,9 @@ import pytest
 from sparklog.cluster.embedded import EmbeddedCluster
 from sparklog.metadata.quotas import ClientQuotaEntity, QuotasImage, quota_record
 from sparklog.metrics.metric import MetricName
-from tests.integration.broker_wire import batch, connect, create_topic, produce
+from sparklog.protocol.api_versions import ApiKey
+from tests.integration.broker_wire import batch, call, connect, create_topic, metadata, produce
+from tests.interop.java_tools import compile_java
 
 pytestmark = pytest.mark.interop
 
@@ -266,3 +270,63 @@ def test_a_topic_byte_rate_holds_every_producer_of_the_topic(
     assert sent <= bound_bytes(elapsed), (sent, elapsed)
     assert sent >= QUOTA_BYTES_PER_S * BURST_S * 0.9
     assert all(throttles for _, throttles in runs)  # both were throttled
+
+
+def test_java_producer_held_and_reports_produce_throttle_time(
+    cluster: EmbeddedCluster, quotas: Quotas, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Kafka's Java producer flat out under a client-id quota: held to it at the broker, and
+    its own `produce-throttle-time-avg`/`-max` metrics show the throttling."""
+    class_path = compile_java("QuotaJavaProducer.java", tmp_path_factory.mktemp("quota-java"))
+    quotas.set(None, "java-quota", "producer_byte_rate", QUOTA_BYTES_PER_S)
+    topic = new_topic(cluster)
+    start = time.monotonic()
+    done = subprocess.run(
+        ["java", "-Dlog4j2.rootLogger.level=WARN", "-cp", class_path, "QuotaJavaProducer",
+         cluster.bootstrap_servers, topic, "java-quota", str(int(RUN_S * 1000))],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    elapsed = time.monotonic() - start  # includes the JVM's start: a looser bound
+    sent = log_bytes(cluster, topic)
+    assert sent <= bound_bytes(elapsed), (sent, elapsed)
+    assert result["acked"] * 1000 <= sent
+    assert result["throttle_max"] and result["throttle_max"] > 0, result
+    assert result["throttle_avg"] and result["throttle_avg"] > 0, result
+
+
+def test_request_percentage_throttles_at_most_one_window_and_delays_old_versions(
+    cluster: EmbeddedCluster, quotas: Quotas
+) -> None:
+    """KIP-124: a client with a tiny request_percentage is throttled after its loop time goes
+    over, never for more than one quota window (1 s); a Metadata v5 request (before KIP-219)
+    gets its answer only after the throttle time instead of a muted connection."""
+    quotas.set(None, "busy", "request_percentage", 0.001)  # 0.1 ms of the loop per 10 s
+
+    async def run() -> tuple[list[int], float, int]:
+        conn = await connect(cluster.bootstrap_servers, client_id="busy")
+        try:
+            throttles = []
+            for _ in range(4):
+                response = await metadata(conn, None)
+                throttles.append(int(response.throttle_time.total_seconds() * 1000))
+            start = time.monotonic()
+            old = await call(
+                conn,
+                ApiKey.METADATA,
+                {"topics": None, "allow_auto_topic_creation": False},
+                version=5,
+            )
+            return (
+                throttles,
+                time.monotonic() - start,
+                int(old.throttle_time.total_seconds() * 1000),
+            )
+        finally:
+            await conn.close()
+
+    throttles, old_elapsed_s, old_throttle_ms = asyncio.run(run())
+    assert max(throttles) > 0 and all(t <= 1000 for t in throttles), throttles
+    assert 0 < old_throttle_ms <= 1000
+    assert old_elapsed_s >= old_throttle_ms / 1000  # delayed, not answered at once
