@@ -27,6 +27,10 @@ from sparklog.cluster.embedded import EmbeddedCluster
 from sparklog.metadata.quotas import ClientQuotaEntity, QuotasImage, quota_record
 from sparklog.metrics.metric import MetricName
 from sparklog.protocol.api_versions import ApiKey
+from sparklog.security.jaas import parse_login_module
+from sparklog.security.sasl.enabled import SaslMechanisms, SaslServerConfig
+from sparklog.security.sasl.plain import PlainUsers
+from sparklog.security.session import SecurityProtocol
 from tests.integration.broker_wire import batch, call, connect, create_topic, metadata, produce
 from tests.interop.java_tools import compile_java
 
@@ -92,6 +96,24 @@ def new_topic(cluster: EmbeddedCluster) -> str:
     return name
 
 
+def new_topic_as(cluster: EmbeddedCluster, login: dict[str, str]) -> str:
+    """A new topic, created over the (SASL) listener as admin."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    name = f"quota-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient(
+        {
+            **LIBRDKAFKA,
+            **login,
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "sasl.username": "admin",
+            "sasl.password": "a",
+        }
+    )
+    admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
+    return name
+
+
 def log_bytes(cluster: EmbeddedCluster, topic: str) -> int:
     """The broker's own count: bytes in the partition's log."""
     return int(cluster.brokers[0].replica_manager.hosted(topic, 0).log.size_in_bytes)
@@ -101,12 +123,15 @@ def bound_bytes(elapsed_s: float) -> float:
     return QUOTA_BYTES_PER_S * (elapsed_s + BURST_S) * TOLERANCE
 
 
-def produce_flat_out(cluster: EmbeddedCluster, topic: str, client_id: str) -> tuple[float, list]:
+def produce_flat_out(
+    cluster: EmbeddedCluster, topic: str, client_id: str, login: dict[str, str] | None = None
+) -> tuple[float, list]:
     """Produce 1 KB records as fast as librdkafka takes them for RUN_S; (elapsed, throttles)."""
     throttles: list[Any] = []
     producer = confluent_kafka.Producer(
         {
             **LIBRDKAFKA,
+            **(login or {}),
             "bootstrap.servers": cluster.bootstrap_servers,
             "client.id": client_id,
             "linger.ms": 2,
@@ -330,3 +355,47 @@ def test_request_percentage_throttles_at_most_one_window_and_delays_old_versions
     assert max(throttles) > 0 and all(t <= 1000 for t in throttles), throttles
     assert 0 < old_throttle_ms <= 1000
     assert old_elapsed_s >= old_throttle_ms / 1000  # delayed, not answered at once
+
+
+@pytest.fixture
+def sasl_plain(cluster: EmbeddedCluster) -> Iterator[dict[str, str]]:
+    """The broker's listener switched to SASL_PLAINTEXT (PLAIN users alice and bob) for one
+    test, as test_sasl_clients.py does: quotas key on the authenticated user."""
+    server = cluster.brokers[0].server
+    before = server.security_protocol, server.sasl
+    jaas = parse_login_module(
+        "org.apache.kafka.common.security.plain.PlainLoginModule required "
+        'username="admin" password="a" user_admin="a" user_alice="alice-pw" user_bob="bob-pw";'
+    )
+    server.security_protocol = SecurityProtocol.SASL_PLAINTEXT
+    server.sasl = SaslServerConfig(
+        SaslMechanisms(("PLAIN",), plain_users=PlainUsers.from_login_module(jaas))
+    )
+    yield {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "PLAIN"}
+    server.security_protocol, server.sasl = before
+
+
+def test_a_user_quota_holds_all_of_its_clients_and_no_one_else(
+    cluster: EmbeddedCluster, quotas: Quotas, sasl_plain: dict[str, str]
+) -> None:
+    """quota type user over SASL: alice's two client ids share her quota; bob, beside her
+    with no quota, is never throttled and sends far more."""
+    quotas.set("alice", None, "producer_byte_rate", QUOTA_BYTES_PER_S)
+    alice_topic, bob_topic = new_topic_as(cluster, sasl_plain), new_topic_as(cluster, sasl_plain)
+
+    def login(user: str) -> dict[str, str]:
+        return {**sasl_plain, "sasl.username": user, "sasl.password": f"{user}-pw"}
+
+    jobs = [
+        (alice_topic, "alice-1", login("alice")),
+        (alice_topic, "alice-2", login("alice")),
+        (bob_topic, "bob", login("bob")),
+    ]
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        runs = list(pool.map(lambda j: produce_flat_out(cluster, j[0], j[1], j[2]), jobs))
+    elapsed = max(e for e, _ in runs)
+    alice = log_bytes(cluster, alice_topic)
+    assert alice <= bound_bytes(elapsed), (alice, elapsed)
+    assert runs[0][1] and runs[1][1]  # both of alice's clients were throttled
+    assert not any(t.throttle_time for t in runs[2][1])  # bob never
+    assert log_bytes(cluster, bob_topic) > bound_bytes(elapsed)
