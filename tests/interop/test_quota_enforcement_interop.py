@@ -23,6 +23,8 @@ from typing import Any
 
 import pytest
 
+from sparklog.client import AdminClient
+from sparklog.client.admin_quotas import QuotaAlteration
 from sparklog.cluster.embedded import EmbeddedCluster
 from sparklog.metadata.quotas import ClientQuotaEntity, QuotasImage, quota_record
 from sparklog.metrics.metric import MetricName
@@ -399,3 +401,27 @@ def test_a_user_quota_holds_all_of_its_clients_and_no_one_else(
     assert runs[0][1] and runs[1][1]  # both of alice's clients were throttled
     assert not any(t.throttle_time for t in runs[2][1])  # bob never
     assert log_bytes(cluster, bob_topic) > bound_bytes(elapsed)
+
+
+def test_a_quota_altered_through_the_controller_is_enforced_then_lifted(
+    cluster: EmbeddedCluster,
+) -> None:
+    """End to end: AlterClientQuotas (sparklog's admin client → the controller's metadata
+    log → the broker's image) holds a producer; removing the quota lifts it at once."""
+    entity = {"client-id": "altered"}
+    with AdminClient({"bootstrap.servers": cluster.bootstrap_servers}) as admin:
+        admin.alter_client_quotas(
+            [QuotaAlteration(entity, {"producer_byte_rate": QUOTA_BYTES_PER_S})]
+        )
+        try:
+            topic = new_topic(cluster)
+            elapsed, throttles = produce_flat_out(cluster, topic, "altered")
+            sent = log_bytes(cluster, topic)
+            assert sent <= bound_bytes(elapsed), (sent, elapsed)
+            assert throttles
+        finally:
+            admin.alter_client_quotas([QuotaAlteration(entity, {"producer_byte_rate": None})])
+    free = new_topic(cluster)
+    elapsed, throttles = produce_flat_out(cluster, free, "altered")
+    assert not any(t.throttle_time for t in throttles)
+    assert log_bytes(cluster, free) > bound_bytes(elapsed)
