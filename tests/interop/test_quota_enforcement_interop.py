@@ -425,3 +425,18 @@ def test_a_quota_altered_through_the_controller_is_enforced_then_lifted(
     elapsed, throttles = produce_flat_out(cluster, free, "altered")
     assert not any(t.throttle_time for t in throttles)
     assert log_bytes(cluster, free) > bound_bytes(elapsed)
+
+
+def test_an_override_beats_the_default_quota(cluster: EmbeddedCluster, quotas: Quotas) -> None:
+    """quota_test.py's override case: `/clients/<default>` at a quarter of the quota, the
+    client's own `/clients/quota-client` at the quota: it is held to its override, not the
+    default (it sends more than the default allows, no more than its override does)."""
+    default = ClientQuotaEntity.of({"client-id": None})
+    quotas.image.replay(quota_record(default, "producer_byte_rate", QUOTA_BYTES_PER_S / 4))
+    quotas.set(None, "quota-client", "producer_byte_rate", QUOTA_BYTES_PER_S)
+    topic = new_topic(cluster)
+    elapsed, throttles = produce_flat_out(cluster, topic, "quota-client")
+    sent = log_bytes(cluster, topic)
+    assert sent <= bound_bytes(elapsed), (sent, elapsed)
+    assert sent > QUOTA_BYTES_PER_S / 4 * (elapsed + BURST_S) * TOLERANCE  # over the default
+    assert throttles
