@@ -17,7 +17,10 @@ stages, in Kafka's order:
    (`authorized_operations`). Today: no authorizer, every supported operation.
 3. **throttle** — quotas (KIP-13 bandwidth, KIP-124 request time, KIP-599 mutation rate) set
    `RequestContext.throttle_time_ms`, which every response builder writes as the response's
-   `throttle_time_ms` (`throttle_time_ms(request)`), and may mute the channel. Today: 0.
+   `throttle_time_ms` (`throttle_time_ms(request)`); the server then mutes the connection
+   for that long (KIP-219) or, for request versions before KIP-219, delays the answer
+   (`client_throttles`). Brokers: `broker.quotas.ThrottleStage`; elsewhere 0. A stage may
+   ask for the handler's event-loop time (`RequestContext.time_handler` → `handler_ns`).
 4. **measure** — request metrics (Kafka's `RequestMetrics`: time in queue, local, throttle,
    response send) around the handler (`protocol.request_metrics.RequestMetrics`); the
    server tells the stages when the response was written (`on_sent`).

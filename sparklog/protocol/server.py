@@ -9,8 +9,14 @@ Every request goes to its handler through one `RequestPipeline` (`sparklog.proto
 the one call in `_serve_connection`): the ordered stages authenticate → authorize → throttle
 → measure run around each handler call there and nowhere else. Security (SASL, ACLs), quotas
 and metrics plug in by passing `stages` (or replacing one with `RequestPipeline.with_stage`);
-today's stages allow everything, throttle nothing and cost nothing. Each request carries its
-connection's `Session` (listener, security protocol, principal, client id, client address).
+the default stages allow everything, throttle nothing and cost nothing. Each request carries
+its connection's `Session` (listener, security protocol, principal, client id, client address).
+
+Throttling (KIP-219). A request the throttle stage gave a throttle time is answered at once
+and the connection is then muted for that time: nothing more is read or handled from it, so a
+client ignoring the throttle is held anyway; a request version older than KIP-219 gets its
+answer after the throttle time instead. `connection_throttle(ip)` (KIP-612's
+`connection_creation_rate`) may close a new connection unserved after its throttle time.
 
 TLS (an SSL listener: `ssl_context`). A connection is accepted and counted (and refused over
 `max.connections[.per.ip]`) as a plaintext one is, then upgraded with a TLS handshake bounded
