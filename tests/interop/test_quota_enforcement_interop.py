@@ -17,11 +17,13 @@ import concurrent.futures
 import json
 import subprocess
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from sparklog.client import AdminClient
 from sparklog.client.admin_quotas import QuotaAlteration
@@ -41,7 +43,11 @@ pytestmark = pytest.mark.interop
 confluent_kafka = pytest.importorskip("confluent_kafka")
 
 LIBRDKAFKA = {"broker.address.family": "v4"}
-CLUSTER_CONFIG = {"broker.heartbeat.interval.ms": "200", "num.partitions": "1"}
+CLUSTER_CONFIG = {
+    "broker.heartbeat.interval.ms": "200",
+    "num.partitions": "1",
+    "metrics.prometheus.port": "-1",  # scraped over HTTP
+}
 #: 200 KB/s: small enough that a flat-out client on loopback is throttled within a second
 QUOTA_BYTES_PER_S = 200_000
 #: Kafka's minimum rate window: (quota.window.num − 1) × quota.window.size.seconds
@@ -96,6 +102,21 @@ def new_topic(cluster: EmbeddedCluster) -> str:
 
     asyncio.run(make())
     return name
+
+
+def scraped(cluster: EmbeddedCluster, family: str, **labels: str) -> float:
+    """The samples `family` with `labels` summed, from the process's Prometheus endpoint."""
+    url = f"http://127.0.0.1:{cluster.metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=30) as response:
+        text = response.read().decode()
+    samples = [
+        sample.value
+        for f in text_string_to_metric_families(text)
+        for sample in f.samples
+        if sample.name == family and all(sample.labels.get(k) == v for k, v in labels.items())
+    ]
+    assert samples, f"no {family}{labels} in the scrape"
+    return sum(samples)
 
 
 def new_topic_as(cluster: EmbeddedCluster, login: dict[str, str]) -> str:
@@ -185,6 +206,10 @@ def test_producer_held_to_its_byte_rate_quota(
         MetricName.of("kafka.server", "Produce", "throttle-time", tags)
     )
     assert throttle is not None and throttle.value() > 0
+    # as Prometheus sees them (the JMX exporter's names for Kafka's metrics-library metrics)
+    labels = {"user": tags["user"], "client_id": tags["client-id"]}
+    assert scraped(cluster, "kafka_server_produce_byte_rate", **labels) > 0
+    assert scraped(cluster, "kafka_server_produce_throttle_time", **labels) > 0
 
 
 def test_consumer_held_to_its_byte_rate_quota(cluster: EmbeddedCluster, quotas: Quotas) -> None:
