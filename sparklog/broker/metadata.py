@@ -21,8 +21,17 @@ from sparklog.broker.partition import PartitionRegistration
 from sparklog.broker.replica_base import TopicMetadata
 from sparklog.errors import KafkaError, OffsetOutOfRangeError
 from sparklog.metadata.broker_configs import DEFAULT_RESOURCE, dynamic_topic_defaults
-from sparklog.metadata.image import BROKER_RESOURCE, MetadataImage
+from sparklog.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage
 from sparklog.metadata.log_records import MetadataRecordError
+from sparklog.metrics.replication_quota import (
+    FOLLOWER_RATE,
+    FOLLOWER_REPLICAS,
+    LEADER_RATE,
+    LEADER_REPLICAS,
+    ReplicationQuotaManager,
+    parse_throttled_replicas,
+    throttled_rate,
+)
 from sparklog.storage.config import LogConfig
 
 logger = logging.getLogger(__name__)
@@ -38,6 +47,32 @@ def dynamic_layers(image: MetadataImage, broker_id: int | None) -> list[Mapping[
     if broker_id is not None:
         layers.append(image.configs(BROKER_RESOURCE, str(broker_id)))
     return layers
+
+
+def apply_replication_throttles(
+    image: MetadataImage,
+    broker_id: int,
+    layers: list[Mapping[str, str]],
+    leader: ReplicationQuotaManager | None,
+    follower: ReplicationQuotaManager | None,
+) -> None:
+    """Point the KIP-73 quotas at the image: the rates from the dynamic broker configs, the
+    throttled partitions from the topics' `*.replication.throttled.replicas` (Kafka's
+    `DynamicConfigManager` handlers); visits only topics that have config overrides."""
+    for quota, rate, replicas in (
+        (leader, LEADER_RATE, LEADER_REPLICAS),
+        (follower, FOLLOWER_RATE, FOLLOWER_REPLICAS),
+    ):
+        if quota is None:
+            continue
+        quota.update_quota(throttled_rate(layers, rate))
+        quota.set_throttled(
+            {
+                topic: parse_throttled_replicas(configs[replicas], broker_id)
+                for topic, configs in image.configs_of_type(TOPIC_RESOURCE)
+                if configs.get(replicas)
+            }
+        )
 
 
 def topic_defaults(image: MetadataImage, config: BrokerConfig, broker_id: int | None) -> LogConfig:

@@ -50,6 +50,7 @@ from sparklog.errors import (
     UnknownTopicOrPartitionError,
 )
 from sparklog.metrics.registry import Metrics
+from sparklog.metrics.replication_quota import ReplicationQuotaManager
 from sparklog.records.errors import CorruptRecordError
 from sparklog.storage.config import LogConfig
 from sparklog.storage.log import Log
@@ -182,6 +183,8 @@ class ReplicaManagerBase:
         if metrics is not None:
             add_purgatory_gauges(metrics, "Produce", lambda: self.delayed_produces)
             add_purgatory_gauges(metrics, "Fetch", lambda: self.delayed_fetches)
+        #: `leader.replication.throttled.rate` (KIP-73); set by the broker server
+        self.leader_quota: ReplicationQuotaManager | None = None
 
     @property
     def partitions(self) -> dict[TopicPartition, HostedPartition]:

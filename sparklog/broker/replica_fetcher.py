@@ -44,6 +44,7 @@ from typing import Any, Protocol
 from sparklog.broker.config import BrokerConfig
 from sparklog.broker.truncation import truncation_for
 from sparklog.errors import KafkaError, KafkaStorageError, OffsetOutOfRangeError
+from sparklog.metrics.replication_quota import ReplicationQuotaManager
 from sparklog.protocol import codec, kio_build
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.protocol.async_client import AsyncKafkaConnection, connect
@@ -169,6 +170,8 @@ class FetcherOwner(Protocol):
     security: ClientSecurity
     endpoint_of: EndpointLookup
     clock_ms: Callable[[], int]
+    #: `follower.replication.throttled.rate` (KIP-73), None: no throttle
+    quota: ReplicationQuotaManager | None
 
     def mark_partition_failed(self, tp: TopicPartition, error: Exception, what: str) -> None: ...
 
@@ -186,6 +189,9 @@ class ReplicaFetcher:
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
         self.session: FetchSessionHandler[TopicPartition, FollowerFetch] = FetchSessionHandler()
+        #: partitions whose last fetch reached the leader's high watermark (Kafka's
+        #: `PartitionFetchState.isReplicaInSync`): never held back by a replication throttle
+        self._in_sync: set[TopicPartition] = set()
 
     def __repr__(self) -> str:
         return f"ReplicaFetcher(leader={self.source_id}, id={self.fetcher_id})"
@@ -198,6 +204,7 @@ class ReplicaFetcher:
 
     def remove(self, tp: TopicPartition) -> None:
         self.partitions.pop(tp, None)
+        self._in_sync.discard(tp)
         self._wake.set()
 
     def _current(self, tp: TopicPartition, state: PartitionFetchState) -> bool:
@@ -457,7 +464,27 @@ class ReplicaFetcher:
 
     # -- fetch ----------------------------------------------------------------------------------
 
+    def _throttled(
+        self, due: dict[TopicPartition, PartitionFetchState], now_ms: int
+    ) -> dict[TopicPartition, PartitionFetchState]:
+        """`due` without the partitions KIP-73 holds back: out of sync, throttled, and the
+        follower's replication rate over its quota (Kafka's `shouldFollowerThrottle`); those
+        wait a backoff, as Kafka's fetcher does when nothing is left to fetch."""
+        quota = getattr(self.manager, "quota", None)
+        if quota is None or not quota.any_throttled or not quota.is_quota_exceeded(now_ms):
+            return due
+        kept = {}
+        for tp, state in due.items():
+            if tp not in self._in_sync and quota.is_throttled(tp.topic, tp.partition):
+                self._delay(state, now_ms)
+            else:
+                kept[tp] = state
+        return kept
+
     async def _fetch(self, due: dict[TopicPartition, PartitionFetchState]) -> None:
+        due = self._throttled(due, self.manager.clock_ms())
+        if not due:
+            return
         config = self.manager.config
         log_start_offset = self.manager.replica_manager.log_start_offset
         wanted = {
@@ -530,15 +557,23 @@ class ReplicaFetcher:
         if code:
             self._on_partition_error(tp, state, code, now_ms)
             return
+        records = bytes(data.records or b"")
         try:
             state.fetch_offset = self.manager.replica_manager.append_fetched(
                 tp,
                 state.leader_epoch,
-                bytes(data.records or b""),
+                records,
                 leader_high_watermark=int(data.high_watermark),
                 leader_log_start_offset=int(data.log_start_offset),
             )
             state.lag = max(0, int(data.high_watermark) - state.fetch_offset)
+            if state.fetch_offset >= int(data.high_watermark):
+                self._in_sync.add(tp)
+            else:
+                self._in_sync.discard(tp)
+            quota = getattr(self.manager, "quota", None)
+            if quota is not None and records and quota.is_throttled(tp.topic, tp.partition):
+                quota.record(len(records), now_ms)
         except (KafkaError, CorruptRecordError) as e:
             # an offline log dir was reported once by its failure channel
             report = logger.debug if isinstance(e, KafkaStorageError) else logger.error

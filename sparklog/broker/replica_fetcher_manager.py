@@ -21,6 +21,7 @@ from sparklog.broker.replica_fetcher import (
 from sparklog.errors import KafkaStorageError
 from sparklog.metrics.metric import MetricName
 from sparklog.metrics.registry import Metrics
+from sparklog.metrics.replication_quota import ReplicationQuotaManager
 from sparklog.protocol.outbound import server_client_security
 
 logger = logging.getLogger(__name__)
@@ -71,6 +72,8 @@ class ReplicaFetcherManager:
                 default=0,
             )
         )
+        #: `follower.replication.throttled.rate` (KIP-73); set by the broker server
+        self.quota: ReplicationQuotaManager | None = None
 
     def statistics(self) -> dict[str, int]:
         return {"fetchers": len(self._fetchers), "partitions": len(self._assigned)}

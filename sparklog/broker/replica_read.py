@@ -55,6 +55,7 @@ class ReadPath(ReplicaManagerBase):
         )
         may_wait = params.max_wait_ms > 0 and params.min_bytes > 0 and partitions
         if not may_wait or fetch_satisfied(params, results):
+            self._record_throttled(params, partitions, results)
             return results
         delayed_fetch = DelayedFetch(
             params,
@@ -73,9 +74,31 @@ class ReadPath(ReplicaManagerBase):
         self.delayed_fetches += 1
         try:
             with remote_wait():  # the request's RemoteTimeMs
-                return await delayed_fetch.wait(self.delayed, keys)
+                results = await delayed_fetch.wait(self.delayed, keys)
         finally:
             self.delayed_fetches -= 1
+        self._record_throttled(params, partitions, results)
+        return results
+
+    def _record_throttled(
+        self,
+        params: FetchParams,
+        partitions: list[FetchPartition],
+        results: list[FetchResult | None],
+    ) -> None:
+        """What a follower fetch answered for throttled partitions counts toward
+        `leader.replication.throttled.rate` (Kafka's `sizeOfThrottledPartitions`, recorded as
+        the response goes, after the fact)."""
+        quota = self.leader_quota
+        if quota is None or not params.is_from_follower or not quota.any_throttled:
+            return
+        size = sum(
+            len(r.records)
+            for p, r in zip(partitions, results, strict=True)
+            if r is not None and r.records and quota.is_throttled(p.topic, p.partition)
+        )
+        if size:
+            quota.record(size, self._clock_ms())
 
     def _read_all(
         self,
@@ -167,6 +190,15 @@ class ReadPath(ReplicaManagerBase):
         if events:
             self._apply_events(TopicPartition(p.topic, p.partition), hosted, events)
 
+    def _leader_throttles(
+        self, replica_id: int, p: FetchPartition, hosted: HostedPartition
+    ) -> bool:
+        quota = self.leader_quota
+        if quota is None or not quota.any_throttled:
+            return False
+        in_sync = replica_id in hosted.partition.isr
+        return quota.should_throttle(p.topic, p.partition, in_sync, self._clock_ms())
+
     def _read_one(
         self,
         params: FetchParams,
@@ -191,6 +223,16 @@ class ReadPath(ReplicaManagerBase):
             log_ = hosted.log
             if follower is not None:
                 self._follower_fetched(params.replica_id, p, hosted, follower)
+            if params.is_from_follower and self._leader_throttles(params.replica_id, p, hosted):
+                # KIP-73: an out-of-sync follower of a throttled partition gets nothing while
+                # the leader's replication rate is over its quota (Kafka's shouldLeaderThrottle)
+                return FetchResult(
+                    0,
+                    high_watermark=log_.high_watermark,
+                    last_stable_offset=log_.last_stable_offset,
+                    log_start_offset=log_.log_start_offset,
+                    records=b"",
+                )
             upper = _readable_end(params, log_)
             end = log_.log_end_offset if upper is None else upper
             if p.fetch_offset == end and p.fetch_offset >= log_.log_start_offset:

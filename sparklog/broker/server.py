@@ -74,6 +74,7 @@ from sparklog.broker.meta_properties import (
 from sparklog.broker.metadata import (
     BrokerMetadata,
     MetadataFollower,
+    apply_replication_throttles,
     dynamic_layers,
     topics_from_image,
 )
@@ -86,6 +87,8 @@ from sparklog.metadata.mutation_admission import ImageQuotaSource
 from sparklog.metrics.config import MetricsConfig
 from sparklog.metrics.controller_mutation_quota import ControllerMutationQuotaManager
 from sparklog.metrics.metric import MetricName
+from sparklog.metrics.replication_quota import ReplicationQuotaManager
+from sparklog.metrics.replication_quota import quota_window as replication_quota_window
 from sparklog.protocol.api_versions import BROKER_SERVED_APIS
 from sparklog.protocol.authorization import authorize_stage, stages_with
 from sparklog.protocol.outbound import controller_client_security
@@ -157,6 +160,8 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
             MetricName.of("kafka.server", "KafkaServer", "BrokerState"),
             lambda: BROKER_STATE_VALUES[self.state],
         )
+        #: the windows of the KIP-73 replication quotas (`replication.quota.window.*`)
+        self.replication_quota_window = replication_quota_window(config)
         self.node_id = node_id if node_id is not None else _stored_node_id(self.data_dir)
         self.thread_name = f"sparklog-broker-{self.node_id}"
         self.expected_cluster_id = cluster_id
@@ -205,6 +210,12 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
             clock_ms=wall_clock_ms,
             metrics=self.metrics,
         )
+        # KIP-73 replication throttles: rates and throttled replicas follow the image
+        window = self.replication_quota_window
+        self.replica_manager.leader_quota = ReplicationQuotaManager(
+            self.metrics, window, "LeaderReplication"
+        )
+        self.fetchers.quota = ReplicationQuotaManager(self.metrics, window, "FollowerReplication")
         self.alter_partition = AlterPartitionManager(
             self.controller,
             self.node_id,
@@ -493,6 +504,13 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
                 self.config.cleaner, dynamic_layers(image, self.node_id)
             )
             cleaner.reconfigure(wanted)
+        apply_replication_throttles(
+            image,
+            self.node_id,
+            dynamic_layers(image, self.node_id),
+            self.replica_manager.leader_quota,
+            self.fetchers.quota,
+        )
 
     def _publish(self, image: MetadataImage) -> None:
         self._reconfigure(image)

@@ -8,12 +8,13 @@ Subcommands, after Kafka's tools:
 - `topics create|list|describe|delete` (kafka-topics), `produce` (kafka-console-producer,
   lines from stdin), `consume` (kafka-console-consumer), `groups list|describe|reset-offsets|
   delete|delete-offsets` (kafka-consumer-groups), `acls add|list|remove` (kafka-acls) and
-  `users add-scram|describe|delete` (kafka-configs --entity-type users) and `quotas
-  describe|alter` (kafka-configs --entity-type users|clients|ips), all through
+  `users add-scram|describe|delete` (kafka-configs --entity-type users), `quotas
+  describe|alter` (kafka-configs --entity-type users|clients|ips) and `reassign-partitions
+  --execute|--verify|--cancel [--throttle]` (kafka-reassign-partitions), all through
   `sparklog.client`.
 
 One module per command group: `common` (settings, errors), `serve`, `topics`, `records`
-(produce/consume), `groups`, `security` (acls, users), `quotas`.
+(produce/consume), `groups`, `security` (acls, users), `quotas`, `reassign`.
 
 Settings use Kafka's names: `--config k=v` (cluster/broker settings for `serve`, topic configs
 for `topics create`), `--property k=v` (client settings and console options for `produce` and
@@ -33,6 +34,7 @@ from collections.abc import Sequence
 from sparklog.cli.common import DEFAULTS_FILE, PRINT_FLAGS, CliError, server_settings
 from sparklog.cli.groups import add_groups_parser, cmd_groups
 from sparklog.cli.quotas import add_quotas_parser, cmd_quotas
+from sparklog.cli.reassign import add_reassign_parser, cmd_reassign
 from sparklog.cli.records import cmd_consume, cmd_produce
 from sparklog.cli.security import add_security_parsers, cmd_acls, cmd_users
 from sparklog.cli.serve import cmd_serve, serve_spark, stop_on_signals
@@ -110,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_groups_parser(commands, client_command)
     add_security_parsers(commands, client_command)
     add_quotas_parser(client_command)
+    add_reassign_parser(commands, client_command)
     return parser
 
 
@@ -136,6 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_users(args, sys.stdout)
         if args.command == "quotas":
             return cmd_quotas(args, sys.stdout)
+        if args.command == "reassign-partitions":
+            return cmd_reassign(args, sys.stdout)
         return cmd_consume(args, sys.stdout.buffer)
     except (CliError, KafkaError, ConfigError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)

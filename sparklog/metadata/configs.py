@@ -40,7 +40,9 @@ from sparklog.storage.config import COARSE_SYNONYMS, TOPIC_SETTINGS, LogConfig
 
 #: Kafka's broker-level name of each topic config (`LogConfig`'s `ServerTopicConfigSynonyms`),
 #: from the declarations in `storage/config.py`.
-TOPIC_CONFIG_SYNONYMS: Mapping[str, str] = {s.name: s.synonyms[0] for s in TOPIC_SETTINGS.values()}
+TOPIC_CONFIG_SYNONYMS: Mapping[str, str] = {
+    s.name: s.synonyms[0] for s in TOPIC_SETTINGS.values() if s.synonyms
+}
 _BROKER_TO_TOPIC = {v: k for k, v in TOPIC_CONFIG_SYNONYMS.items()}
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 
@@ -192,7 +194,7 @@ class ControllerConfig:
         explicit = {name for name in CLUSTER_SETTINGS if name in props}
         topic_props: dict[str, object] = {}
         for setting in TOPIC_SETTINGS.values():
-            broker_name = setting.synonyms[0]
+            broker_name = setting.synonyms[0] if setting.synonyms else setting.name
             for name in (setting.name, broker_name):  # the broker's name wins, as in Kafka
                 if name in props:
                     topic_props[setting.name] = props[name]
@@ -340,7 +342,8 @@ def describe_topic_configs(
         if wanted is not None and name not in wanted:
             continue
         setting = TOPIC_SETTINGS[name]
-        broker_name = setting.synonyms[0]
+        # a topic-only config (`leader.replication.throttled.replicas`) has no broker level
+        broker_name = setting.synonyms[0] if setting.synonyms else name
         synonyms = []
         if name in overrides:
             synonyms.append(ConfigSynonym(name, overrides[name], ConfigSource.DYNAMIC_TOPIC_CONFIG))

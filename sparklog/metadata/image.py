@@ -156,6 +156,13 @@ class MetadataImage:
         configs); a BROKER resource's name is a broker id, or "" for the cluster default."""
         return MappingProxyType(self._configs.get((resource_type, resource_name), {}))
 
+    def configs_of_type(self, resource_type: str) -> Iterator[tuple[str, Mapping[str, str]]]:
+        """(resource name, overrides) of every resource of a type that has overrides (the
+        topics with a `leader.replication.throttled.replicas`, say), without visiting the rest."""
+        for (kind, name), configs in self._configs.items():
+            if kind == resource_type:
+                yield name, MappingProxyType(configs)
+
     def topic_config(self, name: str) -> Mapping[str, str]:
         return self.configs(TOPIC_RESOURCE, name)
 

@@ -11,6 +11,7 @@ ValueError) naming the setting, the value and what it accepts. A unit test keeps
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -35,6 +36,25 @@ _DAY_MS = 24 * 3600 * 1000
 def _policy(raw: object) -> str:
     """`cleanup.policy` in one spelling: "delete,compact" and "compact, delete" alike."""
     return ",".join(sorted(p.strip() for p in str(raw).strip().split(",")))
+
+
+def _throttled_replicas(raw: object) -> str:
+    """`leader|follower.replication.throttled.replicas` in one spelling ("0:1,1:2" or "*")."""
+    parts = raw if isinstance(raw, list | tuple) else str(raw).split(",")
+    return ",".join(str(p).strip() for p in parts if str(p).strip())
+
+
+def _valid_throttled_replicas(value: object) -> bool:
+    """Kafka's `ThrottledReplicaListValidator`: the literal `*` or `partition:broker,...`."""
+    entries = [e.strip() for e in str(value).split(",")]
+    return entries == ["*"] or all(re.fullmatch(r"([0-9]+:[0-9]+)?", e) for e in entries)
+
+
+_THROTTLED_RULE = Check(
+    _valid_throttled_replicas,
+    "the literal '*' or a list of replicas in the following format: "
+    "[partitionId]:[brokerId],[partitionId]:[brokerId],...",
+)
 
 
 def _topic(
@@ -220,6 +240,26 @@ TOPIC_SETTINGS = define(
         "elect an out-of-sync replica when no ISR member lives",
     ),
     _topic("preallocate", ConfigType.BOOLEAN, False, "log.preallocate", "preallocate segments"),
+    # KIP-73: the replicas whose replication the leader's / the follower's
+    # `*.replication.throttled.rate` holds; topic-only, no broker-level synonym (as in Kafka)
+    _topic(
+        "leader.replication.throttled.replicas",
+        ConfigType.LIST,
+        "",
+        (),
+        "replicas (partition:broker, or *) the leader throttles while serving them",
+        _THROTTLED_RULE,
+        parser=_throttled_replicas,
+    ),
+    _topic(
+        "follower.replication.throttled.replicas",
+        ConfigType.LIST,
+        "",
+        (),
+        "replicas (partition:broker, or *) whose follower fetches throttled",
+        _THROTTLED_RULE,
+        parser=_throttled_replicas,
+    ),
 )
 #: Coarser broker spellings and their factor to ms, used only when no finer one is given
 #: (Kafka's `KafkaConfig.logRetentionTimeMillis` / `logRollTimeMillis` precedence).
@@ -259,6 +299,8 @@ class LogConfig:
     min_insync_replicas: int = _D("min.insync.replicas")
     unclean_leader_election_enable: bool = _D("unclean.leader.election.enable")
     preallocate: bool = _D("preallocate")
+    leader_replication_throttled_replicas: str = _D("leader.replication.throttled.replicas")
+    follower_replication_throttled_replicas: str = _D("follower.replication.throttled.replicas")
 
     @property
     def compact(self) -> bool:
