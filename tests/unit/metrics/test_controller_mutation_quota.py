@@ -118,3 +118,23 @@ def test_default_entity_tags_share_one_bucket() -> None:
     quotas.new_quota("u1", "c1", strict=True).record(12, 0)
     with pytest.raises(ThrottlingQuotaExceededError):
         quotas.new_quota("u2", "c2", strict=True).record(1, 0)  # the same default entity
+
+
+def test_quotas_come_from_the_metadata_image_by_kafkas_precedence() -> None:
+    from sparklog.metadata.image import MetadataImage
+    from sparklog.metadata.mutation_admission import ImageQuotaSource
+    from sparklog.metadata.quotas import ClientQuotaEntity, quota_record
+
+    image = MetadataImage()
+    quotas = ControllerMutationQuotaManager(
+        Metrics(clock=lambda: 0), QUOTA_CONFIG, ImageQuotaSource(lambda: image)
+    )
+    assert not quotas.new_quota("alice", "app", strict=True).bounded  # no record: no limit
+    image.apply(quota_record(ClientQuotaEntity.of({"user": None}), CONTROLLER_MUTATION_RATE, 1.0))
+    image.apply(
+        quota_record(ClientQuotaEntity.of({"user": "admin"}), CONTROLLER_MUTATION_RATE, 100.0)
+    )
+    quotas.new_quota("alice", "app", strict=True).record(12, 0)  # /users/<default>: 11 credits
+    with pytest.raises(ThrottlingQuotaExceededError):
+        quotas.new_quota("alice", "app", strict=True).record(1, 0)
+    quotas.new_quota("admin", "app", strict=True).record(500, 0)  # /users/admin: 1,100 credits
