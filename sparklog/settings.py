@@ -364,6 +364,8 @@ DECLARED_IN: Mapping[Scope, tuple[str, ...]] = {
         "sparklog.security.sasl.server_config",
         "sparklog.security.authorizer_config",
         "sparklog.metrics.config",
+        "sparklog.metrics.replication_quota",
+        "sparklog.metrics.cluster_quota",
     ),
     Scope.CONTROLLER: (
         "sparklog.metadata.configs",

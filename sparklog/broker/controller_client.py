@@ -258,6 +258,11 @@ class ControllerClient:
         conn = await self._connection(fetch=False, forward=True)
         return conn.version_for(api_key, ours)
 
+    async def report_quota_usage(self, body: Any) -> Any:
+        """sparklog's QuotaUsage (cluster-wide quotas) on the broker's RPC connection."""
+        conn = await self._connection(fetch=False)
+        return await conn.request(body, timeout_s=self.timeout_s)
+
     async def forward(self, body: Any, timeout_s: float | None = None) -> Any:
         """Send an admin request to the controller as it came and return its response (on
         the forwarding connection, apart from the broker's own RPCs)."""

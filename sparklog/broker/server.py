@@ -53,6 +53,7 @@ from typing import Any
 from sparklog.broker.admin_apis import AdminApis
 from sparklog.broker.audit_forwarder import ForwardingAuditSink
 from sparklog.broker.broker_metrics import LogFlushTimer
+from sparklog.broker.cluster_quotas import ClusterQuotaReporter, quota_managers
 from sparklog.broker.config import BrokerConfig
 from sparklog.broker.controller_client import (
     ControllerClient,
@@ -84,9 +85,11 @@ from sparklog.broker.replica_manager import ReplicaManager
 from sparklog.metadata.broker_configs import dynamic_cleaner_config
 from sparklog.metadata.image import MetadataImage
 from sparklog.metadata.mutation_admission import ImageQuotaSource
+from sparklog.metrics.cluster_quota import CLUSTER_QUOTA_SETTINGS
 from sparklog.metrics.config import MetricsConfig
 from sparklog.metrics.controller_mutation_quota import ControllerMutationQuotaManager
 from sparklog.metrics.metric import MetricName
+from sparklog.metrics.registry import monotonic_ms
 from sparklog.metrics.replication_quota import ReplicationQuotaManager
 from sparklog.metrics.replication_quota import quota_window as replication_quota_window
 from sparklog.protocol.api_versions import BROKER_SERVED_APIS
@@ -160,6 +163,13 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
             MetricName.of("kafka.server", "KafkaServer", "BrokerState"),
             lambda: BROKER_STATE_VALUES[self.state],
         )
+        #: `quota.scope`: "cluster" has the driver split client quotas among the brokers
+        self.quota_scope = str(
+            CLUSTER_QUOTA_SETTINGS.parse(config or {}, unknown="ignore").get(
+                "quota_scope", "broker"
+            )
+        )
+        self.cluster_quotas: ClusterQuotaReporter | None = None
         #: the windows of the KIP-73 replication quotas (`replication.quota.window.*`)
         self.replication_quota_window = replication_quota_window(config)
         self.node_id = node_id if node_id is not None else _stored_node_id(self.data_dir)
@@ -421,6 +431,15 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
         self._spawn(self.follower.run(), "metadata-follower")
         self._spawn(self.alter_partition.run(), "alter-partition")
         self._spawn(self._isr_shrink_loop(), "isr-shrink")
+        if self.quota_scope == "cluster":
+            self.cluster_quotas = ClusterQuotaReporter(
+                self.node_id,
+                self.controller.report_quota_usage,
+                lambda: quota_managers(getattr(self, "quotas", None)),
+                self.metrics_config.quota_config.time_window_ms,
+                monotonic_ms,
+            )
+            self._spawn(self.cluster_quotas.run(), "cluster-quotas")
         self.state = BrokerState.RECOVERY
         self._spawn(self._heartbeat_loop(), "heartbeat")
         await self._wait_unfenced()

@@ -8,7 +8,6 @@ Per-resource errors carry Kafka's codes and messages; a bad request never stops 
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import logging
 from collections.abc import Callable
@@ -21,7 +20,6 @@ from sparklog.controller.api_responses import (
     missing_topic,
 )
 from sparklog.controller.cluster_control import (
-    BROKER_CLIENT_ID_PREFIX,
     BrokerHeartbeat,
     BrokerRegistrationRequest,
     InconsistentClusterIdError,
@@ -31,6 +29,7 @@ from sparklog.controller.cluster_control import (
 from sparklog.controller.controller_context import ControllerContext
 from sparklog.controller.metadata_log import MetadataLog
 from sparklog.controller.quorum_controller import QuorumController
+from sparklog.controller.quota_enforcement import ControllerQuotas
 from sparklog.controller.replication_control import (
     CreateTopicResult,
     NewPartitions,
@@ -47,17 +46,13 @@ from sparklog.errors import (
     UnsupportedEndpointTypeError,
     UnsupportedVersionError,
 )
-from sparklog.metadata import mutation_admission
 from sparklog.metadata.configs import (
     AlterConfigOp,
     ConfigResource,
     describe_topic_configs,
 )
 from sparklog.metadata.image import MetadataImage, TopicImage
-from sparklog.metrics.config import MetricsConfig
-from sparklog.metrics.controller_mutation_quota import ControllerMutationQuotaManager
-from sparklog.metrics.registry import Metrics
-from sparklog.metrics.stats import MetricConfig
+from sparklog.metadata.mutation_admission import with_throttle
 from sparklog.protocol.api_versions import CONTROLLER_APIS, ApiKey
 from sparklog.protocol.async_client import api_versions_response
 from sparklog.protocol.connection import Request
@@ -77,22 +72,13 @@ _MAX_FETCH_WAIT_MS = 60_000
 _BROKERS_ENDPOINT, _CONTROLLERS_ENDPOINT = 1, 2
 
 
-def _quota_config(server: Any) -> MetricConfig:
-    config = getattr(server, "metrics_config", None)
-    return (config if config is not None else MetricsConfig()).quota_config
-
-
 class ControllerApis:
     """Dispatches requests to handlers; `server` persists records and owns the core."""
 
     def __init__(self, server: ControllerContext) -> None:
         self.server = server
-        #: `controller_mutation_rate` (KIP-599) of clients asking the controller directly
-        self.mutation_quota = ControllerMutationQuotaManager(
-            getattr(server, "metrics", None) or Metrics(),
-            _quota_config(server),
-            mutation_admission.ImageQuotaSource(lambda: self.image),
-        )
+        #: the mutation quota of direct clients, the shares of cluster-wide quotas
+        self.quotas = ControllerQuotas(server, lambda: self.image)
         self._handlers: dict[int, Callable[[Request], Any]] = {
             ApiKey.API_VERSIONS: self.handle_api_versions,
             ApiKey.FETCH: self.handle_fetch,
@@ -117,6 +103,7 @@ class ControllerApis:
             ApiKey.UNREGISTER_BROKER: self.handle_unregister_broker,
             ApiKey.ALLOCATE_PRODUCER_IDS: self.handle_allocate_producer_ids,
             ApiKey.DESCRIBE_CLUSTER: self.handle_describe_cluster,
+            ApiKey.SPARKLOG_QUOTA_USAGE: self.quotas.handle_quota_usage,
             ApiKey.CREATE_ACLS: self._with_server(security_apis.handle_create_acls),
             ApiKey.DELETE_ACLS: self._with_server(security_apis.handle_delete_acls),
             ApiKey.DESCRIBE_ACLS: self._with_server(security_apis.handle_describe_acls),
@@ -142,19 +129,12 @@ class ControllerApis:
         )
         served, refused = authz.check(request)  # ACLs (controller/authz.py)
         throttle_ms = 0
-        if served is not None and self._charges_mutations(served):
-            body, throttled, throttle_ms = mutation_admission.admit(
-                served,
-                served.body,
-                self.mutation_quota,
-                self.image,
-                self.server.config.num_partitions,
-                self.server.now_ms(),
+        if served is not None:  # the controller mutation quota (KIP-599)
+            served, refused, throttle_ms = self.quotas.admit_mutations(
+                request, served, lambda a, b: authz.merge(request, a, b), refused
             )
-            refused = refused if throttled is None else authz.merge(request, throttled, refused)
-            served = None if body is None else dataclasses.replace(served, body=body)
         if served is None:
-            return mutation_admission.with_throttle(refused, throttle_ms)
+            return with_throttle(refused, throttle_ms)
         response = handler(served)
         if inspect.isawaitable(response):
             response = await response
@@ -162,15 +142,7 @@ class ControllerApis:
             return authz.filter_metadata(request, response)
         if refused is not None:
             response = authz.merge(request, response, refused)
-        return mutation_admission.with_throttle(response, throttle_ms)
-
-    def _charges_mutations(self, request: Request) -> bool:
-        """A client's CreateTopics/CreatePartitions/DeleteTopics sent to the controller
-        itself: brokers charged theirs before forwarding (KIP-599)."""
-        if request.api_key not in mutation_admission.STRICT_SINCE:
-            return False
-        client_id = request.session.client_id or request.client_id or ""
-        return not client_id.startswith(BROKER_CLIENT_ID_PREFIX)
+        return with_throttle(response, throttle_ms)
 
     @property
     def controller(self) -> QuorumController:

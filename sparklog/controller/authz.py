@@ -36,6 +36,7 @@ BROKER_RPCS = {
     ApiKey.FETCH: _Op.CLUSTER_ACTION,
     ApiKey.LIST_OFFSETS: _Op.CLUSTER_ACTION,
     ApiKey.UNREGISTER_BROKER: _Op.ALTER,
+    ApiKey.SPARKLOG_QUOTA_USAGE: _Op.CLUSTER_ACTION,
 }
 _DENIED = ClusterAuthorizationFailedError.code
 _MESSAGE = "Cluster authorization failed."
@@ -78,6 +79,8 @@ def _broker_rpc_refusal(request: Request, key: ApiKey) -> Any:
         return respond(error_code=_DENIED, topics=())
     if key == ApiKey.FETCH:
         return respond(error_code=_DENIED, session_id=0, responses=())
+    if key == ApiKey.SPARKLOG_QUOTA_USAGE:
+        return respond(error_code=_DENIED, default_share=1.0, shares=())
     # ListOffsets: every partition refused
     return respond(
         topics=tuple(

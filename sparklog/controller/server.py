@@ -60,7 +60,7 @@ from sparklog.controller.results import ControllerResult
 from sparklog.metadata.configs import ControllerConfig
 from sparklog.metadata.scram_bootstrap import bootstrap_credentials, missing_credential_records
 from sparklog.metrics.config import MetricsConfig
-from sparklog.protocol.api_versions import CONTROLLER_APIS
+from sparklog.protocol.api_versions import CONTROLLER_SERVED_APIS
 from sparklog.protocol.connection import Request
 from sparklog.protocol.server import KafkaServer
 from sparklog.security.audit import AuditConfig, SwitchableAuditSink
@@ -198,7 +198,7 @@ class ControllerServer(ControllerLauncherApi):
         try:
             self._server = await self._bind_listener(
                 self._handle,
-                CONTROLLER_APIS,
+                CONTROLLER_SERVED_APIS,
                 host=self.host,
                 port=self.port,
                 name="controller",

@@ -42,9 +42,6 @@ from sparklog.metadata.configs import (
     OpType,
     broker_setting,
 )
-from sparklog.metrics.replication_quota import (  # noqa: F401 - declares the KIP-73 rates
-    REPLICATION_QUOTA_SETTINGS,
-)
 from sparklog.settings import (
     REGISTRY,
     SERVER_SCOPES,

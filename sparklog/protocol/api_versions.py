@@ -73,6 +73,8 @@ class ApiKey(enum.IntEnum):
     SPARKLOG_END_TXN_BATCH = 32_001
     #: sparklog's extension (`sparklog_apis`): a broker's audit events for the driver's table
     SPARKLOG_AUDIT_EVENTS = 32_002
+    #: sparklog's extension (`sparklog_apis`): a broker's quota usage for cluster-wide quotas
+    SPARKLOG_QUOTA_USAGE = 32_003
 
 
 VersionRange = tuple[int, int]
@@ -210,6 +212,13 @@ CONTROLLER_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
         **SECURITY_METADATA_APIS,
         **CLIENT_QUOTA_APIS,
     }
+)
+
+
+#: What the controller accepts: what it announces plus sparklog's QuotaUsage (not announced:
+#: only sparklog's brokers send it, for `quota.scope=cluster`).
+CONTROLLER_SERVED_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
+    {**CONTROLLER_APIS, ApiKey.SPARKLOG_QUOTA_USAGE: (0, 0)}
 )
 
 

@@ -24,12 +24,13 @@ from kio.schema.request_header.v2.header import RequestHeader
 from kio.schema.response_header.v1.header import ResponseHeader
 from kio.schema.types import ProducerId, TransactionalId
 from kio.static.constants import EntityType
-from kio.static.primitive import i16, i32, i32Timedelta, i64
+from kio.static.primitive import f64, i16, i32, i32Timedelta, i64
 
 from sparklog.security.audit import AuditEvent
 
 END_TXN_BATCH = 32_001
 AUDIT_EVENTS = 32_002
+QUOTA_USAGE = 32_003
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -166,5 +167,69 @@ class AuditEventsResponse:
     error_code: ErrorCode = field(metadata={"kafka_type": "error_code"})
 
 
-REQUESTS = {(END_TXN_BATCH, 0): EndTxnBatchRequest, (AUDIT_EVENTS, 0): AuditEventsRequest}
-RESPONSES = {(END_TXN_BATCH, 0): EndTxnBatchResponse, (AUDIT_EVENTS, 0): AuditEventsResponse}
+# -- QuotaUsage: cluster-wide quotas (`metrics/cluster_quota.py`). Once per quota window a broker
+# with `quota.scope=cluster` sends the controller the rate each quota entity measured there; the
+# answer is this broker's share of each entity's quota (and of entities it did not name).
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QuotaTag:
+    __type__: ClassVar = EntityType.nested
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(QUOTA_USAGE)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    name: str = field(metadata={"kafka_type": "string"})
+    value: str = field(metadata={"kafka_type": "string"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QuotaUsageEntry:
+    __type__: ClassVar = EntityType.nested
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(QUOTA_USAGE)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    quota_type: str = field(metadata={"kafka_type": "string"})
+    """Produce, Fetch, Request (the quota manager's metric group)."""
+    tags: tuple[QuotaTag, ...]
+    """The quota entity's metric tags, in Kafka's order."""
+    value: f64 = field(metadata={"kafka_type": "float64"})
+    """Its rate on the sender (the request: measured; the response: the sender's share)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QuotaUsageRequest:
+    __type__: ClassVar = EntityType.request
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(QUOTA_USAGE)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    node_id: i32 = field(metadata={"kafka_type": "int32"})
+    entries: tuple[QuotaUsageEntry, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QuotaUsageResponse:
+    __type__: ClassVar = EntityType.response
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(QUOTA_USAGE)
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+    throttle_time: i32Timedelta = field(metadata={"kafka_type": "timedelta_i32"})
+    error_code: ErrorCode = field(metadata={"kafka_type": "error_code"})
+    default_share: f64 = field(metadata={"kafka_type": "float64"})
+    """The share of every entity not in `shares`."""
+    shares: tuple[QuotaUsageEntry, ...]
+
+
+REQUESTS = {
+    (END_TXN_BATCH, 0): EndTxnBatchRequest,
+    (AUDIT_EVENTS, 0): AuditEventsRequest,
+    (QUOTA_USAGE, 0): QuotaUsageRequest,
+}
+RESPONSES = {
+    (END_TXN_BATCH, 0): EndTxnBatchResponse,
+    (AUDIT_EVENTS, 0): AuditEventsResponse,
+    (QUOTA_USAGE, 0): QuotaUsageResponse,
+}

@@ -38,7 +38,7 @@ def quota_cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
     ) as running:
         quotas = Quotas()
         running.brokers[0].admin.mutation_quota.source = quotas
-        running.controller.apis.mutation_quota.source = quotas
+        running.controller.apis.quotas.mutation_quota.source = quotas
         yield running, quotas
 
 

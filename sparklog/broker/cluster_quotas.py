@@ -1,0 +1,113 @@
+"""A broker's part in cluster-wide client quotas (`quota.scope=cluster`,
+`metrics/cluster_quota.py`): once per quota window, report the rate each quota entity measured
+here to the controller (sparklog's QuotaUsage) and enforce the shares it answers
+(`ClientQuotaManager.set_shares`).
+
+If the controller cannot be reached the broker keeps its last shares for a few windows, then
+goes back to enforcing whole quotas (Kafka's per-broker scope): a cut-off broker must not hold
+its clients to a share nobody balances any more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kio.static.primitive import f64, i32
+
+from sparklog.metrics.cluster_quota import STALE_WINDOWS
+from sparklog.protocol.sparklog_apis import QuotaTag, QuotaUsageEntry, QuotaUsageRequest
+
+logger = logging.getLogger(__name__)
+
+_NETWORK_ERRORS = (ConnectionError, OSError, TimeoutError)
+#: the quota managers of a broker's `BrokerQuotas` taking part, by their QuotaUsage name
+MANAGER_NAMES = {
+    "produce": "Produce",
+    "fetch": "Fetch",
+    "request": "Request",
+    "topic_produce": "TopicProduce",
+    "topic_fetch": "TopicFetch",
+}
+
+
+def quota_managers(quotas: Any) -> dict[str, Any]:
+    """The managers of a broker's `BrokerQuotas` (those it has) by QuotaUsage name."""
+    if quotas is None:
+        return {}
+    found = {name: getattr(quotas, attr, None) for attr, name in MANAGER_NAMES.items()}
+    return {name: m for name, m in found.items() if m is not None and hasattr(m, "set_shares")}
+
+
+class ClusterQuotaReporter:
+    """Reports usage and applies shares every `window_ms` (run as a broker task)."""
+
+    def __init__(
+        self,
+        node_id: int,
+        send: Callable[[QuotaUsageRequest], Any],
+        managers: Callable[[], Mapping[str, Any]],
+        window_ms: int,
+        clock_ms: Callable[[], int],
+    ) -> None:
+        self.node_id = node_id
+        self._send = send
+        self._managers = managers
+        self.window_ms = window_ms
+        self._clock_ms = clock_ms
+        self._failures = 0
+        self.reports = 0
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.window_ms / 1000)
+            await self.report_once()
+
+    def usage_request(self, now_ms: int) -> QuotaUsageRequest:
+        entries = []
+        for name, manager in sorted(self._managers().items()):
+            for tags, rate in sorted(manager.rates(now_ms).items()):
+                entries.append(
+                    QuotaUsageEntry(
+                        quota_type=name,
+                        tags=tuple(QuotaTag(name=k, value=v) for k, v in tags),
+                        value=f64(rate),
+                    )
+                )
+        return QuotaUsageRequest(node_id=i32(self.node_id), entries=tuple(entries))
+
+    async def report_once(self) -> bool:
+        """One report; False when the controller did not answer."""
+        managers = self._managers()
+        try:
+            response = await self._send(self.usage_request(self._clock_ms()))
+        except _NETWORK_ERRORS as e:
+            self._failures += 1
+            if self._failures == STALE_WINDOWS:
+                logger.warning(
+                    "cluster quotas: the controller has not answered for %d windows (%s); "
+                    "enforcing whole quotas on this broker until it does",
+                    self._failures,
+                    e,
+                )
+                for manager in managers.values():
+                    manager.set_shares({}, 1.0)
+            return False
+        if int(response.error_code):
+            logger.error("cluster quotas: the controller refused the usage report (error %d)",
+                         int(response.error_code))  # fmt: skip
+            return False
+        self._failures = 0
+        self.reports += 1
+        shares: dict[str, dict[tuple[tuple[str, str], ...], float]] = {n: {} for n in managers}
+        for entry in response.shares:
+            by_type = shares.get(entry.quota_type)
+            if by_type is not None:
+                tags = tuple((t.name, t.value) for t in entry.tags)
+                by_type[tags] = min(1.0, max(0.0, float(entry.value)))
+        default = min(1.0, max(0.0, float(response.default_share)))
+        for name, manager in managers.items():
+            manager.set_shares(shares[name], default)
+        return True

@@ -1,0 +1,94 @@
+"""The controller's quota enforcement: the controller mutation quota (KIP-599) of clients asking it
+directly, and the shares of cluster-wide client quotas (`quota.scope=cluster`) it hands to the
+brokers reporting their usage (sparklog's QuotaUsage, `metrics/cluster_quota.py`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from sparklog.controller.cluster_control import BROKER_CLIENT_ID_PREFIX
+from sparklog.controller.controller_context import ControllerContext
+from sparklog.metadata import mutation_admission
+from sparklog.metadata.image import MetadataImage
+from sparklog.metrics.cluster_quota import ClusterQuotaBalancer
+from sparklog.metrics.config import MetricsConfig
+from sparklog.metrics.controller_mutation_quota import ControllerMutationQuotaManager
+from sparklog.metrics.registry import Metrics
+from sparklog.protocol import kio_build
+from sparklog.protocol.connection import Request
+
+
+class ControllerQuotas:
+    """One per controller server (`ControllerApis.quotas`)."""
+
+    def __init__(self, server: ControllerContext, image: Callable[[], MetadataImage]) -> None:
+        self.server = server
+        self._image = image
+        metrics_config = getattr(server, "metrics_config", None) or MetricsConfig()
+        window = metrics_config.quota_config
+        #: cluster-wide client quotas: every broker's usage, its shares
+        self.balancer = ClusterQuotaBalancer(window.time_window_ms)
+        #: `controller_mutation_rate` (KIP-599) of clients asking the controller directly
+        self.mutation_quota = ControllerMutationQuotaManager(
+            getattr(server, "metrics", None) or Metrics(),
+            window,
+            mutation_admission.ImageQuotaSource(image),
+        )
+
+    def admit_mutations(
+        self, request: Request, served: Request, merge: Callable[[Any, Any], Any], refused: Any
+    ) -> tuple[Request | None, Any, int]:
+        """(the request to serve or None, the refused answer or None, the throttle time) of a
+        request that passed authorization: CreateTopics/CreatePartitions/DeleteTopics of a
+        client (brokers charged theirs before forwarding) under its mutation quota."""
+        if not self._charges_mutations(served):
+            return served, refused, 0
+        body, throttled, throttle_ms = mutation_admission.admit(
+            served,
+            served.body,
+            self.mutation_quota,
+            self._image(),
+            self.server.config.num_partitions,
+            self.server.now_ms(),
+        )
+        if throttled is not None:
+            refused = merge(throttled, refused)
+        return (
+            None if body is None else dataclasses.replace(served, body=body),
+            refused,
+            throttle_ms,
+        )
+
+    @staticmethod
+    def _charges_mutations(request: Request) -> bool:
+        if request.api_key not in mutation_admission.STRICT_SINCE:
+            return False
+        client_id = request.session.client_id or request.client_id or ""
+        return not client_id.startswith(BROKER_CLIENT_ID_PREFIX)
+
+    def handle_quota_usage(self, request: Request) -> Any:
+        """A broker's quota usage (`sparklog_apis.QuotaUsageRequest`, `quota.scope=cluster`):
+        answered with its share of each entity's quota (`metrics/cluster_quota.py`)."""
+        body = request.body
+        rates = {
+            (e.quota_type, tuple((t.name, t.value) for t in e.tags)): float(e.value)
+            for e in body.entries
+        }
+        shares, default = self.balancer.report(int(body.node_id), rates, self.server.now_ms())
+        return kio_build.response(
+            request,
+            {
+                "error_code": 0,
+                "default_share": default,
+                "shares": [
+                    {
+                        "quota_type": quota_type,
+                        "tags": [{"name": k, "value": v} for k, v in tags],
+                        "value": share,
+                    }
+                    for (quota_type, tags), share in sorted(shares.items())
+                ],
+            },
+        )

@@ -1,0 +1,99 @@
+"""Cluster-wide client quotas (sparklog's `quota.scope=cluster`; no Kafka anchor).
+
+Kafka's client quotas are per broker: a client whose partitions are led by three brokers gets
+its `producer_byte_rate` three times. sparklog's driver sees every broker, so with
+`quota.scope=cluster` each broker reports, once per quota window, the rate each quota entity
+measured there (`ClientQuotaManager.rates`), and the controller answers with this broker's
+**share** of each entity's quota; the broker then enforces `quota × share`
+(`ClientQuotaManager.set_shares`). The shares of one entity add up to 1 over the brokers that
+report, so the cluster as a whole holds the entity to its quota once.
+
+Shares follow demand: broker b gets `floor + (1 − n·floor) × rate_b / Σ rate` of an entity
+(n the reporting brokers, `floor` = `FLOOR_FRACTION / n`), so a client producing to three
+brokers evenly gets a third of its quota on each, one that moves its load finds the floor on
+the new broker and grows there within a few windows, and an idle entity splits evenly. An
+entity a broker has not reported yet gets `1 / n` there (`default_share`). A broker whose
+report is older than `STALE_WINDOWS` windows is dropped (it stopped, or lost its channel) and
+the shares are recomputed without it.
+
+Sans-IO (the caller passes `now_ms`); the controller owns one `ClusterQuotaBalancer`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from sparklog.settings import ConfigType, OneOf, Setting, define
+
+logger = logging.getLogger(__name__)
+
+#: (quota type, the entity's metric tags): one quota entity of one quota type
+EntityKey = tuple[str, tuple[tuple[str, str], ...]]
+
+#: the share every reporting broker keeps of an entity it sees no traffic for, as a fraction
+#: of an even split (so the client's load can move to it)
+FLOOR_FRACTION = 0.1
+#: reports older than this many quota windows are dropped
+STALE_WINDOWS = 3
+
+QUOTA_SCOPE = "quota.scope"
+CLUSTER_QUOTA_SETTINGS = define(
+    Setting(
+        QUOTA_SCOPE,
+        ConfigType.STRING,
+        "broker",
+        OneOf(("broker", "cluster")),
+        doc="sparklog's own: `broker` enforces each client quota on every broker (Kafka's); "
+        "`cluster` has the driver split each quota among the brokers by demand every quota "
+        "window, so a client gets it once in total",
+        group="metrics",
+    ),
+)
+
+
+class ClusterQuotaBalancer:
+    """The driver's view of every broker's quota usage, and each broker's shares."""
+
+    def __init__(self, window_ms: int) -> None:
+        self.window_ms = window_ms
+        #: broker id -> (when it reported, its rates by entity)
+        self._reports: dict[int, tuple[int, dict[EntityKey, float]]] = {}
+
+    def report(
+        self, broker_id: int, rates: Mapping[EntityKey, float], now_ms: int
+    ) -> tuple[dict[EntityKey, float], float]:
+        """Take broker `broker_id`'s rates; its shares (for every entity any broker reported)
+        and the share of entities not named."""
+        self._reports[broker_id] = (now_ms, {k: max(0.0, float(v)) for k, v in rates.items()})
+        self._drop_stale(now_ms)
+        return self.shares_for(broker_id), self.default_share()
+
+    def _drop_stale(self, now_ms: int) -> None:
+        horizon = now_ms - STALE_WINDOWS * self.window_ms
+        for broker_id in [b for b, (at, _r) in self._reports.items() if at < horizon]:
+            logger.info("cluster quotas: broker %d stopped reporting; re-splitting", broker_id)
+            del self._reports[broker_id]
+
+    @property
+    def brokers(self) -> list[int]:
+        return sorted(self._reports)
+
+    def default_share(self) -> float:
+        return 1.0 / max(1, len(self._reports))
+
+    def shares_for(self, broker_id: int) -> dict[EntityKey, float]:
+        n = max(1, len(self._reports))
+        floor = FLOOR_FRACTION / n
+        entities: set[EntityKey] = set()
+        for _at, rates in self._reports.values():
+            entities.update(rates)
+        mine = self._reports.get(broker_id, (0, {}))[1]
+        shares = {}
+        for key in entities:
+            total = sum(rates.get(key, 0.0) for _at, rates in self._reports.values())
+            if total <= 0:
+                shares[key] = 1.0 / n
+            else:
+                shares[key] = floor + (1.0 - n * floor) * mine.get(key, 0.0) / total
+        return shares
