@@ -346,7 +346,10 @@ def describe_topic_configs(
         broker_name = setting.synonyms[0] if setting.synonyms else name
         synonyms = []
         if name in overrides:
-            synonyms.append(ConfigSynonym(name, overrides[name], ConfigSource.DYNAMIC_TOPIC_CONFIG))
+            value = overrides[name]
+            if setting.type == ConfigType.LIST:  # Kafka shows a list as "a,b", however set
+                value = ",".join(_split_list(value))
+            synonyms.append(ConfigSynonym(name, value, ConfigSource.DYNAMIC_TOPIC_CONFIG))
         for layer, source in (
             (dynamic_broker or {}, ConfigSource.DYNAMIC_BROKER_CONFIG),
             (dynamic_default or {}, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),

@@ -27,7 +27,6 @@ from sparklog.errors import ThrottlingQuotaExceededError
 from sparklog.metadata import admin_authz
 from sparklog.metadata.image import BROKER_RESOURCE, MetadataImage
 from sparklog.metrics.controller_mutation_quota import (
-    THROTTLED_MESSAGE,
     ControllerMutationQuotaManager,
 )
 from sparklog.protocol.api_versions import ApiKey
@@ -97,7 +96,9 @@ def admit(
     if not refused:
         return body, None, throttle_ms
     sub = dataclasses.replace(request, body=dataclasses.replace(body, **{field: tuple(refused)}))
-    answer = admin_authz.error_response(sub, _THROTTLED, THROTTLED_MESSAGE)
+    # no message: Kafka answers THROTTLING_QUOTA_EXCEEDED with a null error_message
+    # (tests/oracle/test_differential_mutation_quota.py)
+    answer = admin_authz.error_response(sub, _THROTTLED, None)  # type: ignore[arg-type]
     rest = dataclasses.replace(body, **{field: tuple(kept)}) if kept else None
     return rest, answer, throttle_ms
 

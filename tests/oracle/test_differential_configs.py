@@ -25,7 +25,9 @@ SHARED = [
     "file.delete.delay.ms",
     "flush.messages",
     "flush.ms",
+    "follower.replication.throttled.replicas",
     "index.interval.bytes",
+    "leader.replication.throttled.replicas",
     "max.compaction.lag.ms",
     "max.message.bytes",
     "message.timestamp.after.max.ms",
@@ -159,6 +161,12 @@ def test_topic_configs_describe_and_alter_alike(brokers):
             )
             steps["bad value"] = await alter(pair, topic, [("retention.ms", SET, "soon")])
             steps["unknown"] = await alter(pair, topic, [("no.such.config", SET, "1")])
+            throttled = "leader.replication.throttled.replicas"
+            steps["bad throttled replicas"] = await alter(pair, topic, [(throttled, SET, "0-1")])
+            steps["throttled replicas"] = await alter(pair, topic, [(throttled, SET, "0:1, 0:2")])
+            steps["after throttled replicas"] = await describe_once_applied(
+                pair, topic, throttled, lambda c: c[1] == 1
+            )
             steps["missing topic"] = await alter(
                 pair, f"{topic}-missing", [("retention.ms", SET, "1")]
             )
@@ -175,4 +183,7 @@ def test_topic_configs_describe_and_alter_alike(brokers):
     assert same(steps["after delete"], configs)["retention.ms"][1] == 5
     assert same(steps["bad value"], alter_code) == 40  # INVALID_CONFIG
     assert same(steps["unknown"], alter_code) == 40
+    assert same(steps["bad throttled replicas"], alter_code) == 40
+    assert same(steps["throttled replicas"], alter_code) == 0
+    same(steps["after throttled replicas"], configs)
     assert same(steps["missing topic"], alter_code) == 3  # UNKNOWN_TOPIC_OR_PARTITION
