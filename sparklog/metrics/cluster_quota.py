@@ -8,13 +8,20 @@ measured there (`ClientQuotaManager.rates`), and the controller answers with thi
 (`ClientQuotaManager.set_shares`). The shares of one entity add up to 1 over the brokers that
 report, so the cluster as a whole holds the entity to its quota once.
 
-Shares follow demand: broker b gets `floor + (1 − n·floor) × rate_b / Σ rate` of an entity
-(n the reporting brokers, `floor` = `FLOOR_FRACTION / n`), so a client producing to three
-brokers evenly gets a third of its quota on each, one that moves its load finds the floor on
-the new broker and grows there within a few windows, and an idle entity splits evenly. An
+Shares follow demand: broker b's target is `floor + (1 − n·floor) × rate_b / Σ rate` of an
+entity (n the reporting brokers, `floor` = `FLOOR_FRACTION / n`), so a client producing to
+three brokers evenly gets a third of its quota on each, one that moves its load finds the floor
+on the new broker and grows there within a few windows, and an idle entity splits evenly. An
 entity a broker has not reported yet gets `1 / n` there (`default_share`). A broker whose
 report is older than `STALE_WINDOWS` windows is dropped (it stopped, or lost its channel) and
 the shares are recomputed without it.
+
+Brokers report at their own moments, so shares are handed out conservatively: a broker's share
+falls to its target at once, but rises only into what the other brokers' current shares leave
+free (`issued`). The shares in force thus never add up to more than one quota while the split
+moves (a broker whose load grows gets its larger share a window or two later). Only when the
+number of reporting brokers changes (start-up, a broker joining or leaving) does a broker keep
+the split of its time until its next report: up to one window of overshoot.
 
 Sans-IO (the caller passes `now_ms`); the controller owns one `ClusterQuotaBalancer`.
 """
@@ -59,6 +66,8 @@ class ClusterQuotaBalancer:
         self.window_ms = window_ms
         #: broker id -> (when it reported, its rates by entity)
         self._reports: dict[int, tuple[int, dict[EntityKey, float]]] = {}
+        #: broker id -> the shares it enforces now (what it was last told) and its default
+        self._issued: dict[int, tuple[dict[EntityKey, float], float]] = {}
 
     def report(
         self, broker_id: int, rates: Mapping[EntityKey, float], now_ms: int
@@ -67,13 +76,32 @@ class ClusterQuotaBalancer:
         and the share of entities not named."""
         self._reports[broker_id] = (now_ms, {k: max(0.0, float(v)) for k, v in rates.items()})
         self._drop_stale(now_ms)
-        return self.shares_for(broker_id), self.default_share()
+        default = self.default_share()
+        issued, _old_default = self._issued.get(broker_id, ({}, default))
+        shares = {}
+        for key, target in self.shares_for(broker_id).items():
+            current = issued.get(key, default)
+            if target > current:  # rise only into what the others leave free
+                others = sum(self._issued_share(b, key) for b in self._reports if b != broker_id)
+                target = min(target, max(current, 1.0 - others))
+            shares[key] = target
+        self._issued[broker_id] = (shares, default)
+        return dict(shares), default
+
+    def _issued_share(self, broker_id: int, key: EntityKey) -> float:
+        """The share of `key` broker `broker_id` enforces now (its default when never told)."""
+        issued = self._issued.get(broker_id)
+        if issued is None:
+            return self.default_share()
+        shares, default = issued
+        return shares.get(key, default)
 
     def _drop_stale(self, now_ms: int) -> None:
         horizon = now_ms - STALE_WINDOWS * self.window_ms
         for broker_id in [b for b, (at, _r) in self._reports.items() if at < horizon]:
             logger.info("cluster quotas: broker %d stopped reporting; re-splitting", broker_id)
             del self._reports[broker_id]
+            self._issued.pop(broker_id, None)
 
     @property
     def brokers(self) -> list[int]:
@@ -83,6 +111,7 @@ class ClusterQuotaBalancer:
         return 1.0 / max(1, len(self._reports))
 
     def shares_for(self, broker_id: int) -> dict[EntityKey, float]:
+        """Broker `broker_id`'s target shares (by demand; `report` hands them out)."""
         n = max(1, len(self._reports))
         floor = FLOOR_FRACTION / n
         entities: set[EntityKey] = set()

@@ -12,8 +12,9 @@ import pytest
 
 from sparklog.cluster.embedded import EmbeddedCluster
 from sparklog.protocol import kio_build
+from sparklog.protocol.api_versions import ApiKey
 from sparklog.protocol.sparklog_apis import QuotaUsageRequest
-from tests.integration.broker_wire import connect, run
+from tests.integration.broker_wire import call, connect, run
 from tests.integration.conftest import TEST_CONFIG
 from tests.support.quota_records import set_client_quota
 
@@ -37,6 +38,36 @@ def test_brokers_report_every_window(cluster: Any) -> None:
         assert time.monotonic() < deadline, "brokers did not report their quota usage"
         time.sleep(0.05)
     assert cluster.controller.apis.quotas.balancer.brokers == [0, 1]
+
+
+def _create(cluster: Any, topic: str, assignments: list[list[int]]) -> None:
+    async def go() -> Any:
+        conn = await connect(cluster.bootstrap_servers)
+        try:
+            return await call(
+                conn,
+                ApiKey.CREATE_TOPICS,
+                {
+                    "topics": [
+                        {
+                            "name": topic,
+                            "num_partitions": -1,
+                            "replication_factor": -1,
+                            "assignments": [
+                                {"partition_index": p, "broker_ids": b}
+                                for p, b in enumerate(assignments)
+                            ],
+                            "configs": [],
+                        }
+                    ],
+                    "timeout": 10_000,
+                    "validate_only": False,
+                },
+            )
+        finally:
+            await conn.close()
+
+    assert run(go()).topics[0].error_code == 0
 
 
 def _report(cluster: Any, node_id: int, rate: float) -> Any:
@@ -94,9 +125,7 @@ def test_a_client_spread_over_three_brokers_gets_its_quota_once(spread_cluster: 
 
     topic = "spread"
     assignments = [[p % 3] for p in range(6)]
-    admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
-    new = confluent_kafka.admin.NewTopic(topic, replica_assignment=assignments)
-    admin.create_topics([new])[topic].result(30)
+    _create(cluster, topic, assignments)
     set_client_quota(cluster, {"client-id": "spread"}, "producer_byte_rate", QUOTA)
 
     def logs_bytes() -> int:

@@ -44,6 +44,29 @@ def test_an_idle_entity_splits_evenly_and_a_silent_broker_drops_out() -> None:
     assert shares[("Fetch", ALICE)] == pytest.approx(1.0)
 
 
+def test_shares_in_force_never_add_up_to_more_than_one_quota() -> None:
+    import random
+
+    rng = random.Random(31)
+    balancer = ClusterQuotaBalancer(window_ms=1000)
+    brokers = [0, 1, 2]
+    for _round in range(2):  # while brokers join, each holds the split of its time for a round
+        for b in brokers:
+            balancer.report(b, {("Produce", ALICE): 0.0}, 0)
+    in_force = {b: balancer._issued_share(b, ("Produce", ALICE)) for b in brokers}
+    for step in range(300):
+        b = rng.choice(brokers)
+        demand = {("Produce", ALICE): rng.choice([0.0, 10.0, 1000.0])}
+        shares, _default = balancer.report(b, demand, step)
+        in_force[b] = shares[("Produce", ALICE)]
+        assert sum(in_force.values()) <= 1.0 + 1e-9, (step, in_force)
+    balancer.report(0, {("Produce", ALICE): 900.0}, 400)
+    balancer.report(1, {("Produce", ALICE): 100.0}, 400)
+    balancer.report(2, {("Produce", ALICE): 0.0}, 400)
+    shares, _ = balancer.report(0, {("Produce", ALICE): 900.0}, 401)  # steady: at its target
+    assert shares[("Produce", ALICE)] == pytest.approx(balancer.shares_for(0)[("Produce", ALICE)])
+
+
 class Manager:
     """What the reporter uses of a `ClientQuotaManager` (`rates`, `set_shares`)."""
 
@@ -84,7 +107,9 @@ def test_the_reporter_sends_rates_and_applies_the_controllers_shares() -> None:
     assert [(e.quota_type, e.value) for e in sent[0].entries] == [("Produce", 300.0)]
     assert quotas.produce.shares is not None
     produce_shares, default = quotas.produce.shares
-    assert produce_shares[ALICE] == pytest.approx(0.05 + 0.9 * 0.75) and default == 0.5
+    # its target is 0.05 + 0.9 × 0.75, but broker 1 (alone before) still holds the whole
+    # quota: it keeps the even split until broker 1 gives some up
+    assert produce_shares[ALICE] == pytest.approx(0.5) and default == 0.5
     assert quotas.fetch.shares == ({}, 0.5)
 
 
