@@ -18,6 +18,7 @@ from typing import Any
 from kio.static.primitive import f64, i32
 
 from sparklog.metrics.cluster_quota import STALE_WINDOWS
+from sparklog.metrics.metric import MetricName
 from sparklog.protocol.sparklog_apis import QuotaTag, QuotaUsageEntry, QuotaUsageRequest
 
 logger = logging.getLogger(__name__)
@@ -39,6 +40,23 @@ def quota_managers(quotas: Any) -> dict[str, Any]:
         return {}
     found = {name: getattr(quotas, attr, None) for attr, name in MANAGER_NAMES.items()}
     return {name: m for name, m in found.items() if m is not None and hasattr(m, "set_shares")}
+
+
+def enforced_limit(manager: Any, tags: tuple[tuple[str, str], ...]) -> float:
+    """The limit `manager` enforces for the entity `tags` now (its share of the quota): the
+    bound of the entity's quota metric (`kafka.server:type=<group>,<tags>` `<metric>`, Kafka's
+    name); 0 when unknown."""
+    quota_type = getattr(manager, "quota_type", None)
+    metrics = getattr(manager, "metrics", None)
+    if quota_type is None or metrics is None:
+        return 0.0
+    metric = metrics.metric(
+        MetricName.of("kafka.server", quota_type.group, quota_type.metric, tags)
+    )
+    quota = None if metric is None else metric.config.quota
+    if quota is None or quota.bound == float("inf"):
+        return 0.0
+    return float(quota.bound)
 
 
 class ClusterQuotaReporter:
@@ -74,6 +92,7 @@ class ClusterQuotaReporter:
                         quota_type=name,
                         tags=tuple(QuotaTag(name=k, value=v) for k, v in tags),
                         value=f64(rate),
+                        limit=f64(enforced_limit(manager, tags)),
                     )
                 )
         return QuotaUsageRequest(node_id=i32(self.node_id), entries=tuple(entries))

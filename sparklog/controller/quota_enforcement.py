@@ -72,11 +72,14 @@ class ControllerQuotas:
         """A broker's quota usage (`sparklog_apis.QuotaUsageRequest`, `quota.scope=cluster`):
         answered with its share of each entity's quota (`metrics/cluster_quota.py`)."""
         body = request.body
-        rates = {
-            (e.quota_type, tuple((t.name, t.value) for t in e.tags)): float(e.value)
+        usage = {
+            (e.quota_type, tuple((t.name, t.value) for t in e.tags)): (
+                float(e.value),
+                float(e.limit),
+            )
             for e in body.entries
         }
-        shares, default = self.balancer.report(int(body.node_id), rates, self.server.now_ms())
+        shares, default = self.balancer.report(int(body.node_id), usage, self.server.now_ms())
         return kio_build.response(
             request,
             {
@@ -87,6 +90,7 @@ class ControllerQuotas:
                         "quota_type": quota_type,
                         "tags": [{"name": k, "value": v} for k, v in tags],
                         "value": share,
+                        "limit": 0.0,
                     }
                     for (quota_type, tags), share in sorted(shares.items())
                 ],

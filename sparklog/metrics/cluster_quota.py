@@ -8,13 +8,17 @@ measured there (`ClientQuotaManager.rates`), and the controller answers with thi
 (`ClientQuotaManager.set_shares`). The shares of one entity add up to 1 over the brokers that
 report, so the cluster as a whole holds the entity to its quota once.
 
-Shares follow demand: broker b's target is `floor + (1 − n·floor) × rate_b / Σ rate` of an
-entity (n the reporting brokers, `floor` = `FLOOR_FRACTION / n`), so a client producing to
-three brokers evenly gets a third of its quota on each, one that moves its load finds the floor
-on the new broker and grows there within a few windows, and an idle entity splits evenly. An
-entity a broker has not reported yet gets `1 / n` there (`default_share`). A broker whose
-report is older than `STALE_WINDOWS` windows is dropped (it stopped, or lost its channel) and
-the shares are recomputed without it.
+Shares follow demand, water-filling style. Each broker reports, per entity, the rate it
+measured and the limit it enforces (its share of the quota): a broker using less than
+`SATURATION` of its limit wants what it uses plus `HEADROOM` (at least `floor` =
+`FLOOR_FRACTION / n` of the quota, n the reporting brokers, so the client's load can move
+there); the rest of the quota is split evenly among the brokers at their limit (throttling).
+So a client producing to three brokers evenly gets a third of its quota on each, one sending
+everything to one broker gets almost all of it there, and an idle entity splits evenly. Rates
+alone would not do: a throttled broker's rate is its limit, so a split by rates keeps whatever
+split it started from. An entity a broker has not reported yet gets `1 / n` there
+(`default_share`). A broker whose report is older than `STALE_WINDOWS` windows is dropped (it
+stopped, or lost its channel) and the split is recomputed without it.
 
 Brokers report at their own moments, so shares are handed out conservatively: a broker's share
 falls to its target at once, but rises only into what the other brokers' current shares leave
@@ -43,6 +47,13 @@ EntityKey = tuple[str, tuple[tuple[str, str], ...]]
 FLOOR_FRACTION = 0.1
 #: reports older than this many quota windows are dropped
 STALE_WINDOWS = 3
+#: a broker using at least this fraction of its limit is at its limit (being throttled)
+SATURATION = 0.9
+#: what an unthrottled broker is given beyond its use, as a factor
+HEADROOM = 1.25
+
+#: what a broker reports of an entity: its measured rate and the limit it enforces (0: unknown)
+Usage = tuple[float, float]
 
 QUOTA_SCOPE = "quota.scope"
 CLUSTER_QUOTA_SETTINGS = define(
@@ -64,17 +75,24 @@ class ClusterQuotaBalancer:
 
     def __init__(self, window_ms: int) -> None:
         self.window_ms = window_ms
-        #: broker id -> (when it reported, its rates by entity)
-        self._reports: dict[int, tuple[int, dict[EntityKey, float]]] = {}
+        #: broker id -> (when it reported, its usage by entity: rate, limit, the whole quota
+        #: that limit implies under the share the broker enforced when it measured)
+        self._reports: dict[int, tuple[int, dict[EntityKey, tuple[float, float, float]]]] = {}
         #: broker id -> the shares it enforces now (what it was last told) and its default
         self._issued: dict[int, tuple[dict[EntityKey, float], float]] = {}
 
     def report(
-        self, broker_id: int, rates: Mapping[EntityKey, float], now_ms: int
+        self, broker_id: int, usage: Mapping[EntityKey, Usage | float], now_ms: int
     ) -> tuple[dict[EntityKey, float], float]:
-        """Take broker `broker_id`'s rates; its shares (for every entity any broker reported)
-        and the share of entities not named."""
-        self._reports[broker_id] = (now_ms, {k: max(0.0, float(v)) for k, v in rates.items()})
+        """Take broker `broker_id`'s usage (rate and enforced limit, or a rate alone); its
+        shares (for every entity any broker reported) and the share of entities not named."""
+        reported = {}
+        for key, value in usage.items():
+            rate, limit = _usage(value)
+            # a broker never answered enforces the whole quota
+            share = self._issued_share(broker_id, key) if broker_id in self._issued else 1.0
+            reported[key] = (rate, limit, limit / share if limit > 0 and share > 0 else 0.0)
+        self._reports[broker_id] = (now_ms, reported)
         self._drop_stale(now_ms)
         default = self.default_share()
         issued, _old_default = self._issued.get(broker_id, ({}, default))
@@ -112,17 +130,42 @@ class ClusterQuotaBalancer:
 
     def shares_for(self, broker_id: int) -> dict[EntityKey, float]:
         """Broker `broker_id`'s target shares (by demand; `report` hands them out)."""
-        n = max(1, len(self._reports))
-        floor = FLOOR_FRACTION / n
         entities: set[EntityKey] = set()
-        for _at, rates in self._reports.values():
-            entities.update(rates)
-        mine = self._reports.get(broker_id, (0, {}))[1]
-        shares = {}
-        for key in entities:
-            total = sum(rates.get(key, 0.0) for _at, rates in self._reports.values())
-            if total <= 0:
-                shares[key] = 1.0 / n
+        for _at, usage in self._reports.values():
+            entities.update(usage)
+        return {key: self._targets(key).get(broker_id, 0.0) for key in entities}
+
+    def _targets(self, key: EntityKey) -> dict[int, float]:
+        """Every reporting broker's target share of entity `key` (adding up to 1)."""
+        brokers = sorted(self._reports)
+        n = len(brokers)
+        floor = FLOOR_FRACTION / n
+        usage = {b: self._reports[b][1].get(key, (0.0, 0.0, 0.0)) for b in brokers}
+        # the whole quota: any broker's limit over the share it enforced
+        wholes = [whole for _rate, _limit, whole in usage.values() if whole > 0]
+        if not wholes:  # no limit known yet: split evenly
+            return {b: 1.0 / n for b in brokers}
+        whole = max(wholes)
+        wants: dict[int, float] = {}
+        saturated = []
+        for b, (rate, limit, _whole) in usage.items():
+            if limit > 0 and rate >= SATURATION * limit:
+                saturated.append(b)
             else:
-                shares[key] = floor + (1.0 - n * floor) * mine.get(key, 0.0) / total
-        return shares
+                wants[b] = min(1.0, max(floor, rate * HEADROOM / whole))
+        left = 1.0 - sum(wants.values())
+        if saturated:
+            for b in saturated:
+                wants[b] = max(floor, left / len(saturated))
+        else:  # nobody is held back: the spare goes evenly
+            for b in wants:
+                wants[b] += left / n
+        total = sum(wants.values())
+        return {b: w / total for b, w in wants.items()}
+
+
+def _usage(value: Usage | float) -> Usage:
+    if isinstance(value, tuple):
+        rate, limit = value
+        return max(0.0, float(rate)), max(0.0, float(limit))
+    return max(0.0, float(value)), 0.0

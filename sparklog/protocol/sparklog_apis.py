@@ -196,6 +196,8 @@ class QuotaUsageEntry:
     """The quota entity's metric tags, in Kafka's order."""
     value: f64 = field(metadata={"kafka_type": "float64"})
     """Its rate on the sender (the request: measured; the response: the sender's share)."""
+    limit: f64 = field(metadata={"kafka_type": "float64"})
+    """The limit the sender enforces now (the request; 0 when unknown; 0 in the response)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

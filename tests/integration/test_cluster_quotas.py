@@ -70,7 +70,7 @@ def _create(cluster: Any, topic: str, assignments: list[list[int]]) -> None:
     assert run(go()).topics[0].error_code == 0
 
 
-def _report(cluster: Any, node_id: int, rate: float) -> Any:
+def _report(cluster: Any, node_id: int, rate: float, limit: float) -> Any:
     async def go() -> Any:
         conn = await connect(cluster.controller.bootstrap, client_id="sparklog-broker")
         try:
@@ -78,7 +78,9 @@ def _report(cluster: Any, node_id: int, rate: float) -> Any:
                 QuotaUsageRequest,
                 {
                     "node_id": node_id,
-                    "entries": [{"quota_type": "Produce", "tags": ALICE, "value": rate}],
+                    "entries": [
+                        {"quota_type": "Produce", "tags": ALICE, "value": rate, "limit": limit}
+                    ],
                 },
             )
             return await conn.request(body)
@@ -89,13 +91,14 @@ def _report(cluster: Any, node_id: int, rate: float) -> Any:
 
 
 def test_the_controller_splits_a_quota_by_demand(cluster: Any) -> None:
-    # as two more brokers (10, 11) beside the cluster's two, which see no traffic
-    _report(cluster, 10, 3000.0)
-    answer = _report(cluster, 11, 1000.0)
+    # as two more brokers (10, 11) beside the cluster's two, which see no traffic: 10 at its
+    # limit of a 4,000 B/s quota, 11 using a tenth
+    _report(cluster, 10, 4000.0, 4000.0)
+    answer = _report(cluster, 11, 400.0, 4000.0)
     assert answer.error_code == 0
     (share,) = [s for s in answer.shares if s.quota_type == "Produce"]
-    # four brokers: a floor of 2.5 % each, the other 90 % split 3:1:0:0
-    assert float(share.value) == pytest.approx(0.025 + 0.9 * 0.25)
+    # four brokers: 11 wants its use + 25 % (its share may only fall: it had the default 1/4)
+    assert float(share.value) == pytest.approx(400 * 1.25 / 4000)
     assert float(answer.default_share) == pytest.approx(0.25)
 
 

@@ -18,28 +18,47 @@ ALICE = (("user", "alice"), ("client-id", "app"))
 BOB = (("user", "bob"), ("client-id", "app"))
 
 
-def test_shares_follow_demand_and_sum_to_one() -> None:
+P_ALICE = ("Produce", ALICE)
+
+
+def test_throttled_brokers_share_what_the_others_leave() -> None:
     balancer = ClusterQuotaBalancer(window_ms=1000)
-    balancer.report(0, {("Produce", ALICE): 300.0}, 0)
-    balancer.report(1, {("Produce", ALICE): 100.0, ("Produce", BOB): 50.0}, 0)
-    shares, default = balancer.report(2, {}, 0)
-    assert default == pytest.approx(1 / 3)
+    # a 300 B/s quota, each broker enforcing it whole (not answered yet)
+    balancer.report(0, {P_ALICE: (300.0, 300.0)}, 0)  # at its limit: wants more
+    balancer.report(1, {P_ALICE: (30.0, 300.0)}, 0)  # uses a tenth: wants that + 25 %
+    balancer.report(2, {}, 0)  # no traffic: the floor
     floor = FLOOR_FRACTION / 3
-    alice = [balancer.shares_for(b)[("Produce", ALICE)] for b in (0, 1, 2)]
-    assert sum(alice) == pytest.approx(1.0)
-    assert alice == pytest.approx([floor + 0.9 * 0.75, floor + 0.9 * 0.25, floor])
-    bob = [balancer.shares_for(b)[("Produce", BOB)] for b in (0, 1, 2)]
-    assert sum(bob) == pytest.approx(1.0) and bob[1] > 0.9
-    assert shares[("Produce", ALICE)] == pytest.approx(floor)  # broker 2 sees no alice yet
+    targets = [balancer.shares_for(b)[P_ALICE] for b in (0, 1, 2)]
+    assert sum(targets) == pytest.approx(1.0)
+    assert targets[1] == pytest.approx(30 * 1.25 / 300)
+    assert targets[2] == pytest.approx(floor)
+    assert targets[0] == pytest.approx(1 - 30 * 1.25 / 300 - floor)
+
+
+def test_even_demand_splits_evenly_whatever_split_it_started_from() -> None:
+    balancer = ClusterQuotaBalancer(window_ms=1000)
+    for b in (0, 1, 2):  # a lopsided start: 0.8 / 0.1 / 0.1 of a 300 B/s quota
+        balancer._issued[b] = ({P_ALICE: (0.8, 0.1, 0.1)[b]}, 1 / 3)
+        balancer.report(b, {P_ALICE: (300.0 * (0.8, 0.1, 0.1)[b],) * 2}, 0)
+    for b in (0, 1, 2):  # every broker at its limit: even split
+        assert balancer.shares_for(b)[P_ALICE] == pytest.approx(1 / 3)
+    balancer.report(3, {P_ALICE: 5.0}, 0)  # a rate alone: no limit known from it
+
+
+def test_without_known_limits_the_split_is_even() -> None:
+    balancer = ClusterQuotaBalancer(window_ms=1000)
+    balancer.report(0, {P_ALICE: 300.0}, 0)
+    shares, default = balancer.report(1, {P_ALICE: 100.0}, 0)
+    assert default == 0.5 and balancer.shares_for(0)[P_ALICE] == pytest.approx(0.5)
 
 
 def test_an_idle_entity_splits_evenly_and_a_silent_broker_drops_out() -> None:
     balancer = ClusterQuotaBalancer(window_ms=1000)
-    balancer.report(0, {("Fetch", ALICE): 0.0}, 0)
-    shares, _ = balancer.report(1, {("Fetch", ALICE): 0.0}, 0)
+    balancer.report(0, {("Fetch", ALICE): (0.0, 100.0)}, 0)
+    shares, _ = balancer.report(1, {("Fetch", ALICE): (0.0, 100.0)}, 0)
     assert shares[("Fetch", ALICE)] == pytest.approx(0.5)
     later = STALE_WINDOWS * 1000 + 1
-    shares, default = balancer.report(1, {("Fetch", ALICE): 10.0}, later)
+    shares, default = balancer.report(1, {("Fetch", ALICE): (10.0, 50.0)}, later)
     assert balancer.brokers == [1] and default == 1.0
     assert shares[("Fetch", ALICE)] == pytest.approx(1.0)
 
@@ -56,15 +75,17 @@ def test_shares_in_force_never_add_up_to_more_than_one_quota() -> None:
     in_force = {b: balancer._issued_share(b, ("Produce", ALICE)) for b in brokers}
     for step in range(300):
         b = rng.choice(brokers)
-        demand = {("Produce", ALICE): rng.choice([0.0, 10.0, 1000.0])}
-        shares, _default = balancer.report(b, demand, step)
-        in_force[b] = shares[("Produce", ALICE)]
+        limit = 300.0 * in_force[b]
+        rate = rng.choice([0.0, 0.1, 0.5, 1.0]) * limit
+        shares, _default = balancer.report(b, {P_ALICE: (rate, limit)}, step)
+        in_force[b] = shares[P_ALICE]
         assert sum(in_force.values()) <= 1.0 + 1e-9, (step, in_force)
-    balancer.report(0, {("Produce", ALICE): 900.0}, 400)
-    balancer.report(1, {("Produce", ALICE): 100.0}, 400)
-    balancer.report(2, {("Produce", ALICE): 0.0}, 400)
-    shares, _ = balancer.report(0, {("Produce", ALICE): 900.0}, 401)  # steady: at its target
-    assert shares[("Produce", ALICE)] == pytest.approx(balancer.shares_for(0)[("Produce", ALICE)])
+    for _round in range(3):  # a steady load: every broker at its target
+        for b, rate in ((0, 1000.0), (1, 10.0), (2, 0.0)):
+            balancer.report(b, {P_ALICE: (rate, 300.0 * in_force[b])}, 500)
+            in_force[b] = balancer._issued_share(b, P_ALICE)
+    assert in_force == pytest.approx({b: balancer.shares_for(b)[P_ALICE] for b in (0, 1, 2)})
+    assert in_force[0] > 0.9
 
 
 class Manager:
@@ -89,26 +110,29 @@ class Quotas:
 
 def test_the_reporter_sends_rates_and_applies_the_controllers_shares() -> None:
     balancer = ClusterQuotaBalancer(window_ms=1000)
-    balancer.report(1, {("Produce", ALICE): 100.0}, 0)
+    balancer.report(1, {P_ALICE: 100.0}, 0)
     quotas = Quotas()
     sent: list[Any] = []
 
     async def send(request: Any) -> Any:
         sent.append(request)
-        rates = {
-            (e.quota_type, tuple((t.name, t.value) for t in e.tags)): float(e.value)
+        usage = {
+            (e.quota_type, tuple((t.name, t.value) for t in e.tags)): (
+                float(e.value),
+                float(e.limit),
+            )
             for e in request.entries
         }
-        shares, default = balancer.report(int(request.node_id), rates, 0)
+        shares, default = balancer.report(int(request.node_id), usage, 0)
         return _response(shares, default)
 
     reporter = ClusterQuotaReporter(0, send, lambda: quota_managers(quotas), 1000, lambda: 0)
     assert asyncio.run(reporter.report_once())
-    assert [(e.quota_type, e.value) for e in sent[0].entries] == [("Produce", 300.0)]
+    # (this manager has no quota metric: its limit is unknown, 0)
+    assert [(e.quota_type, e.value, e.limit) for e in sent[0].entries] == [("Produce", 300.0, 0)]
     assert quotas.produce.shares is not None
     produce_shares, default = quotas.produce.shares
-    # its target is 0.05 + 0.9 × 0.75, but broker 1 (alone before) still holds the whole
-    # quota: it keeps the even split until broker 1 gives some up
+    # no limits known: the even split
     assert produce_shares[ALICE] == pytest.approx(0.5) and default == 0.5
     assert quotas.fetch.shares == ({}, 0.5)
 
@@ -133,7 +157,12 @@ def _response(shares: dict, default: float) -> Any:
             "error_code": 0,
             "default_share": default,
             "shares": [
-                {"quota_type": q, "tags": [{"name": k, "value": v} for k, v in t], "value": s}
+                {
+                    "quota_type": q,
+                    "tags": [{"name": k, "value": v} for k, v in t],
+                    "value": s,
+                    "limit": 0.0,
+                }
                 for (q, t), s in shares.items()
             ],
         },
