@@ -59,6 +59,20 @@ def enforced_limit(manager: Any, tags: tuple[tuple[str, str], ...]) -> float:
     return float(quota.bound)
 
 
+def throttled(manager: Any, tags: tuple[tuple[str, str], ...], now_ms: int) -> bool:
+    """Whether `manager` throttled the entity `tags` within its quota windows (its
+    `throttle-time` average, Kafka's metric, is above zero)."""
+    quota_type = getattr(manager, "quota_type", None)
+    metrics = getattr(manager, "metrics", None)
+    if quota_type is None or metrics is None:
+        return False
+    metric = metrics.metric(MetricName.of("kafka.server", quota_type.group, "throttle-time", tags))
+    if metric is None:
+        return False
+    value = metric.value(now_ms)
+    return value == value and value > 0  # NaN: nothing recorded
+
+
 class ClusterQuotaReporter:
     """Reports usage and applies shares every `window_ms` (run as a broker task)."""
 
@@ -87,12 +101,17 @@ class ClusterQuotaReporter:
         entries = []
         for name, manager in sorted(self._managers().items()):
             for tags, rate in sorted(manager.rates(now_ms).items()):
+                limit = enforced_limit(manager, tags)
+                if limit > 0 and throttled(manager, tags, now_ms):
+                    # held back in this window: it wants at least its limit, whatever the rate
+                    # shows while its connections sit muted
+                    rate = max(rate, limit)
                 entries.append(
                     QuotaUsageEntry(
                         quota_type=name,
                         tags=tuple(QuotaTag(name=k, value=v) for k, v in tags),
                         value=f64(rate),
-                        limit=f64(enforced_limit(manager, tags)),
+                        limit=f64(limit),
                     )
                 )
         return QuotaUsageRequest(node_id=i32(self.node_id), entries=tuple(entries))

@@ -89,7 +89,6 @@ from sparklog.metrics.cluster_quota import CLUSTER_QUOTA_SETTINGS
 from sparklog.metrics.config import MetricsConfig
 from sparklog.metrics.controller_mutation_quota import ControllerMutationQuotaManager
 from sparklog.metrics.metric import MetricName
-from sparklog.metrics.registry import monotonic_ms
 from sparklog.metrics.replication_quota import ReplicationQuotaManager
 from sparklog.metrics.replication_quota import quota_window as replication_quota_window
 from sparklog.protocol.api_versions import BROKER_SERVED_APIS
@@ -437,7 +436,7 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
                 self.controller.report_quota_usage,
                 lambda: quota_managers(getattr(self, "quotas", None)),
                 self.metrics_config.quota_config.time_window_ms,
-                monotonic_ms,
+                self.metrics.now_ms,
             )
             self._spawn(self.cluster_quotas.run(), "cluster-quotas")
         self.state = BrokerState.RECOVERY
