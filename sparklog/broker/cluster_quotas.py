@@ -91,6 +91,9 @@ class ClusterQuotaReporter:
         self._clock_ms = clock_ms
         self._failures = 0
         self.reports = 0
+        #: (quota type, entity tags) -> when it was last seen throttled
+        self._throttled_at: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}
+        self._memory_ms = STALE_WINDOWS * window_ms
 
     async def run(self) -> None:
         while True:
@@ -98,13 +101,19 @@ class ClusterQuotaReporter:
             await self.report_once()
 
     def usage_request(self, now_ms: int) -> QuotaUsageRequest:
+        horizon = now_ms - self._memory_ms
+        self._throttled_at = {k: t for k, t in self._throttled_at.items() if t >= horizon}
         entries = []
         for name, manager in sorted(self._managers().items()):
             for tags, rate in sorted(manager.rates(now_ms).items()):
                 limit = enforced_limit(manager, tags)
+                key = (name, tags)
                 if limit > 0 and throttled(manager, tags, now_ms):
-                    # held back in this window: it wants at least its limit, whatever the rate
-                    # shows while its connections sit muted
+                    self._throttled_at[key] = now_ms
+                held = now_ms - self._throttled_at.get(key, -(2**62)) <= self._memory_ms
+                if limit > 0 and held:
+                    # held back lately: it wants at least its limit, whatever the rate shows
+                    # while its connections sit muted (a throttle may outlast the windows)
                     rate = max(rate, limit)
                 entries.append(
                     QuotaUsageEntry(
