@@ -122,8 +122,6 @@ def test_a_client_spread_over_three_brokers_gets_its_quota_once(spread_cluster: 
     """6 partitions led by 3 brokers, one producer flat out: the bytes the brokers took over the
     measured interval stay within the quota × 1.05 in total (per-broker scope: 3 ×)."""
     cluster = spread_cluster
-    if getattr(cluster.brokers[0], "quotas", None) is None:
-        pytest.skip("needs the brokers' client quota enforcement (broker/quotas.py)")
     import confluent_kafka
 
     topic = "spread"
