@@ -178,6 +178,9 @@ class KafkaServer:
         self.connection_sensors: ConnectionSensors | None = None
         #: connections muted right now for a throttle (KIP-219)
         self.muted_connections = 0
+        #: connection tasks sleeping out a throttle (muted, a delayed answer, a KIP-612 close):
+        #: `stop` cancels them at once rather than waiting for their throttle to pass
+        self._throttle_sleepers: set[asyncio.Task] = set()
         #: `connection_throttle(ip)`: 0 to serve a new connection, else the ms after which to
         #: close it (client quotas' `connection_creation_rate`, KIP-612); None: no such quota
         self.connection_throttle = connection_throttle
@@ -212,6 +215,8 @@ class KafkaServer:
             self._server.close()
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
+        for task in list(self._throttle_sleepers):
+            task.cancel()  # a muted connection has nothing in flight: end it now
         for writer in list(self._connections.values()):
             writer.close()  # the connection loop sees EOF and ends
         tasks = list(self._connections)
@@ -222,6 +227,16 @@ class KafkaServer:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
         self._connections.clear()
+
+    async def _throttle_sleep(self, seconds: float) -> None:
+        """Sleep out a throttle, cancellable by `stop`."""
+        task = asyncio.current_task()
+        assert task is not None
+        self._throttle_sleepers.add(task)
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            self._throttle_sleepers.discard(task)
 
     @property
     def connection_count(self) -> int:
@@ -335,8 +350,8 @@ class KafkaServer:
             # KIP-612: over its IP's connection_creation_rate; closed after the throttle time
             # (so a client reconnecting in a loop is slowed to the rate), never served
             self.throttled_connections += 1
-            with contextlib.suppress(Exception):
-                await asyncio.sleep(delay_ms / 1000)
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await self._throttle_sleep(delay_ms / 1000)
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
@@ -400,7 +415,7 @@ class KafkaServer:
                         body = await pipeline(request)
                     throttle_s = request.context.throttle_time_ms / 1000
                     if throttle_s and not client_throttles(request.api_key, request.api_version):
-                        await asyncio.sleep(throttle_s)  # before KIP-219: delay the answer
+                        await self._throttle_sleep(throttle_s)  # before KIP-219: delay the answer
                         throttle_s = 0
                     start_ns = time.monotonic_ns() if pipeline.measures else 0
                     if body is not None:
@@ -427,7 +442,7 @@ class KafkaServer:
                     if throttle_s:  # KIP-219: answered; now muted, the next request waits
                         self.muted_connections += 1
                         try:
-                            await asyncio.sleep(throttle_s)
+                            await self._throttle_sleep(throttle_s)
                         finally:
                             self.muted_connections -= 1
                     await cooperative.checkpoint()
