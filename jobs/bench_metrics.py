@@ -11,7 +11,10 @@ the cells alternate on, off, on, off, ... for `--rounds` rounds, each a confluen
 produce (1 KB values, 6 partitions, RF=1, acks=all, lz4: bench_vs_kafka's cell) into a new
 topic, then a consume of it. The ratio of a cell is median(on) / median(off) (target >= 0.97);
 beside each, the broker process's CPU seconds per GB, median(off) / median(on) (what the
-metrics cost in CPU, which a machine shared with other work disturbs less than MB/s).
+metrics cost in CPU, which a machine shared with other work disturbs less than MB/s), read
+from the scheduler's ns counts (`/proc/<pid>/task/*/schedstat`; the 10 ms ticks of
+/proc/<pid>/stat are a tenth of a cell). Each ratio comes with its spread: the lowest and
+highest of the per-round ratios (round i's on over round i's off).
 
     python jobs/bench_metrics.py [--mb 100] [--rounds 5] [--json out.json] [--quick]
 """
@@ -105,23 +108,42 @@ class Scraper:
             self.scrapes += 1
 
 
+def cpu_s(system: System) -> float:
+    """CPU seconds the system's processes have run, to the ns: the sum over their live threads
+    (the servers' threads live as long as they do)."""
+    total = 0
+    for pid in system.pids:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                total += int((task / "schedstat").read_text().split()[0])
+            except (FileNotFoundError, ProcessLookupError):  # a thread that just ended
+                continue
+    return total / 1e9
+
+
 def _round(system: System, records: int) -> dict[str, float]:
     """One produce and one consume: MB/s of each, and the broker process's CPU seconds per
     GB of values during each (steadier than MB/s on a shared machine)."""
     gb = records * SIZE / 1e9
     topic = create_topic(system.bootstrap, PARTITIONS, 1)
-    cpu = system.cpu_s()
+    cpu = cpu_s(system)
     produced = confluent_produce(system.bootstrap, topic, records, SIZE)
-    produce_cpu = system.cpu_s() - cpu
-    cpu = system.cpu_s()
+    produce_cpu = cpu_s(system) - cpu
+    cpu = cpu_s(system)
     consumed = confluent_consume(system.bootstrap, topic, PARTITIONS, records, SIZE)
-    consume_cpu = system.cpu_s() - cpu
+    consume_cpu = cpu_s(system) - cpu
     return {
         "produce": produced["mb_s"],
         "consume": consumed["mb_s"],
         "produce_cpu_s_per_gb": produce_cpu / gb,
         "consume_cpu_s_per_gb": consume_cpu / gb,
     }
+
+
+def _spread(numerators: list[float], denominators: list[float]) -> list[float]:
+    """The lowest and highest per-round ratio (rounds paired as they were interleaved)."""
+    ratios = [a / b for a, b in zip(numerators, denominators, strict=True)]
+    return [round(min(ratios), 3), round(max(ratios), 3)]
 
 
 def main() -> None:
@@ -165,12 +187,17 @@ def main() -> None:
         out[f"metrics_on_{cell}_mb_s"] = on_mb_s
         out[f"metrics_off_{cell}_mb_s"] = off_mb_s
         out[f"metrics_on_vs_off_{cell}"] = on_mb_s / off_mb_s
+        out[f"metrics_on_vs_off_{cell}_spread"] = _spread(runs["on"][cell], runs["off"][cell])
         on_cpu = statistics.median(runs["on"][f"{cell}_cpu_s_per_gb"])
         off_cpu = statistics.median(runs["off"][f"{cell}_cpu_s_per_gb"])
         out[f"metrics_on_vs_off_{cell}_cpu_efficiency"] = off_cpu / on_cpu
+        out[f"metrics_on_vs_off_{cell}_cpu_efficiency_spread"] = _spread(
+            runs["off"][f"{cell}_cpu_s_per_gb"], runs["on"][f"{cell}_cpu_s_per_gb"]
+        )
     out["definitions"] = DEFINITIONS
     for key, definition in DEFINITIONS.items():
-        print(f"{key} = {out[key]:.3f}  ({definition})")
+        low, high = out[f"{key}_spread"]
+        print(f"{key} = {out[key]:.3f} [rounds {low:.3f}..{high:.3f}]  ({definition})")
     print(f"{scraper.scrapes} scrapes of {out['scrape_bytes_avg'] / 1024:.1f} KiB on average")
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")

@@ -3,7 +3,13 @@
   entities_1000   confluent-kafka produce and consume (1 KB records) with 1,000 quota
                   entities configured that the bench client does not match (users and client
                   ids of others, with producer/consumer byte rates and request percentages),
-                  against none: rounds interleaved, ratio of the medians (target >= 0.97).
+                  against none: rounds interleaved (ABBA), ratio of the medians (target >=
+                  0.97), with the spread of the per-round ratios. Beside MB/s, the broker
+                  loop thread's CPU seconds per GB (`/proc/.../schedstat`, ns): the client
+                  shares this process and this 2-core machine is shared, so wall-clock MB/s
+                  of a cell lasting a tenth of a second moves by a quarter from round to
+                  round while the CPU the broker spends per GB does not. Consume is given
+                  whole (consumer start included) and from its first record on (`transfer`).
   neighbour_p99   an unthrottled producer paced at --paced-rate records/s: its p99 delivery
                   latency beside a flat-out producer held by a 1 MB/s client-id quota, over
                   its p99 alone (target <= 1.5; Kafka's quota_test checks this in spirit).
@@ -11,13 +17,15 @@
 Quotas are set by replaying `ClientQuota` records into the broker's quota source (what the
 controller's records do on every broker), so only the enforcement is measured.
 
-  PYTHONPATH=$PWD .venv/bin/python jobs/bench_quotas.py [--records 50000] [--rounds 3]
+  PYTHONPATH=$PWD .venv/bin/python jobs/bench_quotas.py [--records 200000] [--rounds 6]
+      [--no-neighbour]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 import threading
@@ -60,6 +68,20 @@ def create_topic(bootstrap: str) -> str:
     return name
 
 
+def delete_topic(bootstrap: str, name: str) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({**LIBRDKAFKA, "bootstrap.servers": bootstrap})
+    admin.delete_topics([name])[name].result(30)
+
+
+def thread_cpu_s(native_id: int) -> float:
+    """CPU seconds a thread of this process has run (the scheduler's ns count: the 10 ms ticks
+    of /proc/.../stat are a tenth of a cell's broker CPU)."""
+    with open(f"/proc/{os.getpid()}/task/{native_id}/schedstat") as f:
+        return int(f.read().split()[0]) / 1e9
+
+
 def produce_mb_s(bootstrap: str, topic: str, records: int, client_id: str = "bench") -> float:
     from confluent_kafka import Producer
 
@@ -78,7 +100,8 @@ def produce_mb_s(bootstrap: str, topic: str, records: int, client_id: str = "ben
     return records * len(VALUE) / (time.perf_counter() - start) / 1e6
 
 
-def consume_mb_s(bootstrap: str, topic: str, records: int) -> float:
+def consume_mb_s(bootstrap: str, topic: str, records: int) -> tuple[float, float]:
+    """MB/s of the whole consume (consumer start included) and from its first record on."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer(
@@ -92,14 +115,18 @@ def consume_mb_s(bootstrap: str, topic: str, records: int) -> float:
     )
     consumer.assign([TopicPartition(topic, 0, 0)])
     got = 0
+    first = None
     start = time.perf_counter()
     while got < records:
-        for message in consumer.consume(1000, 1.0):
+        for message in consumer.consume(min(1000, records - got), 1.0):
             if message.error() is None:
+                if first is None:
+                    first = time.perf_counter()
                 got += 1
-    elapsed = time.perf_counter() - start
+    end = time.perf_counter()
     consumer.close()
-    return got * len(VALUE) / elapsed / 1e6
+    mb = got * len(VALUE) / 1e6
+    return mb / (end - start), mb / max(end - (first or start), 1e-9)
 
 
 def paced_p99_ms(bootstrap: str, topic: str, rate: int, seconds: float) -> float:
@@ -183,37 +210,87 @@ def stage_cost_us(none: QuotasImage, thousand: QuotasImage) -> dict[str, float]:
     return out
 
 
+def _spread(values: list[float]) -> list[float]:
+    return [round(min(values), 3), round(max(values), 3)]
+
+
+def entities_cells(broker: Any, bootstrap: str, records: int, rounds: int) -> dict[str, Any]:
+    """Produce then consume a new topic per cell, no quotas vs 1,000 entities, ABBA rounds:
+    MB/s and the broker loop thread's CPU s/GB of each, ratios of the medians + spread."""
+    none, thousand = QuotasImage(), thousand_entities()
+    loop_thread = next(t for t in threading.enumerate() if t.name == broker.thread_name)
+    assert loop_thread.native_id is not None
+    gb = records * len(VALUE) / 1e9
+    figures = ("produce", "consume", "consume_transfer", "produce_cpu_s_gb", "consume_cpu_s_gb")
+    cells: dict[str, dict[str, list[float]]] = {
+        label: {f: [] for f in figures} for label in ("none", "entities_1000")
+    }
+    for round_ in range(rounds):
+        order = [("none", none), ("entities_1000", thousand)]
+        for label, image in order if round_ % 2 == 0 else order[::-1]:  # ABBA
+            broker.quotas.source = lambda image=image: image
+            topic = create_topic(bootstrap)
+            cell = cells[label]
+            cpu = thread_cpu_s(loop_thread.native_id)
+            cell["produce"].append(produce_mb_s(bootstrap, topic, records))
+            produced_cpu = thread_cpu_s(loop_thread.native_id)
+            whole, transfer = consume_mb_s(bootstrap, topic, records)
+            consumed_cpu = thread_cpu_s(loop_thread.native_id)
+            cell["consume"].append(whole)
+            cell["consume_transfer"].append(transfer)
+            cell["produce_cpu_s_gb"].append((produced_cpu - cpu) / gb)
+            cell["consume_cpu_s_gb"].append((consumed_cpu - produced_cpu) / gb)
+            delete_topic(bootstrap, topic)  # the cells' data need not pile up
+    out: dict[str, Any] = {}
+    on, off = cells["entities_1000"], cells["none"]
+    for what in ("produce", "consume", "consume_transfer"):
+        out[f"entities_1000_vs_none_{what}"] = round(
+            statistics.median(on[what]) / statistics.median(off[what]), 3
+        )
+        out[f"entities_1000_vs_none_{what}_round_ratios"] = _spread(
+            [a / b for a, b in zip(on[what], off[what], strict=True)]
+        )
+        out[f"{what}_mb_s_none"] = round(statistics.median(off[what]), 1)
+        out[f"{what}_mb_s_entities_1000"] = round(statistics.median(on[what]), 1)
+    for what in ("produce", "consume"):
+        key = f"{what}_cpu_s_gb"
+        # CPU efficiency: none's CPU per GB over the entities' (1.0 = the quotas cost nothing)
+        out[f"entities_1000_vs_none_{what}_cpu_efficiency"] = round(
+            statistics.median(off[key]) / statistics.median(on[key]), 3
+        )
+        out[f"entities_1000_vs_none_{what}_cpu_efficiency_round_ratios"] = _spread(
+            [b / a for a, b in zip(on[key], off[key], strict=True)]
+        )
+        out[f"broker_{key}_none"] = round(statistics.median(off[key]), 3)
+        out[f"broker_{key}_entities_1000"] = round(statistics.median(on[key]), 3)
+    out["samples"] = {
+        label: {f: [round(v, 3) for v in values] for f, values in cell.items()}
+        for label, cell in cells.items()
+    }
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--records", type=int, default=50_000)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--paced-rate", type=int, default=500)
     parser.add_argument("--paced-seconds", type=float, default=5.0)
+    parser.add_argument("--no-neighbour", action="store_true", help="only the 1,000-entity cells")
     args = parser.parse_args()
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp, EmbeddedCluster(brokers=1, data_dir=tmp) as cluster:
         broker = cluster.brokers[0]
         bootstrap = cluster.bootstrap_servers
-        none, thousand = QuotasImage(), thousand_entities()
-        cells: dict[str, dict[str, list[float]]] = {
-            "none": {"produce": [], "consume": []},
-            "entities_1000": {"produce": [], "consume": []},
-        }
-        for round_ in range(args.rounds):
-            order = [("none", none), ("entities_1000", thousand)]
-            for label, image in order if round_ % 2 == 0 else order[::-1]:  # ABBA
-                broker.quotas.source = lambda image=image: image
-                topic = create_topic(bootstrap)
-                cells[label]["produce"].append(produce_mb_s(bootstrap, topic, args.records))
-                cells[label]["consume"].append(consume_mb_s(bootstrap, topic, args.records))
-        for what in ("produce", "consume"):
-            on = statistics.median(cells["entities_1000"][what])
-            off = statistics.median(cells["none"][what])
-            out[f"entities_1000_vs_none_{what}"] = round(on / off, 3)
-            out[f"{what}_mb_s_none"] = round(off, 1)
-            out[f"{what}_mb_s_entities_1000"] = round(on, 1)
-        out["samples_mb_s"] = cells
-        out["stage_us_per_request"] = stage_cost_us(none, thousand)
+        # warm-up cell (first segments, connections, caches), not counted
+        warm = create_topic(bootstrap)
+        produce_mb_s(bootstrap, warm, max(1, args.records // 10))
+        consume_mb_s(bootstrap, warm, max(1, args.records // 10))
+        out.update(entities_cells(broker, bootstrap, args.records, args.rounds))
+        out["stage_us_per_request"] = stage_cost_us(QuotasImage(), thousand_entities())
+        if args.no_neighbour:
+            print(json.dumps(out, indent=2))
+            return
         # neighbour isolation
         held = QuotasImage()
         held.replay(

@@ -217,7 +217,8 @@ def confluent_consume(
     started = time.perf_counter()
     deadline = time.monotonic() + 300
     while got < records and time.monotonic() < deadline:
-        for m in consumer.consume(num_messages=100_000, timeout=1.0):
+        # never ask for more than is left: consume() waits its whole timeout for the rest
+        for m in consumer.consume(num_messages=min(100_000, records - got), timeout=1.0):
             assert m.error() is None, m.error()
             got += 1
     seconds = time.perf_counter() - started

@@ -174,6 +174,9 @@ class KafkaServer:
         self.memory_pool = MemoryPool(queued_max_request_bytes)
         self.refused_connections = 0
         self.idle_closed_connections = 0
+        #: responses whose records went out by sendfile (Fetch's `FileResponse`): what proves
+        #: a stage (quotas, metrics) kept the zero-copy path, for tests and benchmarks
+        self.file_responses_sent = 0
         #: where connections are counted (`bind_metrics`); None: not measured
         self.connection_sensors: ConnectionSensors | None = None
         #: connections muted right now for a throttle (KIP-219)
@@ -424,6 +427,7 @@ class KafkaServer:
                                 await asyncio.wait_for(
                                     send_file_response(writer, conn, request, body), idle_s
                                 )
+                                self.file_responses_sent += 1
                             else:
                                 frame = await cooperative.complete(
                                     conn.send_response_steps(request, body)

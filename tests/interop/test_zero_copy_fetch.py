@@ -51,3 +51,29 @@ def test_every_client_reads_the_same_records(cluster, topic, consumer, zero_copy
     assert sorted(got, key=lambda r: (r.partition, r.offset)) == want
     sent = apis.zero_copy_fetch_bytes - before
     assert (sent > 0) == zero_copy, f"{sent} bytes went by sendfile"
+
+
+def test_quotas_configured_but_not_hit_keep_sendfile(cluster, topic):
+    """1,000 quota entities of other clients plus a `<default>` client-id consumer quota this
+    consumer stays under: its Fetches still go out by sendfile (the bench's 1,000-entity
+    consume cell takes this path), unthrottled."""
+    from sparklog.metadata.quotas import ClientQuotaEntity, QuotasImage, quota_record
+
+    image = QuotasImage()
+    for i in range(1000):
+        entity = ClientQuotaEntity.of({("user", "client-id")[i % 2]: f"other-{i}"})
+        image.replay(quota_record(entity, "consumer_byte_rate", 1e6))
+    default = ClientQuotaEntity.of({"client-id": None})
+    image.replay(quota_record(default, "consumer_byte_rate", 1e12))
+    name, want = topic
+    broker = cluster.brokers[0]
+    kept = broker.quotas.source
+    broker.quotas.source = lambda: image
+    before = broker.server.file_responses_sent
+    try:
+        got = CONSUMERS["confluent"](cluster.bootstrap_servers, name, len(want))
+    finally:
+        broker.quotas.source = kept
+    assert sorted(got, key=lambda r: (r.partition, r.offset)) == want
+    assert broker.server.file_responses_sent > before, "no Fetch went out by sendfile"
+    assert broker.server.muted_connections == 0
