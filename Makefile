@@ -18,7 +18,9 @@ venv: $(STAMP) $(NATIVE)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	# compat mode puts the checkout on sys.path: PySpark finds format("sparklog") by listing
+	# top-level pyspark_* modules there, which the default editable mode's import hook hides
+	$(PY) -m pip install --quiet -e '.[test]' --config-settings editable_mode=compat
 	# delta-spark's wheel pins pyspark<=4.2; its Python API needs nothing else, so keep our pyspark.
 	$(PY) -m pip install --quiet --no-deps 'delta-spark==4.4.1'
 	touch $(STAMP)

@@ -17,6 +17,7 @@ from sparklog.spark.offset_reader import OffsetReader
 from sparklog.spark.offsets import OffsetRange, PartitionOffsets, split_ranges
 from sparklog.spark.options import SourceOptions, SparkLogOptionError
 from sparklog.spark.partition_reader import read_range, report_data_loss
+from sparklog.spark.user_errors import user_errors
 
 
 class RangePartition(InputPartition):
@@ -75,7 +76,7 @@ class SparkLogBatchReader(DataSourceReader):
         self.options = options
 
     def partitions(self) -> list[InputPartition]:
-        with OffsetReader(self.options) as reader:
+        with user_errors(), OffsetReader(self.options) as reader:
             tps = reader.partitions()
             if reader.missing:
                 raise SparkLogOptionError(

@@ -4,7 +4,10 @@ start and end (Spark's `KafkaOffsetReaderAdmin`).
 Used while planning, in the Python worker that Spark runs on the driver for the batch reader
 and in the long-lived one it runs for a stream reader. Every lookup goes through one
 `AdminClient` (Metadata and ListOffsets) and is retried `fetchOffset.numRetries` times,
-`fetchOffset.retryIntervalMs` apart, as Spark's reader does.
+`fetchOffset.retryIntervalMs` apart, as Spark's reader does, but never past one
+`kafka.default.api.timeout.ms` from the first attempt: each admin call already retries until
+that timeout, so retrying a call that used it all up only multiplied the wait (a wrong
+bootstrap address took 4 x 60 s to fail).
 """
 
 from __future__ import annotations
@@ -27,7 +30,9 @@ from sparklog.spark.options import (
     SpecificOffsets,
     SpecificTimestamps,
     Subscribe,
+    SubscribePattern,
 )
+from sparklog.spark.user_errors import SparkLogSourceError
 from sparklog.structs import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, TopicPartition
 
 logger = logging.getLogger(__name__)
@@ -35,7 +40,7 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class NoMatchingOffsetError(RuntimeError):
+class NoMatchingOffsetError(SparkLogSourceError):
     """No record at or after a starting timestamp and the strategy is "error"."""
 
 
@@ -67,17 +72,21 @@ class OffsetReader:
         self.close()
 
     def _retrying(self, what: str, call: Callable[[], T]) -> T:
-        from sparklog.errors import KafkaError
+        from sparklog.errors import KafkaError, RequestTimedOutError
 
         attempts = self.options.fetch_offset_num_retries + 1
+        timeout_ms = int(self.admin.config["default.api.timeout.ms"])
+        deadline = time.monotonic() + timeout_ms / 1000
         for attempt in range(1, attempts + 1):
             try:
                 return call()
             except (KafkaError, OSError) as e:
-                if attempt == attempts:
+                interval_s = self.options.fetch_offset_retry_interval_ms / 1000
+                used_up = isinstance(e, RequestTimedOutError)  # the admin's own retries did
+                if used_up or attempt == attempts or time.monotonic() + interval_s >= deadline:
                     raise
                 logger.warning("%s failed (attempt %d of %d): %s", what, attempt, attempts, e)
-                time.sleep(self.options.fetch_offset_retry_interval_ms / 1000)
+                time.sleep(interval_s)
         raise AssertionError("unreachable")
 
     # -------------------------------------------------------------- partitions
@@ -108,6 +117,29 @@ class OffsetReader:
             self.missing = sorted(set(sub.partitions) - set(found))
             found = sorted(set(sub.partitions) & set(found))
         return found
+
+    def check_exists(self) -> None:
+        """Fail when the subscription names topics or partitions that do not exist, as
+        Spark's Kafka source does (`UnknownTopicOrPartitionException`), naming the close
+        matches; a pattern subscription matches what exists whenever it runs."""
+        from sparklog.errors import UnknownTopicOrPartitionError
+
+        sub = self.options.subscription
+        if isinstance(sub, SubscribePattern):
+            return
+        existing = self._retrying("listing topics", lambda: self.admin.list_topics())
+        wanted = sorted({t for t, _ in sub.partitions}) if isinstance(sub, Assign) else sub.topics
+        absent = [t for t in wanted if t not in existing]
+        if absent:
+            raise UnknownTopicOrPartitionError(_missing_topics(absent, existing, self.options))
+        if isinstance(sub, Assign):
+            self.partitions()
+            if self.missing:
+                raise UnknownTopicOrPartitionError(
+                    "option 'assign' names partitions that do not exist: "
+                    + ", ".join(f"{t}-{p}" for t, p in self.missing)
+                    + "\n  fix: assign only existing partitions, or add partitions to the topic"
+                )
 
     # ----------------------------------------------------------------- offsets
 
@@ -196,6 +228,26 @@ def _check_same(given: Mapping[TopicPartition, int], tps: list[TopicPartition], 
             f"TopicPartitions. Use -1 for latest, -2 for earliest. Specified: "
             f"{_names(given)} Assigned: {_names(tps)}"
         )
+
+
+def _missing_topics(absent: list[str], existing: list[str], options: SourceOptions) -> str:
+    """One line saying what is wrong, then one line per fix."""
+    import difflib
+
+    lines = [
+        f"Topic{'s' if len(absent) > 1 else ''} {', '.join(map(repr, absent))} not present in "
+        f"metadata of {options.bootstrap_servers}"
+    ]
+    for topic in absent:
+        close = difflib.get_close_matches(topic, existing, n=3, cutoff=0.6)
+        if close:
+            lines.append(f"  did you mean: {', '.join(close)} (instead of {topic!r})?")
+    lines.append(
+        "  fix: correct the name, or create the topic first "
+        f"(python -m sparklog topics create --topic {absent[0]} --bootstrap-server "
+        f"{options.bootstrap_servers.split(',')[0]})"
+    )
+    return "\n".join(lines)
 
 
 def _names(tps: Iterable[TopicPartition]) -> str:

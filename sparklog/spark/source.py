@@ -41,6 +41,7 @@ from sparklog.spark.options import (
     parse_sink_options,
     parse_source_options,
 )
+from sparklog.spark.user_errors import user_errors
 
 NAME = "sparklog"
 
@@ -107,33 +108,43 @@ class SparkLogDataSource(DataSource):
         return {**defaults, **options}
 
     def schema(self) -> StructType:
-        # General checks now, so a bad option fails at load(); mode-specific ones later.
-        options = self._source_options(streaming=None)
-        return source_schema(options.include_headers)
+        # General checks now, so a bad option or a missing topic fails at load() (batch and
+        # stream alike: Spark asks for the schema then); mode-specific ones later.
+        from sparklog.spark.offset_reader import OffsetReader
+
+        with user_errors():
+            options = self._source_options(streaming=None)
+            with OffsetReader(options) as lookups:
+                lookups.check_exists()
+            return source_schema(options.include_headers)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         from sparklog.spark.batch_reader import SparkLogBatchReader
 
-        options = self._source_options(streaming=False)
-        _check_read_schema(schema, options)
-        return SparkLogBatchReader(options)
+        with user_errors():
+            options = self._source_options(streaming=False)
+            _check_read_schema(schema, options)
+            return SparkLogBatchReader(options)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from sparklog.spark.stream_reader import SparkLogStreamReader
 
-        options = self._source_options(streaming=True)
-        _check_read_schema(schema, options)
-        return SparkLogStreamReader(options)
+        with user_errors():
+            options = self._source_options(streaming=True)
+            _check_read_schema(schema, options)
+            return SparkLogStreamReader(options)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from sparklog.spark.writer import SparkLogBatchWriter
 
-        return SparkLogBatchWriter(*self._checked_sink(schema, overwrite))
+        with user_errors():
+            return SparkLogBatchWriter(*self._checked_sink(schema, overwrite))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from sparklog.spark.writer import SparkLogStreamWriter
 
-        return SparkLogStreamWriter(*self._checked_sink(schema, overwrite))
+        with user_errors():
+            return SparkLogStreamWriter(*self._checked_sink(schema, overwrite))
 
     def _checked_sink(
         self, schema: StructType, overwrite: bool

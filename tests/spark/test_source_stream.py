@@ -277,13 +277,14 @@ def test_a_corrupt_batch_fails_the_stream_with_fail_on_data_loss_false_too(
         query(options, topic)
 
 
-def test_ending_offsets_are_refused_in_streams(spark, cluster):
+def test_ending_offsets_are_refused_in_streams(spark, cluster, admin):
     sparklog.register(spark)
+    admin.create_topics([NewTopic("ending", 1)])  # a missing topic would fail first
     with pytest.raises(Exception, match="not valid in streaming queries"):
         (
             spark.readStream.format("sparklog")
             .option("kafka.bootstrap.servers", cluster.bootstrap_servers)
-            .option("subscribe", "x")
+            .option("subscribe", "ending")
             .option("endingOffsets", "latest")
             .load()
             .writeStream.format("console")

@@ -1,0 +1,36 @@
+"""Errors the user made, shown as Spark's summary line instead of a traceback's last line.
+
+Spark wraps an exception raised in a Python data source as `[PYTHON_DATA_SOURCE_ERROR] …
+Traceback (most recent call last): …` with the message at the bottom, so a notebook's one-line
+summary says nothing useful. PySpark's worker prints only the exception's type and message
+when `SPARK_HIDE_TRACEBACK` is set in the worker (`pyspark.util.handle_worker_exception`,
+what `spark.sql.execution.pyspark.udf.hideTraceback.enabled` turns on). For the errors that
+are the user's to fix (a bad option, a missing topic, an unreachable cluster) the traceback
+shows only sparklog's internals, so `user_errors()` sets it in that worker process as such an
+error leaves the data source; bugs keep their traceback.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+HIDE_TRACEBACK = "SPARK_HIDE_TRACEBACK"
+
+
+class SparkLogSourceError(RuntimeError):
+    """Base of the data source's own errors that are not Kafka errors (message first)."""
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """Show the user's errors raised inside as `type: message` only (see the module doc)."""
+    from sparklog.errors import KafkaError
+    from sparklog.settings import ConfigError
+
+    try:
+        yield
+    except (ConfigError, KafkaError, SparkLogSourceError):
+        os.environ[HIDE_TRACEBACK] = "1"
+        raise
