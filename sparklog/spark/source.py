@@ -14,7 +14,8 @@ started it); else an error naming both fixes.
 from __future__ import annotations
 
 import sys
-from typing import ClassVar
+from collections.abc import Iterator, Sequence
+from typing import ClassVar, NoReturn
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -22,6 +23,7 @@ from pyspark.sql.datasource import (
     DataSourceStreamReader,
     DataSourceStreamWriter,
     DataSourceWriter,
+    InputPartition,
 )
 from pyspark.sql.types import (
     ArrayType,
@@ -129,10 +131,15 @@ class SparkLogDataSource(DataSource):
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from sparklog.spark.stream_reader import SparkLogStreamReader
 
-        with user_errors():
+        try:
             options = self._source_options(streaming=True)
             _check_read_schema(schema, options)
-            return SparkLogStreamReader(options)
+        except SparkLogOptionError as e:
+            # PySpark's stream runner stops the reader in a `finally` even when creating it
+            # failed, and the UnboundLocalError that raises hides this error; so the query
+            # fails at its first call instead, with this error
+            return _RefusedStreamReader(e)
+        return SparkLogStreamReader(options)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from sparklog.spark.writer import SparkLogBatchWriter
@@ -161,6 +168,32 @@ class SparkLogDataSource(DataSource):
         if options.topic is not None:
             check_topics(options, [options.topic])
         return options, columns
+
+
+class _RefusedStreamReader(DataSourceStreamReader):
+    """A stream whose options were refused: every call Spark makes raises that error."""
+
+    def __init__(self, error: SparkLogOptionError) -> None:
+        self.error = error
+
+    def _refuse(self) -> NoReturn:
+        with user_errors():
+            raise self.error
+
+    def initialOffset(self) -> dict:
+        self._refuse()
+
+    def latestOffset(self, start: dict | None = None, limit: object = None) -> dict:
+        self._refuse()
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        self._refuse()
+
+    def read(self, partition: InputPartition) -> Iterator[tuple]:
+        self._refuse()
+
+    def stop(self) -> None:
+        pass
 
 
 def _check_read_schema(schema: StructType, options: SourceOptions) -> None:

@@ -151,3 +151,18 @@ def test_a_wrong_bootstrap_fails_at_load_with_the_address(sl):
     message = str(failed.value)
     assert "Traceback" not in message
     assert address in message.splitlines()[0]
+
+
+def test_a_refused_stream_option_fails_the_query_with_its_own_message(sl, cluster):
+    stream = (
+        sl.readStream.format("sparklog")
+        .option("kafka.bootstrap.servers", cluster.bootstrap_servers)
+        .option("subscribe", "orders")
+        .option("endingOffsets", "latest")
+        .load()
+    )
+    with pytest.raises(Exception) as failed:
+        stream.writeStream.format("noop").start().awaitTermination(60)
+    message = str(failed.value)
+    assert "SparkLogOptionError: ending offset not valid in streaming queries" in message
+    assert "Traceback" not in message and "UnboundLocalError" not in message
