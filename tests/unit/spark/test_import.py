@@ -35,15 +35,16 @@ def test_the_servers_and_the_embedded_cluster_do_not_import_pyspark():
 
 def test_planning_a_read_or_write_loads_neither_the_broker_nor_the_network_stack():
     # Spark plans each read and write in fresh Python workers, which unpickle the data source
-    # and ask it for its schema and options: that must not import the broker (through the
-    # cluster launcher) or the client's network stack and Kafka schemas (through the config
-    # check). The first read or write of a session waits for it.
+    # and ask it for its options: that must not import the broker (through the cluster
+    # launcher) or the client's network stack and Kafka schemas (through the config check).
+    # The first read or write of a session waits for it. (A read's schema() asks the cluster
+    # whether its topics exist, issue 35, so it loads the client: checked below.)
     code = (
         "from sparklog.spark.register import data_source_class\n"
-        "from sparklog.spark.options import parse_sink_options\n"
+        "from sparklog.spark.options import parse_sink_options, parse_source_options\n"
         "ds = data_source_class(None)({'kafka.bootstrap.servers': '127.0.0.1:1', "
         "'subscribe': 't', 'kafka.max.poll.records': '7'})\n"
-        "ds.schema()\n"
+        "ds._source_options(streaming=None)\n"
         "parse_sink_options({'topic': 't', 'kafka.linger.ms': '5'}, "
         "default_bootstrap=ds._default_bootstrap() or '127.0.0.1:1')"
     )
@@ -55,6 +56,28 @@ def test_planning_a_read_or_write_loads_neither_the_broker_nor_the_network_stack
         "kio.schema",
     )
     assert modules_loaded_by(code, (*heavy, "crc32c")) == []
+
+
+def test_finding_the_data_source_loads_only_the_data_source():
+    # PySpark imports every installed pyspark_* module in one worker at a session's first data
+    # source lookup; ours must not load the client, the broker or the launcher there
+    code = "import pyspark_sparklog\nassert pyspark_sparklog.DefaultSource.name() == 'sparklog'"
+    heavy = ("sparklog.broker", "sparklog.client", "sparklog.spark.cluster", "kio.schema")
+    assert modules_loaded_by(code, (*heavy, "crc32c")) == []
+
+
+def test_a_reads_schema_loads_the_client_but_not_the_broker():
+    code = (
+        "from sparklog.spark.source import SparkLogDataSource\n"
+        "ds = SparkLogDataSource({'kafka.bootstrap.servers': '127.0.0.1:1', 'subscribe': 't', "
+        "'kafka.default.api.timeout.ms': '200'})\n"
+        "try:\n    ds.schema()\nexcept Exception:\n    pass"
+    )
+    loaded = modules_loaded_by(
+        code, ("sparklog.broker", "sparklog.spark.cluster", "sparklog.client.admin")
+    )
+    assert "sparklog.client.admin" in loaded
+    assert not [m for m in loaded if m.startswith(("sparklog.broker", "sparklog.spark.cluster"))]
 
 
 def test_the_client_package_loads_a_name_on_first_use():
