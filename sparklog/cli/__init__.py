@@ -5,16 +5,19 @@ Subcommands, after Kafka's tools:
 - `serve` (kafka-server-start): a controller and N brokers until SIGINT/SIGTERM, either in
   this process (`--master none`, an `EmbeddedCluster`) or as Spark tasks of a SparkSession
   with that master (`sparklog.start`); prints `bootstrap.servers=host:port,...` once ready.
-- `topics create|list|describe|delete` (kafka-topics), `produce` (kafka-console-producer,
-  lines from stdin), `consume` (kafka-console-consumer), `groups list|describe|reset-offsets|
-  delete|delete-offsets` (kafka-consumer-groups), `acls add|list|remove` (kafka-acls) and
-  `users add-scram|describe|delete` (kafka-configs --entity-type users), `quotas
-  describe|alter` (kafka-configs --entity-type users|clients|ips) and `reassign-partitions
-  --execute|--verify|--cancel [--throttle]` (kafka-reassign-partitions), all through
-  `sparklog.client`.
+- `topics create|list|describe|alter|delete` (kafka-topics), `produce` (kafka-console-producer,
+  lines from stdin), `consume [--group G]` (kafka-console-consumer), `groups list|describe
+  [--members|--state]|reset-offsets|delete|delete-offsets` (kafka-consumer-groups), `configs
+  describe|alter` (kafka-configs --entity-type topics|brokers), `get-offsets`
+  (kafka-get-offsets), `delete-records` (kafka-delete-records), `acls add|list|remove`
+  (kafka-acls) and `users add-scram|describe|delete` (kafka-configs --entity-type users),
+  `quotas describe|alter` (kafka-configs --entity-type users|clients|ips) and
+  `reassign-partitions --execute|--verify|--cancel [--throttle]` (kafka-reassign-partitions),
+  all through `sparklog.client`.
 
 One module per command group: `common` (settings, errors), `serve`, `topics`, `records`
-(produce/consume), `groups`, `security` (acls, users), `quotas`, `reassign`.
+(produce/consume), `groups`, `security` (acls, users), `quotas`, `reassign`, `configs`,
+`offsets` (get-offsets, delete-records). `--version` prints the installed version.
 
 Settings use Kafka's names: `--config k=v` (cluster/broker settings for `serve`, topic configs
 for `topics create`), `--property k=v` (client settings and console options for `produce` and
@@ -32,7 +35,9 @@ import sys
 from collections.abc import Sequence
 
 from sparklog.cli.common import DEFAULTS_FILE, PRINT_FLAGS, CliError, server_settings
+from sparklog.cli.configs import add_configs_parser, cmd_configs
 from sparklog.cli.groups import add_groups_parser, cmd_groups
+from sparklog.cli.offsets import add_offsets_parsers, cmd_delete_records, cmd_get_offsets
 from sparklog.cli.quotas import add_quotas_parser, cmd_quotas
 from sparklog.cli.reassign import add_reassign_parser, cmd_reassign
 from sparklog.cli.records import cmd_consume, cmd_produce
@@ -51,6 +56,8 @@ __all__ = ["CliError", "main", "serve_spark", "server_settings", "stop_on_signal
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m sparklog", description=__doc__.split("\n")[0])
     parser.add_argument("--log-level", default="WARNING", help="Python logging level (WARNING)")
+    parser.add_argument("--version", action="version", version=f"sparklog {version()}",
+                        help="print sparklog's version and exit")  # fmt: skip
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve = commands.add_parser("serve", help="run a controller and brokers until stopped")
@@ -82,11 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
         return sub
 
     topics = client_command("topics", "create, list, describe or delete topics")
-    topics.add_argument("action", choices=("create", "list", "describe", "delete"))
+    topics.add_argument("action", choices=("create", "list", "describe", "alter", "delete"))
     topics.add_argument("--topic")
     topics.add_argument("--partitions", type=int, default=-1, help="(the broker's num.partitions)")
     topics.add_argument("--replication-factor", type=int, default=-1)
     topics.add_argument("--config", action="append", metavar="K=V", help="topic config")
+    topics.add_argument("--delete-config", action="append", metavar="K", help="alter: unset")
     topics.add_argument("--if-not-exists", action="store_true")
 
     produce = client_command("produce", "send stdin's lines as records")
@@ -101,6 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     consume.add_argument("--topic", required=True)
     consume.add_argument("--from-beginning", action="store_true")
     consume.add_argument("--partition", type=int)
+    consume.add_argument("--group", help="consume as this consumer group, committing offsets")
     consume.add_argument("--offset", help="earliest, latest or an offset (with --partition)")
     consume.add_argument("--max-messages", type=int)
     consume.add_argument("--timeout-ms", type=int, help="exit after this long without a record")
@@ -113,7 +122,20 @@ def build_parser() -> argparse.ArgumentParser:
     add_security_parsers(commands, client_command)
     add_quotas_parser(client_command)
     add_reassign_parser(commands, client_command)
+    add_configs_parser(client_command)
+    add_offsets_parsers(client_command)
     return parser
+
+
+def version() -> str:
+    """The installed distribution's version (what `pip show sparklog` says)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed_version
+
+    try:
+        return installed_version("sparklog")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -141,6 +163,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_quotas(args, sys.stdout)
         if args.command == "reassign-partitions":
             return cmd_reassign(args, sys.stdout)
+        if args.command == "configs":
+            return cmd_configs(args, sys.stdout)
+        if args.command == "get-offsets":
+            return cmd_get_offsets(args, sys.stdout)
+        if args.command == "delete-records":
+            return cmd_delete_records(args, sys.stdout)
         return cmd_consume(args, sys.stdout.buffer)
     except (CliError, KafkaError, ConfigError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)

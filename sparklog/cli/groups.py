@@ -1,7 +1,10 @@
 """`groups list|describe|reset-offsets|delete|delete-offsets` (kafka-consumer-groups).
 
 `describe` prints Kafka's columns (GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG
-CONSUMER-ID HOST CLIENT-ID). `reset-offsets` plans new offsets (`--to-earliest`, `--to-latest`,
+CONSUMER-ID HOST CLIENT-ID); with `--members` one line per member (GROUP CONSUMER-ID HOST
+CLIENT-ID #PARTITIONS, plus ASSIGNMENT with `--verbose`), with `--state` the group's (GROUP
+COORDINATOR (ID) ASSIGNMENT-STRATEGY STATE #MEMBERS). A group that does not exist is an error
+(exit 1), as kafka-consumer-groups.sh's "Consumer group 'g' does not exist.". `reset-offsets` plans new offsets (`--to-earliest`, `--to-latest`,
 `--to-datetime`, `--to-offset`, `--shift-by`) for `--topic T[:P,P...]` or `--all-topics`, prints
 the plan, and commits it only with `--execute` (`--dry-run` is the default), which Kafka allows
 only while the group has no active members.
@@ -11,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from sparklog.cli.common import CliError, admin_client
@@ -30,7 +33,10 @@ def add_groups_parser(
     groups.add_argument("--group", help="the consumer group")
     groups.add_argument("--topic", action="append", metavar="TOPIC[:P,P...]")
     groups.add_argument("--all-topics", action="store_true", help="every topic with an offset")
-    groups.add_argument("--state", action="append", help="list: only groups in this state")
+    groups.add_argument("--state", action="append", nargs="?", const="",
+                        help="list: only groups in this state; describe: the group's state")  # fmt: skip
+    groups.add_argument("--members", action="store_true", help="describe: one line per member")
+    groups.add_argument("--verbose", action="store_true", help="describe --members: assignments")
     target = groups.add_mutually_exclusive_group()
     target.add_argument("--to-earliest", action="store_true")
     target.add_argument("--to-latest", action="store_true")
@@ -45,11 +51,15 @@ def add_groups_parser(
 def cmd_groups(args: argparse.Namespace, out: TextIO) -> int:
     with admin_client(args) as admin:
         if args.action == "list":
-            for g in admin.list_groups(args.state or ()):
+            for g in admin.list_groups([s for s in args.state or () if s]):
                 out.write(f"{g.group_id}\t{g.state}\t{g.protocol_type}\n")
             return 0
         group = _required(args.group, "--group")
-        if args.action == "describe":
+        if args.action == "describe" and args.members:
+            _describe_members(admin, group, args.verbose, out)
+        elif args.action == "describe" and args.state is not None:
+            _describe_state(admin, group, out)
+        elif args.action == "describe":
             _describe(admin, group, out)
         elif args.action == "delete":
             admin.delete_groups([group])
@@ -70,8 +80,61 @@ def _required(value: Any, flag: str) -> Any:
     return value
 
 
-def _describe(admin: Any, group: str, out: TextIO) -> None:
+def _existing_group(admin: Any, group: str) -> Any:
+    """The group's description; one the coordinator does not know (state Dead, DescribeGroups
+    before v6) is a user error, as in kafka-consumer-groups.sh."""
     description = admin.describe_group(group)
+    if description.state == "Dead":
+        raise CliError(f"Consumer group {group!r} does not exist "
+                       "(see `python -m sparklog groups list`)")  # fmt: skip
+    return description
+
+
+def _table(rows: Sequence[Sequence[str]], out: TextIO) -> None:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        out.write(" ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() + "\n")
+
+
+def _describe_members(admin: Any, group: str, verbose: bool, out: TextIO) -> None:
+    description = _existing_group(admin, group)
+    if not description.members:
+        out.write(f"Consumer group {group!r} has no active members.\n")
+        return
+    header = ("GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS")
+    rows: list[tuple[str, ...]] = [(*header, "ASSIGNMENT") if verbose else header]
+    for m in sorted(description.members, key=lambda m: m.member_id):
+        row: tuple[str, ...] = (group, m.member_id, m.host, m.client_id, str(len(m.assignment)))
+        if verbose:
+            by_topic: dict[str, list[int]] = {}
+            for topic, partition in m.assignment:
+                by_topic.setdefault(topic, []).append(partition)
+            assigned = ",".join(
+                f"{t}({','.join(map(str, sorted(ps)))})" for t, ps in sorted(by_topic.items())
+            )
+            row = (*row, assigned or "-")
+        rows.append(row)
+    _table(rows, out)
+
+
+def _describe_state(admin: Any, group: str, out: TextIO) -> None:
+    description = _existing_group(admin, group)
+    coordinator = admin.find_group_coordinator(group)
+    rows = [
+        ("GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"),
+        (
+            group,
+            f"{coordinator.host}:{coordinator.port} ({coordinator.node_id})",
+            description.protocol or "",
+            description.state,
+            str(len(description.members)),
+        ),
+    ]
+    _table(rows, out)
+
+
+def _describe(admin: Any, group: str, out: TextIO) -> None:
+    description = _existing_group(admin, group)
     committed = admin.list_group_offsets(group)
     owners = {tp: m for m in description.members for tp in m.assignment}
     partitions = sorted(set(committed) | set(owners))
@@ -99,9 +162,7 @@ def _describe(admin: Any, group: str, out: TextIO) -> None:
         out.write(f"Consumer group {group!r} has no committed offsets and no members "
                   f"(state {description.state}).\n")  # fmt: skip
         return
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    for r in rows:
-        out.write(" ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() + "\n")
+    _table(rows, out)
 
 
 def _partitions(admin: Any, group: str, args: argparse.Namespace) -> list[tuple[str, int]]:

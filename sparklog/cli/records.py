@@ -102,6 +102,17 @@ def cmd_consume(args: argparse.Namespace, out: BinaryIO) -> int:
         raise CliError("--offset needs --partition")
     reset = "earliest" if args.from_beginning else "latest"
     settings = client_settings(args, **{"auto.offset.reset": reset})
+    if args.group is not None:
+        if args.partition is not None:
+            # kafka-console-consumer.sh: a group's members get partitions from the group
+            raise CliError("--group and --partition cannot be used together: drop --partition "
+                           "to consume as the group, or --group to read one partition")  # fmt: skip
+        if settings.get("group.id", args.group) != args.group:
+            raise CliError(f"--group {args.group!r} and --property group.id="
+                           f"{settings['group.id']!r} disagree: give one")  # fmt: skip
+        settings["group.id"] = args.group
+        # the offsets committed are those of the records printed (see _consume_as_group)
+        settings["enable.auto.commit"] = "false"
     settings["allow.auto.create.topics"] = "false"
     console = ("print.", "key.separator", "line.separator")
     options = {k: settings.pop(k) for k in list(settings) if k.startswith(console)}
@@ -115,6 +126,10 @@ def cmd_consume(args: argparse.Namespace, out: BinaryIO) -> int:
         partitions = [
             p.partition for p in describe_topics(admin, [args.topic])[args.topic].partitions
         ]
+    if args.group is not None:
+        count = _consume_as_group(settings, args, options, out)
+        progress(f"Processed a total of {count} messages")
+        return 0
     if args.partition is not None:
         if args.partition not in partitions:
             raise CliError(
@@ -130,8 +145,36 @@ def cmd_consume(args: argparse.Namespace, out: BinaryIO) -> int:
     return 0
 
 
-def _print_records(consumer: Any, args: argparse.Namespace, options: dict, out: BinaryIO) -> int:
-    """Poll and print until --max-messages, --timeout-ms without a record, or Ctrl-C."""
+def _consume_as_group(
+    settings: dict, args: argparse.Namespace, options: dict, out: BinaryIO
+) -> int:
+    """kafka-console-consumer.sh --group: subscribe as a member of the group (its committed
+    offsets win over --from-beginning, which only sets auto.offset.reset), print, and at the
+    end commit the offset after the last record printed of each partition, so that the group
+    resumes at the first record not shown (Kafka's auto-commit of positions could skip records
+    fetched but cut by --max-messages)."""
+    from sparklog.client import KafkaConsumer
+
+    printed: dict[tuple[str, int], int] = {}
+    with KafkaConsumer(settings) as consumer:
+        consumer.subscribe([args.topic])
+        try:
+            count = _print_records(consumer, args, options, out, printed)
+        finally:
+            if printed:
+                consumer.commit({tp: offset + 1 for tp, offset in printed.items()})
+    return count
+
+
+def _print_records(
+    consumer: Any,
+    args: argparse.Namespace,
+    options: dict,
+    out: BinaryIO,
+    printed: dict[tuple[str, int], int] | None = None,
+) -> int:
+    """Poll and print until --max-messages, --timeout-ms without a record, or Ctrl-C;
+    `printed` gets each partition's last printed offset."""
     count, limit = 0, args.max_messages
     idle_since = time.monotonic()
     try:
@@ -142,6 +185,8 @@ def _print_records(consumer: Any, args: argparse.Namespace, options: dict, out: 
             for record in records[: None if limit is None else limit - count]:
                 out.write(format_record(record, options))
                 count += 1
+                if printed is not None:
+                    printed[(record.topic, record.partition)] = record.offset
             out.flush()
             idle_ms = (time.monotonic() - idle_since) * 1000
             if args.timeout_ms is not None and idle_ms >= args.timeout_ms:

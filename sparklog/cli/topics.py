@@ -1,4 +1,9 @@
-"""`topics create|list|describe|delete` (kafka-topics)."""
+"""`topics create|list|describe|alter|delete` (kafka-topics).
+
+`alter --topic T --partitions N` grows the topic to N partitions (kafka-topics.sh --alter);
+`alter --config k=v` / `--delete-config k` change its configs, which kafka-topics.sh leaves to
+kafka-configs.sh (`configs alter` here does the same).
+"""
 
 from __future__ import annotations
 
@@ -44,12 +49,36 @@ def cmd_topics(args: argparse.Namespace, out: TextIO) -> int:
             names = [args.topic] if args.topic else admin.list_topics()
             for description in describe_topics(admin, names).values():
                 _print_description(admin, description, out)
+        elif args.action == "alter":
+            _alter(admin, args, out)
         elif args.action == "delete":
             name = _topic_name(args)
             describe_topics(admin, [name])
             admin.delete_topics([name])
             print(f"Deleted topic {name}.", file=out)
     return 0
+
+
+def _alter(admin: Any, args: argparse.Namespace, out: TextIO) -> None:
+    name = _topic_name(args)
+    changes: dict[str, str | None] = dict(parse_pairs(args.config, "--config"))
+    changes.update(dict.fromkeys(args.delete_config or ()))
+    if args.partitions < 0 and not changes:
+        raise CliError("topics alter needs --partitions N and/or --config k=v / --delete-config k")
+    (described,) = describe_topics(admin, [name]).values()
+    current = len(described.partitions)
+    if args.partitions >= 0:
+        if args.partitions <= current:
+            # kafka-topics.sh's wording: partitions only grow (keys would move otherwise)
+            raise CliError(
+                f"topic {name!r} has {current} partitions; the number of partitions can only "
+                f"be increased (give --partitions above {current})"
+            )
+        admin.create_partitions({name: args.partitions})
+        out.write(f"Topic {name} now has {args.partitions} partitions.\n")
+    if changes:
+        admin.incremental_alter_configs({("topic", name): changes})
+        out.write(f"Completed updating config for topic {name}.\n")
 
 
 def describe_topics(admin: Any, names: list[str]) -> dict[str, Any]:

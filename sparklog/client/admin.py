@@ -345,8 +345,10 @@ class AdminClient(AdminSecurityCalls, AdminQuotaCalls):
             }
 
             def attempt(resource: ConfigResource = resource, fields: dict = fields) -> Any:
-                node = int(resource.name) if resource.type == "broker" else self._channel.any_node()
-                if resource.type == "broker":
+                # a broker by id asks that broker; "" (the cluster-wide default) any node
+                by_id = resource.type == "broker" and resource.name != ""
+                node = int(resource.name) if by_id else self._channel.any_node()
+                if by_id:
                     self._channel.ensure_broker_address(node)
                 return self._channel.request(node, ApiKey.DESCRIBE_CONFIGS, fields, timeout_ms)
 
@@ -511,6 +513,10 @@ class AdminClient(AdminSecurityCalls, AdminQuotaCalls):
 
     def describe_group(self, group_id: str) -> GroupDescription:
         return admin_groups.describe_group(self._channel, group_id)
+
+    def find_group_coordinator(self, group_id: str) -> BrokerNode:
+        """The node coordinating `group_id` (FindCoordinator), with its address."""
+        return admin_groups.group_coordinator(self._channel, group_id)
 
     def list_group_offsets(self, group_id: str) -> dict[TopicPartition, int]:
         return admin_groups.list_group_offsets(self._channel, group_id)

@@ -24,6 +24,7 @@ from sparklog.protocol.api_versions import ApiKey
 from sparklog.structs import TopicPartition
 
 from .admin_channel import AdminChannel, admin_error
+from .metadata import BrokerNode
 
 #: Errors that send a call back to FindCoordinator (Kafka's admin does the same).
 _COORDINATOR_MOVED = frozenset(
@@ -70,6 +71,17 @@ def find_coordinator(channel: AdminChannel, group_id: str) -> int:
         raise admin_error(int(found.error_code), f"FindCoordinator for group {group_id!r}")
     channel.ensure_broker_address(int(found.node_id))
     return int(found.node_id)
+
+
+def group_coordinator(channel: AdminChannel, group_id: str) -> BrokerNode:
+    """The node coordinating `group_id`, with its address (kafka-consumer-groups --state)."""
+    response = channel.request(
+        channel.any_node(), ApiKey.FIND_COORDINATOR, {"key_type": 0, "coordinator_keys": [group_id]}
+    )
+    (found,) = response.coordinators
+    if int(found.error_code) != 0:
+        raise admin_error(int(found.error_code), f"FindCoordinator for group {group_id!r}")
+    return BrokerNode(int(found.node_id), found.host, int(found.port))
 
 
 def group_call(
