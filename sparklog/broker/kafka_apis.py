@@ -62,6 +62,7 @@ from sparklog.errors import (
     UnsupportedEndpointTypeError,
     UnsupportedVersionError,
 )
+from sparklog.metadata.image import SUPPORTED_FEATURES
 from sparklog.protocol import cooperative, kio_build
 from sparklog.protocol.api_versions import (
     BROKER_ADVERTISED_APIS,
@@ -69,7 +70,7 @@ from sparklog.protocol.api_versions import (
     FORWARDED_TO_COORDINATOR_APIS,
     ApiKey,
 )
-from sparklog.protocol.async_client import api_versions_response
+from sparklog.protocol.async_client import FeatureLevels, api_versions_response
 from sparklog.protocol.connection import ProtocolError, Request
 from sparklog.protocol.file_response import FileResponse, placeholder
 from sparklog.protocol.outbound import PLAINTEXT, server_client_security
@@ -169,6 +170,7 @@ class KafkaApis:
             ApiKey.ELECT_LEADERS: admin.handle_forwarded,
             ApiKey.ALTER_PARTITION_REASSIGNMENTS: admin.handle_forwarded,
             ApiKey.LIST_PARTITION_REASSIGNMENTS: admin.handle_forwarded,
+            ApiKey.DESCRIBE_QUORUM: admin.handle_forwarded,
             **security_handlers(admin, metadata),
         }
         assert set(self._handlers) == set(BROKER_SERVED_APIS), "every API served has a handler"
@@ -195,8 +197,12 @@ class KafkaApis:
     async def handle_api_versions(self, request: Request) -> Any:
         if request.body is None:  # a version we do not know: v0 answer listing ours (Kafka)
             return api_versions_response(BROKER_ADVERTISED_APIS, 0, UnsupportedVersionError.code)
+        image = self.metadata.image
         return api_versions_response(
-            BROKER_ADVERTISED_APIS, request.api_version, throttle_time_ms=throttle_time_ms(request)
+            BROKER_ADVERTISED_APIS,
+            request.api_version,
+            throttle_time_ms=throttle_time_ms(request),
+            features=FeatureLevels(SUPPORTED_FEATURES, image.finalized_features, image.offset - 1),
         )
 
     # -- produce ------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from sparklog.controller.cluster_control import (
 )
 from sparklog.controller.controller_context import ControllerContext
 from sparklog.controller.metadata_log import MetadataLog
+from sparklog.controller.quorum_apis import QuorumObservers, describe_quorum_response
 from sparklog.controller.quorum_controller import QuorumController
 from sparklog.controller.quota_enforcement import ControllerQuotas
 from sparklog.controller.replication_control import (
@@ -51,10 +52,10 @@ from sparklog.metadata.configs import (
     ConfigResource,
     describe_topic_configs,
 )
-from sparklog.metadata.image import MetadataImage, TopicImage
+from sparklog.metadata.image import SUPPORTED_FEATURES, MetadataImage, TopicImage
 from sparklog.metadata.mutation_admission import with_throttle
 from sparklog.protocol.api_versions import CONTROLLER_APIS, ApiKey
-from sparklog.protocol.async_client import api_versions_response
+from sparklog.protocol.async_client import FeatureLevels, api_versions_response
 from sparklog.protocol.connection import Request
 from sparklog.protocol.pipeline import throttle_time_ms
 from sparklog.protocol.responses import Response, to_ms
@@ -79,6 +80,8 @@ class ControllerApis:
         self.server = server
         #: the mutation quota of direct clients, the shares of cluster-wide quotas
         self.quotas = ControllerQuotas(server, lambda: self.image)
+        #: the brokers' metadata progress from their heartbeats (DescribeQuorum's observers)
+        self.quorum_observers = QuorumObservers()
         self._handlers: dict[int, Callable[[Request], Any]] = {
             ApiKey.API_VERSIONS: self.handle_api_versions,
             ApiKey.FETCH: self.handle_fetch,
@@ -116,6 +119,9 @@ class ControllerApis:
             ApiKey.ALTER_CLIENT_QUOTAS: self._with_server(quota_apis.handle_alter_client_quotas),
             ApiKey.DESCRIBE_CLIENT_QUOTAS: self._with_server(
                 quota_apis.handle_describe_client_quotas
+            ),
+            ApiKey.DESCRIBE_QUORUM: lambda request: describe_quorum_response(
+                self.server, self.quorum_observers, request
             ),
         }
 
@@ -165,8 +171,12 @@ class ControllerApis:
     def handle_api_versions(self, request: Request) -> Any:
         if request.body is None:  # a version we do not speak: answer v0 with our table
             return api_versions_response(CONTROLLER_APIS, 0, UnsupportedVersionError.code)
+        image = self.image
         return api_versions_response(
-            CONTROLLER_APIS, request.api_version, throttle_time_ms=throttle_time_ms(request)
+            CONTROLLER_APIS,
+            request.api_version,
+            throttle_time_ms=throttle_time_ms(request),
+            features=FeatureLevels(SUPPORTED_FEATURES, image.finalized_features, image.offset - 1),
         )
 
     async def handle_broker_registration(self, request: Request) -> Any:
@@ -215,6 +225,10 @@ class ControllerApis:
         )
         if reply.error_code:
             logger.info("heartbeat of broker %d refused: %s", body.broker_id, reply.error_message)
+        else:
+            self.quorum_observers.on_heartbeat(
+                body.broker_id, body.current_metadata_offset, self.metadata_log.end_offset
+            )
         return Response(request)(
             error_code=reply.error_code,
             is_caught_up=reply.is_caught_up,

@@ -125,6 +125,11 @@ class MetadataLog:
         return self._log.log_end_offset
 
     @property
+    def leader_epoch(self) -> int:
+        """The metadata log's leader epoch (one writer, so one epoch; DescribeQuorum)."""
+        return _CONTROLLER_EPOCH
+
+    @property
     def start_offset(self) -> int:
         return self._log.log_start_offset
 

@@ -67,6 +67,11 @@ from sparklog.security.listeners import endpoints_from_record, endpoints_to_reco
 #: Leader Replicas on; Kafka 4.1+ finalizes it on new clusters, and so does sparklog.
 ELR_FEATURE = "eligible.leader.replicas.version"
 ELR_FEATURE_LEVEL = 1
+#: The features sparklog supports and their level ranges (ApiVersions' SupportedFeatures,
+#: `kafka-features.sh describe`): only ELR; sparklog's metadata records are its own, so it
+#: announces no `metadata.version`, and it serves transactions and groups below the versions
+#: `transaction.version` / `group.version` > 0 would switch on.
+SUPPORTED_FEATURES = MappingProxyType({ELR_FEATURE: (0, ELR_FEATURE_LEVEL)})
 #: `Config` record resource types (Kafka's `ConfigResource.Type`, lower-cased).
 TOPIC_RESOURCE = "topic"
 BROKER_RESOURCE = "broker"

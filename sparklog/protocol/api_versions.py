@@ -57,6 +57,7 @@ class ApiKey(enum.IntEnum):
     ALTER_CLIENT_QUOTAS = 49
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
+    DESCRIBE_QUORUM = 55
     ALTER_PARTITION = 56
     ENVELOPE = 58
     DESCRIBE_CLUSTER = 60
@@ -146,7 +147,7 @@ BROKER_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
         ApiKey.FETCH: (4, 12),
         ApiKey.LIST_OFFSETS: (1, 7),
         ApiKey.METADATA: (1, 12),
-        ApiKey.API_VERSIONS: (0, 3),
+        ApiKey.API_VERSIONS: (0, 4),
         ApiKey.CREATE_TOPICS: (2, 7),
         ApiKey.DELETE_TOPICS: (1, 5),
         ApiKey.DELETE_RECORDS: (0, 2),
@@ -164,6 +165,8 @@ BROKER_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
         ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
         ApiKey.WRITE_TXN_MARKERS: (1, 1),
         ApiKey.DESCRIBE_PRODUCERS: (0, 0),
+        # forwarded to the controller, which answers for its one-voter quorum (KIP-595)
+        ApiKey.DESCRIBE_QUORUM: (0, 2),
         **SECURITY_METADATA_APIS,
         **CLIENT_QUOTA_APIS,
         # group and transaction APIs: brokers forward them to the driver's coordinator
@@ -190,7 +193,7 @@ BROKER_ADVERTISED_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyTyp
 #: What the controller serves to brokers and admin clients.
 CONTROLLER_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
     {
-        ApiKey.API_VERSIONS: (0, 3),
+        ApiKey.API_VERSIONS: (0, 4),
         ApiKey.FETCH: (4, 12),
         ApiKey.LIST_OFFSETS: (1, 7),
         ApiKey.METADATA: (1, 12),
@@ -209,6 +212,7 @@ CONTROLLER_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
         ApiKey.UNREGISTER_BROKER: (0, 0),
         ApiKey.ALLOCATE_PRODUCER_IDS: (0, 0),
         ApiKey.DESCRIBE_CLUSTER: (0, 1),
+        ApiKey.DESCRIBE_QUORUM: (0, 2),
         **SECURITY_METADATA_APIS,
         **CLIENT_QUOTA_APIS,
     }
@@ -246,7 +250,7 @@ COORDINATOR_DELEGATED_APIS = frozenset(
 #: InitProducerId, and the delegated controller APIs.
 GROUP_COORDINATOR_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
     {
-        ApiKey.API_VERSIONS: (0, 3),
+        ApiKey.API_VERSIONS: (0, 4),
         ApiKey.FIND_COORDINATOR: (0, 4),
         ApiKey.INIT_PRODUCER_ID: (0, 4),
         **GROUP_APIS,

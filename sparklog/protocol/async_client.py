@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime
 import logging
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
@@ -205,11 +207,16 @@ async def connect(
 
 
 def api_versions_response(
-    apis: Any, version: int, error_code: int = 0, *, throttle_time_ms: int = 0
+    apis: Any,
+    version: int,
+    error_code: int = 0,
+    *,
+    throttle_time_ms: int = 0,
+    features: FeatureLevels | None = None,
 ) -> Any:
     """The ApiVersions response announcing `apis` and the SASL handshake APIs (every Kafka
     listener announces them) at `version`, or v0 for an unknown one; a server passes its
-    pipeline's `throttle_time_ms(request)`."""
+    pipeline's `throttle_time_ms(request)` and, from v3 (KIP-584), its `features`."""
     apis = {**apis, **SASL_APIS_VERSIONS}
     schema = codec.response_schema(18, version)
     module = __import__(schema.__module__, fromlist=["ApiVersion"])
@@ -222,4 +229,37 @@ def api_versions_response(
         kwargs["throttle_time"] = i32Timedelta.parse(
             datetime.timedelta(milliseconds=throttle_time_ms)
         )
+    if version >= 3 and features is not None:
+        kwargs.update(_feature_fields(module, version, features))
     return schema(**kwargs)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FeatureLevels:
+    """What a server announces of KIP-584's features: each supported feature's level range,
+    the cluster's finalized levels (absent = 0), and their epoch (the metadata offset they
+    are as of; -1 unknown)."""
+
+    supported: Mapping[str, tuple[int, int]]
+    finalized: Mapping[str, int]
+    epoch: int
+
+
+def _feature_fields(module: Any, version: int, features: FeatureLevels) -> dict[str, Any]:
+    # ApiVersionsResponse.json: "in v0-v3, features with MinSupportedVersion = 0 are omitted"
+    # (older clients refuse a range starting at 0; v4 came with KIP-1022 to allow it)
+    supported = tuple(
+        module.SupportedFeatureKey(name=name, min_version=low, max_version=high)
+        for name, (low, high) in sorted(features.supported.items())
+        if low > 0 or version >= 4
+    )
+    finalized = tuple(
+        module.FinalizedFeatureKey(name=name, max_version_level=level, min_version_level=level)
+        for name, level in sorted(features.finalized.items())
+        if level > 0
+    )
+    return {
+        "supported_features": supported,
+        "finalized_features_epoch": features.epoch,
+        "finalized_features": finalized,
+    }

@@ -11,6 +11,7 @@ import uuid
 import pytest
 
 from sparklog.cluster.embedded import EmbeddedCluster
+from sparklog.structs import CONTROLLER_NODE_ID
 
 from .java_tools import classpath_or_fail
 
@@ -169,3 +170,45 @@ def test_java_consumer_with_the_kip848_protocol(cluster, fast_failing_config):
                      "--describe", "--group", group, "--command-config", fast_failing_config)  # fmt: skip
     row = next(line.split() for line in described.splitlines() if line.startswith(group))
     assert row[1:6] == [topic, "0", "10", "10", "0"], described
+
+
+def test_metadata_quorum_command_describes_the_one_voter_quorum(cluster):
+    """kafka-metadata-quorum.sh: the driver's controller is the only voter and the leader,
+    the brokers are observers that report the metadata offset they have applied."""
+    bs = cluster.bootstrap_servers
+    status = dict(
+        line.split(":", 1)
+        for line in tool(
+            "MetadataQuorumCommand", "--bootstrap-server", bs, "describe", "--status"
+        ).splitlines()  # fmt: skip
+    )
+    leader = status["LeaderId"].strip()
+    assert leader == str(CONTROLLER_NODE_ID)
+    assert int(status["HighWatermark"]) > 0
+    assert status["MaxFollowerLag"].strip() == "0"
+    assert f'"id": {leader}, "endpoints": ["CONTROLLER://' in status["CurrentVoters"]
+    assert status["CurrentObservers"].strip() == '[{"id": 0}]'
+    rows = [
+        line.split()
+        for line in tool(
+            "MetadataQuorumCommand", "--bootstrap-server", bs, "describe", "--replication"
+        ).splitlines()[1:]  # fmt: skip
+    ]
+    assert [(r[0], r[-1]) for r in rows] == [(leader, "Leader"), ("0", "Observer")]
+    leader_end, observer_end = int(rows[0][2]), int(rows[1][2])
+    assert 0 < observer_end <= leader_end and int(rows[1][4]) > 0  # the broker's last report
+
+
+def test_feature_command_describes_the_supported_feature_levels(cluster):
+    out = tool("FeatureCommand", "--bootstrap-server", cluster.bootstrap_servers, "describe")
+    fields = [dict(re.findall(r"(\w+): (\S+)", line)) for line in out.splitlines()]
+    assert fields == [
+        {
+            "Feature": "eligible.leader.replicas.version",
+            "SupportedMinVersion": "0",
+            "SupportedMaxVersion": "1",
+            "FinalizedVersionLevel": "1",
+            "Epoch": fields[0]["Epoch"],
+        }
+    ]
+    assert int(fields[0]["Epoch"]) >= 0

@@ -538,6 +538,13 @@ async def more_outcomes(pair: Pair, note: Any) -> None:
         {"entries": [{"entity": user, "ops": [op]}], "validate_only": True},
     )
     note("alter_client_quotas", altered, lambda a: _auth(a["entries"][0]["error_code"]))
+    # DescribeQuorum: DESCRIBE on the cluster (brokers forward it to the controller)
+    metadata_partition = {
+        "topic_name": "__cluster_metadata",
+        "partitions": [{"partition_index": 0}],
+    }
+    quorum = await pair.ask(ApiKey.DESCRIBE_QUORUM, {"topics": [metadata_partition]})
+    note("describe_quorum", quorum, lambda a: _auth(a["error_code"]))
     dirs = await pair.ask(ApiKey.DESCRIBE_LOG_DIRS, {"topics": None})
     note("describe_log_dirs", dirs, lambda a: _auth(a["error_code"]))
     for g in GROUPS:
