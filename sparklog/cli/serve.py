@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -219,13 +220,41 @@ def _running(pid: int) -> bool:
         return False
 
 
+def check_listener_ports(listeners: ListenerConfig, brokers: int, *, one_host: bool) -> None:
+    """Refuse, before anything starts, `listeners` / `advertised.listeners` that cannot work:
+    a fixed port that several brokers on one host would all bind or advertise, or one that
+    something else holds already. Port 0 needs no check: each broker binds a free port the
+    first time and the same one on every restart (kept in its data dir)."""
+    fixed = [e for e in listeners.broker_listeners if e.port != 0]
+    if brokers > 1 and one_host:
+        shared = fixed + [e for e in listeners.advertised if e.port != 0 and e not in fixed]
+        if shared:
+            raise CliError(
+                f"{', '.join(map(str, shared))}: {brokers} brokers on one host cannot all "
+                "listen on (or advertise) one port; give port 0 (each broker keeps the port it "
+                "first bound across restarts, in its data dir) or run --brokers 1"
+            )
+    for endpoint in fixed:
+        with socket.socket(socket.AF_INET6 if ":" in endpoint.bind_host else socket.AF_INET) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds
+            try:
+                s.bind((endpoint.bind_host, endpoint.port))
+            except OSError as e:
+                raise CliError(
+                    f"listeners: cannot listen on {endpoint} ({e.strerror or e}); stop what "
+                    "holds that port (another `sparklog serve`?) or choose another one"
+                ) from None
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     if args.brokers < 1:
         raise CliError(f"--brokers {args.brokers}: a cluster needs at least one broker")
     settings = server_settings(args)
     # a listener layout Kafka refuses is refused before anything (Spark included) starts
-    ListenerConfig.from_properties(settings)
+    listeners = ListenerConfig.from_properties(settings)
     master = args.master or f"local[{args.brokers + 1}]"
+    check_listener_ports(listeners, args.brokers, one_host=master == "none" or
+                         master.startswith("local"))  # fmt: skip
     stop = threading.Event()
     with stop_on_signals(stop), _data_dir(args.data_dir) as data_dir:
         if master == "none":

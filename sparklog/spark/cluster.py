@@ -318,7 +318,14 @@ def start(
 ) -> SparkLogCluster:
     """Start a controller in the driver and `brokers` brokers as Spark tasks; returns once
     every broker registered. Settings use Kafka's names (`config={"num.partitions": 6}` or
-    `num_partitions=6`), over any `spark.sparklog.<name>` entries of the Spark conf."""
+    `num_partitions=6`), over any `spark.sparklog.<name>` entries of the Spark conf.
+
+    Data: the controller's metadata log and the offsets/transactions tables go to
+    `<data_dir>/controller` on the driver, every broker's log to `<data_dir>/brokers/broker-<id>`
+    on its executor (`log.dirs` overrides the brokers' base). Without `data_dir`, the driver's
+    part goes to a new `sparklog-*` temp dir and the brokers' to `<executor temp
+    dir>/sparklog-data/<cluster id>`; neither is removed: delete the directories after `stop()`
+    (docs/storage.md, "Where data lives")."""
     global _active
     if brokers < 1:
         raise ClusterStartError(f"brokers={brokers}: a cluster needs at least one broker")
@@ -334,6 +341,11 @@ def start(
     settings = {**spark_conf_settings(sc.getConf().getAll()), **_settings(config, kwargs)}
     client_settings = split_client_settings(settings)
     root = Path(data_dir) if data_dir is not None else Path(tempfile.mkdtemp(prefix="sparklog-"))
+    if data_dir is not None:
+        # every broker under the directory the user gave: <data_dir>/brokers/broker-<id> (on
+        # each executor's own disk when executors run elsewhere); without one, brokers keep
+        # the executor-local default (`_spec`), and `log.dirs` names another place
+        settings.setdefault("log.dirs", str(root.resolve() / "brokers"))
     cluster = SparkLogCluster(spark, brokers, settings, root)
     cluster.client_settings = client_settings
     cluster._start(timeout_s)

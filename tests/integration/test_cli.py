@@ -463,6 +463,22 @@ def test_serve_refuses_bad_arguments(tmp_path):
     assert "cannot read" in user_error("serve", "--master", "none", "--config-file", str(missing))
 
 
+def test_serve_refuses_listeners_that_cannot_work(tmp_path):
+    """A fixed port shared by several brokers on one host, or one already held, is refused
+    before anything starts (it was a bind traceback from the second broker)."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        fixed = f"listeners=PLAINTEXT://127.0.0.1:{port}"
+        shared = user_error("serve", "--master", "none", "--brokers", "2", "--config", fixed)
+        assert "2 brokers on one host cannot all listen on" in shared and "port 0" in shared
+        assert f"cannot listen on PLAINTEXT://127.0.0.1:{port}" in user_error(
+            "serve", "--master", "none", "--data-dir", str(tmp_path), "--config", fixed
+        )
+    assert not list(tmp_path.iterdir())  # refused before a controller or broker wrote anything
+
+
 def _descendants(pid: int) -> set[int]:
     found, frontier = set(), {pid}
     while frontier:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -69,6 +71,10 @@ def test_two_brokers_round_trip_and_clean_stop(spark, tmp_path):
         info = cluster.describe()
         assert len(info["brokers"]) == 2
         assert {b["executor_id"] for b in info["brokers"]} == {"driver"}
+        # every broker lives under the data_dir given (issue 35 §4), none in the temp default
+        for b in info["brokers"]:
+            assert (tmp_path / "brokers" / f"broker-{b['broker_id']}" / "meta.properties").is_file()
+        assert not (Path(tempfile.gettempdir()) / "sparklog-data" / cluster.cluster_id).exists()
         assert all(not b["fenced"] for b in info["brokers"])
         bootstrap = cluster.bootstrap_servers
         assert len(bootstrap.split(",")) == 2 and all(
