@@ -187,22 +187,50 @@ class SparkLogCluster:
     def _run_slot(self, slot: _Slot) -> None:
         """Driver thread: run the broker job, relaunch it whenever it ends, until stop()."""
         group = _JOB_GROUP.format(node_id=slot.node_id)
+        # how the job reads in the Spark UI's Jobs tab (and `statusTracker()`)
+        description = (
+            f"sparklog broker {slot.node_id} of cluster {self.cluster_id} (runs until stop())"
+        )
         while not self._stopping.is_set():
             slot.launches += 1
-            self.sc.setJobGroup(group, f"sparklog broker {slot.node_id}", interruptOnCancel=True)
-            self.sc.setLocalProperty("spark.job.description", f"sparklog broker {slot.node_id}")
             try:
+                self.sc.setJobGroup(group, description, interruptOnCancel=True)
+                self.sc.setLocalProperty("spark.job.description", description)
                 rdd = self.sc.parallelize([self._spec(slot)], 1)
                 result = rdd.mapPartitions(broker_task).collect()
                 logger.info("broker %d job ended: %s", slot.node_id, result)
             except Exception as e:  # task failed past spark.task.maxFailures, or cancelled
                 slot.last_error = str(e).strip().splitlines()[0][:500] if str(e) else repr(e)
+                if self._spark_stopped():
+                    self._on_spark_stopped(slot)
+                    return
                 if not self._stopping.is_set():
                     logger.warning(
                         "broker %d job failed, relaunching: %s", slot.node_id, slot.last_error
                     )
             if self._stopping.wait(_RELAUNCH_BACKOFF_S):
                 break
+
+    def _spark_stopped(self) -> bool:
+        """Whether the SparkContext is gone (`spark.stop()`, or its JVM died): PySpark drops
+        its Java context then, after the JVM's context says it is stopped."""
+        jsc = getattr(self.sc, "_jsc", None)
+        if jsc is None:
+            return True
+        try:
+            return bool(jsc.sc().isStopped())
+        except Exception:  # noqa: BLE001 - the gateway itself is gone
+            return True
+
+    def _on_spark_stopped(self, slot: _Slot) -> None:
+        """`spark.stop()` before `cluster.stop()` (a notebook's usual order) ended the broker
+        jobs with their executors: nothing to relaunch. The first slot to see it stops the
+        driver's servers, once, from a thread of its own (stop() joins the slot threads)."""
+        logger.info("broker %d: the SparkContext stopped, and its job with it", slot.node_id)
+        with self._lock:
+            if self._stopping.is_set():
+                return
+        threading.Thread(target=self.stop, name="sparklog-stop-after-spark", daemon=True).start()
 
     def _wait_for_brokers(self, count: int, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s

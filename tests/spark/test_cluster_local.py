@@ -121,3 +121,39 @@ def test_broker_tasks_serve_every_listener_of_the_config(spark, tmp_path):
         assert got[3] == b"v"
     finally:
         cluster.stop()
+
+
+_SPARK_STOPPED_FIRST = """
+import sys, tempfile
+from pyspark.sql import SparkSession
+import sparklog
+from sparklog.spark.session import with_reference_jars
+spark = with_reference_jars(SparkSession.builder.master("local[2]")).getOrCreate()
+spark.sparkContext.setLogLevel("OFF")
+cluster = sparklog.start(spark, brokers=1, data_dir=tempfile.mkdtemp())
+spark.stop()  # a notebook's usual order: the session first, the cluster never
+import time
+deadline = time.monotonic() + 30
+while not cluster._stopping.is_set() and time.monotonic() < deadline:
+    time.sleep(0.1)
+print("stopping" if cluster._stopping.is_set() else "still running", flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_spark_stopped_before_the_cluster_ends_it_quietly(tmp_path):
+    """spark.stop() before cluster.stop(): the broker jobs end with the SparkContext and are
+    not relaunched; no traceback ('NoneType' object has no attribute 'setJobGroup') and no
+    'relaunching' warnings, and the driver's servers stop."""
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, "-c", _SPARK_STOPPED_FIRST],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "stopping"
+    assert "Traceback" not in done.stderr and "relaunching" not in done.stderr, done.stderr[-3000:]
