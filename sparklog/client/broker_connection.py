@@ -31,6 +31,7 @@ from typing import Any
 
 from sparklog.client.request_builder import build_request
 from sparklog.client.security import authenticate
+from sparklog.client.throttle import ThrottleRecorder, ThrottleState, response_throttle_ms
 from sparklog.errors import (
     NetworkExceptionError,
     RequestTimedOutError,
@@ -113,6 +114,7 @@ class _Pending:
     future: Future
     deadline_ms: int
     api_key: int
+    version: int
 
 
 class BrokerConnection:
@@ -134,6 +136,7 @@ class BrokerConnection:
         send_buffer_bytes: int = -1,
         receive_buffer_bytes: int = -1,
         security: ClientSecurity = PLAINTEXT,
+        on_throttle_time: ThrottleRecorder | None = None,
     ) -> None:
         self.node_id = node_id
         self.security = security
@@ -157,6 +160,9 @@ class BrokerConnection:
         self._wake_r, self._wake_w = socket.socketpair()
         self._closed = False
         self._close_reason: BaseException | None = None
+        #: KIP-219: until when the broker mutes this connection after a throttled response
+        self.throttle = ThrottleState()
+        self._on_throttle_time = on_throttle_time
 
     def __repr__(self) -> str:
         return f"BrokerConnection(node {self.node_id} at {self.host}:{self.port})"
@@ -283,8 +289,14 @@ class BrokerConnection:
                     return future
                 _cid, data = self._conn.send_request(body, expects_response=expects_response)
                 if expects_response:
-                    deadline_ms = now_ms() + timeout_ms
-                    self._pending.append(_Pending(future, deadline_ms, type(body).__api_key__))
+                    # A request sent while the broker mutes us (KIP-219) waits out the throttle
+                    # in the broker's socket: that wait is not the broker being slow.
+                    now = now_ms()
+                    deadline_ms = now + timeout_ms + self.throttle.delay_ms(now)
+                    kind = type(body)
+                    self._pending.append(
+                        _Pending(future, deadline_ms, kind.__api_key__, kind.__version__)
+                    )
                 sock = self._sock
             try:
                 sock.sendall(data)
@@ -386,6 +398,12 @@ class BrokerConnection:
         with self._lock:
             pending = self._pending.popleft() if self._pending else None
             drained = self._retiring and not self._pending
+            if pending is not None:  # before the future completes: its waiter sees the throttle
+                throttle_ms = response_throttle_ms(body)
+                now = now_ms()
+                self.throttle.on_response(pending.api_key, pending.version, throttle_ms, now)
+        if pending is not None and self._on_throttle_time is not None:
+            self._on_throttle_time(throttle_ms, now)
         if pending is not None and not pending.future.done():
             pending.future.set_result(body)
         if drained:

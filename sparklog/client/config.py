@@ -102,6 +102,9 @@ _COMMON = (
     _int("socket.connection.setup.timeout.max.ms", 30_000),
     _int("connections.max.idle.ms", 540_000),
     _int("send.buffer.bytes", 131_072, low=-1),
+    # the client's own metrics (throttle times), windowed as Kafka's clients window them
+    _int("metrics.num.samples", 2, low=1),
+    _int("metrics.sample.window.ms", 30_000, low=1),
 )
 
 _PRODUCER = (

@@ -59,6 +59,7 @@ from .metadata import Metadata
 from .network import NetworkClient
 from .position_reset import reset_positions
 from .producer import ClientClosedError
+from .throttle import client_metrics, metric_values, throttle_recorder
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +83,12 @@ class KafkaConsumer:
     def __init__(self, config: Mapping[str, Any]) -> None:
         self.config = consumer_config(config)
         c = self.config
-        self._network = NetworkClient(c)
+        #: Kafka's consumer metrics this client records (`fetch-throttle-time-avg|max`)
+        self.client_metrics = client_metrics(c)
+        record_throttle = throttle_recorder(
+            self.client_metrics, "consumer", c["client.id"] or "sparklog"
+        )
+        self._network = NetworkClient(c, on_throttle_time=record_throttle)
         self._metadata = Metadata(self._network, c, allow_auto_create=c["allow.auto.create.topics"])
         self._subscriptions = SubscriptionState(c["auto.offset.reset"])
         self._isolation_level = (
@@ -436,15 +442,20 @@ class KafkaConsumer:
         return True
 
     def _unreachable_nodes(self) -> set[int]:
-        """Brokers to leave alone for now: their connect failed (reconnect backoff), or they
-        answered with a leader error and metadata has not changed within `retry.backoff.ms`."""
+        """Brokers to leave alone for now: their connect failed (reconnect backoff), they
+        throttle us (KIP-219), or they answered with a leader error and metadata has not changed within `retry.backoff.ms`."""
         now, version = now_ms(), self._metadata.state.version
         self._node_backoff = {
             n: (until, seen)
             for n, (until, seen) in self._node_backoff.items()
             if now < until and seen == version
         }
-        unreachable = {n for n in self._metadata.cluster.brokers if self._network.is_unavailable(n)}
+        unreachable = {
+            n
+            for n in self._metadata.cluster.brokers
+            # KIP-219: a broker that throttled us gets no fetch until the throttle passes
+            if self._network.is_unavailable(n) or self._network.throttle_delay_ms(n)
+        }
         return unreachable | set(self._node_backoff)
 
     def _back_off(self, node: int) -> None:
@@ -550,6 +561,12 @@ class KafkaConsumer:
             self._group.commit(self._positions())
         except KafkaError as e:
             logger.info("auto commit failed: %s", e)
+
+    def metrics(self) -> dict[str, dict[str, float]]:
+        """This consumer's metrics, {group: {name: value}} (`consumer-fetch-manager-metrics`:
+        `fetch-throttle-time-avg`, `fetch-throttle-time-max`: the brokers' throttle times in
+        ms over `metrics.sample.window.ms` × `metrics.num.samples`)."""
+        return metric_values(self.client_metrics)
 
     def close(self) -> None:
         """Commit (with enable.auto.commit), leave the group, and close the connections."""

@@ -4,6 +4,8 @@ failed for `reconnect.backoff.ms` (doubling up to `reconnect.backoff.max.ms`, `R
 a request to it fails at once with NetworkExceptionError, so a dead leader never blocks the
 caller's thread. A node whose authentication failed raises that failure again while it backs
 off, and a connection whose SASL session is due for renewal (KIP-368) is replaced by a new one.
+A broker that answered with a throttle time (KIP-219, `client.throttle`) is not `ready` until
+that time has passed: the producer and consumer send it nothing meanwhile, as Kafka's do.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 from sparklog.client.broker_connection import BrokerConnection, now_ms
 from sparklog.client.security import client_security
+from sparklog.client.throttle import ThrottleRecorder
 from sparklog.errors import KafkaError, NetworkExceptionError
 from sparklog.security.sasl.client import AUTHENTICATION_ERRORS
 
@@ -59,8 +62,12 @@ class NetworkClient:
     Bootstrap servers get node ids -1, -2, ... until metadata names the real brokers.
     """
 
-    def __init__(self, config: Mapping[str, Any]) -> None:
+    def __init__(
+        self, config: Mapping[str, Any], *, on_throttle_time: ThrottleRecorder | None = None
+    ) -> None:
         self._config = config
+        #: records every response's throttle time (the producer's or consumer's sensor)
+        self._on_throttle_time = on_throttle_time
         self._client_id = config["client.id"] or "sparklog"
         self._security = client_security(config)
         self._lock = threading.RLock()
@@ -154,6 +161,7 @@ class NetworkClient:
                 send_buffer_bytes=self._config["send.buffer.bytes"],
                 receive_buffer_bytes=self._config["receive.buffer.bytes"],
                 security=self._security,
+                on_throttle_time=self._on_throttle_time,
             )
             try:
                 conn.connect(self._config["socket.connection.setup.timeout.ms"])
@@ -202,13 +210,23 @@ class NetworkClient:
             backoff = self._backoff.get(node_id)
         return 0 if backoff is None else backoff.delay_ms(now_ms())
 
+    def throttle_delay_ms(self, node_id: int) -> int:
+        """How long `node_id` still throttles us (KIP-219; 0: not throttled), Kafka's
+        `ClusterConnectionStates.throttleDelayMs`."""
+        with self._lock:
+            conn = self._connections.get(node_id)
+        return 0 if conn is None or conn.closed else conn.throttle.delay_ms(now_ms())
+
     def is_unavailable(self, node_id: int) -> bool:
         """Whether `node_id` failed to connect and is still in its reconnect backoff."""
         return self.connection_delay_ms(node_id) > 0
 
     def ready(self, node_id: int) -> bool:
-        """Connected to `node_id`, connecting now if allowed; False (and no exception) when the
-        node is backing off or refuses (Kafka's `NetworkClient.ready`)."""
+        """Connected to `node_id`, connecting now if allowed, and not throttled; False (and no
+        exception) when the node is backing off, refuses, or throttles us (Kafka's
+        `NetworkClient.ready`: `canSendRequest` is false while `isThrottled`)."""
+        if self.throttle_delay_ms(node_id):
+            return False
         try:
             self.connection(node_id)
         except KafkaError:

@@ -50,6 +50,7 @@ from .network import NetworkClient
 from .partitioner import BuiltInPartitioner, make_partitioner
 from .record_future import RecordFuture, Waiters, future_class
 from .sender import Sender
+from .throttle import client_metrics, metric_values, throttle_recorder
 from .transaction_manager import TransactionHandle, TransactionManager, TransactionStateError
 
 logger = logging.getLogger(__name__)
@@ -95,7 +96,12 @@ class KafkaProducer:
     def __init__(self, config: Mapping[str, Any]) -> None:
         self.config = producer_config(config)
         c = self.config
-        self._network = NetworkClient(c)
+        #: Kafka's producer metrics this client records (`produce-throttle-time-avg|max`)
+        self.client_metrics = client_metrics(c)
+        record_throttle = throttle_recorder(
+            self.client_metrics, "producer", c["client.id"] or "sparklog"
+        )
+        self._network = NetworkClient(c, on_throttle_time=record_throttle)
         self._metadata = Metadata(self._network, c)
         self._rlock = threading.RLock()  # `with` on it directly: the per-record path
         self._lock = threading.Condition(self._rlock)
@@ -452,6 +458,12 @@ class KafkaProducer:
         finally:
             with self._lock:
                 self._accumulator.flushes_in_progress -= 1
+
+    def metrics(self) -> dict[str, dict[str, float]]:
+        """This producer's metrics, {group: {name: value}} (`producer-metrics`:
+        `produce-throttle-time-avg`, `produce-throttle-time-max`: the brokers' throttle times
+        in ms over `metrics.sample.window.ms` × `metrics.num.samples`)."""
+        return metric_values(self.client_metrics)
 
     def close(self, timeout_ms: int | None = None) -> None:
         """Send what is queued (waiting up to `timeout_ms`, forever when None), then stop; what

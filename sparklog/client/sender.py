@@ -301,6 +301,12 @@ class Sender:
         for node in sorted(ready.nodes):
             if self._forced:
                 break
+            throttled_ms = self.network.throttle_delay_ms(node)
+            if throttled_ms:
+                # KIP-219: the broker throttled us; its batches wait here (they keep growing
+                # up to batch.size) until the throttle time passes (Kafka's `pollDelayMs`)
+                wait_ms = min(wait_ms, throttled_ms)
+                continue
             if not self.network.ready(node):
                 # Kafka's Sender: an unreachable leader gets no batches (no attempt is spent)
                 # and fresher metadata is asked for; the leader may have moved.

@@ -1,0 +1,156 @@
+"""The client side of broker quotas (KIP-219): a throttled response holds the connection.
+
+A broker over a client's quota answers at once with `throttle_time_ms` and then mutes the
+connection for that long (KIP-219). Kafka's clients do their part: after such a response they
+send nothing more to that broker until the time has passed (`NetworkClient.maybeThrottle` →
+`ClusterConnectionStates.throttle`, and `canSendRequest` is false while `isThrottled`), so
+requests wait in the client rather than in the muted socket where their request timeout
+would run. Responses of versions from before KIP-219 were delayed by the broker instead, so
+the client does not wait again (`AbstractResponse.shouldClientThrottle(version)`).
+
+Every response's throttle time, throttled or not, is recorded into the client's throttle
+sensor, as Kafka's `NetworkClient` records into the `throttleTimeSensor` its producer
+(`produce-throttle-time-avg|max`, `producer-metrics`) or consumer
+(`fetch-throttle-time-avg|max`, `consumer-fetch-manager-metrics`) hands it.
+
+Sans-IO: `ThrottleState` takes `now_ms`.
+"""
+
+from __future__ import annotations
+
+import threading
+import types
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from sparklog.client.request_builder import duration_ms
+from sparklog.metrics.metric import MetricName
+from sparklog.metrics.registry import Metrics
+from sparklog.metrics.stats import Avg, Max, MetricConfig
+from sparklog.protocol.api_versions import ApiKey
+
+#: The first version of each API whose response a KIP-219 broker sends before throttling
+#: (the client must hold back), from Kafka's `<Api>Response.shouldClientThrottle`. APIs not
+#: listed were added after KIP-219 and throttle on the client at every version.
+KIP219_FIRST_VERSION: Mapping[int, int] = types.MappingProxyType(
+    {
+        ApiKey.PRODUCE: 6,
+        ApiKey.FETCH: 8,
+        ApiKey.LIST_OFFSETS: 3,
+        ApiKey.METADATA: 6,
+        ApiKey.OFFSET_COMMIT: 4,
+        ApiKey.OFFSET_FETCH: 4,
+        ApiKey.FIND_COORDINATOR: 2,
+        ApiKey.JOIN_GROUP: 3,
+        ApiKey.HEARTBEAT: 2,
+        ApiKey.LEAVE_GROUP: 2,
+        ApiKey.SYNC_GROUP: 2,
+        ApiKey.DESCRIBE_GROUPS: 2,
+        ApiKey.LIST_GROUPS: 2,
+        ApiKey.API_VERSIONS: 2,
+        ApiKey.CREATE_TOPICS: 3,
+        ApiKey.DELETE_TOPICS: 2,
+        ApiKey.DELETE_RECORDS: 1,
+        ApiKey.INIT_PRODUCER_ID: 1,
+        ApiKey.OFFSET_FOR_LEADER_EPOCH: 2,
+        ApiKey.ADD_PARTITIONS_TO_TXN: 1,
+        ApiKey.ADD_OFFSETS_TO_TXN: 1,
+        ApiKey.END_TXN: 1,
+        ApiKey.TXN_OFFSET_COMMIT: 1,
+        ApiKey.DESCRIBE_ACLS: 1,
+        ApiKey.CREATE_ACLS: 1,
+        ApiKey.DELETE_ACLS: 1,
+        ApiKey.DESCRIBE_CONFIGS: 2,
+        ApiKey.ALTER_CONFIGS: 1,
+        ApiKey.CREATE_PARTITIONS: 1,
+        ApiKey.DELETE_GROUPS: 1,
+        ApiKey.SASL_HANDSHAKE: 1 << 15,  # no throttle time in its response
+    }
+)
+
+
+def should_client_throttle(api_key: int, version: int) -> bool:
+    """Whether a response of this API version is sent before the broker's throttle (KIP-219),
+    so the client must wait out `throttle_time_ms` itself."""
+    return version >= KIP219_FIRST_VERSION.get(api_key, 0)
+
+
+def response_throttle_ms(body: Any) -> int:
+    """A response's `throttle_time_ms` (0 for responses that have none)."""
+    # kio names the duration field `throttle_time` (a timedelta); the schema's name has `_ms`
+    value = getattr(body, "throttle_time", None)
+    if value is None:
+        value = getattr(body, "throttle_time_ms", None)
+    return 0 if value is None else max(0, duration_ms(value))
+
+
+class ThrottleState:
+    """Until when one broker connection is throttled (Kafka's per-node `throttleUntilTimeMs`)."""
+
+    __slots__ = ("until_ms",)
+
+    def __init__(self) -> None:
+        self.until_ms = 0
+
+    def on_response(self, api_key: int, version: int, throttle_ms: int, now_ms: int) -> None:
+        if throttle_ms > 0 and should_client_throttle(api_key, version):
+            self.until_ms = max(self.until_ms, now_ms + throttle_ms)
+
+    def delay_ms(self, now_ms: int) -> int:
+        """How long requests to this broker must still wait (0: send now)."""
+        return max(0, self.until_ms - now_ms)
+
+
+#: Kafka's client metric groups for the throttle sensor, by client kind.
+_THROTTLE_METRICS = {
+    "producer": ("kafka.producer", "producer-metrics", "produce-throttle-time"),
+    "consumer": ("kafka.consumer", "consumer-fetch-manager-metrics", "fetch-throttle-time"),
+}
+
+#: What a connection calls with each response's throttle time (in ms) and the time.
+ThrottleRecorder = Callable[[int, int], None]
+
+
+def client_metrics(config: Mapping[str, Any]) -> Metrics:
+    """A client's metrics registry (`metrics.num.samples`, `metrics.sample.window.ms`, as
+    Kafka's clients configure theirs)."""
+    return Metrics(
+        MetricConfig(
+            samples=config["metrics.num.samples"],
+            time_window_ms=config["metrics.sample.window.ms"],
+        )
+    )
+
+
+def throttle_recorder(metrics: Metrics, kind: str, client_id: str) -> ThrottleRecorder:
+    """The client's throttle-time sensor (`<prefix>-avg` and `<prefix>-max`, tagged by client
+    id, as Kafka's `SenderMetrics` / `FetchMetricsManager` name them); returns its recorder."""
+    domain, group, prefix = _THROTTLE_METRICS[kind]
+    sensor = metrics.sensor(prefix)
+    tags = {"client-id": client_id}
+    sensor.add(
+        MetricName.of(domain, group, f"{prefix}-avg", tags, "The average throttle time in ms"),
+        Avg(),
+    )
+    sensor.add(
+        MetricName.of(domain, group, f"{prefix}-max", tags, "The maximum throttle time in ms"),
+        Max(),
+    )
+
+    lock = threading.Lock()  # every connection's reader thread records (Kafka's are synchronized)
+
+    def record(throttle_ms: int, now_ms: int) -> None:
+        with lock:
+            sensor.record(throttle_ms, now_ms, check_quotas=False)
+
+    return record
+
+
+def metric_values(metrics: Metrics) -> dict[str, dict[str, float]]:
+    """{group: {name: value}} of a client's metrics (what `KafkaProducer.metrics()` and
+    `KafkaConsumer.metrics()` return, as kafka-python's do; the registry itself is the
+    client's `client_metrics`)."""
+    out: dict[str, dict[str, float]] = {}
+    for metric in metrics:
+        out.setdefault(metric.name.type, {})[metric.name.name] = metric.value()
+    return out
