@@ -19,6 +19,7 @@ import sparklog
 from sparklog.client import AdminClient, KafkaProducer, NewTopic
 from sparklog.cluster.embedded import EmbeddedCluster
 from sparklog.spark.options import parse_source_options
+from sparklog.spark.progress import SourceLagListener, source_metrics
 from sparklog.spark.stream_reader import SparkLogStreamReader
 from sparklog.storage import segment
 from tests.corrupt_log import damage_batch_holding
@@ -208,6 +209,36 @@ def test_available_now_runs_bounded_batches_and_terminates(spark, admin, produce
     rows = [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
     assert rows == [300, 300, 300, 100]
     assert len(values_in(spark, path)) == 1000
+
+
+def test_progress_reports_how_far_each_batch_is_behind_latest(spark, admin, producer, query):
+    # PySpark's Python stream cannot fill sources[].metrics; the same numbers follow from the
+    # endOffset and latestOffset every progress carries (spark.progress, docs/metrics.md)
+    admin.create_topics([NewTopic("lagging", 1)])
+    produce(producer, "lagging", 0, 1000)
+    listener = SourceLagListener()
+    spark.streams.addListener(listener)
+    try:
+        options = {
+            "subscribe": "lagging",
+            "startingOffsets": "earliest",
+            "maxOffsetsPerTrigger": "300",
+        }
+        q, _path = query(options, "lagging")
+        behind = [source_metrics(p)[0] for p in q.recentProgress if p["numInputRows"]]
+        assert [m["maxOffsetsBehindLatest"] for m in behind] == ["700", "400", "100", "0"]
+        assert behind[0] == {
+            "minOffsetsBehindLatest": "700",
+            "maxOffsetsBehindLatest": "700",
+            "avgOffsetsBehindLatest": "700.0",
+        }
+        last = source_metrics(q.recentProgress[-1])
+        deadline = time.monotonic() + 30  # the listener bus delivers asynchronously
+        while listener.metrics(q.id) != last and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert listener.metrics(q.id) == last == [behind[-1]]
+    finally:
+        spark.streams.removeListener(listener)
 
 
 def test_new_partitions_and_topics_are_picked_up(spark, cluster, admin, producer, query):
