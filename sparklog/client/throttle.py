@@ -26,7 +26,7 @@ from typing import Any
 from sparklog.client.request_builder import duration_ms
 from sparklog.metrics.metric import MetricName
 from sparklog.metrics.registry import Metrics
-from sparklog.metrics.stats import Avg, Max, MetricConfig
+from sparklog.metrics.stats import Avg, CumulativeSum, Max, MetricConfig
 from sparklog.protocol.api_versions import ApiKey
 
 #: The first version of each API whose response a KIP-219 broker sends before throttling
@@ -137,6 +137,13 @@ def throttle_recorder(metrics: Metrics, kind: str, client_id: str) -> ThrottleRe
         Max(),
     )
 
+    # sparklog's own: the total, so a Spark task can tell how long brokers throttled it
+    sensor.add(
+        MetricName.of(
+            domain, group, f"{prefix}-total", tags, "The total throttle time in ms (sparklog's)"
+        ),
+        CumulativeSum(),
+    )
     lock = threading.Lock()  # every connection's reader thread records (Kafka's are synchronized)
 
     def record(throttle_ms: int, now_ms: int) -> None:
@@ -154,3 +161,10 @@ def metric_values(metrics: Metrics) -> dict[str, dict[str, float]]:
     for metric in metrics:
         out.setdefault(metric.name.type, {})[metric.name.name] = metric.value()
     return out
+
+
+def total_throttle_ms(metrics: Metrics | None) -> float:
+    """The throttle time brokers answered a client in total (its `*-throttle-time-total`)."""
+    if metrics is None:
+        return 0.0
+    return sum(m.value() for m in metrics if m.name.name.endswith("-throttle-time-total"))

@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 from sparklog.client import TopicPartition
+from sparklog.client.throttle import total_throttle_ms
 from sparklog.spark.client_pool import CONSUMERS
 from sparklog.spark.offsets import OffsetRange
 from sparklog.spark.options import SourceOptions
@@ -119,7 +120,18 @@ def read_range(r: OffsetRange, options: SourceOptions) -> Iterator[pa.RecordBatc
     if r.size == 0:
         return
     with CONSUMERS.lease(options.consumer_config()) as consumer:
+        throttled_before = total_throttle_ms(getattr(consumer, "client_metrics", None))
         yield from _RangeReader(consumer, r, options).batches()
+        throttled = total_throttle_ms(getattr(consumer, "client_metrics", None)) - throttled_before
+        if throttled:  # the consumer waited these out (KIP-219): slower, not failed
+            logger.info(
+                "sparklog read of %s-%d [%d, %d): throttled %d ms by broker quotas",
+                r.topic,
+                r.partition,
+                r.from_offset,
+                r.until_offset,
+                throttled,
+            )
 
 
 class RangeConsumer(Protocol):

@@ -48,6 +48,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from sparklog.client.throttle import total_throttle_ms
 from sparklog.errors import InvalidTopicError, UnknownTopicOrPartitionError
 from sparklog.spark.client_pool import PRODUCERS
 from sparklog.spark.options import SinkOptions, SparkLogOptionError, check_topic_name
@@ -191,6 +192,8 @@ class SparkLogCommitMessage(WriterCommitMessage):
     last_offsets: tuple[tuple[str, int, int], ...] = ()
     #: (transactional id, producer id, epoch) of the task's prepared transaction
     transaction: tuple[str, int, int] | None = None
+    #: how long brokers throttled the task's producer (client quotas, KIP-219), in ms
+    throttle_time_ms: int = 0
 
 
 class ArrowProducer(Protocol):
@@ -219,6 +222,7 @@ class _TaskWriter:
         self._last: dict[tuple[str, int], int] = {}
         self._pending: list[pa.RecordBatch] = []
         self._pending_bytes = 0
+        self._throttled_before = _throttle_total(producer)
 
     def write(self, batch: pa.RecordBatch) -> None:
         """Queue `batch`; send once about `COALESCE_BYTES` are queued (fewer, larger encodes
@@ -277,7 +281,19 @@ class _TaskWriter:
         self.producer.flush()
         self._reap(block=True)
         last = tuple((t, p, o) for (t, p), o in sorted(self._last.items()))
-        return SparkLogCommitMessage(self.records, last)
+        throttled = int(_throttle_total(self.producer) - self._throttled_before)
+        if throttled:
+            logger.info(
+                "sparklog write task: %d records, throttled %d ms by broker quotas",
+                self.records,
+                throttled,
+            )
+        return SparkLogCommitMessage(self.records, last, throttle_time_ms=throttled)
+
+
+def _throttle_total(producer: Any) -> float:
+    """The producer's total throttle time so far (0 for a producer without client metrics)."""
+    return total_throttle_ms(getattr(producer, "client_metrics", None))
 
 
 def _topics_of(batch: pa.RecordBatch) -> list[str]:
@@ -366,6 +382,17 @@ def _total(messages: list[WriterCommitMessage | None]) -> int:
     return sum(m.records for m in messages if isinstance(m, SparkLogCommitMessage))
 
 
+def _throttled(messages: list[WriterCommitMessage | None]) -> str:
+    """The tasks' throttle time for the commit's log line ("" when none was throttled):
+    PySpark's Python sinks cannot add to the query's progress (`sink.metrics`), so the
+    driver's log is where a write's throttling shows."""
+    times = [m.throttle_time_ms for m in messages if isinstance(m, SparkLogCommitMessage)]
+    total = sum(times)
+    if not total:
+        return ""
+    return f"; brokers throttled its producers {total} ms in all (max {max(times)} ms in a task)"
+
+
 class SparkLogBatchWriter(DataSourceArrowWriter):
     """`df.write.format("sparklog")`: append every row as a record (all-or-nothing with
     `transactional=true`)."""
@@ -381,7 +408,9 @@ class SparkLogBatchWriter(DataSourceArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         if self.prefix is not None:
             end_all(self.options, self.prefix, True, messages)
-        logger.info("sparklog write committed: %d records", _total(messages))
+        logger.info(
+            "sparklog write committed: %d records%s", _total(messages), _throttled(messages)
+        )
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         if self.prefix is not None:
@@ -412,7 +441,12 @@ class SparkLogStreamWriter(DataSourceStreamArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         if self.prefix is not None:
             end_all(self.options, f"{self.prefix}:{batchId}", True, messages)
-        logger.info("sparklog batch %d committed: %d records", batchId, _total(messages))
+        logger.info(
+            "sparklog batch %d committed: %d records%s",
+            batchId,
+            _total(messages),
+            _throttled(messages),
+        )
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         if self.prefix is not None:

@@ -12,33 +12,16 @@ from __future__ import annotations
 import time
 import uuid
 
+import pyarrow as pa
 import pytest
 
 from sparklog.client import AdminClient, KafkaConsumer, KafkaProducer, NewTopic
 from sparklog.protocol.api_versions import ApiKey
-from sparklog.protocol.connection import Request
-from sparklog.protocol.pipeline import RequestStage
+from sparklog.spark.options import parse_sink_options
+from sparklog.spark.writer import write_task
+from tests.support.throttle_stage import FixedThrottle, throttle_installer
 
 THROTTLE_MS = 300
-
-
-class FixedThrottle(RequestStage):
-    """Throttles every `api_key` request of `client_id` by `throttle_ms`; notes when each
-    such request reached the broker (its monotonic clock, ms)."""
-
-    name = "throttle"
-
-    def __init__(self, client_id: str, api_key: int, throttle_ms: int) -> None:
-        self.client_id = client_id
-        self.api_key = api_key
-        self.throttle_ms = throttle_ms
-        self.arrivals: list[float] = []
-
-    def on_request(self, request: Request) -> None:
-        if request.client_id == self.client_id and request.api_key == self.api_key:
-            self.arrivals.append(time.monotonic() * 1000)
-            request.context.throttle_time_ms = self.throttle_ms
-        return None
 
 
 @pytest.fixture(scope="module")
@@ -49,16 +32,8 @@ def admin(cluster):
 
 @pytest.fixture
 def throttling(cluster):
-    """Install a `FixedThrottle` in the broker's pipeline; the original is put back after."""
-    server = cluster.brokers[0].server
-    original = server.pipeline
-
-    def install(stage: FixedThrottle) -> FixedThrottle:
-        server.pipeline = original.with_stage(stage)
-        return stage
-
-    yield install
-    server.pipeline = original
+    with throttle_installer(cluster) as install:
+        yield install
 
 
 def new_topic(admin: AdminClient) -> str:
@@ -118,3 +93,22 @@ def test_consumer_waits_out_the_throttle_before_its_next_fetch(cluster, admin, t
     assert len(arrivals) >= 3
     assert min(gaps(arrivals)) >= THROTTLE_MS
     assert group["fetch-throttle-time-max"] == THROTTLE_MS
+
+
+def test_a_spark_write_task_reports_how_long_brokers_throttled_it(cluster, admin, throttling):
+    topic = new_topic(admin)
+    client_id = f"w-{uuid.uuid4().hex[:6]}"
+    stage = throttling(FixedThrottle(client_id, ApiKey.PRODUCE, THROTTLE_MS))
+    options = parse_sink_options(
+        {
+            "kafka.bootstrap.servers": cluster.bootstrap_servers,
+            "kafka.client.id": client_id,
+            "topic": topic,
+        }
+    )
+    batches = [pa.record_batch({"value": pa.array([b"x%d" % i for i in range(5)])})]
+    message = write_task(options, ("value",), iter(batches))
+    assert message.records == 5  # slower, never failed
+    assert stage.arrivals
+    # every Produce response said THROTTLE_MS; the task's message adds them up
+    assert message.throttle_time_ms == THROTTLE_MS * len(stage.arrivals)

@@ -18,11 +18,13 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, Read
 import sparklog
 from sparklog.client import AdminClient, KafkaProducer, NewTopic
 from sparklog.cluster.embedded import EmbeddedCluster
+from sparklog.protocol.api_versions import ApiKey
 from sparklog.spark.options import parse_source_options
 from sparklog.spark.progress import SourceLagListener, source_metrics
 from sparklog.spark.stream_reader import SparkLogStreamReader
 from sparklog.storage import segment
 from tests.corrupt_log import damage_batch_holding
+from tests.support.throttle_stage import FixedThrottle, throttle_installer
 
 pytestmark = pytest.mark.spark
 
@@ -239,6 +241,36 @@ def test_progress_reports_how_far_each_batch_is_behind_latest(spark, admin, prod
         assert listener.metrics(q.id) == last == [behind[-1]]
     finally:
         spark.streams.removeListener(listener)
+
+
+def test_throttled_writes_and_reads_are_slower_never_failing(spark, cluster, admin):
+    # issue 31 (c): the DataFrame writer and reader wait out broker throttles (KIP-219)
+    admin.create_topics([NewTopic("throttled-io", 2)])
+    bootstrap = cluster.bootstrap_servers
+    with throttle_installer(cluster) as install:
+        writes = install(FixedThrottle("throttled-io", ApiKey.PRODUCE, 200))
+        df = spark.createDataFrame([(str(i),) for i in range(200)], "value string")
+        (
+            df.write.format("sparklog")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("kafka.client.id", "throttled-io")
+            .option("topic", "throttled-io")
+            .mode("append")
+            .save()
+        )
+        assert writes.arrivals
+        reads = install(FixedThrottle("throttled-io", ApiKey.FETCH, 200))
+        got = (
+            spark.read.format("sparklog")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("kafka.client.id", "throttled-io")
+            .option("subscribe", "throttled-io")
+            .load()
+            .select("value")
+            .collect()
+        )
+        assert reads.arrivals
+    assert sorted(int(r.value) for r in got) == list(range(200))
 
 
 def test_new_partitions_and_topics_are_picked_up(spark, cluster, admin, producer, query):
