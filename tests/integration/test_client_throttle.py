@@ -9,6 +9,7 @@ broker's own clock shows the gap between its requests), nothing fails, and the c
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 
@@ -16,6 +17,7 @@ import pyarrow as pa
 import pytest
 
 from sparklog.client import AdminClient, KafkaConsumer, KafkaProducer, NewTopic
+from sparklog.client.broker_connection import BrokerConnection, now_ms
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.spark.options import parse_sink_options
 from sparklog.spark.writer import write_task
@@ -112,3 +114,41 @@ def test_a_spark_write_task_reports_how_long_brokers_throttled_it(cluster, admin
     assert stage.arrivals
     # every Produce response said THROTTLE_MS; the task's message adds them up
     assert message.throttle_time_ms == THROTTLE_MS * len(stage.arrivals)
+
+
+def test_a_request_sent_while_throttled_does_not_time_out_for_the_mute(cluster, throttling):
+    # KIP-219: the broker mutes a throttled connection, so a request sent meanwhile waits in
+    # its socket; the client's request timeout must not count that wait
+    client_id = f"m-{uuid.uuid4().hex[:6]}"
+    throttling(FixedThrottle(client_id, ApiKey.METADATA, 1_000))
+    server = cluster.brokers[0].server
+    handler = server.handler
+    seen: list[int] = []
+
+    async def muted(request):  # the second Metadata waits as a muted connection would
+        if request.client_id == client_id and request.api_key == ApiKey.METADATA:
+            seen.append(request.correlation_id)
+            if len(seen) == 2:
+                await asyncio.sleep(0.7)
+        return await handler(request)
+
+    server.handler = muted
+    try:
+        host, port = cluster.bootstrap_servers.split(",")[0].rsplit(":", 1)
+        conn = BrokerConnection(0, host, int(port), client_id=client_id, request_timeout_ms=400)
+        conn.connect(5_000)
+        try:
+            fields = {
+                "topics": [],
+                "allow_auto_topic_creation": False,
+                "include_topic_authorized_operations": False,
+            }
+            conn.send(ApiKey.METADATA, fields).result(timeout=10)
+            assert conn.throttle.delay_ms(now_ms()) > 0
+            # sent at once (bypassing the client's own wait): answered after 700 ms > 400 ms
+            assert conn.send(ApiKey.METADATA, fields).result(timeout=10) is not None
+        finally:
+            conn.close()
+    finally:
+        server.handler = handler
+    assert len(seen) == 2
