@@ -252,6 +252,7 @@ class AdminClient(AdminSecurityCalls, AdminQuotaCalls):
             timeout_ms,
             lambda r: ((t.name, t.error_code, t.error_message) for t in r.topics),
             "topic",
+            lambda f, names: {**f, "topics": [t for t in f["topics"] if t["name"] in names]},
         )
         self._metadata.request_update()
 
@@ -267,6 +268,7 @@ class AdminClient(AdminSecurityCalls, AdminQuotaCalls):
                 (x.name, x.error_code, getattr(x, "error_message", None)) for x in r.responses
             ),
             "topic",
+            lambda f, names: {**f, "topic_names": [t for t in f["topic_names"] if t in names]},
         )
         self._metadata.request_update()
 
@@ -317,6 +319,7 @@ class AdminClient(AdminSecurityCalls, AdminQuotaCalls):
             timeout_ms,
             lambda r: ((x.name, x.error_code, x.error_message) for x in r.results),
             "topic",
+            lambda f, names: {**f, "topics": [t for t in f["topics"] if t["name"] in names]},
         )
         self._metadata.request_update()
 

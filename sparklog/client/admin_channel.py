@@ -4,7 +4,10 @@
 (Kafka's `KafkaAdminClient` keeps the same plumbing apart from its calls): requests go to a
 given node, to any broker, or to the controller (which any broker forwards to); retriable
 errors are retried with `retry.backoff.ms` until `default.api.timeout.ms` (or the call's
-`timeout_ms`), and a response's first per-item error is raised naming the item.
+`timeout_ms`), and a response's first per-item error is raised naming the item. Items a
+controller refused with THROTTLING_QUOTA_EXCEEDED (KIP-599's controller mutation quota) are
+sent again alone once the response's throttle time has passed, as Kafka's admin client does
+with `retryOnQuotaViolation` (its default): the others are done and must not be sent twice.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from sparklog.protocol.api_versions import ApiKey
 from .broker_connection import now_ms
 from .metadata import Metadata
 from .network import NetworkClient
+from .throttle import response_throttle_ms
 
 #: Result errors an admin call retries (Kafka's `KafkaAdminClient` reschedules on these); other
 #: errors in a result are final even when their class is retriable (e.g. an unknown topic).
@@ -130,15 +134,45 @@ class AdminChannel:
         timeout_ms: int | None,
         results: Callable[[Any], Iterable[tuple[str, Any, str | None]]],
         what: str,
+        narrow: Callable[[dict[str, Any], set[str]], dict[str, Any]] | None = None,
     ) -> None:
         """Send an admin request to the controller (retrying retriable errors until the
-        deadline) and raise the first per-item error its response carries."""
+        deadline) and raise the first per-item error its response carries. With `narrow`
+        (the request's fields cut down to the named items), items refused for the controller
+        mutation quota are retried alone after the throttle time (KIP-599)."""
+        deadline = self.deadline(timeout_ms)
+        pending = fields
 
         def attempt() -> None:
-            response = self.request(self.controller_node(), api_key, fields, timeout_ms)
-            raise_first(results(response), what)
+            nonlocal pending
+            node = self.controller_node()
+            wait_ms = min(self.network.throttle_delay_ms(node), deadline - now_ms())
+            if wait_ms > 0:  # KIP-219: the broker mutes us meanwhile anyway
+                time.sleep(wait_ms / 1000)
+            response = self.request(node, api_key, pending, timeout_ms)
+            items = list(results(response))
+            throttled = {n for n, c, _ in items if int(c) == ThrottlingQuotaExceededError.code}
+            if narrow is None or not throttled:
+                raise_first(items, what)
+                return
+            raise_first([i for i in items if i[0] not in throttled], what)
+            pending = narrow(pending, throttled)  # the others are done: never send them again
+            error = admin_error(
+                ThrottlingQuotaExceededError.code,
+                f"{what} {sorted(throttled)[0]!r}",
+                f"over the controller mutation quota; throttled "
+                f"{response_throttle_ms(response)} ms (controller_mutation_rate)",
+            )
+            if now_ms() >= deadline:
+                error.retriable = False
+            raise error
 
-        self.retry(self.deadline(timeout_ms), attempt)
+        try:
+            self.retry(deadline, attempt)
+        except RequestTimedOutError as e:
+            if isinstance(e.__cause__, ThrottlingQuotaExceededError):
+                raise e.__cause__ from None  # as Kafka's: the quota error, not a timeout
+            raise
 
     def ensure_broker_address(self, node_id: int) -> None:
         """Know broker `node_id`'s address, or raise InvalidRequestError."""

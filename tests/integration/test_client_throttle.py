@@ -10,6 +10,7 @@ broker's own clock shows the gap between its requests), nothing fails, and the c
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 import uuid
 
@@ -18,6 +19,8 @@ import pytest
 
 from sparklog.client import AdminClient, KafkaConsumer, KafkaProducer, NewTopic
 from sparklog.client.broker_connection import BrokerConnection, now_ms
+from sparklog.errors import ThrottlingQuotaExceededError
+from sparklog.protocol import kio_build
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.spark.options import parse_sink_options
 from sparklog.spark.writer import write_task
@@ -152,3 +155,63 @@ def test_a_request_sent_while_throttled_does_not_time_out_for_the_mute(cluster, 
     finally:
         server.handler = handler
     assert len(seen) == 2
+
+
+@pytest.mark.parametrize("always", [False, True], ids=["once", "always"])
+def test_admin_retries_only_the_topics_refused_for_the_mutation_quota(cluster, admin, always):
+    # KIP-599: CreateTopics v6+ refuses topics over controller_mutation_rate with
+    # THROTTLING_QUOTA_EXCEEDED and a throttle time; Kafka's admin client retries just those,
+    # until its timeout, and then raises the quota error
+    client_id = f"a-{uuid.uuid4().hex[:6]}"
+    first, second = f"q-{uuid.uuid4().hex[:6]}", f"q-{uuid.uuid4().hex[:6]}"
+    server = cluster.brokers[0].server
+    handler = server.handler
+    calls: list[list[str]] = []
+    arrivals: list[float] = []
+    template: list[dict] = []
+
+    async def over_quota_once(request):  # the broker's answer as a mutation quota gives it
+        if request.client_id != client_id or request.api_key != ApiKey.CREATE_TOPICS:
+            return await handler(request)
+        calls.append(sorted(t.name for t in request.body.topics))
+        arrivals.append(time.monotonic() * 1000)
+        if len(calls) > 1 and not always:
+            return await handler(request)
+        accepted = [t for t in request.body.topics if t.name == first]
+        body = dataclasses.replace(request.body, topics=tuple(accepted))
+        done = await handler(dataclasses.replace(request, body=body))
+        results = [dataclasses.asdict(t) for t in done.topics]
+        template.extend(results[:1])  # the first answer's shape, for the refused entries
+        refused = {
+            **template[0],
+            "name": second,
+            "error_code": ThrottlingQuotaExceededError.code,
+            "error_message": "The throttling quota has been exceeded.",
+            "num_partitions": -1,
+            "replication_factor": -1,
+            "configs": None,
+        }
+        request.context.throttle_time_ms = THROTTLE_MS
+        return kio_build.response(request, {"topics": [*results, refused]})
+
+    server.handler = over_quota_once
+    try:
+        with AdminClient(
+            {"bootstrap.servers": cluster.bootstrap_servers, "client.id": client_id}
+        ) as quota_admin:
+            topics = [NewTopic(first, 1, 1), NewTopic(second, 1, 1)]
+            if always:
+                with pytest.raises(ThrottlingQuotaExceededError, match="throttled 300 ms"):
+                    quota_admin.create_topics(topics, timeout_ms=1_000)
+            else:
+                quota_admin.create_topics(topics)
+    finally:
+        server.handler = handler
+    if always:
+        assert calls[0] == sorted([first, second]) and calls[1] == [second]
+        assert first in admin.list_topics() and second not in admin.list_topics()
+        return
+    # the accepted topic is never sent again (it would come back TOPIC_ALREADY_EXISTS)
+    assert calls == [sorted([first, second]), [second]]
+    assert arrivals[1] - arrivals[0] >= THROTTLE_MS  # after the throttle time
+    assert {first, second} <= set(admin.list_topics())
