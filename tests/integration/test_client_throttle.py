@@ -4,13 +4,16 @@ The broker here is a real one whose pipeline's "throttle" slot holds a test stag
 fixed throttle time to one client id, so the client side is tested on its own: after a
 throttled response the client sends that broker nothing until the time has passed (the
 broker's own clock shows the gap between its requests), nothing fails, and the client's
-`produce-throttle-time-*` / `fetch-throttle-time-*` metrics show the throttle.
+`produce-throttle-time-*` / `fetch-throttle-time-*` metrics show the throttle. Then the same
+clients against the broker's real quotas (set with AlterClientQuotas), and the admin client
+against the real controller mutation quota (KIP-599).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import importlib.util
 import time
 import uuid
 
@@ -18,6 +21,7 @@ import pyarrow as pa
 import pytest
 
 from sparklog.client import AdminClient, KafkaConsumer, KafkaProducer, NewTopic
+from sparklog.client.admin_quotas import QuotaAlteration
 from sparklog.client.broker_connection import BrokerConnection, now_ms
 from sparklog.errors import ThrottlingQuotaExceededError
 from sparklog.protocol import kio_build
@@ -252,3 +256,75 @@ def test_admin_creates_every_topic_through_a_real_mutation_quota(cluster, admin)
         for manager, source in zip(managers, sources, strict=True):
             manager.source = source
     assert {t.name for t in topics} <= set(admin.list_topics())
+
+
+# -- under the broker's real client quotas (KIP-13 byte rates, KIP-219 muting) ------------
+
+#: 50 KB/s: the quota's Rate spans at least quota.window.num − 1 = 10 windows of 1 s, so a
+#: client may send 10 s of quota (500 KB) at once before it is throttled, as in Kafka; a run
+#: of `elapsed_s` must stay within quota × (elapsed_s + 10) × 1.05
+QUOTA_BYTES_PER_S = 50_000
+BURST_S = 10
+RECORD = b"x" * 1_000
+#: the broker's quota enforcement (the throttle stage, `broker/quotas.py`) lands separately
+requires_quotas = pytest.mark.skipif(
+    importlib.util.find_spec("sparklog.broker.quotas") is None,
+    reason="the broker's client quota enforcement (sparklog.broker.quotas) is not here yet",
+)
+
+
+@pytest.fixture
+def client_quota(admin):
+    """Set a client-id's byte-rate quota through AlterClientQuotas; removed after the test."""
+    set_: list[QuotaAlteration] = []
+
+    def apply(client_id: str, key: str, limit: float) -> None:
+        admin.alter_client_quotas([QuotaAlteration({"client-id": client_id}, {key: limit})])
+        set_.append(QuotaAlteration({"client-id": client_id}, {key: None}))
+
+    yield apply
+    admin.alter_client_quotas(set_)
+
+
+@requires_quotas
+def test_producer_flat_out_is_held_to_its_quota_and_fails_nothing(cluster, admin, client_quota):
+    topic = new_topic(admin)
+    client_id = f"qp-{uuid.uuid4().hex[:6]}"
+    client_quota(client_id, "producer_byte_rate", QUOTA_BYTES_PER_S)
+    settings = {"bootstrap.servers": cluster.bootstrap_servers, "client.id": client_id}
+    with KafkaProducer(settings) as producer:
+        start = time.monotonic()
+        # ~540 KB flat out: a little past the 500 KB the quota's window lets through at once
+        futures = [producer.send(topic, value=RECORD) for _ in range(520)]
+        producer.flush()
+        elapsed = time.monotonic() - start
+        group = producer.metrics()["producer-metrics"]
+    assert all(f.exception() is None for f in futures)  # slower, never failed
+    assert group["produce-throttle-time-max"] > 0
+    stored = cluster.brokers[0].replica_manager.hosted(topic, 0).log.size_in_bytes
+    assert stored <= QUOTA_BYTES_PER_S * (elapsed + BURST_S) * 1.05
+
+
+@requires_quotas
+def test_consumer_flat_out_is_held_to_its_quota_and_reads_in_order(cluster, admin, client_quota):
+    topic = new_topic(admin)
+    with KafkaProducer({"bootstrap.servers": cluster.bootstrap_servers}) as producer:
+        for i in range(1_000):  # ~1 MB: twice what the quota's window lets through at once
+            producer.send(topic, key=b"%d" % i, value=RECORD)
+    client_id = f"qc-{uuid.uuid4().hex[:6]}"
+    client_quota(client_id, "consumer_byte_rate", QUOTA_BYTES_PER_S)
+    settings = {"bootstrap.servers": cluster.bootstrap_servers, "client.id": client_id}
+    got: list[bytes] = []
+    with KafkaConsumer(settings) as consumer:
+        consumer.assign([(topic, 0)])
+        consumer.seek((topic, 0), 0)
+        start = time.monotonic()
+        throttled = 0.0
+        while not throttled > 0 and time.monotonic() - start < 30:
+            got.extend(r.key for r in consumer.poll(200))
+            group = consumer.metrics()["consumer-fetch-manager-metrics"]
+            throttled = group["fetch-throttle-time-max"]
+        elapsed = time.monotonic() - start
+    assert throttled > 0
+    assert len(got) * len(RECORD) <= QUOTA_BYTES_PER_S * (elapsed + BURST_S) * 1.05
+    assert got == [b"%d" % i for i in range(len(got))]  # in order, nothing skipped
