@@ -224,36 +224,18 @@ def test_admin_retries_only_the_topics_refused_for_the_mutation_quota(cluster, a
     assert {first, second} <= set(admin.list_topics())
 
 
-class MutationRates:
-    """`controller_mutation_rate` per client id, as `QuotasImage.client_quota` answers it."""
-
-    def __init__(self, rates: dict[str, float]) -> None:
-        self.rates = rates
-
-    def client_quota(self, key: str, user: str, client_id: str) -> float | None:
-        return self.rates.get(client_id) if key == "controller_mutation_rate" else None
-
-
-def test_admin_creates_every_topic_through_a_real_mutation_quota(cluster, admin):
-    # the broker's and controller's ControllerMutationQuotaManager (KIP-599), not a stand-in
+def test_admin_creates_every_topic_through_a_real_mutation_quota(cluster, admin, client_quota):
+    # the brokers' and controller's ControllerMutationQuotaManager (KIP-599), not a stand-in
     client_id = f"mq-{uuid.uuid4().hex[:6]}"
-    rates = MutationRates({client_id: 2.0})  # 22 partitions of burst (11 × 1 s windows)
-    managers = [cluster.brokers[0].admin.mutation_quota, cluster.controller.apis.mutation_quota]
-    sources = [m.source for m in managers]
-    for manager in managers:
-        manager.source = rates
+    client_quota(client_id, "controller_mutation_rate", 2.0)  # 22 partitions of burst
     prefix = f"mq-{uuid.uuid4().hex[:6]}"
     # a: 22 → 2 credits; b: admitted whole → -2; c: refused for ~1 s, then retried alone
     topics = [NewTopic(f"{prefix}-a", 20, 1), NewTopic(f"{prefix}-b", 4, 1)]
     topics.append(NewTopic(f"{prefix}-c", 1, 1))
-    try:
-        with AdminClient(
-            {"bootstrap.servers": cluster.bootstrap_servers, "client.id": client_id}
-        ) as quota_admin:
-            quota_admin.create_topics(topics)
-    finally:
-        for manager, source in zip(managers, sources, strict=True):
-            manager.source = source
+    with AdminClient(
+        {"bootstrap.servers": cluster.bootstrap_servers, "client.id": client_id}
+    ) as quota_admin:
+        quota_admin.create_topics(topics)
     assert {t.name for t in topics} <= set(admin.list_topics())
 
 
