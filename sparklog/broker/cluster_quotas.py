@@ -4,8 +4,9 @@ here to the controller (sparklog's QuotaUsage) and enforce the shares it answers
 (`ClientQuotaManager.set_shares`).
 
 If the controller cannot be reached the broker keeps its last shares for a few windows, then
-goes back to enforcing whole quotas (Kafka's per-broker scope): a cut-off broker must not hold
-its clients to a share nobody balances any more.
+enforces the even split of the brokers the controller last counted (`1 / n` of each quota): a
+cut-off broker must not hold its clients to a lopsided share nobody balances any more, nor let
+them through n times over.
 """
 
 from __future__ import annotations
@@ -94,6 +95,10 @@ class ClusterQuotaReporter:
         #: (quota type, entity tags) -> when it was last seen throttled
         self._throttled_at: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}
         self._memory_ms = STALE_WINDOWS * window_ms
+        #: what a broker cut off from the controller enforces: the even split of the brokers
+        #: the controller last counted (if every broker lost it, they still add up to one
+        #: quota; the whole quota each would let a client through n times)
+        self.fallback_share = 1.0
 
     async def run(self) -> None:
         while True:
@@ -105,10 +110,14 @@ class ClusterQuotaReporter:
         self._throttled_at = {k: t for k, t in self._throttled_at.items() if t >= horizon}
         entries = []
         for name, manager in sorted(self._managers().items()):
+            held_until = manager.held_until() if hasattr(manager, "held_until") else {}
             for tags, rate in sorted(manager.rates(now_ms).items()):
                 limit = enforced_limit(manager, tags)
                 key = (name, tags)
-                if limit > 0 and throttled(manager, tags, now_ms):
+                # a client muted by a throttle (which may outlast the rate's windows) sends
+                # nothing until it ends: it counts as held back until then
+                muted = held_until.get(tags, 0) + self.window_ms >= now_ms
+                if limit > 0 and (muted or throttled(manager, tags, now_ms)):
                     self._throttled_at[key] = now_ms
                 held = now_ms - self._throttled_at.get(key, -(2**62)) <= self._memory_ms
                 if limit > 0 and held:
@@ -135,12 +144,13 @@ class ClusterQuotaReporter:
             if self._failures == STALE_WINDOWS:
                 logger.warning(
                     "cluster quotas: the controller has not answered for %d windows (%s); "
-                    "enforcing whole quotas on this broker until it does",
+                    "enforcing an even split (%.3f) of every quota until it does",
                     self._failures,
                     e,
+                    self.fallback_share,
                 )
                 for manager in managers.values():
-                    manager.set_shares({}, 1.0)
+                    manager.set_shares({}, self.fallback_share)
             return False
         if int(response.error_code):
             logger.error("cluster quotas: the controller refused the usage report (error %d)",
@@ -148,6 +158,7 @@ class ClusterQuotaReporter:
             return False
         self._failures = 0
         self.reports += 1
+        self.fallback_share = float(response.default_share) or 1.0
         shares: dict[str, dict[tuple[tuple[str, str], ...], float]] = {n: {} for n in managers}
         for entry in response.shares:
             by_type = shares.get(entry.quota_type)

@@ -29,7 +29,9 @@ class ControllerQuotas:
         metrics_config = getattr(server, "metrics_config", None) or MetricsConfig()
         window = metrics_config.quota_config
         #: cluster-wide client quotas: every broker's usage, its shares
-        self.balancer = ClusterQuotaBalancer(window.time_window_ms)
+        self.balancer = ClusterQuotaBalancer(
+            window.time_window_ms, lambda: len(self._image().unfenced_brokers())
+        )
         #: `controller_mutation_rate` (KIP-599) of clients asking the controller directly
         self.mutation_quota = ControllerMutationQuotaManager(
             getattr(server, "metrics", None) or Metrics(),

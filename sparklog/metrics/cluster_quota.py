@@ -8,17 +8,19 @@ measured there (`ClientQuotaManager.rates`), and the controller answers with thi
 (`ClientQuotaManager.set_shares`). The shares of one entity add up to 1 over the brokers that
 report, so the cluster as a whole holds the entity to its quota once.
 
-Shares follow demand, water-filling style. Each broker reports, per entity, the rate it
-measured and the limit it enforces (its share of the quota): a broker using less than
-`SATURATION` of its limit wants what it uses plus `HEADROOM` (at least `floor` =
-`FLOOR_FRACTION / n` of the quota, n the reporting brokers, so the client's load can move
-there); the rest of the quota is split evenly among the brokers at their limit (throttling).
-So a client producing to three brokers evenly gets a third of its quota on each, one sending
-everything to one broker gets almost all of it there, and an idle entity splits evenly. Rates
-alone would not do: a throttled broker's rate is its limit, so a split by rates keeps whatever
-split it started from. An entity a broker has not reported yet gets `1 / n` there
-(`default_share`). A broker whose report is older than `STALE_WINDOWS` windows is dropped (it
-stopped, or lost its channel) and the split is recomputed without it.
+Shares are max-min fair sharing of one budget by demand (YouTube's Doorman's idea). Each
+broker reports, per entity, the rate it measured and the limit it enforces (its share of the
+quota); a broker that held the client back reports at least its limit. A broker using less
+than `SATURATION` of its limit wants what it uses plus `HEADROOM` (at least `floor` =
+`FLOOR_FRACTION / n` of the quota, so the client's load can move there); a broker at its limit
+wants `GROWTH` times it (a throttled rate is the limit: its true demand is unknown). The quota
+is water-filled over those wants, smallest first, each capped at an even split of what is left;
+what no want takes goes to the held-back brokers by their wants. So a client producing to three
+brokers evenly gets a third on each, one sending everything to one broker gets almost all of it
+there, and an idle entity splits evenly. An entity a broker has not reported yet gets `1 / n`
+there (`default_share`; n counts the brokers the controller knows that have not reported yet).
+A broker whose report is older than `STALE_WINDOWS` windows is dropped (it stopped, or lost its
+channel) and the split is recomputed without it.
 
 Brokers report at their own moments, so shares are handed out conservatively: a broker's share
 falls to its target at once, but rises only into what the other brokers' current shares leave
@@ -33,7 +35,7 @@ Sans-IO (the caller passes `now_ms`); the controller owns one `ClusterQuotaBalan
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from sparklog.settings import ConfigType, OneOf, Setting, define
 
@@ -44,13 +46,16 @@ EntityKey = tuple[str, tuple[tuple[str, str], ...]]
 
 #: the share every reporting broker keeps of an entity it sees no traffic for, as a fraction
 #: of an even split (so the client's load can move to it)
-FLOOR_FRACTION = 0.1
+FLOOR_FRACTION = 0.05
 #: reports older than this many quota windows are dropped
 STALE_WINDOWS = 3
 #: a broker using at least this fraction of its limit is at its limit (being throttled)
 SATURATION = 0.9
 #: what an unthrottled broker is given beyond its use, as a factor
 HEADROOM = 1.25
+#: what a broker holding the client back wants, as a factor of its limit (its share can
+#: double every window while the others leave room)
+GROWTH = 3.0
 
 #: what a broker reports of an entity: its measured rate and the limit it enforces (0: unknown)
 Usage = tuple[float, float]
@@ -73,8 +78,11 @@ CLUSTER_QUOTA_SETTINGS = define(
 class ClusterQuotaBalancer:
     """The driver's view of every broker's quota usage, and each broker's shares."""
 
-    def __init__(self, window_ms: int) -> None:
+    def __init__(self, window_ms: int, expected_brokers: Callable[[], int] | None = None) -> None:
         self.window_ms = window_ms
+        #: how many brokers the cluster has (the controller's unfenced brokers): those that
+        #: have not reported yet keep an even split for themselves
+        self._expected = expected_brokers or (lambda: 0)
         #: broker id -> (when it reported, its usage by entity: rate, limit, the whole quota
         #: that limit implies under the share the broker enforced when it measured)
         self._reports: dict[int, tuple[int, dict[EntityKey, tuple[float, float, float]]]] = {}
@@ -100,7 +108,9 @@ class ClusterQuotaBalancer:
         for key, target in self.shares_for(broker_id).items():
             current = issued.get(key, default)
             if target > current:  # rise only into what the others leave free
-                others = sum(self._issued_share(b, key) for b in self._reports if b != broker_id)
+                told = set(self._reports) | set(self._issued)
+                others = sum(self._issued_share(b, key) for b in told if b != broker_id)
+                others += self._unreported() * default
                 target = min(target, max(current, 1.0 - others))
             shares[key] = target
         self._issued[broker_id] = (shares, default)
@@ -125,15 +135,21 @@ class ClusterQuotaBalancer:
     def brokers(self) -> list[int]:
         return sorted(self._reports)
 
+    def _unreported(self) -> int:
+        """Brokers of the cluster that have not reported (yet): each keeps the default."""
+        return max(0, self._expected() - len(self._reports))
+
     def default_share(self) -> float:
-        return 1.0 / max(1, len(self._reports))
+        return 1.0 / max(1, len(self._reports), self._expected())
 
     def shares_for(self, broker_id: int) -> dict[EntityKey, float]:
         """Broker `broker_id`'s target shares (by demand; `report` hands them out)."""
         entities: set[EntityKey] = set()
         for _at, usage in self._reports.values():
             entities.update(usage)
-        return {key: self._targets(key).get(broker_id, 0.0) for key in entities}
+        # what the brokers yet to report keep is not the reporting brokers' to split
+        room = 1.0 - self._unreported() * self.default_share()
+        return {key: room * self._targets(key).get(broker_id, 0.0) for key in entities}
 
     def _targets(self, key: EntityKey) -> dict[int, float]:
         """Every reporting broker's target share of entity `key` (adding up to 1)."""
@@ -146,22 +162,34 @@ class ClusterQuotaBalancer:
         if not wholes:  # no limit known yet: split evenly
             return {b: 1.0 / n for b in brokers}
         whole = max(wholes)
+        # max-min fair sharing of one budget (Doorman's FairShare): each broker wants what it
+        # uses plus headroom (at least the floor); one that held the client back wants
+        # `GROWTH` times its limit (its true demand is unknown: a throttled rate is the limit).
+        # Water-fill 1 over the wants, smallest first, each capped at an even split of what is
+        # left; what no want takes goes to the held brokers by their wants (evenly to all
+        # when none is held: room for any broker to grow).
         wants: dict[int, float] = {}
-        saturated = []
+        held = []
         for b, (rate, limit, _whole) in usage.items():
             if limit > 0 and rate >= SATURATION * limit:
-                saturated.append(b)
+                held.append(b)
+                wants[b] = min(1.0, max(floor, GROWTH * max(rate, limit) / whole))
             else:
                 wants[b] = min(1.0, max(floor, rate * HEADROOM / whole))
-        left = 1.0 - sum(wants.values())
-        if saturated:
-            for b in saturated:
-                wants[b] = max(floor, left / len(saturated))
-        else:  # nobody is held back: the spare goes evenly
-            for b in wants:
-                wants[b] += left / n
-        total = sum(wants.values())
-        return {b: w / total for b, w in wants.items()}
+        shares: dict[int, float] = {}
+        left, unserved = 1.0, n
+        for b, want in sorted(wants.items(), key=lambda item: (item[1], item[0])):
+            shares[b] = min(want, left / unserved)
+            left -= shares[b]
+            unserved -= 1
+        if held:
+            weight = sum(wants[b] for b in held)
+            for b in held:
+                shares[b] += left * wants[b] / weight
+        else:
+            for b in shares:
+                shares[b] += left / n
+        return shares
 
 
 def _usage(value: Usage | float) -> Usage:

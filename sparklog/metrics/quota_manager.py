@@ -99,7 +99,16 @@ class ClientSensors:
     """One quota entity's sensors (Kafka's `ClientSensors`): the quota sensor whose `Rate`
     carries the quota, and the throttle-time sensor."""
 
-    __slots__ = ("tags", "limit", "quota_sensor", "rate", "rate_name", "throttle_sensor", "last")
+    __slots__ = (
+        "tags",
+        "limit",
+        "quota_sensor",
+        "rate",
+        "rate_name",
+        "throttle_sensor",
+        "last",
+        "held_until",
+    )
 
     def __init__(
         self,
@@ -120,6 +129,9 @@ class ClientSensors:
         self.throttle_sensor = throttle_sensor
         #: the (user, client id) that last recorded: re-resolved when quotas change
         self.last = last
+        #: when the longest throttle handed out so far ends (cluster scope: a muted client's
+        #: rate says nothing of its demand until then)
+        self.held_until = 0
 
 
 SourceGetter = Callable[[], QuotaSource | None]
@@ -323,6 +335,7 @@ class ClientQuotaManager:
         entity = self._entities.get(resolved.tags)
         if entity is not None:
             entity.throttle_sensor.record(throttle_ms, now_ms, check_quotas=False)
+            entity.held_until = max(entity.held_until, now_ms + throttle_ms)
 
     def max_value_in_quota_window(self, user: str, client_id: str) -> float | None:
         """The most a client may take in one quota window (Kafka's
@@ -358,6 +371,10 @@ class ClientQuotaManager:
     def rates(self, now_ms: int) -> dict[QuotaTags, float]:
         """Per quota entity, its measured rate over the quota windows (per second)."""
         return {tags: e.rate.measure(self.config, now_ms) for tags, e in self._entities.items()}
+
+    def held_until(self) -> dict[QuotaTags, int]:
+        """Per quota entity, when the last throttle it was given ends (0: never throttled)."""
+        return {tags: e.held_until for tags, e in self._entities.items() if e.held_until}
 
     def set_shares(self, shares: Mapping[QuotaTags, float], default: float = 1.0) -> None:
         """Enforce `quota × share` for each entity named (cluster scope: the driver's

@@ -40,8 +40,12 @@ def test_even_demand_splits_evenly_whatever_split_it_started_from() -> None:
     for b in (0, 1, 2):  # a lopsided start: 0.8 / 0.1 / 0.1 of a 300 B/s quota
         balancer._issued[b] = ({P_ALICE: (0.8, 0.1, 0.1)[b]}, 1 / 3)
         balancer.report(b, {P_ALICE: (300.0 * (0.8, 0.1, 0.1)[b],) * 2}, 0)
-    for b in (0, 1, 2):  # every broker at its limit: even split
-        assert balancer.shares_for(b)[P_ALICE] == pytest.approx(1 / 3)
+    shares = {b: (0.8, 0.1, 0.1)[b] for b in (0, 1, 2)}
+    for now in range(1, 5):  # every broker at its limit: the held ones grow to an even split
+        for b in (0, 1, 2):
+            given, _default = balancer.report(b, {P_ALICE: (300.0 * shares[b],) * 2}, now)
+            shares[b] = given[P_ALICE]
+    assert shares == pytest.approx({0: 1 / 3, 1: 1 / 3, 2: 1 / 3})
     balancer.report(3, {P_ALICE: 5.0}, 0)  # a rate alone: no limit known from it
 
 
@@ -137,16 +141,23 @@ def test_the_reporter_sends_rates_and_applies_the_controllers_shares() -> None:
     assert quotas.fetch.shares == ({}, 0.5)
 
 
-def test_without_the_controller_a_broker_goes_back_to_whole_quotas() -> None:
+def test_without_the_controller_a_broker_falls_back_to_an_even_split() -> None:
     quotas = Quotas()
+    answer = {"up": True}
 
     async def send(request: Any) -> Any:
-        raise ConnectionError("controller gone")
+        if not answer["up"]:
+            raise ConnectionError("controller gone")
+        return _response({P_ALICE: 0.9}, 1 / 3)
 
     reporter = ClusterQuotaReporter(0, send, lambda: quota_managers(quotas), 1000, lambda: 0)
+    assert asyncio.run(reporter.report_once())
+    assert quotas.produce.shares == ({ALICE: pytest.approx(0.9)}, pytest.approx(1 / 3))
+    answer["up"] = False
     for _ in range(STALE_WINDOWS):
         assert not asyncio.run(reporter.report_once())
-    assert quotas.produce.shares == ({}, 1.0)
+    # the split of the three brokers it last heard of: never the whole quota on each
+    assert quotas.produce.shares == ({}, pytest.approx(1 / 3))
 
 
 def _response(shares: dict, default: float) -> Any:
