@@ -11,8 +11,11 @@ controller's own describe functions, so both answer alike.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
+
+from kio.schema.envelope.v0.response import EnvelopeResponse
 
 from sparklog.broker.config import BrokerConfig
 from sparklog.broker.controller_client import ControllerClient
@@ -22,6 +25,7 @@ from sparklog.errors import (
     LeaderNotAvailableError,
     RequestTimedOutError,
     TopicAlreadyExistsError,
+    UnknownServerError,
     UnknownTopicOrPartitionError,
 )
 from sparklog.metadata import admin_authz, mutation_admission
@@ -35,7 +39,7 @@ from sparklog.metadata.configs import (
 from sparklog.metadata.group_configs import describe_group_configs
 from sparklog.metadata.image import BROKER_RESOURCE, GROUP_RESOURCE
 from sparklog.metrics.controller_mutation_quota import ControllerMutationQuotaManager
-from sparklog.protocol import codec, cooperative, kio_build
+from sparklog.protocol import codec, cooperative, envelope, kio_build
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.protocol.connection import Request
 from sparklog.protocol.request_metrics import remote_wait
@@ -64,8 +68,8 @@ class AdminApis:
         self.config = config
         self.metadata = metadata
         self.controller = controller
-        #: `controller_mutation_rate` of the clients of this broker (KIP-599), applied before
-        #: forwarding: the controller sees the broker, not the client
+        #: (unused: the controller charges `controller_mutation_rate` with the client's
+        #: identity the Envelope carries; kept for callers passing it)
         self.mutation_quota = mutation_quota
 
     # -- forwarding ---------------------------------------------------------------------------
@@ -73,23 +77,42 @@ class AdminApis:
     async def handle_forwarded(self, request: Request) -> Any:
         """Forward what the client may do (`admin_authz`), answer the rest here."""
         body, refused = admin_authz.split(request, self._topic_of_id)
-        throttle_ms = 0
-        if self.mutation_quota is not None and body is not None:
-            image = self.metadata.image
-            body, throttled, throttle_ms = mutation_admission.admit(
-                request,
-                body,
-                self.mutation_quota,
-                image,
-                mutation_admission.default_partitions(image),
-            )
-            refused = admin_authz.merge(refused, throttled, ApiKey(request.api_key))
         if body is None:
-            return mutation_admission.with_throttle(refused, throttle_ms)
-        response = await self._forward(request, body)
+            return refused
+        if request.api_key in mutation_admission.STRICT_SINCE:
+            response = await self._forward_enveloped(request, body)
+        else:
+            response = await self._forward(request, body)
         if refused is not None:
             response = admin_authz.merge(response, refused, ApiKey(request.api_key))
-        return mutation_admission.with_throttle(response, throttle_ms)
+        return response
+
+    async def _forward_enveloped(self, request: Request, body: Any) -> Any:
+        """CreateTopics, CreatePartitions and DeleteTopics go in an Envelope (KIP-590) carrying
+        the client's principal, client id and address, as Kafka's brokers forward them: the
+        controller charges the client's `controller_mutation_rate` (KIP-599, Kafka's
+        `ControllerApis`) once for the whole cluster, whichever broker the client asked. The
+        controller's throttle time mutes the client's connection here."""
+        inner = dataclasses.replace(request, body=body, raw=None)
+        wrapped = envelope.wrap(
+            inner, request.session.client_host, envelope.principal_bytes(request.session)
+        )
+        answer = await self._forward(request, wrapped)
+        if not isinstance(answer, EnvelopeResponse):
+            return answer  # the controller did not answer: the error response for the client
+        if int(answer.error_code) or answer.response_data is None:
+            return forward_error_response(
+                request,
+                int(answer.error_code) or UnknownServerError.code,
+                "the controller refused the forwarded request",
+            )
+        response = envelope.decode_inner(inner, bytes(answer.response_data))
+        throttle = getattr(response, "throttle_time", None)
+        if throttle is not None:
+            throttle_ms = int(kio_build.millis(throttle))
+            context = request.context
+            context.throttle_time_ms = max(context.throttle_time_ms, throttle_ms)
+        return response
 
     def _topic_of_id(self, topic_id: Any) -> str | None:
         topic = self.metadata.image.topic_by_id(topic_id) if topic_id is not None else None

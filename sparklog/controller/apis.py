@@ -107,6 +107,7 @@ class ControllerApis:
             ApiKey.ALLOCATE_PRODUCER_IDS: self.handle_allocate_producer_ids,
             ApiKey.DESCRIBE_CLUSTER: self.handle_describe_cluster,
             ApiKey.SPARKLOG_QUOTA_USAGE: self.quotas.handle_quota_usage,
+            ApiKey.ENVELOPE: lambda request: self.quotas.handle_envelope(request, self.handle),
             ApiKey.CREATE_ACLS: self._with_server(security_apis.handle_create_acls),
             ApiKey.DELETE_ACLS: self._with_server(security_apis.handle_delete_acls),
             ApiKey.DESCRIBE_ACLS: self._with_server(security_apis.handle_describe_acls),

@@ -37,6 +37,7 @@ BROKER_RPCS = {
     ApiKey.LIST_OFFSETS: _Op.CLUSTER_ACTION,
     ApiKey.UNREGISTER_BROKER: _Op.ALTER,
     ApiKey.SPARKLOG_QUOTA_USAGE: _Op.CLUSTER_ACTION,
+    ApiKey.ENVELOPE: _Op.CLUSTER_ACTION,  # only brokers speak for clients (KIP-590)
 }
 _DENIED = ClusterAuthorizationFailedError.code
 _MESSAGE = "Cluster authorization failed."
@@ -81,6 +82,8 @@ def _broker_rpc_refusal(request: Request, key: ApiKey) -> Any:
         return respond(error_code=_DENIED, session_id=0, responses=())
     if key == ApiKey.SPARKLOG_QUOTA_USAGE:
         return respond(error_code=_DENIED, default_share=1.0, shares=())
+    if key == ApiKey.ENVELOPE:
+        return respond(error_code=_DENIED, response_data=None)
     # ListOffsets: every partition refused
     return respond(
         topics=tuple(

@@ -5,7 +5,7 @@ brokers reporting their usage (sparklog's QuotaUsage, `metrics/cluster_quota.py`
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from sparklog.controller.cluster_control import BROKER_CLIENT_ID_PREFIX
@@ -16,8 +16,12 @@ from sparklog.metrics.cluster_quota import ClusterQuotaBalancer
 from sparklog.metrics.config import MetricsConfig
 from sparklog.metrics.controller_mutation_quota import ControllerMutationQuotaManager
 from sparklog.metrics.registry import Metrics
-from sparklog.protocol import kio_build
+from sparklog.protocol import envelope, kio_build
+from sparklog.protocol.api_versions import CONTROLLER_APIS
 from sparklog.protocol.connection import Request
+
+#: what brokers forward in Envelopes: the requests charged to the client's mutation quota
+ENVELOPED_APIS = {api: CONTROLLER_APIS[api] for api in mutation_admission.STRICT_SINCE}
 
 
 class ControllerQuotas:
@@ -62,6 +66,37 @@ class ControllerQuotas:
             refused,
             throttle_ms,
         )
+
+    async def handle_envelope(
+        self, request: Request, handle: Callable[[Request], Awaitable[Any]]
+    ) -> Any:
+        """A broker forwarding a client's CreateTopics, CreatePartitions or DeleteTopics in an
+        Envelope (KIP-590; `controller/authz.py` checked the broker's CLUSTER_ACTION): served
+        with `handle` as the client's own request (what the broker authorized), under its
+        principal and client id, so its
+        `controller_mutation_rate` is charged here once for the cluster (Kafka's
+        `ControllerApis` with the Envelope's context)."""
+        try:
+            inner, client_host = envelope.unwrap(request.body, ENVELOPED_APIS)
+            principal = envelope.principal_of(request.body)
+        except envelope.EnvelopeError as e:
+            return envelope.envelope_response(None, e.code)
+        session = dataclasses.replace(
+            request.session,
+            principal=principal,
+            client_address=client_host.lstrip("/"),
+            client_port=-1,
+            client_id=inner.client_id,
+        )
+        # a fresh context: the throttle the client earns is the broker's to apply (it mutes the
+        # client's connection), not a reason to mute the broker's forwarding connection. The
+        # broker authorized the client's principal and forwards only what it may do (under its
+        # own super.users, which the controller's need not list): not authorized again here
+        context = dataclasses.replace(
+            request.context, session=session, throttle_time_ms=0, authorizer=None
+        )
+        body = await handle(dataclasses.replace(inner, context=context))
+        return envelope.envelope_response(envelope.response_data(inner, body))
 
     @staticmethod
     def _charges_mutations(request: Request) -> bool:

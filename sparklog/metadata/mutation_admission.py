@@ -2,9 +2,9 @@
 quota (KIP-599; Kafka's `ControllerApis`/`ReplicationControlManager` call
 `applyPartitionChangeQuota` per topic), shared by brokers and the controller.
 
-A broker forwards these requests under its own identity, so the quota of the client that sent
-them is applied where the client is known: by the broker before forwarding (and by the
-controller for clients asking it directly; forwarded requests are not charged twice). Each
+The controller applies it, with the client's identity: clients asking it directly, and those
+whose broker forwarded the request in an Envelope carrying their principal and client id (as
+Kafka 4.x's `ControllerApis`), so the quota holds once for the cluster. Each
 topic costs its new partitions (DeleteTopics: the topic's partitions); topics that already
 exist (CreateTopics) or are unknown cost nothing, as Kafka validates before charging.
 

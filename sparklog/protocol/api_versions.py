@@ -220,9 +220,12 @@ CONTROLLER_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
 
 
 #: What the controller accepts: what it announces plus sparklog's QuotaUsage (not announced:
-#: only sparklog's brokers send it, for `quota.scope=cluster`).
+#: only sparklog's brokers send it, for `quota.scope=cluster`) and Envelope (KIP-590; brokers
+#: forward their clients' CreateTopics, CreatePartitions and DeleteTopics in it, so the
+#: controller charges the client's mutation quota; not announced, as the listener is not
+#: Kafka's controller listener).
 CONTROLLER_SERVED_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
-    {**CONTROLLER_APIS, ApiKey.SPARKLOG_QUOTA_USAGE: (0, 0)}
+    {**CONTROLLER_APIS, ApiKey.SPARKLOG_QUOTA_USAGE: (0, 0), ApiKey.ENVELOPE: (0, 0)}
 )
 
 

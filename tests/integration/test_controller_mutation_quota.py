@@ -1,7 +1,8 @@
-"""`controller_mutation_rate` (KIP-599) over real sockets: a broker forwarding CreateTopics,
-CreatePartitions and DeleteTopics, and the controller asked directly, refuse over-quota topics
-with THROTTLING_QUOTA_EXCEEDED (89) and a throttle time at the strict versions, and accept then
-throttle at older ones."""
+"""`controller_mutation_rate` (KIP-599) over real sockets: CreateTopics, CreatePartitions and
+DeleteTopics forwarded by a broker (in an Envelope with the client's identity) or sent to the
+controller directly are refused over the quota with THROTTLING_QUOTA_EXCEEDED (89) and a
+throttle time at the strict versions, and accepted then throttled at older ones; the quota is
+the client's once for the cluster, whichever broker it asks."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ THROTTLED = 89
 @pytest.fixture(scope="module")
 def quota_cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
     with EmbeddedCluster(
-        brokers=1, data_dir=tmp_path_factory.mktemp("mutation"), config=TEST_CONFIG
+        brokers=2, data_dir=tmp_path_factory.mktemp("mutation"), config=TEST_CONFIG
     ) as running:
         yield running
 
@@ -74,6 +75,21 @@ def test_create_topics_v6_refuses_over_quota_topics(quota_cluster: Any, via: str
     # another client is not held by this one's quota
     other = asyncio.run(_create(bootstrap, f"other-{via}", 6, [_topic(f"{prefix}-d", 20)]))
     assert other.topics[0].error_code == 0 and _ms(other.throttle_time) == 0
+
+
+def test_two_brokers_do_not_double_a_clients_quota(quota_cluster: Any) -> None:
+    """Brokers forward CreateTopics in an Envelope carrying the client's principal and client
+    id, and the controller charges the client's quota (Kafka's `ControllerApis`): a client
+    that spent its burst through one broker is refused through the other."""
+    cluster = quota_cluster
+    _limit(cluster, "two-brokers", 1.0)  # 11 partitions of burst
+    first, second = (b.bootstrap for b in cluster.brokers)
+    prefix = uuid.uuid4().hex[:8]
+    spent = asyncio.run(_create(first, "two-brokers", 6, [_topic(f"{prefix}-a", 12)]))
+    assert spent.topics[0].error_code == 0  # admitted whole: 11 - 12 = -1 credit
+    again = asyncio.run(_create(second, "two-brokers", 6, [_topic(f"{prefix}-b", 1)]))
+    assert again.topics[0].error_code == THROTTLED
+    assert _ms(again.throttle_time) > 0
 
 
 def test_create_topics_v5_accepts_then_throttles(quota_cluster: Any) -> None:
