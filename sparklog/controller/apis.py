@@ -13,12 +13,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from sparklog.controller import authz, quota_apis, replication_apis, security_apis
-from sparklog.controller.api_responses import (
-    alter_configs_response,
-    described_config,
-    missing_topic,
-)
+from sparklog.controller import admin_apis, authz, quota_apis, replication_apis, security_apis
+from sparklog.controller.api_responses import missing_topic
 from sparklog.controller.cluster_control import (
     BrokerHeartbeat,
     BrokerRegistrationRequest,
@@ -31,12 +27,7 @@ from sparklog.controller.metadata_log import MetadataLog
 from sparklog.controller.quorum_apis import QuorumObservers, describe_quorum_response
 from sparklog.controller.quorum_controller import QuorumController
 from sparklog.controller.quota_enforcement import ControllerQuotas
-from sparklog.controller.replication_control import (
-    CreateTopicResult,
-    NewPartitions,
-    NewTopic,
-    validate_topic_name,
-)
+from sparklog.controller.replication_control import NewTopic, validate_topic_name
 from sparklog.errors import (
     InvalidRequestError,
     InvalidTopicError,
@@ -46,11 +37,6 @@ from sparklog.errors import (
     UnknownTopicOrPartitionError,
     UnsupportedEndpointTypeError,
     UnsupportedVersionError,
-)
-from sparklog.metadata.configs import (
-    AlterConfigOp,
-    ConfigResource,
-    describe_topic_configs,
 )
 from sparklog.metadata.image import SUPPORTED_FEATURES, MetadataImage, TopicImage
 from sparklog.metadata.mutation_admission import with_throttle
@@ -87,12 +73,14 @@ class ControllerApis:
             ApiKey.FETCH: self.handle_fetch,
             ApiKey.LIST_OFFSETS: self.handle_list_offsets,
             ApiKey.METADATA: self.handle_metadata,
-            ApiKey.CREATE_TOPICS: self.handle_create_topics,
-            ApiKey.DELETE_TOPICS: self.handle_delete_topics,
-            ApiKey.CREATE_PARTITIONS: self.handle_create_partitions,
-            ApiKey.DESCRIBE_CONFIGS: self.handle_describe_configs,
-            ApiKey.ALTER_CONFIGS: self.handle_alter_configs,
-            ApiKey.INCREMENTAL_ALTER_CONFIGS: self.handle_incremental_alter_configs,
+            ApiKey.CREATE_TOPICS: self._with_server(admin_apis.handle_create_topics),
+            ApiKey.DELETE_TOPICS: self._with_server(admin_apis.handle_delete_topics),
+            ApiKey.CREATE_PARTITIONS: self._with_server(admin_apis.handle_create_partitions),
+            ApiKey.DESCRIBE_CONFIGS: self._with_server(admin_apis.handle_describe_configs),
+            ApiKey.ALTER_CONFIGS: self._with_server(admin_apis.handle_alter_configs),
+            ApiKey.INCREMENTAL_ALTER_CONFIGS: self._with_server(
+                admin_apis.handle_incremental_alter_configs
+            ),
             ApiKey.ALTER_PARTITION: self._with_server(replication_apis.handle_alter_partition),
             ApiKey.ELECT_LEADERS: self._with_server(replication_apis.handle_elect_leaders),
             ApiKey.ALTER_PARTITION_REASSIGNMENTS: self._with_server(
@@ -479,149 +467,6 @@ class ControllerApis:
                 ResourceType.TOPIC, topic.name
             ),
         )
-
-    # -- topic admin ------------------------------------------------------------------------
-
-    async def handle_create_topics(self, request: Request) -> Any:
-        body, respond = request.body, Response(request)
-        topics = [
-            NewTopic(
-                name=t.name,
-                num_partitions=t.num_partitions,
-                replication_factor=t.replication_factor,
-                assignments=tuple((a.partition_index, tuple(a.broker_ids)) for a in t.assignments),
-                configs={c.name: c.value for c in t.configs},
-            )
-            for t in body.topics
-        ]
-        results = await self.server.commit(
-            lambda: self.controller.create_topics(topics, validate_only=body.validate_only)
-        )
-        requested = {t.name: t for t in topics}
-        return respond(topics=tuple(self._created(respond, r, requested[r.name]) for r in results))
-
-    def _created(self, respond: Response, result: CreateTopicResult, topic: NewTopic) -> Any:
-        configs = None
-        if result.error.is_success and respond.has("CreatableTopicConfigs"):
-            entries = describe_topic_configs(
-                {k: v for k, v in topic.configs.items() if v is not None}, self.server.config
-            )
-            configs = tuple(
-                respond.nested(
-                    "CreatableTopicConfigs",
-                    name=e.name,
-                    value=e.value,
-                    read_only=e.read_only,
-                    config_source=int(e.source),
-                    is_sensitive=e.is_sensitive,
-                )
-                for e in entries
-            )
-        return respond.nested(
-            "CreatableTopicResult",
-            name=result.name,
-            topic_id=result.topic_id,
-            error_code=result.error.code,
-            error_message=result.error.message,
-            num_partitions=result.num_partitions,
-            replication_factor=result.replication_factor,
-            configs=configs,
-        )
-
-    async def handle_delete_topics(self, request: Request) -> Any:
-        respond = Response(request)
-        names = list(request.body.topic_names)
-        results = await self.server.commit(lambda: self.controller.delete_topics(names))
-        return respond(
-            responses=tuple(
-                respond.nested(
-                    "DeletableTopicResult",
-                    name=name,
-                    error_code=error.code,
-                    error_message=error.message,
-                )
-                for name, error in results
-            )
-        )
-
-    async def handle_create_partitions(self, request: Request) -> Any:
-        body, respond = request.body, Response(request)
-        topics = [
-            NewPartitions(
-                name=t.name,
-                count=t.count,
-                assignments=None
-                if t.assignments is None
-                else tuple(tuple(a.broker_ids) for a in t.assignments),
-            )
-            for t in body.topics
-        ]
-        results = await self.server.commit(
-            lambda: self.controller.create_partitions(topics, validate_only=body.validate_only)
-        )
-        return respond(
-            results=tuple(
-                respond.nested(
-                    "CreatePartitionsTopicResult",
-                    name=name,
-                    error_code=error.code,
-                    error_message=error.message,
-                )
-                for name, error in results
-            )
-        )
-
-    # -- configs ----------------------------------------------------------------------------
-
-    def handle_describe_configs(self, request: Request) -> Any:
-        body, respond = request.body, Response(request)
-        include_synonyms = getattr(body, "include_synonyms", False)
-        results = []
-        for resource in body.resources:
-            keys = resource.configuration_keys
-            error, entries = self.controller.describe_configs(
-                ConfigResource(resource.resource_type, resource.resource_name),
-                None if keys is None else list(keys),
-                include_synonyms=include_synonyms,
-            )
-            results.append(
-                respond.nested(
-                    "DescribeConfigsResult",
-                    error_code=error.code,
-                    error_message=error.message,
-                    resource_type=resource.resource_type,
-                    resource_name=resource.resource_name,
-                    configs=tuple(described_config(respond, e) for e in entries),
-                )
-            )
-        return respond(results=tuple(results))
-
-    async def handle_alter_configs(self, request: Request) -> Any:
-        body = request.body
-        resources = [
-            (ConfigResource(r.resource_type, r.resource_name), {c.name: c.value for c in r.configs})
-            for r in body.resources
-        ]
-        results = await self.server.commit(
-            lambda: self.controller.alter_configs(resources, validate_only=body.validate_only)
-        )
-        return alter_configs_response(request, results)
-
-    async def handle_incremental_alter_configs(self, request: Request) -> Any:
-        body = request.body
-        resources = [
-            (
-                ConfigResource(r.resource_type, r.resource_name),
-                [AlterConfigOp(c.name, c.config_operation, c.value) for c in r.configs],
-            )
-            for r in body.resources
-        ]
-        results = await self.server.commit(
-            lambda: self.controller.incremental_alter_configs(
-                resources, validate_only=body.validate_only
-            )
-        )
-        return alter_configs_response(request, results)
 
 
 __all__ = ["ControllerApis"]
