@@ -496,7 +496,8 @@ class ConnectionRateQuotaManager:
     """`connection_creation_rate` per client IP (KIP-612, Kafka's `ConnectionQuotas`): each
     new connection from an IP with a quota records 1 into that IP's rate; a connection that
     takes it over the quota is not recorded (it will not be served) and is closed after the
-    throttle time, so a client reconnecting in a loop is slowed to the quota."""
+    throttle time (at most one quota window, as Kafka bounds it), so a client reconnecting in
+    a loop is slowed to the quota."""
 
     def __init__(
         self, metrics: Metrics, config: MetricConfig, source: Callable[[], IpQuotaSource | None]
@@ -525,10 +526,11 @@ class ConnectionRateQuotaManager:
                 inactive_expiration_ms=INACTIVE_SENSOR_EXPIRATION_MS,
             )
             rate = Rate()
+            # Kafka's `ConnectionQuotas.IpQuotaEntity`: group socket-server-metrics, tag ip
             name = MetricName.of(
                 "kafka.server",
-                "ip-connection-metrics",
-                "connection-creation-rate",
+                "socket-server-metrics",
+                "connection-accept-rate",
                 tags,
                 "Tracking the rate of new connections per IP",
             )
@@ -544,10 +546,13 @@ class ConnectionRateQuotaManager:
         except QuotaViolation as e:
             sensor.record(-1.0, now_ms, check_quotas=False)  # not served: not counted
             self.throttled_connections += 1
+            # Kafka's `QuotaUtils.boundedThrottleTime`: at most one quota window
+            # (`quota.window.size.seconds`, its `maxThrottleTimeMs`), a quota of 0 included
+            cap_ms = int(self.config.time_window_ms)
             if e.bound <= 0:
-                return int(self.config.samples * self.config.time_window_ms)
+                return cap_ms
             window_ms = rate.window_size_ms(self.config, now_ms)
-            return max(1, round((e.value - e.bound) / e.bound * window_ms))
+            return min(cap_ms, max(1, round((e.value - e.bound) / e.bound * window_ms)))
         return 0
 
     def expire(self, now_ms: int) -> int:

@@ -230,3 +230,43 @@ def test_connection_rate_over_the_quota_is_closed_after_the_throttle_and_not_cou
     assert qm.record_and_get_throttle_time_ms("10.0.0.1", clock.ms) == 500
     assert qm.throttled_connections == 2
     assert qm.record_and_get_throttle_time_ms("10.0.0.2", clock.ms) == 0  # another IP
+
+
+def test_connection_rate_is_exposed_under_kafkas_ip_metric_name() -> None:
+    """Kafka's `ConnectionQuotas.IpQuotaEntity` metric: `connection-accept-rate` in the
+    `socket-server-metrics` group with the `ip` tag, i.e. what the JMX exporter serves as
+    `kafka_server_socket_server_metrics_connection_accept_rate{ip=...}`."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from sparklog.metrics.prometheus import RegistryCollector
+
+    clock = Clock()
+    metrics = Metrics(clock=clock)
+    source = IpSource()
+    source.set(None, "10.0.0.1", "connection_creation_rate", 2)
+    qm = ConnectionRateQuotaManager(metrics, QUOTA_WINDOWS, lambda: source)
+    for _ in range(5):
+        qm.record_and_get_throttle_time_ms("10.0.0.1", clock.ms)
+    collectors = CollectorRegistry()
+    collectors.register(RegistryCollector(metrics))
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(generate_latest(collectors).decode())
+        for s in f.samples
+    }
+    key = ("kafka_server_socket_server_metrics_connection_accept_rate", (("ip", "10.0.0.1"),))
+    assert key in samples, sorted(samples)
+    assert samples[key] > 0
+
+
+def test_connection_throttle_is_capped_at_one_quota_window() -> None:
+    """Kafka bounds the IP connection throttle by `quota.window.size.seconds`
+    (`QuotaUtils.boundedThrottleTime` with `maxThrottleTimeMs`). An integer rate of 1/s or more
+    never earns more than 1 s from one connection; a quota of 0 (refused by AlterClientQuotas,
+    but a replayed record may hold it) would otherwise hold the connection 11 s."""
+    clock = Clock()
+    source = IpSource()
+    source.set(None, "10.0.0.1", "connection_creation_rate", 0)
+    qm = ConnectionRateQuotaManager(Metrics(clock=clock), QUOTA_WINDOWS, lambda: source)
+    assert qm.record_and_get_throttle_time_ms("10.0.0.1", clock.ms) == 1000
