@@ -212,9 +212,9 @@ def test_producer_held_to_its_byte_rate_quota(
     assert scraped(cluster, "kafka_server_produce_throttle_time", **labels) > 0
 
 
-def test_consumer_held_to_its_byte_rate_quota(cluster: EmbeddedCluster, quotas: Quotas) -> None:
+def filled_topic(cluster: EmbeddedCluster) -> str:
+    """A new topic holding 6 MB, written without a quota (another client id)."""
     topic = new_topic(cluster)
-    # 6 MB written without a quota (another client id), then read flat out under one
     producer = confluent_kafka.Producer(
         {**LIBRDKAFKA, "bootstrap.servers": cluster.bootstrap_servers, "linger.ms": 20}
     )
@@ -226,6 +226,11 @@ def test_consumer_held_to_its_byte_rate_quota(cluster: EmbeddedCluster, quotas: 
             except BufferError:
                 producer.poll(0.01)
     assert producer.flush(30) == 0
+    return topic
+
+
+def test_consumer_held_to_its_byte_rate_quota(cluster: EmbeddedCluster, quotas: Quotas) -> None:
+    topic = filled_topic(cluster)  # then read flat out under a quota
     quotas.set(None, "quota-consumer", "consumer_byte_rate", QUOTA_BYTES_PER_S)
     throttles: list[Any] = []
     consumer = confluent_kafka.Consumer(
@@ -344,6 +349,29 @@ def test_java_producer_held_and_reports_produce_throttle_time(
     sent = log_bytes(cluster, topic)
     assert sent <= bound_bytes(elapsed), (sent, elapsed)
     assert result["acked"] * 1000 <= sent
+    assert result["throttle_max"] and result["throttle_max"] > 0, result
+    assert result["throttle_avg"] and result["throttle_avg"] > 0, result
+
+
+def test_java_consumer_held_and_reports_fetch_throttle_time(
+    cluster: EmbeddedCluster, quotas: Quotas, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Kafka's Java consumer reading flat out under a client-id `consumer_byte_rate`: it gets
+    no more than the quota allows over the run, and its own `fetch-throttle-time-avg`/`-max`
+    metrics (consumer-fetch-manager-metrics) show the throttling."""
+    class_path = compile_java("QuotaJavaConsumer.java", tmp_path_factory.mktemp("quota-java-c"))
+    topic = filled_topic(cluster)
+    quotas.set(None, "java-quota-consumer", "consumer_byte_rate", QUOTA_BYTES_PER_S)
+    start = time.monotonic()
+    done = subprocess.run(
+        ["java", "-Dlog4j2.rootLogger.level=WARN", "-cp", class_path, "QuotaJavaConsumer",
+         cluster.bootstrap_servers, topic, "java-quota-consumer", str(int(RUN_S * 1000))],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    elapsed = time.monotonic() - start  # includes the JVM's start: a looser bound
+    assert QUOTA_BYTES_PER_S <= result["received"] <= bound_bytes(elapsed), (result, elapsed)
     assert result["throttle_max"] and result["throttle_max"] > 0, result
     assert result["throttle_avg"] and result["throttle_avg"] > 0, result
 
