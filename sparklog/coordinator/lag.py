@@ -18,7 +18,6 @@ missing series, not a wrong number). Values are as of the last poll.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -28,8 +27,8 @@ from sparklog.metrics.metric import MetricName
 from sparklog.metrics.registry import Metrics
 from sparklog.protocol import codec, kio_build
 from sparklog.protocol.api_versions import ApiKey
-from sparklog.protocol.async_client import AsyncKafkaConnection, connect
-from sparklog.protocol.outbound import PLAINTEXT, ClientSecurity, Endpoint
+from sparklog.protocol.async_client import BrokerConnections
+from sparklog.protocol.outbound import PLAINTEXT, ClientSecurity
 from sparklog.settings import ConfigType, Range, Scope, Setting, define
 from sparklog.structs import LATEST_TIMESTAMP, TopicPartition
 
@@ -106,7 +105,7 @@ class ConsumerLagPoller:
         self.interval_ms = interval_ms
         self.max_partitions = max_partitions
         self.security = security
-        self._connections: dict[int, AsyncKafkaConnection] = {}
+        self._connections = BrokerConnections(security, client_id="sparklog-lag")
         #: completed polls (tests wait on it instead of sleeping)
         self.polls = 0
         #: the published values; each gauge reads its own entry, so a poll that finds the
@@ -123,10 +122,7 @@ class ConsumerLagPoller:
             await asyncio.sleep(self.interval_ms / 1000)
 
     async def close(self) -> None:
-        for conn in self._connections.values():
-            with contextlib.suppress(Exception):
-                await conn.close()
-        self._connections.clear()
+        await self._connections.close()
 
     async def poll(self) -> None:
         """One poll: latest offsets of every committed partition, then the gauges."""
@@ -231,16 +227,13 @@ class ConsumerLagPoller:
             "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
         }
         try:
-            conn = await self._connection(broker_id, host, port)
+            conn = await self._connections.get(broker_id, host, port)
             version = conn.version_for(ApiKey.LIST_OFFSETS, _LIST_OFFSETS_VERSIONS)
             body = kio_build.build(codec.request_schema(ApiKey.LIST_OFFSETS, version), data)
             response = await conn.request(body, timeout_s=REQUEST_TIMEOUT_S)
         except Exception as e:  # noqa: BLE001 - this leader's partitions miss one poll
             logger.info("lag poll: ListOffsets to broker %d failed (%r)", broker_id, e)
-            old = self._connections.pop(broker_id, None)
-            if old is not None:
-                with contextlib.suppress(Exception):
-                    await old.close()
+            await self._connections.drop(broker_id)
             return {}
         found: dict[TopicPartition, int] = {}
         for topic in response.topics:
@@ -248,17 +241,6 @@ class ConsumerLagPoller:
                 if not p.error_code and int(p.offset) >= 0:
                     found[TopicPartition(str(topic.name), int(p.partition_index))] = int(p.offset)
         return found
-
-    async def _connection(self, broker_id: int, host: str, port: int) -> AsyncKafkaConnection:
-        conn = self._connections.get(broker_id)
-        if conn is not None and not conn.closed and (conn.host, conn.port) == (host, port):
-            return conn
-        if conn is not None:
-            with contextlib.suppress(Exception):
-                await conn.close()
-        conn = await connect(Endpoint(host, port), self.security, client_id="sparklog-lag")
-        self._connections[broker_id] = conn
-        return conn
 
 
 def _reader(values: dict[MetricName, float], name: MetricName) -> Callable[[], float]:

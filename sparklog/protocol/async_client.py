@@ -206,6 +206,37 @@ async def connect(
     return await conn.connect(timeout_s)
 
 
+class BrokerConnections:
+    """One connection per broker id, opened on first use and reopened when the broker's
+    address changed or the connection closed (the coordinator's lag poller and transaction
+    marker channel talk to every broker this way)."""
+
+    def __init__(self, security: ClientSecurity, client_id: str) -> None:
+        self.security = security
+        self.client_id = client_id
+        self._connections: dict[int, AsyncKafkaConnection] = {}
+
+    async def get(self, broker_id: int, host: str, port: int) -> AsyncKafkaConnection:
+        conn = self._connections.get(broker_id)
+        if conn is not None and not conn.closed and (conn.host, conn.port) == (host, port):
+            return conn
+        await self.drop(broker_id)
+        conn = await connect(Endpoint(host, port), self.security, client_id=self.client_id)
+        self._connections[broker_id] = conn
+        return conn
+
+    async def drop(self, broker_id: int) -> None:
+        """Close the broker's connection (after a failed request: the next use reconnects)."""
+        conn = self._connections.pop(broker_id, None)
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                await conn.close()
+
+    async def close(self) -> None:
+        for broker_id in list(self._connections):
+            await self.drop(broker_id)
+
+
 def api_versions_response(
     apis: Any,
     version: int,

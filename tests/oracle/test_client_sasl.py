@@ -362,7 +362,7 @@ def test_server_connections_log_in_with_the_listeners_credentials(kafka_sasl):
             await controller._connection(False),  # noqa: SLF001
             await verifier._connection(),  # noqa: SLF001
             await channel._connect(host, int(port)),  # noqa: SLF001
-            await markers._connection(1, host, int(port)),  # noqa: SLF001
+            await markers._connections.get(1, host, int(port)),  # noqa: SLF001
         ]
         try:
             return [c.reauthenticate_at_ms is not None for c in conns]

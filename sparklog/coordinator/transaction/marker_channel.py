@@ -11,7 +11,6 @@ no partition left, `on_done(job)` lets the coordinator write CompleteCommit / Co
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -26,8 +25,8 @@ from kio.static.primitive import i16, i32
 
 from sparklog.coordinator.transaction.persisted import MarkerJob
 from sparklog.errors import TransactionCoordinatorFencedError
-from sparklog.protocol.async_client import AsyncKafkaConnection, connect
-from sparklog.protocol.outbound import PLAINTEXT, ClientSecurity, Endpoint
+from sparklog.protocol.async_client import BrokerConnections
+from sparklog.protocol.outbound import PLAINTEXT, ClientSecurity
 from sparklog.structs import TopicPartition
 
 logger = logging.getLogger(__name__)
@@ -57,7 +56,7 @@ class TransactionMarkerChannel:
         self.retry_backoff_ms = retry_backoff_ms
         self.request_timeout_ms = request_timeout_ms
         self._remaining: dict[MarkerJob, set[TopicPartition]] = {}
-        self._connections: dict[int, AsyncKafkaConnection] = {}
+        self._connections = BrokerConnections(security, client_id="sparklog-txn-markers")
         self._wake = asyncio.Event()
         self.markers_written = 0
 
@@ -78,10 +77,7 @@ class TransactionMarkerChannel:
                     await asyncio.sleep(self.retry_backoff_ms / 1000)
 
     async def close(self) -> None:
-        for conn in self._connections.values():
-            with contextlib.suppress(Exception):
-                await conn.close()
-        self._connections.clear()
+        await self._connections.close()
 
     async def _round(self) -> None:
         by_broker: dict[int, tuple[str, int, dict[MarkerJob, list[TopicPartition]]]] = {}
@@ -123,16 +119,13 @@ class TransactionMarkerChannel:
                 batches.append({job.producer_id: (job, partitions)})
         for batch in batches:
             try:
-                conn = await self._connection(broker_id, host, port)
+                conn = await self._connections.get(broker_id, host, port)
                 response = await conn.request(
                     _request(batch.values()), timeout_s=self.request_timeout_ms / 1000
                 )
             except (ConnectionError, OSError, TimeoutError) as e:
                 logger.info("WriteTxnMarkers to broker %d failed (%s); retrying", broker_id, e)
-                old = self._connections.pop(broker_id, None)
-                if old is not None:
-                    with contextlib.suppress(Exception):
-                        await old.close()
+                await self._connections.drop(broker_id)
                 return
             self._on_response(broker_id, batch, response)
 
@@ -168,17 +161,6 @@ class TransactionMarkerChannel:
                     else:
                         logger.debug("marker for %s on %s: error %d, retrying", job, tp, code)
             self._maybe_done(job)
-
-    async def _connection(self, broker_id: int, host: str, port: int) -> AsyncKafkaConnection:
-        conn = self._connections.get(broker_id)
-        if conn is not None and not conn.closed and (conn.host, conn.port) == (host, port):
-            return conn
-        if conn is not None:
-            with contextlib.suppress(Exception):
-                await conn.close()
-        conn = await connect(Endpoint(host, port), self.security, client_id="sparklog-txn-markers")
-        self._connections[broker_id] = conn
-        return conn
 
 
 def _request(jobs: Any) -> WriteTxnMarkersRequest:
