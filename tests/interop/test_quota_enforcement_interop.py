@@ -480,13 +480,28 @@ def test_a_quota_altered_through_the_controller_is_enforced_then_lifted(
     assert log_bytes(cluster, free) > bound_bytes(elapsed)
 
 
-def test_an_override_beats_the_default_quota(cluster: EmbeddedCluster, quotas: Quotas) -> None:
-    """quota_test.py's override case: `/clients/<default>` at a quarter of the quota, the
-    client's own `/clients/quota-client` at the quota: it is held to its override, not the
-    default (it sends more than the default allows, no more than its override does)."""
-    default = ClientQuotaEntity.of({"client-id": None})
-    quotas.image.replay(quota_record(default, "producer_byte_rate", QUOTA_BYTES_PER_S / 4))
-    quotas.set(None, "quota-client", "producer_byte_rate", QUOTA_BYTES_PER_S)
+@pytest.mark.parametrize(
+    ("default", "override"),
+    [
+        ({"client-id": None}, (None, "quota-client")),
+        ({"user": None}, ("ANONYMOUS", None)),
+        ({"user": None, "client-id": None}, ("ANONYMOUS", "quota-client")),
+    ],
+    ids=["client-id", "user", "user-client-id"],
+)
+def test_an_override_beats_the_default_quota(
+    cluster: EmbeddedCluster,
+    quotas: Quotas,
+    default: dict[str, str | None],
+    override: tuple[str | None, str | None],
+) -> None:
+    """quota_test.py's override case, for each quota type: the type's `<default>` entity
+    (`/clients/<default>`, `/users/<default>`, `/users/<default>/clients/<default>`) at a
+    quarter of the quota, the client's own entity at the quota: it is held to its override,
+    not the default (it sends more than the default allows, no more than its override does)."""
+    entity = ClientQuotaEntity.of(default)
+    quotas.image.replay(quota_record(entity, "producer_byte_rate", QUOTA_BYTES_PER_S / 4))
+    quotas.set(*override, "producer_byte_rate", QUOTA_BYTES_PER_S)
     topic = new_topic(cluster)
     elapsed, throttles = produce_flat_out(cluster, topic, "quota-client")
     sent = log_bytes(cluster, topic)
