@@ -9,8 +9,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from urllib.parse import quote
 
 from sparklog.metrics.stats import Measurable, MetricConfig
+
+
+def sanitize(name: str) -> str:
+    """Kafka's `Sanitizer.sanitize` for a principal name in a metric tag: URL-encoded (UTF-8),
+    with a space as `%20` and `*` as `%2A` (JMX patterns), so `CN=app,O=x` is tagged
+    `CN%3Dapp%2CO%3Dx` as Kafka's quota metrics tag it. Java's URLEncoder also encodes `~`."""
+    return quote(name, safe="").replace("~", "%7E")
 
 
 @dataclass(frozen=True, slots=True)

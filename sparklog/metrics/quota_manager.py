@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol, runtime_checkable
 
-from sparklog.metrics.metric import MetricName
+from sparklog.metrics.metric import MetricName, sanitize
 from sparklog.metrics.registry import Metrics
 from sparklog.metrics.sensor import QuotaViolation, Sensor
 from sparklog.metrics.stats import Avg, MetricConfig, Quota, Rate
@@ -234,11 +234,13 @@ class ClientQuotaManager:
             inactive_expiration_ms=INACTIVE_SENSOR_EXPIRATION_MS,
         )
         rate = Rate()
+        # Kafka's `DefaultQuotaCallback.quotaMetricTags`: the user tag is the sanitized name
+        metric_tags = tuple((k, sanitize(v) if k == "user" else v) for k, v in resolved.tags)
         rate_name = MetricName.of(
             "kafka.server",
             group,
             self.quota_type.metric,
-            resolved.tags,
+            metric_tags,
             f"Tracking {self.quota_type.metric} per user/client-id",
         )
         quota_sensor.add(rate_name, rate, self.config.with_quota(Quota.upper_bound(limit)))
@@ -252,7 +254,7 @@ class ClientQuotaManager:
                 "kafka.server",
                 group,
                 "throttle-time",
-                resolved.tags,
+                metric_tags,
                 "Tracking average throttle-time per user/client-id",
             ),
             Avg(),

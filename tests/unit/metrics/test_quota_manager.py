@@ -270,3 +270,19 @@ def test_connection_throttle_is_capped_at_one_quota_window() -> None:
     source.set(None, "10.0.0.1", "connection_creation_rate", 0)
     qm = ConnectionRateQuotaManager(Metrics(clock=clock), QUOTA_WINDOWS, lambda: source)
     assert qm.record_and_get_throttle_time_ms("10.0.0.1", clock.ms) == 1000
+
+
+def test_the_user_tag_of_quota_metrics_is_kafkas_sanitized_principal_name() -> None:
+    """Kafka tags quota metrics with `Sanitizer.sanitize(principal.getName)`: an mTLS
+    principal `CN=app,OU=x y*~` shows as `CN%3Dapp%2COU%3Dx%20y%2A%7E`, so dashboards and
+    alerts written against Kafka's `kafka_server_produce_byte_rate{user=...}` match."""
+    qm, source, clock, metrics = manager()
+    user = "CN=app,OU=x y*~"
+    source.set(user, None, "producer_byte_rate", 1000)
+    qm.record_and_get_throttle_time_ms(user, "c1", 100, clock.ms)
+    qm.record_throttle_time(user, "c1", 5, clock.ms)
+    tags = {"user": "CN%3Dapp%2COU%3Dx%20y%2A%7E", "client-id": ""}
+    for name in ("byte-rate", "throttle-time"):
+        assert metrics.metric(MetricName.of("kafka.server", "Produce", name, tags)) is not None
+    assert qm.usage(clock.ms)  # the quota entity itself keeps the principal's own name
+    assert next(iter(qm.usage(clock.ms))) == (("user", user), ("client-id", ""))
