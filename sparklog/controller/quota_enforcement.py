@@ -39,7 +39,7 @@ class ControllerQuotas:
         #: `controller_mutation_rate` (KIP-599) of clients asking the controller directly
         self.mutation_quota = ControllerMutationQuotaManager(
             getattr(server, "metrics", None) or Metrics(),
-            window,
+            metrics_config.controller_quota_config,
             mutation_admission.ImageQuotaSource(image),
         )
 

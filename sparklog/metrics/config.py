@@ -45,6 +45,23 @@ METRICS_SETTINGS = define(
         group="metrics",
     ),
     Setting(
+        "controller.quota.window.num",
+        ConfigType.INT,
+        11,
+        Range(1),
+        doc="The number of samples to retain in memory for the controller mutation quota "
+        "(Kafka's, KIP-599)",
+        group="metrics",
+    ),
+    Setting(
+        "controller.quota.window.size.seconds",
+        ConfigType.INT,
+        1,
+        Range(1),
+        doc="The time span of each sample for the controller mutation quota (Kafka's, KIP-599)",
+        group="metrics",
+    ),
+    Setting(
         "metrics.prometheus.port",
         ConfigType.INT,
         0,
@@ -77,6 +94,10 @@ class MetricsConfig:
     metrics_sample_window_ms: int = METRICS_SETTINGS.default("metrics.sample.window.ms")
     quota_window_num: int = METRICS_SETTINGS.default("quota.window.num")
     quota_window_size_seconds: int = METRICS_SETTINGS.default("quota.window.size.seconds")
+    controller_quota_window_num: int = METRICS_SETTINGS.default("controller.quota.window.num")
+    controller_quota_window_size_seconds: int = METRICS_SETTINGS.default(
+        "controller.quota.window.size.seconds"
+    )
     metrics_prometheus_port: int = METRICS_SETTINGS.default("metrics.prometheus.port")
     metrics_prometheus_host: str = METRICS_SETTINGS.default("metrics.prometheus.host")
     sparklog_metrics_enabled: bool = METRICS_SETTINGS.default("sparklog.metrics.enabled")
@@ -94,6 +115,14 @@ class MetricsConfig:
     def quota_config(self) -> MetricConfig:
         """The windows of quota sensors (`quota.window.num` × `quota.window.size.seconds`)."""
         return MetricConfig(self.quota_window_num, self.quota_window_size_seconds * 1000)
+
+    @property
+    def controller_quota_config(self) -> MetricConfig:
+        """The windows of the controller mutation quota (`controller.quota.window.num` ×
+        `controller.quota.window.size.seconds`, KIP-599)."""
+        return MetricConfig(
+            self.controller_quota_window_num, self.controller_quota_window_size_seconds * 1000
+        )
 
     def registry(self) -> Metrics:
         """A new server registry with these windows."""

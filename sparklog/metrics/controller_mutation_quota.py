@@ -30,7 +30,7 @@ import logging
 from typing import Any, Protocol
 
 from sparklog.errors import ThrottlingQuotaExceededError
-from sparklog.metrics.metric import MetricName
+from sparklog.metrics.metric import MetricName, sanitize
 from sparklog.metrics.registry import Metrics
 from sparklog.metrics.stats import Avg, MetricConfig, Quota, Rate
 
@@ -191,7 +191,8 @@ class ControllerMutationQuotaManager:
         tags = getattr(found, "tags", None)
         if tags is None:
             tags = (("user", user), ("client-id", client_id))
-        return limit, tuple((str(k), str(v)) for k, v in tags)
+        # Kafka's `DefaultQuotaCallback.quotaMetricTags`: the user tag is the sanitized name
+        return limit, tuple((str(k), sanitize(str(v)) if k == "user" else str(v)) for k, v in tags)
 
     def _entity(self, tags: tuple[tuple[str, str], ...], limit: float) -> _Entity:
         entity = self._entities.get(tags)

@@ -138,3 +138,22 @@ def test_quotas_come_from_the_metadata_image_by_kafkas_precedence() -> None:
     with pytest.raises(ThrottlingQuotaExceededError):
         quotas.new_quota("alice", "app", strict=True).record(1, 0)
     quotas.new_quota("admin", "app", strict=True).record(500, 0)  # /users/admin: 1,100 credits
+
+
+def test_the_user_tag_is_kafkas_sanitized_principal_name() -> None:
+    # DefaultQuotaCallback.quotaMetricTags: Sanitizer.sanitize(principal name)
+    quotas, metrics = manager({("CN=app,O=x", ""): 5.0})
+    quota = quotas.new_quota("CN=app,O=x", "", strict=True)
+    quota.record(1, 0)
+    users = {m.name.tag("user") for m in metrics if m.name.type == "ControllerMutation"}
+    assert users == {"CN%3Dapp%2CO%3Dx"}
+
+
+def test_the_controller_quota_windows_are_their_own_settings() -> None:
+    from sparklog.metrics.config import MetricsConfig
+
+    config = MetricsConfig.from_properties(
+        {"controller.quota.window.num": "5", "controller.quota.window.size.seconds": "2"}
+    )
+    assert config.controller_quota_config == MetricConfig(samples=5, time_window_ms=2000)
+    assert config.quota_config == MetricConfig(samples=11, time_window_ms=1000)
