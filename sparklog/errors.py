@@ -17,6 +17,8 @@ along an edge its transition table lacks) and carries no code.
 
 from __future__ import annotations
 
+from sparklog.error_table import ErrorTable
+
 
 class KafkaError(Exception):
     """Base class: an error a Kafka peer understands, identified by `code`.
@@ -580,28 +582,19 @@ class IllegalStateTransition(AssertionError):
     Kafka code. Group, partition, cleaner and transaction state machines all raise it."""
 
 
-def _code_classes() -> dict[int, type[KafkaError]]:
-    """The classes above that define a code (subclasses such as `CorruptBatchError` and
-    errors other modules derive keep their parent's code and are not listed)."""
-    table: dict[int, type[KafkaError]] = {}
-    for cls in KafkaError.__subclasses__():
-        if cls.__module__ == __name__ and "name" in cls.__dict__:
-            assert cls.code not in table, f"two classes for error code {cls.code}"
-            table[cls.code] = cls
-    return table
-
+_TABLE = ErrorTable(KafkaError, __name__, UnknownServerError)
 
 #: Kafka error code -> class, every code Kafka 4.x defines except 0 (NONE).
-BY_CODE: dict[int, type[KafkaError]] = _code_classes()
+BY_CODE: dict[int, type[KafkaError]] = _TABLE.by_code
 #: Kafka's enum name ("UNKNOWN_TOPIC_OR_PARTITION") -> class.
-BY_NAME: dict[str, type[KafkaError]] = {cls.name: cls for cls in BY_CODE.values()}
+BY_NAME: dict[str, type[KafkaError]] = _TABLE.by_name
 
 
 def error_for_code(code: int) -> type[KafkaError]:
     """The exception class for a Kafka error code (UnknownServerError when unknown)."""
-    return BY_CODE.get(code, UnknownServerError)
+    return _TABLE.for_code(code)
 
 
 def error_for_name(name: str) -> type[KafkaError]:
     """The exception class for Kafka's error name, e.g. "NOT_COORDINATOR" (KeyError if none)."""
-    return BY_NAME[name]
+    return _TABLE.for_name(name)
