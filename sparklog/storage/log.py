@@ -5,7 +5,7 @@ The leader appends client batches with `append_as_leader` (validate, assign offs
 rewriting baseOffset, stamp the leader epoch, check producer state, then write); followers
 append fetched batches unchanged with `append_as_follower`. The segment files are a
 `local_log.LocalLog`; opening and crash recovery live in `log_loader`, offset assignment in
-`offset_assignment`.
+`offset_assignment`, which segments retention deletes in `retention`.
 
 Invariants: log_start_offset <= high_watermark <= log_end_offset; segments are sorted by base
 offset, contiguous in offsets, and only the last (active) one is appended to; the recovery
@@ -50,6 +50,7 @@ from sparklog.storage.producer_append_info import (
     ProducerAppendInfo,
 )
 from sparklog.storage.producer_state import ProducerStateManager
+from sparklog.storage.retention import deletable_segments
 from sparklog.storage.segment import LogSegment
 from sparklog.storage.txn_index import AbortedTxn
 from sparklog.structs import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
@@ -514,34 +515,21 @@ class Log:
         """Retention: drop whole non-active segments that are below the log start offset, older
         than `retention.ms` or beyond `retention.bytes` (cleanup.policy delete). Returns count."""
         with self._lock:
-            deletable = self._deletable_segments(now_ms)
+            deletable = deletable_segments(
+                self._local.segments,
+                self._local.bases,
+                self._local.size_in_bytes,
+                self.high_watermark,
+                self.log_start_offset,
+                self.config,
+                now_ms,
+            )
             self._local.delete(deletable)
             if deletable:
                 self.log_start_offset = max(self.log_start_offset, self._local.bases[0])
                 self.epoch_cache.truncate_from_start(self.log_start_offset)
                 self.producer_state.delete_snapshots_before(self.log_start_offset)
             return len(deletable)
-
-    def _deletable_segments(self, now_ms: int | None) -> list[LogSegment]:
-        out: list[LogSegment] = []
-        total = self._local.size_in_bytes
-        for i, segment in enumerate(self._local.segments[:-1]):
-            next_base = self._local.bases[i + 1]
-            if next_base > self.high_watermark:
-                break
-            if next_base <= self.log_start_offset:
-                out.append(segment)
-                total -= segment.size_bytes
-                continue
-            if not self.config.delete or now_ms is None:
-                break
-            expired = 0 <= self.config.retention_ms < now_ms - segment.largest_timestamp
-            oversize = 0 <= self.config.retention_bytes <= total - segment.size_bytes
-            if not (expired or oversize):
-                break
-            out.append(segment)
-            total -= segment.size_bytes
-        return out
 
     # -- cleaner support -----------------------------------------------------------------
 
