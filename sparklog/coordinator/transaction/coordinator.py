@@ -16,11 +16,9 @@ replays every row after a restart and re-queues the markers of every prepared tr
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Iterable
 
-from sparklog.coordinator.clock import loaded_ms
 from sparklog.coordinator.shard import Row, Write
 from sparklog.coordinator.transaction.config import TransactionConfig
 from sparklog.coordinator.transaction.metadata import (
@@ -30,7 +28,13 @@ from sparklog.coordinator.transaction.metadata import (
     check_transition,
 )
 from sparklog.coordinator.transaction.parking import ParkedRequests
-from sparklog.coordinator.transaction.persisted import MarkerJob, TxnOffsets, transaction_row
+from sparklog.coordinator.transaction.persisted import (
+    MarkerJob,
+    TxnOffsets,
+    read_sink_batch_row,
+    read_transaction_row,
+    transaction_row,
+)
 from sparklog.errors import (
     ConcurrentTransactionsError,
     InvalidProducerIdMappingError,
@@ -538,23 +542,19 @@ class TransactionCoordinator:
     # -- restart ----------------------------------------------------------------------------
 
     def replay(self, row: Row, now_ms: int) -> None:
-        """Apply one durable row: a transactional id's new state, or a decided sink batch. A
-        time written as uptime by an old coordinator counts from `now_ms` (`clock.loaded_ms`),
-        so an open transaction gets its whole timeout again."""
+        """Apply one durable row: a transactional id's new state, or a decided sink batch (read
+        back by `persisted`, which restarts an open transaction's timeout from `now_ms`)."""
         kind = row["record_type"]
         if kind == "sink_batch":
-            record = json.loads(row["transaction_metadata"])
-            self.decided_batches[record["batch_key"]] = record["outcome"]
+            batch_key, outcome = read_sink_batch_row(row)
+            self.decided_batches[batch_key] = outcome
         elif kind == "transaction":
             tid = row["transactional_id"]
-            record = json.loads(row["transaction_metadata"])
-            if record["state"] == _S.DEAD.value:
+            meta = read_transaction_row(row, now_ms)
+            if meta is None:
                 self.transactions.pop(tid, None)
-                return
-            meta = TransactionMetadata.from_record(tid, record)
-            meta.txn_start_ms = loaded_ms(meta.txn_start_ms, now_ms)
-            meta.last_update_ms = loaded_ms(meta.last_update_ms, now_ms)
-            self.transactions[tid] = meta
+            else:
+                self.transactions[tid] = meta
 
     def replay_rows(self, rows: Iterable[Row], now_ms: int) -> None:
         """`replay` each row this core concerns, in order (offset rows are most rows)."""
@@ -589,15 +589,8 @@ class TransactionCoordinator:
         now_ms: int = 0,
     ) -> list[TransactionMetadata]:
         """ListTransactions: empty filters match everything."""
-        out = []
-        for meta in sorted(self.transactions.values(), key=lambda m: m.transactional_id):
-            if states and meta.state.value not in states:
-                continue
-            if producer_ids and meta.producer_id not in producer_ids:
-                continue
-            if duration_filter_ms >= 0 and (
-                meta.txn_start_ms < 0 or now_ms - meta.txn_start_ms < duration_filter_ms
-            ):
-                continue
-            out.append(meta)
-        return out
+        return [
+            meta
+            for meta in sorted(self.transactions.values(), key=lambda m: m.transactional_id)
+            if meta.matches(states, producer_ids, duration_filter_ms, now_ms)
+        ]

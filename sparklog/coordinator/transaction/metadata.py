@@ -110,6 +110,23 @@ class TransactionMetadata:
             last_update_ms=int(record["last_update_ms"]),
         )
 
+    def matches(
+        self,
+        states: set[str] | None,
+        producer_ids: set[int] | None,
+        duration_filter_ms: int,
+        now_ms: int,
+    ) -> bool:
+        """Whether ListTransactions' filters keep this id (Kafka's
+        `TransactionStateManager.listTransactionStates`): empty filters match everything."""
+        if states and self.state.value not in states:
+            return False
+        if producer_ids and self.producer_id not in producer_ids:
+            return False
+        return duration_filter_ms < 0 or (
+            self.txn_start_ms >= 0 and now_ms - self.txn_start_ms >= duration_filter_ms
+        )
+
     def transition_to(self, state: TxnState) -> None:
         """Move this (in-memory) metadata to `state`, checked against the table."""
         if self.state not in VALID_PREVIOUS_STATES[state]:

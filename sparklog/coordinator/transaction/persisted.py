@@ -1,5 +1,6 @@
 """What the transaction coordinator persists and hands to its edge: the row of a transactional
-id's new state, the markers of a decided transaction, and the group coordinator's side of
+id's new state (written, and read back by `replay`, as Kafka's `TransactionLog` writes and reads
+its records), the markers of a decided transaction, and the group coordinator's side of
 transactional offsets."""
 
 from __future__ import annotations
@@ -8,7 +9,8 @@ import dataclasses
 import json
 from typing import Any, Protocol
 
-from sparklog.coordinator.transaction.metadata import TransactionMetadata
+from sparklog.coordinator.clock import loaded_ms
+from sparklog.coordinator.transaction.metadata import TransactionMetadata, TxnState
 from sparklog.structs import TopicPartition
 
 
@@ -46,3 +48,23 @@ def transaction_row(meta: TransactionMetadata, now_ms: int) -> dict[str, Any]:
         "txn_state": meta.state.value,
         "transaction_metadata": json.dumps(meta.to_record(), sort_keys=True),
     }
+
+
+def read_transaction_row(row: dict[str, Any], now_ms: int) -> TransactionMetadata | None:
+    """The state a "transaction" row holds (Kafka's `TransactionLog.readTxnRecordValue`); None
+    for a Dead id, which is forgotten. A time written as uptime by an old coordinator counts
+    from `now_ms` (`clock.loaded_ms`), so an open transaction gets its whole timeout again."""
+    record = json.loads(row["transaction_metadata"])
+    if record["state"] == TxnState.DEAD.value:
+        return None
+    meta = TransactionMetadata.from_record(row["transactional_id"], record)
+    meta.txn_start_ms = loaded_ms(meta.txn_start_ms, now_ms)
+    meta.last_update_ms = loaded_ms(meta.last_update_ms, now_ms)
+    return meta
+
+
+def read_sink_batch_row(row: dict[str, Any]) -> tuple[str, str]:
+    """(batch key, "committed" / "aborted") of a decided EndTxnBatch's "sink_batch" row (written
+    by `sink_batches.end_txn_batch`)."""
+    record = json.loads(row["transaction_metadata"])
+    return record["batch_key"], record["outcome"]
