@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import logging
 import threading
 import uuid
@@ -53,6 +52,7 @@ from typing import Any
 from sparklog.broker.admin_apis import AdminApis
 from sparklog.broker.audit_forwarder import ForwardingAuditSink
 from sparklog.broker.broker_metrics import LogFlushTimer
+from sparklog.broker.broker_state import BROKER_STATE_VALUES, BrokerState
 from sparklog.broker.cluster_quotas import ClusterQuotaReporter, quota_managers
 from sparklog.broker.config import BrokerConfig
 from sparklog.broker.controller_client import (
@@ -63,14 +63,13 @@ from sparklog.broker.controller_client import (
 from sparklog.broker.isr_manager import AlterPartitionManager
 from sparklog.broker.kafka_apis import KafkaApis
 from sparklog.broker.lifecycle_manager import BrokerLifecycleManager
+from sparklog.broker.listener_ports import bind_listeners
 from sparklog.broker.log_manager import LogManager, wall_clock_ms
 from sparklog.broker.meta_properties import (
     DataDirLock,
     MetaProperties,
     claim_data_dir,
-    read_listener_ports,
     read_meta_properties,
-    write_listener_ports,
 )
 from sparklog.broker.metadata import (
     BrokerMetadata,
@@ -79,18 +78,13 @@ from sparklog.broker.metadata import (
     dynamic_layers,
     topics_from_image,
 )
-from sparklog.broker.quotas import BrokerQuotas, ThrottleStage
+from sparklog.broker.quota_factory import instantiate, quota_scope
 from sparklog.broker.replica_fetcher_manager import ReplicaFetcherManager
 from sparklog.broker.replica_manager import ReplicaManager
 from sparklog.metadata.broker_configs import dynamic_cleaner_config
 from sparklog.metadata.image import MetadataImage
-from sparklog.metadata.mutation_admission import ImageQuotaSource
-from sparklog.metrics.cluster_quota import CLUSTER_QUOTA_SETTINGS
 from sparklog.metrics.config import MetricsConfig
-from sparklog.metrics.controller_mutation_quota import ControllerMutationQuotaManager
 from sparklog.metrics.metric import MetricName
-from sparklog.metrics.replication_quota import ReplicationQuotaManager
-from sparklog.metrics.replication_quota import quota_window as replication_quota_window
 from sparklog.protocol.api_versions import BROKER_SERVED_APIS
 from sparklog.protocol.authorization import authorize_stage, stages_with
 from sparklog.protocol.outbound import controller_client_security
@@ -100,29 +94,6 @@ from sparklog.security.audit import LOG_ONLY, AuditConfig, AuditSink
 from sparklog.security.listeners import ListenerEndpoint, listener_int, normalised
 
 logger = logging.getLogger(__name__)
-
-
-class BrokerState(enum.Enum):
-    """Kafka's `BrokerState`, the parts a sparklog broker goes through."""
-
-    NOT_RUNNING = "not running"
-    STARTING = "starting"
-    RECOVERY = "recovery"  # registered, fenced until caught up
-    RUNNING = "running"
-    PENDING_CONTROLLED_SHUTDOWN = "pending controlled shutdown"
-    SHUTTING_DOWN = "shutting down"
-
-
-#: Kafka's `BrokerState` values, as its `kafka.server:type=KafkaServer,name=BrokerState` gauge
-#: shows them (dashboards alert on != 3).
-BROKER_STATE_VALUES = {
-    BrokerState.NOT_RUNNING: 0,
-    BrokerState.STARTING: 1,
-    BrokerState.RECOVERY: 2,
-    BrokerState.RUNNING: 3,
-    BrokerState.PENDING_CONTROLLED_SHUTDOWN: 6,
-    BrokerState.SHUTTING_DOWN: 7,
-}
 
 
 class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
@@ -163,14 +134,8 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
             lambda: BROKER_STATE_VALUES[self.state],
         )
         #: `quota.scope`: "cluster" has the driver split client quotas among the brokers
-        self.quota_scope = str(
-            CLUSTER_QUOTA_SETTINGS.parse(config or {}, unknown="ignore").get(
-                "quota_scope", "broker"
-            )
-        )
+        self.quota_scope = quota_scope(config)
         self.cluster_quotas: ClusterQuotaReporter | None = None
-        #: the windows of the KIP-73 replication quotas (`replication.quota.window.*`)
-        self.replication_quota_window = replication_quota_window(config)
         self.node_id = node_id if node_id is not None else _stored_node_id(self.data_dir)
         self.thread_name = f"sparklog-broker-{self.node_id}"
         self.expected_cluster_id = cluster_id
@@ -219,12 +184,12 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
             clock_ms=wall_clock_ms,
             metrics=self.metrics,
         )
-        # KIP-73 replication throttles: rates and throttled replicas follow the image
-        window = self.replication_quota_window
-        self.replica_manager.leader_quota = ReplicationQuotaManager(
-            self.metrics, window, "LeaderReplication"
+        quotas = instantiate(
+            self.metrics, self.metrics_config, self.config.originals, lambda: self.metadata.image
         )
-        self.fetchers.quota = ReplicationQuotaManager(self.metrics, window, "FollowerReplication")
+        # KIP-73 replication throttles: rates and throttled replicas follow the image
+        self.replica_manager.leader_quota = quotas.leader
+        self.fetchers.quota = quotas.follower
         self.alter_partition = AlterPartitionManager(
             self.controller,
             self.node_id,
@@ -242,11 +207,7 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
             metadata=self.metadata,
             controller=self.controller,
             node_id=self.node_id,
-            mutation_quota=ControllerMutationQuotaManager(
-                self.metrics,
-                self.metrics_config.quota_config,
-                ImageQuotaSource(lambda: self.metadata.image),
-            ),
+            mutation_quota=quotas.controller_mutation,
         )
         self.apis = KafkaApis(
             node_id=self.node_id,
@@ -267,12 +228,8 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
                 max_events=self.audit_config.audit_buffer_max_events,
             )
         #: client quotas (the pipeline's throttle stage), read from this broker's image
-        self.quotas = BrokerQuotas(
-            self.metrics,
-            self.metrics_config.quota_config,
-            lambda: self.metadata.image.quotas,
-        )
-        self.throttle = ThrottleStage(self.quotas, self.metrics)
+        self.quotas = quotas.client
+        self.throttle = quotas.throttle
         #: the authorize stage (`authorizer.class.name`), fed from this broker's image
         self.authorization = authorize_stage(
             self.config.originals,
@@ -414,7 +371,7 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
         self.metadata.cluster_id = cluster_id
         _meta, self._lock = self._claimed or claim_data_dir(self.data_dir, cluster_id, self.node_id)
         self._previous_broker_epoch = self.log_manager.take_clean_shutdown_epoch()
-        await self._bind_last_port_or_any()
+        await bind_listeners(self.servers, self.data_dir, self.node_id)
         if isinstance(self.audit, ForwardingAuditSink):  # from the first connection on
             self._spawn(self.audit.run(), "audit-forwarder")
         registration_timeout_s = self.config.initial_broker_registration_timeout_ms / 1000
@@ -452,45 +409,6 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
         logger.info(
             "broker %d running at %s (epoch %d)", self.node_id, self.bootstrap, self.broker_epoch
         )
-
-    async def _bind_last_port_or_any(self) -> None:
-        """Bind the listeners. With an ephemeral port (`listeners` port 0: the embedded
-        cluster, Spark tasks) a restarted broker takes the port its data dir last had for that
-        listener when it is free, so it comes back at the address clients hold for its node
-        id, as a Kafka broker with static `listeners` does. librdkafka depends on it: its
-        transaction and group coordinator handles copy a broker's address when FindCoordinator
-        names that broker and do not follow a later Metadata change while the same node id
-        stays coordinator, so a coordinator broker back on another port would be dialled at the
-        old one until FindCoordinator named some other broker (`rd_kafka_txn_coord_set`)."""
-        previous = read_listener_ports(self.data_dir)
-        if "" in previous:  # a file written by a one-listener broker: the first listener's
-            previous.setdefault(next(iter(self.servers)), previous.pop(""))
-        ephemeral = False
-        for name, server in self.servers.items():
-            if server.port != 0:
-                await server.start()
-                continue
-            ephemeral = True
-            previous_port = previous.get(name)
-            if previous_port is not None:
-                server.port = previous_port
-                try:
-                    await server.start()
-                    continue
-                except OSError as e:
-                    logger.warning(
-                        "broker %d: port %d of listener %s's last run is taken (%s); binding "
-                        "another, so clients that held the old address must find this broker "
-                        "again",
-                        self.node_id,
-                        previous_port,
-                        name,
-                        e,
-                    )
-                    server.port = 0
-            await server.start()
-        if ephemeral:
-            write_listener_ports(self.data_dir, {n: s.port for n, s in self.servers.items()})
 
     def _spawn(self, coro: Any, name: str) -> asyncio.Task:
         return super()._spawn(coro, f"broker-{self.node_id}-{name}")
