@@ -12,12 +12,8 @@ from collections.abc import Callable
 
 from sparklog.broker.config import BrokerConfig
 from sparklog.broker.log_manager import TopicPartition
-from sparklog.broker.replica_fetcher import (
-    EndpointLookup,
-    FollowerLogs,
-    PartitionFetchState,
-    ReplicaFetcher,
-)
+from sparklog.broker.partition_fetch_state import PartitionFetchState
+from sparklog.broker.replica_fetcher import EndpointLookup, FollowerLogs, ReplicaFetcher
 from sparklog.errors import KafkaStorageError
 from sparklog.metrics.metric import MetricName
 from sparklog.metrics.registry import Metrics

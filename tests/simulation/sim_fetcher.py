@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from sparklog.broker.replica_fetcher import reset_for_out_of_range
+from sparklog.broker.partition_fetch_state import reset_for_out_of_range
 from sparklog.broker.truncation import truncation_for
 from sparklog.errors import NetworkExceptionError, OffsetOutOfRangeError
 

@@ -21,7 +21,7 @@ from sparklog.broker.config import BrokerConfig
 from sparklog.broker.fetch_params import FetchParams, FetchPartition
 from sparklog.broker.log_manager import LogManager
 from sparklog.broker.partition import PartitionRegistration
-from sparklog.broker.replica_fetcher import PartitionFetchState
+from sparklog.broker.partition_fetch_state import PartitionFetchState
 from sparklog.broker.replica_fetcher_manager import MAX_LAG, ReplicaFetcherManager
 from sparklog.broker.replica_manager import ReplicaManager
 from sparklog.metrics.metric import MetricName

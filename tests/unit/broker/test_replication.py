@@ -13,12 +13,12 @@ from sparklog.broker.fetch_params import FetchParams, FetchPartition
 from sparklog.broker.isr_manager import AlterPartitionManager
 from sparklog.broker.log_manager import LogManager
 from sparklog.broker.partition import IsrChangeProposed, PartitionRegistration
-from sparklog.broker.replica_base import TopicMetadata
-from sparklog.broker.replica_fetcher import (
+from sparklog.broker.partition_fetch_state import (
     FetchPhase,
     OutOfRangeReset,
     reset_for_out_of_range,
 )
+from sparklog.broker.replica_base import TopicMetadata
 from sparklog.broker.replica_fetcher_manager import ReplicaFetcherManager, fetcher_id_for
 from sparklog.broker.replica_manager import ReplicaManager
 from sparklog.broker.truncation import truncation_for
