@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --no-deps 'delta-spark==4.4.1'
 	touch $(STAMP)
 
-# The native record core (DESIGN D13): Rust, built from native/ in release mode with maturin
+# The native record core: Rust, built from native/ in release mode with maturin
 # (crates from crates.io, pinned by native/Cargo.lock). Without cargo sparklog still installs
 # and runs on its pure-Python codec, slower, and says so once in its log.
 $(NATIVE): $(STAMP) $(NATIVE_SOURCES)
@@ -40,7 +40,7 @@ $(NATIVE): $(STAMP) $(NATIVE_SOURCES)
 	touch $(NATIVE)
 
 # Pinned JARs (conf/jars/*/pom.xml: Apache Kafka, Spark's Kafka connector, delta-spark, S3Proxy),
-# fetched once with Maven into .jars/ and used offline afterwards (see README "Reference JARs").
+# fetched once with Maven into .jars/ and used offline afterwards (see docs/operations.md "Reference JARs").
 JARS_STAMPS := .jars/kafka/.fetched .jars/spark/.fetched .jars/s3proxy/.fetched
 jars: $(JARS_STAMPS)
 
@@ -64,14 +64,14 @@ netns-tools:
 	  apt-get update -qq && env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 	    iproute2 nftables >/dev/null; }
 
-# The long soak (README "Soak"): three brokers on local-cluster under executor kills, pauses,
+# The long soak (docs/testing.md "Soak"): three brokers on local-cluster under executor kills, pauses,
 # link faults and leader moves for SOAK_MINUTES; the suite runs one minute of it.
 SOAK_MINUTES ?= 10
 soak: $(STAMP) $(NATIVE) $(JARS_STAMPS)
 	$(PY) jobs/soak.py --minutes $(SOAK_MINUTES) $(SOAK_ARGS)
 
 # The soak on a Spark standalone cluster spread over network namespaces, under real partitions,
-# loss, delay and a slow link (README "The network-partition soak"); as root.
+# loss, delay and a slow link (docs/testing.md "The network-partition soak"); as root.
 SOAK_NET_MINUTES ?= 10
 soak-net: $(STAMP) $(NATIVE) netns-tools
 	$(PY) jobs/soak_net.py --minutes $(SOAK_NET_MINUTES) $(SOAK_NET_ARGS)

@@ -1,7 +1,7 @@
-"""Read a Delta table into Spark without delta-spark (DESIGN D8's fallback).
+"""Read a Delta table into Spark without delta-spark (the fallback while delta-spark's reads fail).
 
 delta-spark 4.4 is built for Spark 4.2; on our PySpark 4.3 it writes tables but cannot read
-them (`NoSuchMethodError: LogicalRDD.<init>` in its `StateCache`, see README "Reference JARs").
+them (`NoSuchMethodError: LogicalRDD.<init>` in its `StateCache`, see docs/operations.md "Reference JARs").
 So sparklog's DataFrame helpers read their Delta tables the portable way: `deltalake` lists the
 files of the table's snapshot (the log replayed, removed files excluded), and Spark's own Parquet
 reader reads exactly those. That is a faithful read for the tables sparklog writes (D8: protocol

@@ -1,6 +1,6 @@
 """What every SparkSession sparklog builds (tests, jobs, notebooks, `sparklog serve`) adds.
 
-`with_reference_jars(builder)` puts the pinned JARs on `spark.jars` (DESIGN D14: Spark's Kafka
+`with_reference_jars(builder)` puts the pinned JARs on `spark.jars` (Spark's Kafka
 connector for `format("kafka")`, delta-spark for `format("delta")`), from the cache `make`
 fills; no Ivy resolution at run time. Without the cache (e.g. on Databricks, which ships both)
 the builder is left alone. `with_delta(builder)` also switches on Delta's SQL extension and

@@ -50,7 +50,7 @@ __all__ = [
 #: Settings `storage.options.<key>=<value>` become storage option `<key>`.
 STORAGE_OPTIONS_PREFIX = "storage.options."
 
-#: Where the driver's state lives (README "Where the driver's state lives"); read by the
+#: Where the driver's state lives (docs/operations.md "Where the driver's state lives"); read by the
 #: controller and the coordinators on the driver, never sent to brokers.
 STATE_SETTINGS = define(
     Setting(

@@ -56,11 +56,13 @@ def test_spark_reads_a_delta_table_with_delta_spark(spark, tmp_path):
             pytest.xfail(
                 "delta-spark 4.4 (built for Spark 4.2) cannot read on PySpark 4.3: "
                 "NoSuchMethodError LogicalRDD.<init> in StateCache; sparklog reads Delta "
-                "through sparklog.spark.delta_read (DESIGN D8 fallback)"
+                "through sparklog.spark.delta_read (the fallback reader)"
             )
         raise
     assert got == [(1,), (2,), (3,)]
-    pytest.fail("delta-spark reads work on this PySpark now: drop the D8 fallback note")
+    pytest.fail(
+        "delta-spark reads work on this PySpark now: drop the fallback note in docs/operations.md"
+    )
 
 
 def test_fallback_reads_the_current_snapshot_only(spark, tmp_path):
