@@ -11,9 +11,10 @@
 # MAGIC 3. write 100,000 rows with `df.write.format("sparklog")`,
 # MAGIC 4. look at topics and offsets,
 # MAGIC 5. read the topic back in batch,
-# MAGIC 6. aggregate it with a streaming query (`Trigger.AvailableNow`) into a table,
-# MAGIC 7. watch the query's lag grow and drain,
-# MAGIC 8. stop the cluster.
+# MAGIC 6. aggregate it with a streaming query (`Trigger.AvailableNow`) into a table, committing
+# MAGIC    its progress to a consumer group (`kafka.group.id`),
+# MAGIC 7. watch the query's lag and the group's lag (`consumer_lag_df`) grow and drain,
+# MAGIC 8. clean up: delete the group and the topic, stop the cluster and remove its files.
 # MAGIC
 # MAGIC Everything uses Spark's Kafka connector API: switching `format("kafka")` to
 # MAGIC `format("sparklog")` is the only change. On Databricks, install the `sparklog` wheel on the
@@ -22,6 +23,7 @@
 # COMMAND ----------
 
 import json
+import shutil
 import tempfile
 
 from pyspark.sql import functions as F
@@ -51,6 +53,7 @@ except NameError:
 spark.conf.set("spark.sql.shuffle.partitions", "4")
 
 TOPIC = "quickstart-events"
+GROUP = "quickstart-totals"
 PARTITIONS = 6
 ROWS = 100_000
 KINDS = ["view", "click", "purchase"]
@@ -62,11 +65,14 @@ KINDS = ["view", "click", "purchase"]
 # MAGIC
 # MAGIC `sparklog.start` runs the controller in this driver and one broker as a Spark task, waits
 # MAGIC until the broker registered, and makes `format("sparklog")` default to this cluster (no
-# MAGIC `kafka.bootstrap.servers` option needed). `brokers_df` shows where each broker runs.
+# MAGIC `kafka.bootstrap.servers` option needed). `brokers_df` shows where each broker runs. The
+# MAGIC cluster keeps its data in `data_dir` (the controller's state and the broker's partitions),
+# MAGIC which the last cell removes.
 
 # COMMAND ----------
 
-cluster = sparklog.start(spark, brokers=1)
+data_dir = tempfile.mkdtemp(prefix="sparklog-quickstart-")
+cluster = sparklog.start(spark, brokers=1, data_dir=data_dir)
 bootstrap_servers = cluster.bootstrap_servers
 display(brokers_df(spark))
 
@@ -179,6 +185,11 @@ display(per_partition)
 # MAGIC event kind in the table `quickstart_totals`. `Trigger.AvailableNow` processes what is in
 # MAGIC the topic now, in bounded batches of at most `maxOffsetsPerTrigger` records, then stops: the
 # MAGIC usual way to run a streaming job on a schedule. Its checkpoint remembers the offsets read.
+# MAGIC
+# MAGIC With `kafka.group.id`, each finished batch also commits its end offsets to that consumer
+# MAGIC group, so the query's progress shows wherever Kafka's group offsets show
+# MAGIC (`kafka-consumer-groups --describe`, `sparklog.consumer_lag_df`); the checkpoint stays
+# MAGIC the query's position. Spark's own Kafka connector never commits.
 
 # COMMAND ----------
 
@@ -192,6 +203,7 @@ def run_totals_query():
         .option("subscribe", TOPIC)
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", ROWS // 2)
+        .option("kafka.group.id", GROUP)
         .load()
         .select(F.from_json(F.col("value").cast("string"), "kind string, amount int").alias("e"))
         .groupBy("e.kind")
@@ -221,26 +233,38 @@ display(totals)
 # MAGIC ## 7. Lag and offsets
 # MAGIC
 # MAGIC `query_lag_df` compares the offsets the query has read (its last batch's end offsets) with
-# MAGIC each partition's latest offset. Right after the run the lag is 0. Write 3,000 more events
-# MAGIC and the lag shows them; run the query again from its checkpoint and it reads only those.
+# MAGIC each partition's latest offset; `sparklog.consumer_lag_df` does the same for the offsets
+# MAGIC the group committed, read from the coordinator's Delta table (as
+# MAGIC `kafka-consumer-groups --describe` shows them). Right after the run both lags are 0. Write
+# MAGIC 3,000 more events and both show them; run the query again from its checkpoint and it reads
+# MAGIC only those.
 
 # COMMAND ----------
 
 display(query_lag_df(spark, query))
 lag_after_first_run = query_lag_df(spark, query).agg(F.sum("lag")).first()[0]
+group_lag = sparklog.consumer_lag_df(spark, group=GROUP)
+display(group_lag)
+group_lag_after_first_run = group_lag.agg(F.sum("lag")).first()[0]
 
 more = events.limit(3_000).withColumn("key", F.concat(F.lit("late-"), "key"))
 more.write.format("sparklog").option("topic", TOPIC).save()
 lag = query_lag_df(spark, query)
 display(lag)
 lag_before_catch_up = lag.agg(F.sum("lag")).first()[0]
-print(f"the query is {lag_before_catch_up:,} records behind")
+group_lag = sparklog.consumer_lag_df(spark, group=GROUP)
+display(group_lag)
+group_lag_before_catch_up = group_lag.agg(F.sum("lag")).first()[0]
+print(
+    f"the query is {lag_before_catch_up:,} records behind, its group {group_lag_before_catch_up:,}"
+)
 
 # COMMAND ----------
 
 query = run_totals_query()
 caught_up = sum(p["numInputRows"] for p in query.recentProgress)
 lag_after_catch_up = query_lag_df(spark, query).agg(F.sum("lag")).first()[0]
+group_lag_after_catch_up = sparklog.consumer_lag_df(spark, group=GROUP).agg(F.sum("lag")).first()[0]
 print(f"caught up: read {caught_up:,} new records, lag now {lag_after_catch_up}")
 totals = spark.table("quickstart_totals").orderBy("kind")
 display(totals)
@@ -249,12 +273,24 @@ print(json.dumps({r["kind"]: r["events"] for r in totals.collect()}))
 # COMMAND ----------
 
 # MAGIC %md
-# MAGIC ## 8. Stop the cluster
+# MAGIC ## 8. Clean up
 # MAGIC
-# MAGIC `cluster.stop()` asks the broker to shut down cleanly through its heartbeat, waits for its
-# MAGIC Spark job to finish, and stops the controller: no Spark job is left running.
+# MAGIC Everything the notebook wrote goes: the consumer group's committed offsets, the topic, the
+# MAGIC in-memory table and the query's checkpoint. `cluster.stop()` asks the broker to shut down
+# MAGIC cleanly through its heartbeat, waits for its Spark job to finish, and stops the controller:
+# MAGIC no Spark job is left running. `stop()` keeps the cluster's files for a later start on the
+# MAGIC same `data_dir`, so the notebook removes that directory itself (on a multi-host cluster,
+# MAGIC each executor also holds `<data_dir>/brokers` on its own disk).
 
 # COMMAND ----------
 
+with AdminClient({"bootstrap.servers": bootstrap_servers}) as admin:
+    admin.delete_groups([GROUP])
+    admin.delete_topics([TOPIC])
+    groups_left = [g.group_id for g in admin.list_groups()]
+    topics_left = admin.list_topics()
+spark.catalog.dropTempView("quickstart_totals")
 cluster.stop()
-print("sparklog cluster stopped")
+shutil.rmtree(checkpoint)
+shutil.rmtree(data_dir)
+print(f"sparklog cluster stopped; left behind: groups {groups_left}, topics {topics_left}")

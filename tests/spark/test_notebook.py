@@ -133,6 +133,26 @@ def test_the_quickstart_notebook_runs_every_cell(spark, tmp_path, monkeypatch):
     assert [len(view) for view in lag_views] == [partitions, partitions]
     assert sum(r.lag for r in lag_views[1]) == late
 
+    # the streaming query commits its progress to the group: lag 0, then the late records, then 0
+    group = namespace["GROUP"]
+    group_views = display.all_with("group_id", "committed_offset", "log_end_offset", "lag")
+    assert len(group_views) == 2
+    caught_up_view, behind_view = group_views
+    assert [
+        (r.group_id, r.topic, r.partition, r.committed_offset, r.lag) for r in caught_up_view
+    ] == [(group, topic, o.partition, o.records, 0) for o in offsets]
+    assert sum(r.lag for r in behind_view) == late
+    assert namespace["group_lag_after_first_run"] == 0
+    assert namespace["group_lag_before_catch_up"] == late
+    assert namespace["group_lag_after_catch_up"] == 0
+
+    # what the notebook wrote is gone: group, topic, in-memory table, checkpoint, cluster files
+    assert group not in namespace["groups_left"]
+    assert namespace["topics_left"] == []
+    assert not spark.catalog.tableExists("quickstart_totals")
+    assert not Path(namespace["checkpoint"]).exists()
+    assert not Path(namespace["data_dir"]).exists()
+
     assert active_cluster() is None
     # the broker's job has ended; Spark's status store hears of it through its listener bus
     tracker = spark.sparkContext.statusTracker()
