@@ -19,7 +19,6 @@ Sans-IO: `ThrottleState` takes `now_ms`.
 from __future__ import annotations
 
 import threading
-import types
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -27,52 +26,7 @@ from sparklog.client.request_builder import duration_ms
 from sparklog.metrics.metric import MetricName
 from sparklog.metrics.registry import Metrics
 from sparklog.metrics.stats import Avg, CumulativeSum, Max, MetricConfig
-from sparklog.protocol.api_versions import ApiKey
-
-#: The first version of each API whose response a KIP-219 broker sends before throttling
-#: (the client must hold back), from Kafka's `<Api>Response.shouldClientThrottle`. APIs not
-#: listed were added after KIP-219 and throttle on the client at every version.
-KIP219_FIRST_VERSION: Mapping[int, int] = types.MappingProxyType(
-    {
-        ApiKey.PRODUCE: 6,
-        ApiKey.FETCH: 8,
-        ApiKey.LIST_OFFSETS: 3,
-        ApiKey.METADATA: 6,
-        ApiKey.OFFSET_COMMIT: 4,
-        ApiKey.OFFSET_FETCH: 4,
-        ApiKey.FIND_COORDINATOR: 2,
-        ApiKey.JOIN_GROUP: 3,
-        ApiKey.HEARTBEAT: 2,
-        ApiKey.LEAVE_GROUP: 2,
-        ApiKey.SYNC_GROUP: 2,
-        ApiKey.DESCRIBE_GROUPS: 2,
-        ApiKey.LIST_GROUPS: 2,
-        ApiKey.API_VERSIONS: 2,
-        ApiKey.CREATE_TOPICS: 3,
-        ApiKey.DELETE_TOPICS: 2,
-        ApiKey.DELETE_RECORDS: 1,
-        ApiKey.INIT_PRODUCER_ID: 1,
-        ApiKey.OFFSET_FOR_LEADER_EPOCH: 2,
-        ApiKey.ADD_PARTITIONS_TO_TXN: 1,
-        ApiKey.ADD_OFFSETS_TO_TXN: 1,
-        ApiKey.END_TXN: 1,
-        ApiKey.TXN_OFFSET_COMMIT: 1,
-        ApiKey.DESCRIBE_ACLS: 1,
-        ApiKey.CREATE_ACLS: 1,
-        ApiKey.DELETE_ACLS: 1,
-        ApiKey.DESCRIBE_CONFIGS: 2,
-        ApiKey.ALTER_CONFIGS: 1,
-        ApiKey.CREATE_PARTITIONS: 1,
-        ApiKey.DELETE_GROUPS: 1,
-        ApiKey.SASL_HANDSHAKE: 1 << 15,  # no throttle time in its response
-    }
-)
-
-
-def should_client_throttle(api_key: int, version: int) -> bool:
-    """Whether a response of this API version is sent before the broker's throttle (KIP-219),
-    so the client must wait out `throttle_time_ms` itself."""
-    return version >= KIP219_FIRST_VERSION.get(api_key, 0)
+from sparklog.protocol.api_versions import client_throttles
 
 
 def response_throttle_ms(body: Any) -> int:
@@ -93,7 +47,7 @@ class ThrottleState:
         self.until_ms = 0
 
     def on_response(self, api_key: int, version: int, throttle_ms: int, now_ms: int) -> None:
-        if throttle_ms > 0 and should_client_throttle(api_key, version):
+        if throttle_ms > 0 and client_throttles(api_key, version):
             self.until_ms = max(self.until_ms, now_ms + throttle_ms)
 
     def delay_ms(self, now_ms: int) -> int:

@@ -321,3 +321,49 @@ class UnsupportedApiError(Exception):
             f"no common version of {name}: we speak {ours[0]}..{ours[1]}, "
             f"the server {'nothing' if theirs is None else f'{theirs[0]}..{theirs[1]}'}"
         )
+
+
+#: The first version of each API whose client throttles itself on `throttle_time_ms`
+#: (KIP-219; Kafka's `AbstractResponse.shouldClientThrottle`): to those the broker sends
+#: the response at once and then mutes the connection; to older ones it delays the
+#: response instead. APIs added after KIP-219 (Kafka 2.0) throttle from their first version.
+KIP_219_FIRST_VERSION: dict[int, int] = {
+    ApiKey.PRODUCE: 6,
+    ApiKey.FETCH: 8,
+    ApiKey.LIST_OFFSETS: 3,
+    ApiKey.METADATA: 6,
+    ApiKey.OFFSET_COMMIT: 4,
+    ApiKey.OFFSET_FETCH: 4,
+    ApiKey.FIND_COORDINATOR: 2,
+    ApiKey.JOIN_GROUP: 3,
+    ApiKey.HEARTBEAT: 2,
+    ApiKey.LEAVE_GROUP: 2,
+    ApiKey.SYNC_GROUP: 2,
+    ApiKey.DESCRIBE_GROUPS: 2,
+    ApiKey.LIST_GROUPS: 2,
+    ApiKey.API_VERSIONS: 2,
+    ApiKey.CREATE_TOPICS: 3,
+    ApiKey.DELETE_TOPICS: 2,
+    ApiKey.DELETE_RECORDS: 1,
+    ApiKey.INIT_PRODUCER_ID: 1,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: 2,
+    ApiKey.ADD_PARTITIONS_TO_TXN: 1,
+    ApiKey.ADD_OFFSETS_TO_TXN: 1,
+    ApiKey.END_TXN: 1,
+    ApiKey.TXN_OFFSET_COMMIT: 1,
+    ApiKey.DESCRIBE_ACLS: 1,
+    ApiKey.CREATE_ACLS: 1,
+    ApiKey.DELETE_ACLS: 1,
+    ApiKey.DESCRIBE_CONFIGS: 2,
+    ApiKey.ALTER_CONFIGS: 1,
+    ApiKey.DESCRIBE_LOG_DIRS: 1,
+    ApiKey.CREATE_PARTITIONS: 1,
+    ApiKey.DELETE_GROUPS: 1,
+    ApiKey.SASL_HANDSHAKE: 1 << 15,  # no throttle time in its response at any version
+}
+
+
+def client_throttles(api_key: int, api_version: int) -> bool:
+    """Whether the client of this request version throttles itself (KIP-219): the server
+    answers at once and mutes the connection; otherwise it delays the answer."""
+    return api_version >= KIP_219_FIRST_VERSION.get(api_key, 0)

@@ -19,7 +19,7 @@ stages, in Kafka's order:
    `RequestContext.throttle_time_ms`, which every response builder writes as the response's
    `throttle_time_ms` (`throttle_time_ms(request)`); the server then mutes the connection
    for that long (KIP-219) or, for request versions before KIP-219, delays the answer
-   (`client_throttles`). Brokers: `broker.quotas.ThrottleStage`; elsewhere 0. A stage may
+   (`api_versions.client_throttles`). Brokers: `broker.quotas.ThrottleStage`; elsewhere 0. A stage may
    ask for the handler's event-loop time (`RequestContext.time_handler` → `handler_ns`).
 4. **measure** — request metrics (Kafka's `RequestMetrics`: time in queue, local, throttle,
    response send) around the handler (`protocol.request_metrics.RequestMetrics`); the
@@ -197,51 +197,6 @@ def throttle_time_ms(request: Request) -> int:
     """The `throttle_time_ms` every response to `request` carries (the throttle stage's
     decision; 0 without quotas). Response builders call this; handlers never write it."""
     return request.context.throttle_time_ms
-
-
-#: The first version of each API whose client throttles itself on `throttle_time_ms`
-#: (KIP-219; Kafka's `AbstractResponse.shouldClientThrottle`): to those the broker sends
-#: the response at once and then mutes the connection; to older ones it delays the
-#: response instead. APIs added after KIP-219 (Kafka 2.0) throttle from their first version.
-KIP_219_FIRST_VERSION: dict[int, int] = {
-    ApiKey.PRODUCE: 6,
-    ApiKey.FETCH: 8,
-    ApiKey.LIST_OFFSETS: 3,
-    ApiKey.METADATA: 6,
-    ApiKey.OFFSET_COMMIT: 4,
-    ApiKey.OFFSET_FETCH: 4,
-    ApiKey.FIND_COORDINATOR: 2,
-    ApiKey.JOIN_GROUP: 3,
-    ApiKey.HEARTBEAT: 2,
-    ApiKey.LEAVE_GROUP: 2,
-    ApiKey.SYNC_GROUP: 2,
-    ApiKey.DESCRIBE_GROUPS: 2,
-    ApiKey.LIST_GROUPS: 2,
-    ApiKey.API_VERSIONS: 2,
-    ApiKey.CREATE_TOPICS: 3,
-    ApiKey.DELETE_TOPICS: 2,
-    ApiKey.DELETE_RECORDS: 1,
-    ApiKey.INIT_PRODUCER_ID: 1,
-    ApiKey.OFFSET_FOR_LEADER_EPOCH: 2,
-    ApiKey.ADD_PARTITIONS_TO_TXN: 1,
-    ApiKey.ADD_OFFSETS_TO_TXN: 1,
-    ApiKey.END_TXN: 1,
-    ApiKey.TXN_OFFSET_COMMIT: 1,
-    ApiKey.DESCRIBE_ACLS: 1,
-    ApiKey.CREATE_ACLS: 1,
-    ApiKey.DELETE_ACLS: 1,
-    ApiKey.DESCRIBE_CONFIGS: 2,
-    ApiKey.ALTER_CONFIGS: 1,
-    ApiKey.DESCRIBE_LOG_DIRS: 1,
-    ApiKey.CREATE_PARTITIONS: 1,
-    ApiKey.DELETE_GROUPS: 1,
-}
-
-
-def client_throttles(api_key: int, api_version: int) -> bool:
-    """Whether the client of this request version throttles itself (KIP-219): the server
-    answers at once and mutes the connection; otherwise it delays the answer."""
-    return api_version >= KIP_219_FIRST_VERSION.get(api_key, 0)
 
 
 #: The request flag asking for a resource type's authorized operations (Metadata v8+,

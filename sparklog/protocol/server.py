@@ -42,7 +42,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from sparklog.metrics.registry import Metrics
 from sparklog.protocol import cooperative
-from sparklog.protocol.api_versions import ApiKey, VersionRange
+from sparklog.protocol.api_versions import ApiKey, VersionRange, client_throttles
 from sparklog.protocol.connection import (
     DEFAULT_MAX_REQUEST_BYTES,
     NEED_DATA,
@@ -51,7 +51,7 @@ from sparklog.protocol.connection import (
     ServerConnection,
 )
 from sparklog.protocol.file_response import FileResponse
-from sparklog.protocol.pipeline import Handler, RequestPipeline, RequestStage, client_throttles
+from sparklog.protocol.pipeline import Handler, RequestPipeline, RequestStage
 from sparklog.protocol.request_queue import (
     DEFAULT_QUEUED_MAX_REQUESTS,
     UNBOUNDED,

@@ -17,10 +17,10 @@ from sparklog.metrics.metric import MetricName
 from sparklog.metrics.registry import Metrics
 from sparklog.metrics.stats import MetricConfig
 from sparklog.protocol import codec, kio_build
-from sparklog.protocol.api_versions import ApiKey
+from sparklog.protocol.api_versions import ApiKey, client_throttles
 from sparklog.protocol.authorization import stages_with
 from sparklog.protocol.connection import Request, RequestContext
-from sparklog.protocol.pipeline import RequestPipeline, client_throttles
+from sparklog.protocol.pipeline import RequestPipeline
 
 QUOTA_WINDOWS = MetricConfig(samples=11, time_window_ms=1000)
 

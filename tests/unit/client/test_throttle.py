@@ -11,20 +11,19 @@ from sparklog.client.throttle import (
     client_metrics,
     metric_values,
     response_throttle_ms,
-    should_client_throttle,
     throttle_recorder,
 )
 from sparklog.metrics.metric import MetricName
-from sparklog.protocol.api_versions import ApiKey
+from sparklog.protocol.api_versions import ApiKey, client_throttles
 
 
 def test_only_responses_sent_before_the_throttle_hold_the_client():
     # before KIP-219 the broker delayed the response itself: waiting again would double it
-    assert not should_client_throttle(ApiKey.PRODUCE, 5)
-    assert should_client_throttle(ApiKey.PRODUCE, 6)
-    assert not should_client_throttle(ApiKey.FETCH, 7)
-    assert should_client_throttle(ApiKey.FETCH, 8)
-    assert should_client_throttle(ApiKey.DESCRIBE_CLIENT_QUOTAS, 0)  # newer than KIP-219
+    assert not client_throttles(ApiKey.PRODUCE, 5)
+    assert client_throttles(ApiKey.PRODUCE, 6)
+    assert not client_throttles(ApiKey.FETCH, 7)
+    assert client_throttles(ApiKey.FETCH, 8)
+    assert client_throttles(ApiKey.DESCRIBE_CLIENT_QUOTAS, 0)  # newer than KIP-219
 
 
 def test_a_throttled_response_holds_the_connection_until_its_time_passed():
