@@ -1,5 +1,7 @@
 # Two entry points do every set-up step on a fresh machine: `make demo` and `make test`.
-# The virtualenv is created once and reused; it is rebuilt when pyproject.toml changes.
+# The virtualenv is created once and reused; it is rebuilt when pyproject.toml or constraints.txt
+# changes. pyproject.toml gives the ranges sparklog works with; constraints.txt the exact versions
+# the project tests with, so every fresh clone (and CI) installs the same tree.
 
 PYTHON ?= python3
 VENV := .venv
@@ -15,14 +17,14 @@ export PYSPARK_PYTHON := $(abspath $(PY))
 
 venv: $(STAMP) $(NATIVE)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	# compat mode puts the checkout on sys.path: PySpark finds format("sparklog") by listing
-	# top-level pyspark_* modules there, which the default editable mode's import hook hides
-	$(PY) -m pip install --quiet -e '.[test]' --config-settings editable_mode=compat
-	# delta-spark's wheel pins pyspark<=4.2; its Python API needs nothing else, so keep our pyspark.
-	$(PY) -m pip install --quiet --no-deps 'delta-spark==4.4.1'
+	# top-level pyspark_* modules there, which the default editable mode's import hook hides.
+	# [delta] is delta-spark with its own requirements (pyspark<=4.2.0), resolved with ours.
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,delta]' \
+	  --config-settings editable_mode=compat
 	touch $(STAMP)
 
 # The native record core: Rust, built from native/ in release mode with maturin
@@ -31,7 +33,7 @@ $(STAMP): pyproject.toml
 $(NATIVE): $(STAMP) $(NATIVE_SOURCES)
 	@if command -v cargo >/dev/null 2>&1; then \
 	  echo "building sparklog's native record core (cargo, release)"; \
-	  $(PY) -m pip install --quiet 'maturin==1.16.0' && \
+	  $(PY) -m pip install --quiet -c constraints.txt maturin && \
 	  VIRTUAL_ENV="$(abspath $(VENV))" $(VENV)/bin/maturin develop --release --quiet \
 	    -m native/Cargo.toml; \
 	else \

@@ -3,8 +3,8 @@ Spark DataFrame: one row per authentication failure, denied request (and, with
 `audit.log.allowed`, allowed one), ACL or credential change, and `EVENTS_DROPPED` row where a
 full buffer lost events.
 
-The table is read with `read_delta` (delta-spark cannot read on PySpark 4.3), like the group
-views. Without `path` it is the table of the cluster `sparklog.start(spark)` launched here
+The table is read with `read_delta` (Delta's own reader when the session has it, else the
+file-listing fallback), like the group views. Without `path` it is the table of the cluster `sparklog.start(spark)` launched here
 (read with its `storage.options.*`); with `path`, pass `storage_options` for an object store.
 Before the first event the table does not exist yet: the answer is an empty DataFrame with
 the table's columns.
@@ -13,9 +13,12 @@ the table's columns.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from sparklog.spark.delta_read import read_delta
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 AUDIT_COLUMNS = (
     "time",
@@ -53,10 +56,10 @@ def audit_table(
 
 
 def audit_df(
-    spark: Any,
+    spark: SparkSession,
     path: str | None = None,
     storage_options: Mapping[str, str] | None = None,
-) -> Any:
+) -> DataFrame:
     """The audit trail, oldest first."""
     from deltalake import DeltaTable
 

@@ -1,11 +1,19 @@
-"""Read a Delta table into Spark without delta-spark (the fallback while delta-spark's reads fail).
+"""Read a Delta table into Spark: Delta's own reader when the session has it, else a fallback.
 
-delta-spark 4.4 is built for Spark 4.2; on our PySpark 4.3 it writes tables but cannot read
-them (`NoSuchMethodError: LogicalRDD.<init>` in its `StateCache`, see docs/operations.md "Reference JARs").
-So sparklog's DataFrame helpers read their Delta tables the portable way: `deltalake` lists the
-files of the table's snapshot (the log replayed, removed files excluded), and Spark's own Parquet
-reader reads exactly those. That is a faithful read for the tables sparklog writes (D8: protocol
-(1,2), no deletion vectors, no column mapping); anything that needs more is refused by name.
+The way to query sparklog's Delta tables (the offsets table, the audit trail) is Delta's own
+Spark reader: `spark.read.format("delta").load(path)` or SQL on ``delta.`path` ``, in a session
+built with delta-spark's JARs, its SQL extension and catalog (`sparklog.spark.session.with_delta`;
+docs/groups.md "Querying the table from Spark"). `read_delta` does that whenever the session can
+(`native_delta_reads`).
+
+delta-spark is built for one Spark minor version (the JAR `delta-spark_4.2_2.13` for Spark 4.2):
+on a newer Spark its writes work but its reads fail (`NoSuchMethodError: LogicalRDD.<init>` in
+its `StateCache` on Spark 4.3). For such a Spark, and for sessions without Delta's extension,
+`read_delta_files` reads the table the portable way: `deltalake` lists the files of the table's
+snapshot (the log replayed, removed files excluded), and Spark's own Parquet reader reads exactly
+those. That is a faithful read for the tables sparklog writes (D8: protocol (1,2), no deletion
+vectors, no column mapping); anything that needs more is refused by name. The tests compare it
+with Delta's reader row for row.
 
 On an object store (`s3://...`, reached with delta-rs `storage_options`), Spark reads the files
 itself only when its Hadoop has the `s3a` filesystem (the hadoop-aws JAR and its AWS SDK,
@@ -18,10 +26,13 @@ offsets table), said once in the log.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from deltalake import DeltaTable
+
+from sparklog.spark.session import DELTA_CATALOG, DELTA_EXTENSION
 
 logger = logging.getLogger(__name__)
 
@@ -29,8 +40,34 @@ logger = logging.getLogger(__name__)
 _UNSUPPORTED_READER_FEATURES = frozenset({"deletionVectors", "columnMapping", "v2Checkpoint"})
 
 
+#: delta-spark's JAR names the Spark it is built for: delta-spark_4.2_2.13-4.4.0.jar
+_DELTA_JAR = re.compile(r"delta-spark_(\d+\.\d+)_\d+\.\d+-[^/]*\.jar$")
+
+
 class DeltaReadError(ValueError):
     """A table this fallback cannot read faithfully; says why."""
+
+
+def delta_spark_supports(spark_version: str, jars: Iterable[str]) -> bool:
+    """Whether the delta-spark JAR among `jars` reads on Spark `spark_version`: its name says
+    which Spark minor it is built for (`delta-spark_4.2_2.13-*.jar`); a JAR without that part
+    (a Spark distribution that ships Delta, such as Databricks) is taken at its word."""
+    minor = ".".join(spark_version.split(".")[:2])
+    built_for = [m.group(1) for j in jars if (m := _DELTA_JAR.search(j.strip()))]
+    return not built_for or minor in built_for
+
+
+def native_delta_reads(spark: Any) -> bool:
+    """Whether `spark.read.format("delta")` works in this session: Delta's extension and
+    catalog are configured (static: set when the session is built; Delta's reader refuses to
+    run without them) and its JAR is built for this Spark's minor version."""
+    conf = spark.conf
+    extensions = conf.get("spark.sql.extensions", "") or ""
+    catalog = conf.get("spark.sql.catalog.spark_catalog", "") or ""
+    if DELTA_EXTENSION not in extensions or catalog != DELTA_CATALOG:
+        return False
+    jars = (conf.get("spark.jars", "") or "").split(",")
+    return delta_spark_supports(spark.version, jars)
 
 
 def read_delta(
@@ -39,8 +76,35 @@ def read_delta(
     version: int | None = None,
     storage_options: Mapping[str, str] | None = None,
 ) -> Any:
-    """The Delta table at `path` (its latest snapshot, or `version`) as a Spark DataFrame;
-    `storage_options` reach an object store (delta-rs option names, as `storage.options.*`)."""
+    """The Delta table at `path` (its latest snapshot, or `version`) as a Spark DataFrame:
+    Delta's own reader when the session has it (`native_delta_reads`), else
+    `read_delta_files`. `storage_options` reach an object store for the fallback (delta-rs
+    option names, as `storage.options.*`); Delta's reader uses Spark's Hadoop settings."""
+    if native_delta_reads(spark):
+        reader = spark.read.format("delta")
+        if version is not None:
+            reader = reader.option("versionAsOf", version)
+        if _scheme(path) in ("", "file"):
+            return reader.load(path)
+        try:
+            return reader.load(_as_s3a(path))
+        except Exception as e:  # noqa: BLE001 - no Hadoop filesystem (or access) for the store
+            logger.info(
+                "Delta's reader cannot open %s (%s); listing it with deltalake instead",
+                path,
+                _first_line(e),
+            )
+    return read_delta_files(spark, path, version, storage_options)
+
+
+def read_delta_files(
+    spark: Any,
+    path: str,
+    version: int | None = None,
+    storage_options: Mapping[str, str] | None = None,
+) -> Any:
+    """The fallback: the files of the snapshot (`deltalake` lists them) read by Spark's
+    Parquet reader, for a Spark that delta-spark does not support yet."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     options = dict(storage_options) if storage_options else None
@@ -63,14 +127,17 @@ def read_delta(
     try:
         return reader.parquet(*files)
     except Exception as e:  # noqa: BLE001 - Spark has no filesystem (or no access) for the store
-        first = str(e).strip().splitlines()[0][:300] if str(e) else type(e).__name__
         logger.info(
             "Spark cannot read %s itself (%s); reading its files on the driver with deltalake "
             "instead (add hadoop-aws and spark.hadoop.fs.s3a.* settings to read them in tasks)",
             path,
-            first,
+            _first_line(e),
         )
         return spark.createDataFrame(table.to_pyarrow_table(), schema)
+
+
+def _first_line(e: Exception) -> str:
+    return str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
 
 
 def _scheme(uri: str) -> str:

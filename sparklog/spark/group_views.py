@@ -2,8 +2,8 @@
 offset of every (group, topic, partition), and lag against the partitions' log end offsets
 (what `kafka-consumer-groups --describe` prints).
 
-The table is read with `read_delta` (D8's fallback: delta-spark cannot read on PySpark 4.3); the
-"latest row per key" step runs in Spark, so the helpers stay cheap on a long history. Without
+The table is read with `read_delta`: Delta's own reader in a session built with Delta's
+extension, else D8's file-listing fallback (sparklog.spark.delta_read); the "latest row per key" step runs in Spark, so the helpers stay cheap on a long history. Without
 `path` they read the table of the cluster `sparklog.start(spark)` launched here, with its
 `storage.options.*` (so a table on an object store is read with the cluster's credentials);
 with `path`, pass `storage_options` for an object store (else delta-rs reads the `AWS_*`
@@ -13,9 +13,12 @@ environment variables).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from sparklog.spark.delta_read import read_delta
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 GROUP_OFFSETS_COLUMNS = (
     "group_id",
@@ -59,11 +62,11 @@ def offsets_table(
 
 
 def group_offsets_df(
-    spark: Any,
+    spark: SparkSession,
     group: str | None = None,
     path: str | None = None,
     storage_options: Mapping[str, str] | None = None,
-) -> Any:
+) -> DataFrame:
     """The latest committed offset per (group, topic, partition), deleted offsets excluded."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -83,12 +86,12 @@ def group_offsets_df(
 
 
 def consumer_lag_df(
-    spark: Any,
+    spark: SparkSession,
     group: str | None = None,
     path: str | None = None,
     bootstrap_servers: str | None = None,
     storage_options: Mapping[str, str] | None = None,
-) -> Any:
+) -> DataFrame:
     """Per (group, topic, partition): committed offset, log end offset now, and their
     difference, like `kafka-consumer-groups --describe`."""
     from sparklog.spark.notebook import partition_offsets

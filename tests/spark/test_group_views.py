@@ -1,10 +1,12 @@
 """Consumer-group DataFrames on a cluster from `sparklog.start`: `group_offsets_df` and
 `consumer_lag_df` agree with what a real consumer committed, and the Delta table reads the same
-through Spark (D8's reader) as through `deltalake`."""
+through Delta's reader, D8's file-listing fallback and `deltalake`. The session has Delta's
+extension (`SPARK_DELTA`), as README "Delta, natively" tells users to build theirs."""
 
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -12,9 +14,11 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 import sparklog
 from sparklog.client import AdminClient, NewTopic
 from sparklog.coordinator.offsets_store import OffsetsStore
-from sparklog.spark.delta_read import read_delta
+from sparklog.spark.delta_read import native_delta_reads, read_delta, read_delta_files
 
 pytestmark = pytest.mark.spark
+ROOT = Path(__file__).resolve().parents[2]
+SPARK_DELTA = True
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +72,19 @@ def test_spark_and_deltalake_read_the_same_rows(spark, cluster):
     for n in range(3):
         commit(cluster, f"gv-rows-{n}", [TopicPartition(topic, p, 7 * n + p) for p in range(3)])
     path = cluster.coordinator.table_path
+    assert native_delta_reads(spark)
     spark_rows = read_delta(spark, path).orderBy("sequence").collect()
+    assert spark_rows == read_delta_files(spark, path).orderBy("sequence").collect()
+    sql_rows = spark.sql(f"SELECT * FROM delta.`{path}` ORDER BY sequence").collect()
+    assert sql_rows == spark_rows
+    # the "latest committed offsets" query docs/groups.md gives, as it is written there
+    doc = (ROOT / "docs" / "groups.md").read_text()
+    query = doc.split("```sql\n", 1)[1].split("```", 1)[0]
+    latest = spark.sql(query.replace("/path/to/__consumer_offsets", str(path))).collect()
+    assert sorted((r.group_id, r.topic, r.partition, r.committed_offset) for r in latest) == [
+        (r.group_id, r.topic, r.partition, r.committed_offset)
+        for r in sparklog.group_offsets_df(spark).collect()
+    ]
     expected = list(OffsetsStore(path).read_rows())
     assert [
         (r.sequence, r.group_id, r.topic, r.partition, r.committed_offset) for r in spark_rows
