@@ -263,10 +263,17 @@ def test_switched_off_by_environment(monkeypatch) -> None:
 def test_a_missing_module_is_logged_once_and_the_reference_runs(monkeypatch, caplog) -> None:
     monkeypatch.setitem(sys.modules, "sparklog_native", None)  # import fails
     monkeypatch.setattr(native, "_loaded", False)
+    monkeypatch.setattr(native, "_warned", False)
+    monkeypatch.setattr(native, "_module", native._module)  # restored for the other tests
     with caplog.at_level(logging.WARNING, logger="sparklog.records.native"):
         assert native.core() is None
         assert native.core() is None
-    assert len(caplog.records) == 1 and "make venv" in caplog.records[0].getMessage()
+        # switched off and on again (tests, a second cluster in the process): still said once
+        assert native.set_enabled(True) is None
+        assert native.set_enabled(True) is None
+    assert len(caplog.records) == 1, [r.getMessage() for r in caplog.records]
+    message = caplog.records[0].getMessage()
+    assert "pip install ./native" in message and "make venv" in message
     batches = build_batches(pa.RecordBatch.from_pydict({"value": [b"x"]}), now_ms=1)
     assert read_batches(batches[0]).records.column("value").to_pylist() == [b"x"]
 
