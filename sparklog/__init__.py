@@ -11,25 +11,58 @@ Importing sparklog does not import pyspark.
 
 from __future__ import annotations
 
-from typing import Any
+import os
+from typing import TYPE_CHECKING, Any
 
 from sparklog.lazy_names import lazy_getattr
 
+if TYPE_CHECKING:  # the public API's types, without importing pyspark at run time
+    from pyspark.sql import SparkSession
 
-def register(spark: Any = None, *, bootstrap_servers: str | None = None) -> type:
-    """Register `format("sparklog")` with `spark` (default: the active session)."""
+    from sparklog.spark.audit_views import audit_df as audit_df
+    from sparklog.spark.cluster import SparkLogCluster
+    from sparklog.spark.group_views import consumer_lag_df as consumer_lag_df
+    from sparklog.spark.group_views import group_offsets_df as group_offsets_df
+    from sparklog.spark.notebook import brokers_df as brokers_df
+    from sparklog.spark.notebook import offsets_df as offsets_df
+    from sparklog.spark.notebook import query_lag_df as query_lag_df
+    from sparklog.spark.notebook import topics_df as topics_df
+    from sparklog.spark.source import SparkLogDataSource
+
+
+def register(
+    spark: SparkSession | None = None, *, bootstrap_servers: str | None = None
+) -> type[SparkLogDataSource]:
+    """Register `format("sparklog")` with `spark` (default: the active session); returns the
+    data source class registered. Without `bootstrap_servers`, the cluster `start()` runs in
+    this application is the default for reads and writes that set no
+    `kafka.bootstrap.servers`. Installing sparklog registers it already (PySpark finds the
+    `pyspark_sparklog` module); call this to bind another default cluster."""
     from sparklog.spark.register import register as _register
 
     return _register(spark, bootstrap_servers=bootstrap_servers)
 
 
-def start(spark: Any, brokers: int = 1, **kwargs: Any) -> Any:
+def start(
+    spark: SparkSession,
+    brokers: int = 1,
+    *,
+    config: dict[str, Any] | None = None,
+    data_dir: str | os.PathLike[str] | None = None,
+    timeout_s: float = 120.0,
+    **kwargs: Any,
+) -> SparkLogCluster:
     """Start a sparklog cluster in this Spark application (controller in the driver, brokers
-    as Spark tasks) and register `format("sparklog")` to use it by default."""
+    as Spark tasks) and register `format("sparklog")` to use it by default. Settings use
+    Kafka's names (`config={"num.partitions": 6}`, or `num_partitions=6` as keywords); data goes
+    under `data_dir` (docs/storage.md, "Where data lives"). Returns once every broker registered; stop it
+    with `cluster.stop()`."""
     from sparklog.spark.cluster import start as _start
     from sparklog.spark.register import register as _register
 
-    cluster = _start(spark, brokers, **kwargs)
+    cluster = _start(
+        spark, brokers, config=config, data_dir=data_dir, timeout_s=timeout_s, **kwargs
+    )
     _register(spark)
     return cluster
 

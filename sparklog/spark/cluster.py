@@ -336,7 +336,7 @@ def active_cluster() -> SparkLogCluster | None:
 
 
 def start(
-    spark: Any,
+    spark: SparkSession,
     brokers: int = 1,
     *,
     config: dict[str, Any] | None = None,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from sparklog.client import (
     EARLIEST_TIMESTAMP,
@@ -20,6 +20,12 @@ from sparklog.client import (
     ConfigResource,
     TopicPartition,
 )
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+    from sparklog.spark.cluster import SparkLogCluster
 
 TOPICS_DDL = "topic string, partitions int, replication_factor int, configs map<string,string>"
 OFFSETS_DDL = "topic string, partition int, leader int, earliest long, latest long, records long"
@@ -71,7 +77,7 @@ def _topic_names(admin: AdminClient, topic: str | Iterable[str] | None) -> list[
     return [topic] if isinstance(topic, str) else sorted(topic)
 
 
-def topics_df(spark: Any, bootstrap_servers: str | None = None) -> Any:
+def topics_df(spark: SparkSession, bootstrap_servers: str | None = None) -> DataFrame:
     """One row per topic: partition count, replication factor and its own config overrides."""
     with _admin(bootstrap_servers) as admin:
         names = admin.list_topics()
@@ -115,15 +121,17 @@ def partition_offsets(
 
 
 def offsets_df(
-    spark: Any, topic: str | Iterable[str] | None = None, bootstrap_servers: str | None = None
-) -> Any:
+    spark: SparkSession,
+    topic: str | Iterable[str] | None = None,
+    bootstrap_servers: str | None = None,
+) -> DataFrame:
     """One row per partition (of `topic`, or of every topic): leader, earliest and latest
     offset (the log start offset and the high watermark), and the offsets in between as
     `records` (transaction markers, once there are any, take offsets too)."""
     return spark.createDataFrame(partition_offsets(topic, bootstrap_servers), OFFSETS_DDL)
 
 
-def brokers_df(spark: Any, cluster: Any = None) -> Any:
+def brokers_df(spark: SparkSession, cluster: SparkLogCluster | None = None) -> DataFrame:
     """One row per broker of `cluster` (default: the one `sparklog.start()` launched): where
     it runs (executor, data dir), whether it is fenced, what it leads, how often it launched."""
     from sparklog.spark.cluster import active_cluster
@@ -158,7 +166,7 @@ def brokers_df(spark: Any, cluster: Any = None) -> Any:
     return spark.createDataFrame(rows, BROKERS_DDL)
 
 
-def query_offsets(query: Any) -> dict[tuple[str, int], int]:
+def query_offsets(query: StreamingQuery) -> dict[tuple[str, int], int]:
     """The next offset per (topic, partition) a streaming query reads, from its last progress
     (the end offset of its last batch, Spark's Kafka offset JSON); {} before any batch."""
     progress = query.lastProgress
@@ -176,7 +184,9 @@ def query_offsets(query: Any) -> dict[tuple[str, int], int]:
     return out
 
 
-def query_lag_df(spark: Any, query: Any, bootstrap_servers: str | None = None) -> Any:
+def query_lag_df(
+    spark: SparkSession, query: StreamingQuery, bootstrap_servers: str | None = None
+) -> DataFrame:
     """One row per partition a streaming query reads: its position, the partition's latest
     offset now, and the lag between them (Spark's Kafka source reports only the min/avg/max of
     these as `*OffsetsBehindLatest` metrics)."""

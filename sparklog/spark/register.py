@@ -17,14 +17,19 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from sparklog.spark.source import SparkLogDataSource
 
 logger = logging.getLogger(__name__)
 
 
 def data_source_class(
     bootstrap_servers: str | None = None, client_settings: dict[str, str] | None = None
-) -> type:
+) -> type[SparkLogDataSource]:
     """The data source class to register: bound to `bootstrap_servers` when given, and to
     the cluster's `kafka.*` client settings (its security; Spark's planner runs the data
     source in a Python worker, which sees the class, not this process's cluster)."""
@@ -32,7 +37,7 @@ def data_source_class(
 
     if not bootstrap_servers:
         return SparkLogDataSource
-    return type(
+    bound = type(
         "SparkLogDataSource",
         (SparkLogDataSource,),
         {
@@ -43,9 +48,12 @@ def data_source_class(
             "default_client_settings": dict(client_settings or {}),
         },
     )
+    return cast("type[SparkLogDataSource]", bound)
 
 
-def register(spark: Any = None, *, bootstrap_servers: str | None = None) -> type:
+def register(
+    spark: SparkSession | None = None, *, bootstrap_servers: str | None = None
+) -> type[SparkLogDataSource]:
     """Register `format("sparklog")` with `spark` (default: the active session). Without
     `bootstrap_servers`, a cluster `sparklog.start()` runs in this application is the
     default for reads and writes that set no `kafka.bootstrap.servers`."""
