@@ -130,7 +130,11 @@ def test_followers_replicate_over_the_inter_broker_listener(two_listeners):
     leader = two_listeners.brokers[
         two_listeners.broker_index(two_listeners.leader_of("replicated"))
     ]
-    # the follower's fetcher is connected to the leader's REPLICATION port (nothing else is)
+    # the follower's fetcher connects to the leader's REPLICATION port (nothing else does);
+    # a new partition's ISR holds both replicas at once, so the fetcher may not be there yet
+    deadline = time.monotonic() + 30
+    while not leader.servers["REPLICATION"].connection_count and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert leader.servers["REPLICATION"].connection_count >= 1
 
 
