@@ -38,7 +38,6 @@ from sparklog.metadata.configs import (
 )
 from sparklog.metadata.group_configs import describe_group_configs
 from sparklog.metadata.image import BROKER_RESOURCE, GROUP_RESOURCE
-from sparklog.metrics.controller_mutation_quota import ControllerMutationQuotaManager
 from sparklog.protocol import codec, cooperative, envelope, kio_build
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.protocol.connection import Request
@@ -62,15 +61,11 @@ class AdminApis:
         metadata: BrokerMetadata,
         controller: ControllerClient,
         node_id: int | None = None,
-        mutation_quota: ControllerMutationQuotaManager | None = None,
     ) -> None:
         self.node_id = node_id
         self.config = config
         self.metadata = metadata
         self.controller = controller
-        #: (unused: the controller charges `controller_mutation_rate` with the client's
-        #: identity the Envelope carries; kept for callers passing it)
-        self.mutation_quota = mutation_quota
 
     # -- forwarding ---------------------------------------------------------------------------
 

@@ -1,8 +1,9 @@
 """A broker's quota managers, built together (Kafka's `QuotaFactory.instantiate` and its
-`QuotaManagers`): client quotas (KIP-13/124, the pipeline's throttle stage), the KIP-73
-replication throttles of the leader and the follower side, and the KIP-599 controller mutation
-quota of forwarded topic admin requests. Each reads its limits from the broker's current
-metadata image (`image`), so quota changes apply as the image moves.
+`QuotaManagers`): client quotas (KIP-13/124, the pipeline's throttle stage) and the KIP-73
+replication throttles of the leader and the follower side. Each reads its limits from the
+broker's current metadata image (`image`), so quota changes apply as the image moves. The
+KIP-599 controller mutation quota is the controller's (`controller/quota_enforcement.py`): a
+broker forwards topic admin requests in an Envelope carrying the client's identity.
 """
 
 from __future__ import annotations
@@ -12,10 +13,8 @@ from collections.abc import Callable, Mapping
 
 from sparklog.broker.quotas import BrokerQuotas, ThrottleStage
 from sparklog.metadata.image import MetadataImage
-from sparklog.metadata.mutation_admission import ImageQuotaSource
 from sparklog.metrics.cluster_quota import CLUSTER_QUOTA_SETTINGS
 from sparklog.metrics.config import MetricsConfig
-from sparklog.metrics.controller_mutation_quota import ControllerMutationQuotaManager
 from sparklog.metrics.registry import Metrics
 from sparklog.metrics.replication_quota import ReplicationQuotaManager
 from sparklog.metrics.replication_quota import quota_window as replication_quota_window
@@ -31,8 +30,6 @@ class QuotaManagers:
     #: KIP-73: `leader.replication.throttled.rate` / `follower.replication.throttled.rate`
     leader: ReplicationQuotaManager
     follower: ReplicationQuotaManager
-    #: KIP-599: `controller_mutation_rate` of CreateTopics/CreatePartitions/DeleteTopics
-    controller_mutation: ControllerMutationQuotaManager
 
 
 def quota_scope(config: Mapping[str, object] | None) -> str:
@@ -53,14 +50,10 @@ def instantiate(
     window = replication_quota_window(config)
     leader = ReplicationQuotaManager(metrics, window, "LeaderReplication")
     follower = ReplicationQuotaManager(metrics, window, "FollowerReplication")
-    controller_mutation = ControllerMutationQuotaManager(
-        metrics, metrics_config.quota_config, ImageQuotaSource(image)
-    )
     client = BrokerQuotas(metrics, metrics_config.quota_config, lambda: image().quotas)
     return QuotaManagers(
         client=client,
         throttle=ThrottleStage(client, metrics),
         leader=leader,
         follower=follower,
-        controller_mutation=controller_mutation,
     )

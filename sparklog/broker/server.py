@@ -207,7 +207,6 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
             metadata=self.metadata,
             controller=self.controller,
             node_id=self.node_id,
-            mutation_quota=quotas.controller_mutation,
         )
         self.apis = KafkaApis(
             node_id=self.node_id,
