@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
@@ -15,28 +14,12 @@ import pytest
 from sparklog.broker.quotas import BrokerQuotas, ThrottleStage, fetch_record_bytes
 from sparklog.metrics.metric import MetricName
 from sparklog.metrics.registry import Metrics
-from sparklog.metrics.stats import MetricConfig
 from sparklog.protocol import codec, kio_build
 from sparklog.protocol.api_versions import ApiKey, client_throttles
 from sparklog.protocol.authorization import stages_with
 from sparklog.protocol.connection import Request, RequestContext
 from sparklog.protocol.pipeline import RequestPipeline
-
-QUOTA_WINDOWS = MetricConfig(samples=11, time_window_ms=1000)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.ms = 1_000_000
-
-    def __call__(self) -> int:
-        return self.ms
-
-
-@dataclass(frozen=True)
-class Resolved:
-    limit: float
-    tags: tuple[tuple[str, str], ...]
+from tests.support.quota_fakes import QUOTA_WINDOWS, Clock, Resolved
 
 
 class ClientIdQuotas:

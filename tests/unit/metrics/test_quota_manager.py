@@ -17,23 +17,7 @@ from sparklog.metrics.quota_manager import (
     QuotaType,
 )
 from sparklog.metrics.registry import Metrics
-from sparklog.metrics.stats import MetricConfig
-
-QUOTA_WINDOWS = MetricConfig(samples=11, time_window_ms=1000)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.ms = 5_000_000
-
-    def __call__(self) -> int:
-        return self.ms
-
-
-@dataclass(frozen=True)
-class Resolved:
-    limit: float
-    tags: tuple[tuple[str, str], ...]
+from tests.support.quota_fakes import QUOTA_WINDOWS, Clock, Resolved
 
 
 @dataclass
@@ -65,7 +49,7 @@ class TinySource:
 def manager(
     quota_type: QuotaType = QuotaType.PRODUCE,
 ) -> tuple[ClientQuotaManager, TinySource, Clock, Metrics]:
-    clock = Clock()
+    clock = Clock(5_000_000)
     metrics = Metrics(clock=clock)
     source = TinySource()
     return (
@@ -195,7 +179,7 @@ def test_usage_and_shares_for_cluster_scope() -> None:
 
 
 def test_request_quota_is_a_percentage_of_loop_time_capped_at_one_window() -> None:
-    clock = Clock()
+    clock = Clock(5_000_000)
     metrics = Metrics(clock=clock)
     source = TinySource()
     source.set(None, "c", "request_percentage", 10)  # 10 % of the loop
@@ -216,7 +200,7 @@ class IpSource(TinySource):
 
 
 def test_connection_rate_over_the_quota_is_closed_after_the_throttle_and_not_counted() -> None:
-    clock = Clock()
+    clock = Clock(5_000_000)
     metrics = Metrics(clock=clock)
     source = IpSource()
     qm = ConnectionRateQuotaManager(metrics, QUOTA_WINDOWS, lambda: source)
@@ -241,7 +225,7 @@ def test_connection_rate_is_exposed_under_kafkas_ip_metric_name() -> None:
 
     from sparklog.metrics.prometheus import RegistryCollector
 
-    clock = Clock()
+    clock = Clock(5_000_000)
     metrics = Metrics(clock=clock)
     source = IpSource()
     source.set(None, "10.0.0.1", "connection_creation_rate", 2)
@@ -265,7 +249,7 @@ def test_connection_throttle_is_capped_at_one_quota_window() -> None:
     (`QuotaUtils.boundedThrottleTime` with `maxThrottleTimeMs`). An integer rate of 1/s or more
     never earns more than 1 s from one connection; a quota of 0 (refused by AlterClientQuotas,
     but a replayed record may hold it) would otherwise hold the connection 11 s."""
-    clock = Clock()
+    clock = Clock(5_000_000)
     source = IpSource()
     source.set(None, "10.0.0.1", "connection_creation_rate", 0)
     qm = ConnectionRateQuotaManager(Metrics(clock=clock), QUOTA_WINDOWS, lambda: source)
