@@ -38,6 +38,7 @@ from sparklog.settings import (
 from sparklog.storage.cleaner import CLEANER_SETTINGS, CleanerConfig
 from sparklog.storage.config import LogConfig
 from sparklog.storage.log_validator import DEFAULT_DECOMPRESSED_MAX_BYTES
+from sparklog.storage.remote.config import REMOTE_LOG_SETTINGS, RemoteLogManagerConfig
 from sparklog.structs import INT32_MAX
 
 logger = logging.getLogger(__name__)
@@ -191,6 +192,7 @@ _TABLE = (
     | {LISTENERS: LISTENER_SETTINGS[LISTENERS]}
     | {n: CLUSTER_SETTINGS[n] for n in _SHARED}
     | CLEANER_SETTINGS
+    | REMOTE_LOG_SETTINGS
 )
 _D = _TABLE.default
 _ATTRS = frozenset(s.attr for s in _TABLE.values())
@@ -244,6 +246,8 @@ class BrokerConfig:
     #: cluster settings and topic defaults, parsed as the controller parses them
     cluster: ControllerConfig = field(default_factory=ControllerConfig)
     cleaner: CleanerConfig = field(default_factory=CleanerConfig)
+    #: the remote tier's settings (`remote.log.*`, `remote.table.root`; storage/remote/config.py)
+    remote: RemoteLogManagerConfig = field(default_factory=RemoteLogManagerConfig)
     #: the listeners, advertised endpoints and per-listener settings (security/listeners.py)
     listener_config: ListenerConfig = field(default_factory=ListenerConfig.from_properties)
     #: every property as given
@@ -257,6 +261,9 @@ class BrokerConfig:
         values = _TABLE.parse(given, unknown="ignore", by_attr=True)
         cleaner = CleanerConfig(
             **{a: values.pop(a) for a in CLEANER_SETTINGS.defaults_by_attr() if a in values}
+        )
+        remote = RemoteLogManagerConfig(
+            **{a: values.pop(a) for a in REMOTE_LOG_SETTINGS.defaults_by_attr() if a in values}
         )
         endpoint = given.get("sparklog.group.coordinator.endpoint")
         listener_props = dict(given)
@@ -276,6 +283,7 @@ class BrokerConfig:
             sparklog_group_coordinator_endpoint=endpoint or None,
             cluster=ControllerConfig.from_properties(given),
             cleaner=cleaner,
+            remote=remote,
             listener_config=ListenerConfig.from_properties(listener_props),
             originals=given,
             unknown=tuple(unknown),
@@ -335,6 +343,7 @@ class BrokerConfig:
             }
         )
         out.update(CLEANER_SETTINGS.formatted(self.cleaner))
+        out.update(REMOTE_LOG_SETTINGS.formatted(self.remote))
         return out
 
     def described_settings(self) -> dict[str, tuple[str, bool]]:

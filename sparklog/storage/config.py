@@ -259,6 +259,70 @@ TOPIC_SETTINGS = define(
         "replicas (partition:broker, or *) whose follower fetches throttled",
         _THROTTLED_RULE,
         parser=_throttled_replicas,
+    ),  # KIP-405 tiered storage (DESIGN D17): the remote tier is a Delta table per topic
+    # (sparklog/storage/remote/). Kafka's names and defaults; -2 = follow retention.*.
+    _topic(
+        "remote.storage.enable",
+        ConfigType.BOOLEAN,
+        False,
+        (),
+        "copy this topic's log to its remote tier (a Delta table) and serve old offsets from it",
+    ),
+    _topic(
+        "local.retention.ms",
+        _L,
+        -2,
+        "log.local.retention.ms",
+        "keep local segments this long once tiered (-2 = retention.ms)",
+        Range(-2, text="at least -2 (-2 = retention.ms, -1 = forever)"),
+    ),
+    _topic(
+        "local.retention.bytes",
+        _L,
+        -2,
+        "log.local.retention.bytes",
+        "keep this many local bytes once tiered (-2 = retention.bytes)",
+        Range(-2, text="at least -2 (-2 = retention.bytes, -1 = no limit)"),
+    ),
+    _topic(
+        "remote.log.copy.disable",
+        ConfigType.BOOLEAN,
+        False,
+        (),
+        "stop copying to the remote tier; tiered data stays readable and expires by retention",
+    ),
+    _topic(
+        "remote.log.delete.on.disable",
+        ConfigType.BOOLEAN,
+        False,
+        (),
+        "delete the remote tier (the topic's Delta table rows) when remote.storage.enable is "
+        "turned off",
+    ),
+    # sparklog's own (no Kafka equivalent): the table trails the log by this much, not by a
+    # segment roll; -1 = copy closed segments only, as Kafka does
+    _topic(
+        "remote.table.freshness.ms",
+        _L,
+        -1,
+        (),
+        "also copy the stable prefix of the active segment this often (-1 = closed segments only)",
+        Range(-1, text="at least -1 (-1 = closed segments only)"),
+    ),
+    _topic(
+        "remote.table.value.format",
+        ConfigType.STRING,
+        "binary",
+        (),
+        "decode values into typed columns of the topic table: binary, json or avro",
+        OneOf(("binary", "json", "avro")),
+    ),
+    _topic(
+        "remote.table.value.schema",
+        ConfigType.STRING,
+        "",
+        (),
+        "the values' schema: Spark DDL for json, an Avro schema (JSON) for avro",
     ),
 )
 #: Coarser broker spellings and their factor to ms, used only when no finer one is given
@@ -301,6 +365,14 @@ class LogConfig:
     preallocate: bool = _D("preallocate")
     leader_replication_throttled_replicas: str = _D("leader.replication.throttled.replicas")
     follower_replication_throttled_replicas: str = _D("follower.replication.throttled.replicas")
+    remote_storage_enable: bool = _D("remote.storage.enable")
+    local_retention_ms: int = _D("local.retention.ms")
+    local_retention_bytes: int = _D("local.retention.bytes")
+    remote_log_copy_disable: bool = _D("remote.log.copy.disable")
+    remote_log_delete_on_disable: bool = _D("remote.log.delete.on.disable")
+    remote_table_freshness_ms: int = _D("remote.table.freshness.ms")
+    remote_table_value_format: str = _D("remote.table.value.format")
+    remote_table_value_schema: str = _D("remote.table.value.schema")
 
     @property
     def compact(self) -> bool:
@@ -309,6 +381,19 @@ class LogConfig:
     @property
     def delete(self) -> bool:
         return "delete" in self.cleanup_policy
+
+    @property
+    def local_retention_ms_effective(self) -> int:
+        """`local.retention.ms` with -2 resolved to `retention.ms` (Kafka's
+        `LogConfig.localRetentionMs`)."""
+        return self.retention_ms if self.local_retention_ms == -2 else self.local_retention_ms
+
+    @property
+    def local_retention_bytes_effective(self) -> int:
+        """`local.retention.bytes` with -2 resolved to `retention.bytes`."""
+        if self.local_retention_bytes == -2:
+            return self.retention_bytes
+        return self.local_retention_bytes
 
     @property
     def log_append_time(self) -> bool:

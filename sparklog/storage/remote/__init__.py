@@ -1,0 +1,10 @@
+"""The remote tier of a topic: a Delta table (KIP-405 with Kafka's setting names; DESIGN D17).
+
+Modules:
+- `config`     broker settings of the remote log manager (`remote.log.*`, `remote.table.root`)
+- `schema`     the table's columns, its Arrow schema, app-transaction ids, commit metadata
+- `tier`       the contract the broker and Spark use: `TopicTable`, `SegmentUpload`,
+               `RemoteRead`, the tier's errors
+- `table`      the one importer of `deltalake` for the tier: `DeltaTopicTable`
+- `codec`      batches <-> rows (record-identical rebuild), vectorized over Arrow
+"""
