@@ -59,6 +59,10 @@ TABLE_SCHEMA = pa.schema(
         pa.field("is_transactional", pa.bool_(), nullable=False),
         pa.field("is_control", pa.bool_(), nullable=False),
         pa.field("aborted", pa.bool_(), nullable=False),
+        # the batch's own base timestamp, and in a LogAppendTime batch each record's own
+        # timestamp (`timestamp` there is the append time): the batch's CRC covers both
+        pa.field("batch_base_timestamp", pa.int64(), nullable=False),
+        pa.field("create_timestamp", pa.int64()),
     ]
 )
 
