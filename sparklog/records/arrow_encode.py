@@ -256,6 +256,21 @@ def encode_records_section(
     return EncodedRecords(section, n, int(cols.timestamps.max()))
 
 
+def encode_records(
+    records: pa.RecordBatch | pa.Table, ts_delta: np.ndarray, offset_delta: np.ndarray
+) -> tuple[memoryview | bytes, np.ndarray]:
+    """The records of `records` (columns `value`, `timestamp`, optional `key`, `headers`) back
+    to back, each with the given timestamp and offset deltas (any batch layout: the caller
+    cuts the bytes at record ends into batch sections), and the end of each record."""
+    cols = _columns(records, now_ms=None)
+    if len(cols) == 0:
+        return b"", np.zeros(0, dtype=np.int64)
+    data, ends = _encode_records(cols, 0, len(cols), ts_delta, offset_delta)
+    if int(ends[-1]) > len(data):  # the last record's 0 header count (see _encode_records)
+        return bytes(data) + b"\x00", ends
+    return data, ends
+
+
 def _with_crc(header: bytes, payload: tuple | list) -> bytes:
     """The batch bytes: `header` with its CRC-32C (attributes..end) filled in, then `payload`."""
     crc = crc32c(memoryview(header)[_CRC_START:])
