@@ -26,13 +26,27 @@ JSON. The sync before answering is what keeps those from losing an acknowledged 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import urllib.parse
 from pathlib import Path
 from typing import Any
+
+# the durability helpers live in storage (the remote tier's tables use them too); they are
+# re-exported here for the coordinator's modules
+from sparklog.storage.delta_sync import commit_path, local_dir, sync_checkpoint, sync_commits
+
+__all__ = [
+    "APP_ID",
+    "LAST_SEQUENCE_KEY",
+    "OffsetsTableDamagedError",
+    "check_log",
+    "commit_path",
+    "local_dir",
+    "sync_checkpoint",
+    "sync_commits",
+]
 
 #: The app id of sparklog's commits (Delta `txn` action) and the commitInfo key naming the
 #: sequence of a commit's last row.
@@ -50,61 +64,6 @@ _ACTION_METRICS: dict[str | None, tuple[str, ...]] = {
 
 class OffsetsTableDamagedError(Exception):
     """The offsets table's log is damaged; the message names the file and the repair."""
-
-
-def local_dir(path: str) -> Path | None:
-    """The directory of a table on a local filesystem, None for an object store."""
-    if "://" not in path:
-        return Path(path)
-    parsed = urllib.parse.urlparse(path)
-    return Path(urllib.parse.unquote(parsed.path)) if parsed.scheme == "file" else None
-
-
-def commit_path(table_dir: Path, version: int) -> Path:
-    return table_dir / "_delta_log" / f"{version:020d}.json"
-
-
-# -- durability -----------------------------------------------------------------------------
-
-
-def _fsync(path: Path, directory: bool = False) -> None:
-    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def sync_commits(table_dir: Path, first_version: int, last_version: int) -> None:
-    """Make commits `first_version`..`last_version` durable: their data files, then the
-    commit files, then the directories that name them."""
-    commits = [commit_path(table_dir, v) for v in range(first_version, last_version + 1)]
-    directories = {table_dir, table_dir / "_delta_log"}
-    files = []
-    for commit in commits:
-        with contextlib.suppress(FileNotFoundError):  # maintenance may have cleaned it up
-            for action in _actions(commit.read_bytes()):
-                if "add" in action:
-                    files.append(table_dir / urllib.parse.unquote(action["add"]["path"]))
-                    directories.add(files[-1].parent)
-    for path in [*files, *commits]:  # data before the commits that name it
-        with contextlib.suppress(FileNotFoundError):  # vacuumed: nothing left to sync
-            _fsync(path)
-    for directory in sorted(directories):
-        _fsync(directory, directory=True)
-
-
-def sync_checkpoint(table_dir: Path, version: int) -> None:
-    """Make the checkpoint of `version` and `_last_checkpoint` durable (when they exist)."""
-    log_dir = table_dir / "_delta_log"
-    for path in (log_dir / f"{version:020d}.checkpoint.parquet", log_dir / "_last_checkpoint"):
-        if path.exists():
-            _fsync(path)
-    _fsync(log_dir, directory=True)
-
-
-def _actions(data: bytes) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in data.splitlines() if line.strip()]
 
 
 # -- damage ---------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from sparklog.coordinator.group.offsets import CommittedOffset
 from sparklog.coordinator.group.rows import offset_row
 from sparklog.coordinator.offsets_store import OffsetsStore, OffsetsTableDamagedError
 from sparklog.protocol.api_versions import ApiKey
+from sparklog.storage import delta_sync
 
 from .broker_wire import batch, call, connect, create_topic, fetch, produce, records_of
 from .conftest import TEST_CONFIG
@@ -143,13 +144,13 @@ def test_a_torn_checkpoint_is_refused_and_the_json_commits_rebuild_the_table(tmp
 
 def test_every_commit_is_on_disk_before_append_returns(tmp_path, monkeypatch):
     synced: list[Path] = []
-    real = delta_log._fsync
+    real = delta_sync._fsync
 
     def recording(path: Path, directory: bool = False) -> None:
         synced.append(Path(path))
         real(path, directory)
 
-    monkeypatch.setattr(delta_log, "_fsync", recording)
+    monkeypatch.setattr(delta_sync, "_fsync", recording)
     table = tmp_path / "offsets"
     store = OffsetsStore(table)
     synced.clear()
