@@ -1,0 +1,713 @@
+"""A topic's remote tier as one Delta table (DESIGN D17): `DeltaTopicTable`, the `TopicTable`
+of `tier.py`, and the only module of the tier that imports `deltalake`.
+
+Theory of operation. One long-lived `DeltaTable` handle per topic per process, brought up to
+date by `update_incremental()` (`refresh`). The per-partition view every request starts from,
+`files.PartitionFiles`, is computed from the add actions' statistics once per table version;
+reads open only the data files the statistics say they need (`to_pyarrow_dataset` over those
+files, single-threaded) and rebuild whole batches with `codec.rows_to_batch_list`.
+
+Exactly once (KIP-405's copy contract over Delta's app transactions): `append` writes every
+partition's rows in ONE commit carrying one `txn` action per partition, `app_id(topic id,
+partition)` -> the copied end offset. Before writing, an upload whose partition already ends at
+its `end_offset` is skipped (a retry or a duplicate), one ending elsewhere than its
+`start_offset` is fenced. Delta's conflict check closes the race between that look and the
+commit: a concurrent commit carrying one of our app ids fails ours with "Concurrent
+transaction" (FencedUploadError, nothing written), while commits for other partitions are
+merely retried on the next version (concurrent leaders of different partitions both succeed).
+
+Retention never splits a batch: `delete_before` removes rows whose whole batch lies below the
+offset (Delta copy-on-write delete; files entirely below go with a plain remove). The table stays
+at protocol (1, 2): no deletion vectors, no column mapping.
+
+Durability: on a local path every commit and its data files are fsynced before the call returns
+(`storage.delta_sync`); on an object store a PUT is durable when it returns.
+
+Thread-safety: every public method takes the instance's lock (the broker calls from worker
+threads); instances in other processes coordinate through Delta's optimistic concurrency.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import shutil
+import threading
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+
+from sparklog.records.control import ControlRecordType, control_type_of
+from sparklog.storage.delta_sync import local_dir, sync_checkpoint, sync_commits
+from sparklog.storage.object_store import open_object_store, redact
+from sparklog.storage.remote.codec import batches_to_rows, rows_to_batch_list
+from sparklog.storage.remote.files import PartitionFiles, partition_files
+from sparklog.storage.remote.schema import (
+    PARTITION_COLUMNS,
+    TABLE_SCHEMA,
+    TOPIC_ID_KEY,
+    TOPIC_NAME_KEY,
+    app_id,
+    commit_metadata,
+    table_location,
+)
+from sparklog.storage.remote.tier import (
+    EpochEntry,
+    FencedUploadError,
+    ProducerSnapshotEntry,
+    RemoteRead,
+    RemoteStorageError,
+    SegmentUpload,
+)
+from sparklog.storage.txn_index import AbortedTxn
+
+logger = logging.getLogger(__name__)
+
+#: Columns with file statistics (Delta's `dataSkippingStatsColumns`): what reads prune by.
+STATS_COLUMNS = (
+    "offset",
+    "timestamp",
+    "batch_base_offset",
+    "batch_last_offset_delta",
+    "batch_max_timestamp",
+    "leader_epoch",
+    "producer_id",
+)
+#: What a read needs to rebuild batches (partition columns are not in the files).
+_READ_COLUMNS = [f.name for f in TABLE_SCHEMA if f.name not in PARTITION_COLUMNS]
+_BATCH_COLUMNS = [
+    "offset",
+    "batch_base_offset",
+    "batch_last_offset_delta",
+    "batch_max_timestamp",
+    "leader_epoch",
+    "producer_id",
+    "producer_epoch",
+    "base_sequence",
+    "is_control",
+]
+_COMMIT_RETRIES = 20
+_INT32_MAX = 0x7FFFFFFF
+_MAX_TIMESTAMP = -3  # ListOffsets' MAX_TIMESTAMP (KIP-734)
+
+
+class DeltaTopicTable:
+    """The remote tier of one topic, a Delta table at `table_location(root, topic)`."""
+
+    def __init__(
+        self,
+        root: str,
+        topic: str,
+        topic_id: uuid.UUID | None = None,
+        *,
+        storage_options: Mapping[str, str] | None = None,
+        create: bool = True,
+        fsync: bool = True,
+    ) -> None:
+        """Open the topic's table, creating it when `create` (then `topic_id` is required).
+        A table of another topic id (the topic was deleted and re-created while its table
+        was kept) raises RemoteStorageError naming both ids and what to do."""
+        self.topic = topic
+        self.location = table_location(root, topic)
+        self.storage_options = dict(storage_options or {})
+        self._lock = threading.RLock()
+        self._local = local_dir(self.location) if fsync else None
+        self._dt: Any = self._open(topic_id, create)
+        config = self._dt.metadata().configuration
+        found = config.get(TOPIC_ID_KEY)
+        if topic_id is not None and found != str(topic_id):
+            raise RemoteStorageError(
+                f"The topic table {self._where()} belongs to topic id {found} "
+                f"({config.get(TOPIC_NAME_KEY)}), not to {topic}'s id {topic_id}: the topic "
+                "was deleted and re-created while its table was kept "
+                "(remote.log.delete.on.disable=false). Move the old table away (or drop it) "
+                "and the tier starts a new one; nothing is copied until then."
+            )
+        self.topic_id = uuid.UUID(found) if found else uuid.UUID(int=0)
+        self._files_version = -1
+        self._files: dict[int, PartitionFiles] = {}
+        self._dataset: Any = None
+
+    # -- open / create ------------------------------------------------------------------------
+
+    def _open(self, topic_id: uuid.UUID | None, create: bool) -> Any:
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
+
+        options = self.storage_options or None
+        try:
+            return DeltaTable(self.location, storage_options=options)
+        except TableNotFoundError:
+            if not create:
+                raise RemoteStorageError(
+                    f"No topic table at {self._where()}: nothing of topic {self.topic} was "
+                    "copied to the remote tier yet (or the table was deleted)"
+                ) from None
+        except Exception as e:
+            raise self._error("cannot be opened", e) from e
+        if topic_id is None:
+            raise ValueError("creating a topic table needs the topic id")
+        return self._create(topic_id)
+
+    def _create(self, topic_id: uuid.UUID) -> Any:
+        from deltalake import DeltaTable
+
+        if self._local is not None:
+            self._local.mkdir(parents=True, exist_ok=True)
+        configuration = {
+            TOPIC_ID_KEY: str(topic_id),
+            TOPIC_NAME_KEY: self.topic,
+            "delta.dataSkippingStatsColumns": ",".join(STATS_COLUMNS),
+        }
+        try:
+            table = DeltaTable.create(
+                self.location,
+                TABLE_SCHEMA,
+                mode="ignore",  # another broker may create it at the same time
+                partition_by=list(PARTITION_COLUMNS),
+                name=self.topic,
+                description=f"sparklog topic {self.topic}: its remote tier (KIP-405), one row "
+                "per record; committed data: is_control = false AND aborted = false",
+                configuration=configuration,
+                storage_options=self.storage_options or None,
+                raise_if_key_not_exists=False,
+            )
+        except Exception as e:  # lost the race to create version 0: open the winner's table
+            try:
+                table = DeltaTable(self.location, storage_options=self.storage_options or None)
+            except Exception:
+                raise self._error("cannot be created", e) from e
+        self._sync_local(0, table.version())
+        return table
+
+    # -- state --------------------------------------------------------------------------------
+
+    def refresh(self) -> None:
+        with self._lock:
+            try:
+                self._dt.update_incremental()
+            except Exception as e:
+                raise self._error("cannot be read", e) from e
+
+    def version(self) -> int:
+        with self._lock:
+            return int(self._dt.version())
+
+    def copied_end_offset(self, partition: int) -> int | None:
+        with self._lock:
+            return self._copied_end(partition)
+
+    def _copied_end(self, partition: int) -> int | None:
+        version = self._dt.transaction_version(app_id(self.topic_id, partition))
+        return None if version is None else int(version)
+
+    def start_offset(self, partition: int) -> int | None:
+        with self._lock:
+            return self._partition(partition).start_offset
+
+    def partitions(self) -> list[int]:
+        """The partitions the table holds rows of."""
+        with self._lock:
+            return sorted(self._index())
+
+    def _index(self) -> dict[int, PartitionFiles]:
+        version = self._dt.version()
+        if version != self._files_version:
+            actions = pa.table(self._dt.get_add_actions(flatten=True))
+            self._files = partition_files(actions)
+            # an empty dataset of the table: its filesystem and format open single files
+            self._dataset = self._dt.to_pyarrow_dataset(file_pruning_predicate="partition = -1")
+            self._files_version = version
+        return self._files
+
+    def _partition(self, partition: int) -> PartitionFiles:
+        return self._index().get(partition, _EMPTY)
+
+    # -- append -------------------------------------------------------------------------------
+
+    def append(self, uploads: Sequence[SegmentUpload]) -> int | None:
+        with self._lock:
+            return self._append(list(uploads))
+
+    def _append(self, uploads: list[SegmentUpload]) -> int | None:
+        from deltalake import (
+            CommitProperties,
+            PostCommitHookProperties,
+            Transaction,
+            write_deltalake,
+        )
+
+        partitions = [u.partition for u in uploads]
+        if len(set(partitions)) != len(partitions):
+            raise ValueError(f"one upload per partition per commit, got partitions {partitions}")
+        rows_by_partition = {u.partition: _rows_of(u) for u in uploads}
+        for _attempt in range(_COMMIT_RETRIES):
+            self.refresh()
+            todo = self._pending(uploads)
+            if not todo:
+                return None
+            rows = pa.concat_tables([rows_by_partition[u.partition] for u in todo])
+            ranges = {u.partition: (u.start_offset, u.end_offset) for u in todo}
+            epochs = {str(u.partition): u.leader_epoch for u in todo}
+            properties = CommitProperties(
+                custom_metadata={"userMetadata": commit_metadata(ranges, leader_epochs=epochs)},
+                app_transactions=[
+                    Transaction(app_id(self.topic_id, u.partition), u.end_offset) for u in todo
+                ],
+                max_commit_retries=_COMMIT_RETRIES,
+            )
+            before = self._dt.version()
+            try:
+                write_deltalake(
+                    self._dt,
+                    rows,
+                    mode="append",
+                    commit_properties=properties,
+                    post_commithook_properties=PostCommitHookProperties(
+                        create_checkpoint=False, cleanup_expired_logs=False
+                    ),
+                )
+            except Exception as e:
+                text = str(e)
+                if "Concurrent transaction" in text:
+                    self.refresh()
+                    raise FencedUploadError(self._fenced_message(todo)) from e
+                if "already exists" in text or "conflict" in text.lower():
+                    logger.debug("%s: commit raced another writer (%s); retrying", self, text)
+                    continue
+                raise self._error("cannot be written", e) from e
+            version = int(self._dt.version())
+            self._sync_local(before + 1, version)
+            return version
+        raise RemoteStorageError(
+            f"The topic table {self._where()} kept changing under {_COMMIT_RETRIES} commit "
+            "attempts; the copy retries later"
+        )
+
+    def _pending(self, uploads: list[SegmentUpload]) -> list[SegmentUpload]:
+        """The uploads not in the table yet; FencedUploadError when one cannot follow."""
+        todo = []
+        for u in uploads:
+            end = self._copied_end(u.partition)
+            if end == u.end_offset:
+                continue  # a retry or a duplicate: already there
+            if end is not None and end != u.start_offset:
+                raise FencedUploadError(
+                    f"{self.topic}-{u.partition}: the topic table {self._where()} holds offsets "
+                    f"up to {end}, this upload covers [{u.start_offset}, {u.end_offset}) (copied "
+                    "by another leader, or a stale retry); copy again from its copied end"
+                )
+            todo.append(u)
+        return todo
+
+    def _fenced_message(self, todo: list[SegmentUpload]) -> str:
+        moved = {
+            u.partition: self._copied_end(u.partition)
+            for u in todo
+            if self._copied_end(u.partition) != u.start_offset
+        }
+        return (
+            f"Another copier committed to the topic table {self._where()} first for "
+            f"{', '.join(f'{self.topic}-{p} (now at {e})' for p, e in sorted(moved.items())) or 'a partition'}"
+            "; nothing of this commit was written: copy again from the copied end"
+        )
+
+    # -- read ---------------------------------------------------------------------------------
+
+    def read(
+        self,
+        partition: int,
+        start_offset: int,
+        max_bytes: int,
+        *,
+        upper_bound_offset: int | None = None,
+        include_aborted: bool = False,
+    ) -> RemoteRead:
+        with self._lock:
+            rows = self._read_rows(partition, start_offset, max_bytes, upper_bound_offset)
+        batches = rows_to_batch_list(rows)
+        taken, size = 0, 0
+        for batch in batches:  # whole batches up to max_bytes, at least one
+            if taken and size + len(batch) > max_bytes:
+                break
+            taken += 1
+            size += len(batch)
+        records = b"".join(batches[:taken])
+        aborted = None
+        if include_aborted:
+            end = rows_end_offset(batches[taken - 1]) if taken else start_offset
+            aborted = _aborted_txns(rows.filter(pc.field("offset") <= end))
+        return RemoteRead(start_offset, records, aborted)
+
+    def _read_rows(self, partition: int, start: int, max_bytes: int, upper: int | None) -> pa.Table:
+        """Rows of the whole batches from the one holding `start`, about `max_bytes` of them
+        (more when needed to complete a batch), in offset order."""
+        files = self._partition(partition)
+        order = files.for_read(start, upper)
+        batch_end = pc.add(pc.field("batch_base_offset"), pc.field("batch_last_offset_delta"))
+        where = batch_end >= start
+        if upper is not None:
+            where &= pc.field("batch_base_offset") < upper
+        pieces: list[pa.Table] = []
+        complete_below = None
+        for i, f in enumerate(order):
+            pieces.append(self._scan([files.paths[f]], where))
+            complete_below = int(files.min_base[order[i + 1]]) if i + 1 < len(order) else None
+            if complete_below is not None and _complete_bytes(pieces, complete_below) >= max_bytes:
+                break
+        if not pieces:
+            return TABLE_SCHEMA.empty_table().select(_READ_COLUMNS)
+        rows = pa.concat_tables(pieces)
+        if complete_below is not None:  # batches starting past what was read may be partial
+            rows = rows.filter(pc.field("batch_base_offset") < complete_below)
+        return rows.sort_by("offset")
+
+    def _scan(self, paths: list[str], where: Any, columns: list[str] | None = None) -> pa.Table:
+        base = self._dataset
+        fragments = [base.format.make_fragment(p, filesystem=base.filesystem) for p in paths]
+        schema = TABLE_SCHEMA.remove(0).remove(0)  # no partition columns in the files
+        dataset = ds.FileSystemDataset(fragments, schema, base.format, base.filesystem)
+        try:
+            return dataset.to_table(
+                columns=columns or _READ_COLUMNS, filter=where, use_threads=False
+            )
+        except Exception as e:
+            raise self._error("cannot be read (a data file is missing or damaged)", e) from e
+
+    def offset_for_timestamp(self, partition: int, timestamp: int) -> tuple[int, int] | None:
+        with self._lock:
+            files = self._partition(partition)
+            if not len(files):
+                return None
+            if timestamp == _MAX_TIMESTAMP:
+                return self._max_timestamp(files)
+            return self._first_at_or_after(files, timestamp)
+
+    def _max_timestamp(self, files: PartitionFiles) -> tuple[int, int]:
+        best = int(files.max_timestamp_ms.max())
+        paths = [files.paths[i] for i in np.flatnonzero(files.max_timestamp_ms == best).tolist()]
+        rows = self._scan(paths, None, ["offset", "timestamp"])
+        ts = _ms(rows)
+        top = int(ts.max()) if len(ts) else best
+        offsets = rows.column("offset").to_numpy()[ts == top]
+        return int(offsets.min()), top
+
+    def _first_at_or_after(self, files: PartitionFiles, timestamp: int) -> tuple[int, int] | None:
+        """Kafka's search: the first offset (in offset order) whose timestamp >= `timestamp`."""
+        candidates = np.flatnonzero(files.max_timestamp_ms >= timestamp)
+        order = candidates[np.argsort(files.min_offset[candidates], kind="stable")].tolist()
+        found: tuple[int, int] | None = None
+        cut = pc.field("timestamp") >= pa.scalar(timestamp * 1000, pa.timestamp("us", "UTC"))
+        for i in order:
+            if found is not None and int(files.min_offset[i]) > found[0]:
+                break  # files are in offset order: nothing earlier can follow
+            rows = self._scan([files.paths[i]], cut, ["offset", "timestamp"])
+            if rows.num_rows:
+                at = int(np.argmin(rows.column("offset").to_numpy()))
+                offset = int(rows.column("offset")[at].as_py())
+                if found is None or offset < found[0]:
+                    found = (offset, int(_ms(rows)[at]))
+        return found
+
+    # -- retention ----------------------------------------------------------------------------
+
+    def delete_before(self, partition: int, offset: int) -> int:
+        with self._lock:
+            self.refresh()
+            files = self._partition(partition)
+            start = files.start_offset
+            if start is not None and start < offset:
+                self._delete(
+                    f"partition = {int(partition)} AND "
+                    f"batch_base_offset + batch_last_offset_delta < {int(offset)}"
+                )
+            new_start = self._partition(partition).start_offset
+            return offset if new_start is None else new_start
+
+    def _delete(self, predicate: str) -> None:
+        from deltalake import CommitProperties, PostCommitHookProperties
+
+        for _attempt in range(_COMMIT_RETRIES):
+            before = self._dt.version()
+            try:
+                self._dt.delete(
+                    predicate,
+                    commit_properties=CommitProperties(max_commit_retries=_COMMIT_RETRIES),
+                    post_commithook_properties=PostCommitHookProperties(
+                        create_checkpoint=False, cleanup_expired_logs=False
+                    ),
+                )
+            except Exception as e:
+                if "conflict" in str(e).lower() or "already exists" in str(e):
+                    self.refresh()
+                    continue
+                raise self._error("cannot be written (retention)", e) from e
+            self._sync_local(before + 1, int(self._dt.version()))
+            return
+        raise RemoteStorageError(f"The topic table {self._where()} kept changing; retry later")
+
+    def expire(
+        self, partition: int, *, retention_ms: int, retention_bytes: int, now_ms: int
+    ) -> int | None:
+        """Kafka's remote retention over whole files (`files.PartitionFiles.expire_offset`);
+        `retention_bytes` is the tier's budget (the caller leaves out what only the local log
+        holds); -1 disables either."""
+        with self._lock:
+            self.refresh()
+            files = self._partition(partition)
+            drop = files.expire_offset(
+                cutoff_ms=now_ms - retention_ms if retention_ms >= 0 else None,
+                retention_bytes=retention_bytes if retention_bytes >= 0 else None,
+            )
+            if drop is None or files.start_offset is None or drop <= files.start_offset:
+                return None
+            return self.delete_before(partition, drop)
+
+    # -- follower rebuild ---------------------------------------------------------------------
+
+    def epochs(self, partition: int, end_offset: int) -> list[EpochEntry]:
+        with self._lock:
+            files = self._partition(partition)
+            below = files.below(end_offset)
+            starts: dict[int, int] = {}
+            mixed = []
+            for i in below:
+                if files.min_epoch[i] == files.max_epoch[i] and files.max_offset[i] < end_offset:
+                    e = int(files.min_epoch[i])
+                    starts[e] = min(starts.get(e, 1 << 62), int(files.min_base[i]))
+                else:
+                    mixed.append(files.paths[i])
+            if mixed:
+                rows = self._scan(
+                    mixed, pc.field("offset") < end_offset, ["leader_epoch", "batch_base_offset"]
+                )
+                if rows.num_rows:
+                    grouped = rows.group_by("leader_epoch").aggregate(
+                        [("batch_base_offset", "min")]
+                    )
+                    for e, s in zip(
+                        grouped.column("leader_epoch").to_pylist(),
+                        grouped.column("batch_base_offset_min").to_pylist(),
+                        strict=True,
+                    ):
+                        starts[e] = min(starts.get(e, 1 << 62), s)
+            entries, last = [], -1
+            for epoch in sorted(starts):  # epochs only grow along the log
+                if epoch >= 0 and starts[epoch] > last:
+                    entries.append(EpochEntry(epoch, starts[epoch]))
+                    last = starts[epoch]
+            return entries
+
+    def producer_states(self, partition: int, end_offset: int) -> list[ProducerSnapshotEntry]:
+        with self._lock:
+            files = self._partition(partition)
+            paths = [
+                files.paths[i] for i in files.below(end_offset) if files.max_producer_id[i] >= 0
+            ]
+            if not paths:
+                return []
+            last = pc.add(pc.field("batch_base_offset"), pc.field("batch_last_offset_delta"))
+            where = (last < end_offset) & (pc.field("producer_id") >= 0)
+            where &= ~pc.field("is_control")
+            rows = self._scan(paths, where, _BATCH_COLUMNS)
+        return _producer_entries(rows)
+
+    # -- drop / maintenance -------------------------------------------------------------------
+
+    def drop(self) -> None:
+        with self._lock:
+            if self._local is not None:
+                shutil.rmtree(self._local, ignore_errors=True)
+                return
+            import obstore
+
+            try:
+                objects = open_object_store(self.location, self.storage_options)
+                keys = [m["path"] for page in obstore.list(objects) for m in page]
+                if keys:
+                    obstore.delete(objects, keys)
+            except Exception as e:
+                raise self._error("cannot be dropped", e) from e
+
+    def maintain(self, *, vacuum_retention_hours: int = 1) -> dict[str, Any]:
+        """Compact small files, checkpoint, vacuum and clean the log, on a handle of its own
+        (compaction and blind appends do not conflict in Delta): call it off the hot path,
+        e.g. from the remote log manager's task every N commits. Files replaced less than
+        `vacuum_retention_hours` ago stay for readers that listed them."""
+        from deltalake import DeltaTable
+
+        try:
+            table = DeltaTable(self.location, storage_options=self.storage_options or None)
+            first = table.version() + 1
+            compacted = table.optimize.compact()
+            table.create_checkpoint()
+            self._sync_local(first, table.version())
+            if self._local is not None:
+                sync_checkpoint(self._local, table.version())
+            removed = table.vacuum(
+                retention_hours=vacuum_retention_hours,
+                dry_run=False,
+                enforce_retention_duration=False,
+            )
+            table.cleanup_metadata()
+        except Exception as e:
+            raise self._error("cannot be maintained", e) from e
+        return {"compacted": compacted, "vacuumed": len(removed)}
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _sync_local(self, first: int, last: int) -> None:
+        if self._local is not None and last >= first:
+            sync_commits(self._local, first, last)
+
+    def _where(self) -> str:
+        return redact(self.location, self.storage_options)
+
+    def _error(self, what: str, e: BaseException) -> RemoteStorageError:
+        return RemoteStorageError(
+            f"The topic table {self._where()} of {self.topic} {what}: "
+            f"{redact(f'{type(e).__name__}: {e}', self.storage_options)}. Local data is kept; "
+            "copies and remote reads retry"
+        )
+
+    def __repr__(self) -> str:
+        return f"DeltaTopicTable({self.topic}, {self._where()})"
+
+
+_EMPTY = PartitionFiles(
+    paths=[],
+    **{
+        k: np.zeros(0, dtype=np.int64)
+        for k in (
+            "size",
+            "rows",
+            "min_offset",
+            "max_offset",
+            "min_base",
+            "max_batch_end",
+            "max_timestamp_ms",
+            "min_epoch",
+            "max_epoch",
+            "max_producer_id",
+        )
+    },
+)
+
+
+def open_topic_table(
+    root: str,
+    topic: str,
+    topic_id: uuid.UUID | None = None,
+    *,
+    storage_options: Mapping[str, str] | None = None,
+    create: bool = True,
+) -> DeltaTopicTable:
+    """The topic's table under `remote.table.root` (see `DeltaTopicTable`)."""
+    return DeltaTopicTable(
+        root,
+        topic,
+        topic_id,
+        storage_options=storage_options,
+        create=create and topic_id is not None,
+    )
+
+
+def _rows_of(upload: SegmentUpload) -> pa.Table:
+    rows = batches_to_rows(upload.records, upload.partition, upload.aborted)
+    if rows.num_rows:
+        offsets = rows.column("offset")
+        first = pc.min(rows.column("batch_base_offset")).as_py()
+        last = pc.max(offsets).as_py()
+        if first < upload.start_offset or last >= upload.end_offset:
+            raise ValueError(
+                f"upload of partition {upload.partition} holds offsets {first}..{last}, "
+                f"outside [{upload.start_offset}, {upload.end_offset})"
+            )
+    return rows
+
+
+def _complete_bytes(pieces: list[pa.Table], complete_below: int) -> int:
+    """About how many batch bytes the rows of batches starting below `complete_below` take."""
+    return sum(_row_bytes(p.filter(pc.field("batch_base_offset") < complete_below)) for p in pieces)
+
+
+def _row_bytes(rows: pa.Table) -> int:
+    size = 24 * rows.num_rows
+    for name in ("key", "value"):
+        size += int(pc.sum(pc.binary_length(rows.column(name))).as_py() or 0)
+    return size
+
+
+def _ms(rows: pa.Table) -> np.ndarray:
+    return rows.column("timestamp").cast(pa.int64()).to_numpy() // 1000
+
+
+def rows_end_offset(batch: bytes) -> int:
+    """The last offset of a v2 batch (base offset + last offset delta)."""
+    return int.from_bytes(batch[0:8], "big", signed=True) + int.from_bytes(
+        batch[23:27], "big", signed=True
+    )
+
+
+def _aborted_txns(rows: pa.Table) -> tuple[AbortedTxn, ...]:
+    """The aborted transactions the rows show: per producer, from its first aborted batch in
+    the read to its ABORT marker (or last aborted record), as the consumer's read_committed
+    filter needs them (`first_offset` at or before the first aborted batch it meets)."""
+    aborted = rows.filter(pc.field("aborted"))
+    if not aborted.num_rows:
+        return ()
+    grouped = aborted.group_by("producer_id").aggregate(
+        [("batch_base_offset", "min"), ("offset", "max")]
+    )
+    markers: dict[int, int] = {}
+    control = rows.filter(pc.field("is_control"))
+    for pid, offset, key in zip(
+        control.column("producer_id").to_pylist(),
+        control.column("offset").to_pylist(),
+        control.column("key").to_pylist(),
+        strict=True,
+    ):
+        with contextlib.suppress(Exception):
+            if control_type_of(key) == ControlRecordType.ABORT:
+                markers[pid] = max(markers.get(pid, -1), offset)
+    out = []
+    for pid, first, last in zip(
+        grouped.column("producer_id").to_pylist(),
+        grouped.column("batch_base_offset_min").to_pylist(),
+        grouped.column("offset_max").to_pylist(),
+        strict=True,
+    ):
+        end = max(last, markers.get(pid, last))
+        out.append(AbortedTxn(pid, first, end, first))
+    return tuple(sorted(out, key=lambda t: t.first_offset))
+
+
+def _producer_entries(rows: pa.Table) -> list[ProducerSnapshotEntry]:
+    if not rows.num_rows:
+        return []
+    pid = rows.column("producer_id").to_numpy()
+    base = rows.column("batch_base_offset").to_numpy()
+    order = np.lexsort((base, pid))
+    last_of_pid = np.flatnonzero(np.append(pid[order][1:] != pid[order][:-1], True))
+    picked = rows.take(pa.array(order[last_of_pid]))
+    out = []
+    for r in picked.to_pylist():
+        delta = r["batch_last_offset_delta"]
+        first_seq = r["base_sequence"]
+        last_seq = first_seq if first_seq < 0 else (first_seq + delta) & _INT32_MAX
+        out.append(
+            ProducerSnapshotEntry(
+                producer_id=r["producer_id"],
+                producer_epoch=r["producer_epoch"],
+                first_sequence=first_seq,
+                last_sequence=last_seq,
+                last_offset=r["batch_base_offset"] + delta,
+                last_timestamp=r["batch_max_timestamp"],
+            )
+        )
+    return out

@@ -1,0 +1,283 @@
+"""DeltaTopicTable on a local path: exactly-once appends (one commit for many partitions, app
+transactions, retries skipped, conflicts fenced, concurrent leaders of other partitions both
+committing), record-identical reads with file pruning, timestamps, retention that never splits
+a batch, epochs and producer states for followers, drop, maintenance."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import uuid
+
+import pytest
+
+from sparklog.records.batch import iter_batches
+from sparklog.records.builder import SimpleRecord, build_batch
+from sparklog.records.control import (
+    ControlRecordType,
+    EndTransactionMarker,
+    build_end_txn_marker_batch,
+)
+from sparklog.storage.remote.schema import app_id
+from sparklog.storage.remote.table import DeltaTopicTable
+from sparklog.storage.remote.tier import (
+    FencedUploadError,
+    RemoteStorageError,
+    SegmentUpload,
+)
+from sparklog.storage.txn_index import AbortedTxn
+
+from .test_codec import random_batches
+
+TOPIC_ID = uuid.UUID("11111111-2222-3333-4444-555555555555")
+DAY_MS = 86_400_000
+T0 = 1_700_000_000_000
+
+
+def batch(
+    base: int, count: int, *, ts: int = T0, epoch: int = 0, pid: int = -1, seq: int = -1, **kw
+) -> bytes:
+    records = [
+        SimpleRecord(f"v{base + i}".encode(), f"k{i}".encode(), ts + i) for i in range(count)
+    ]
+    return build_batch(
+        records,
+        base_offset=base,
+        partition_leader_epoch=epoch,
+        producer_id=pid,
+        producer_epoch=0 if pid >= 0 else -1,
+        base_sequence=seq,
+        **kw,
+    )
+
+
+def upload(partition: int, batches: list[bytes], **kw) -> SegmentUpload:
+    first = next(iter_batches(batches[0])).header.base_offset
+    last = list(iter_batches(batches[-1]))[-1].header.last_offset
+    return SegmentUpload(partition, first, last + 1, b"".join(batches), **kw)
+
+
+@pytest.fixture
+def table(tmp_path) -> DeltaTopicTable:
+    return DeltaTopicTable(str(tmp_path / "tier"), "orders", TOPIC_ID)
+
+
+def test_one_commit_for_many_partitions_with_an_app_transaction_each(table, tmp_path):
+    version = table.append([upload(0, [batch(0, 5), batch(5, 5)]), upload(3, [batch(100, 2)])])
+    assert version == 1
+    assert table.copied_end_offset(0) == 10 and table.copied_end_offset(3) == 102
+    assert table.copied_end_offset(1) is None
+    assert table.start_offset(0) == 0 and table.start_offset(3) == 100
+    commit = (tmp_path / "tier/orders/_delta_log/00000000000000000001.json").read_text()
+    actions = [json.loads(line) for line in commit.splitlines()]
+    txns = {a["txn"]["appId"]: a["txn"]["version"] for a in actions if "txn" in a}
+    assert txns == {app_id(TOPIC_ID, 0): 10, app_id(TOPIC_ID, 3): 102}
+    info = next(a["commitInfo"] for a in actions if "commitInfo" in a)
+    assert json.loads(info["userMetadata"])["sparklog.ranges"] == {"0": [0, 10], "3": [100, 102]}
+    # another process sees it; the table stays at protocol (1, 2)
+    other = DeltaTopicTable(str(tmp_path / "tier"), "orders", TOPIC_ID)
+    assert other.copied_end_offset(3) == 102
+    assert (other._dt.protocol().min_reader_version, other._dt.protocol().min_writer_version) == (
+        1,
+        2,
+    )
+
+
+def test_a_retry_is_skipped_and_a_conflicting_copy_is_fenced(table):
+    first = upload(0, [batch(0, 5)])
+    table.append([first])
+    assert table.append([first]) is None  # a retry: nothing written
+    version = table._dt.version()
+    with pytest.raises(FencedUploadError, match="holds offsets up to 5"):
+        table.append([upload(0, [batch(3, 4)])])  # a zombie leader's overlapping copy
+    assert table._dt.version() == version
+    # a retry riding with a new partition: only the new one is written
+    assert table.append([first, upload(1, [batch(0, 1)])]) == version + 1
+    assert table.read(0, 0, 1 << 20).records == batch(0, 5)
+
+
+def test_a_table_of_another_topic_id_is_refused(table, tmp_path):
+    table.append([upload(0, [batch(0, 1)])])
+    with pytest.raises(RemoteStorageError, match="belongs to topic id 11111111.*delete.on.disable"):
+        DeltaTopicTable(str(tmp_path / "tier"), "orders", uuid.uuid4())
+    with pytest.raises(RemoteStorageError, match="No topic table"):
+        DeltaTopicTable(str(tmp_path / "tier"), "other", create=False)
+
+
+def test_concurrent_leaders_of_different_partitions_both_commit(tmp_path):
+    root = str(tmp_path / "tier")
+    DeltaTopicTable(root, "orders", TOPIC_ID)
+    tables = [DeltaTopicTable(root, "orders", TOPIC_ID) for _ in range(2)]
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(2)
+
+    def copier(p: int) -> None:
+        try:
+            for k in range(8):
+                barrier.wait()
+                tables[p].append([upload(p, [batch(k * 3, 3)])])
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=copier, args=(p,)) for p in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    check = DeltaTopicTable(root, "orders", TOPIC_ID)
+    for p in range(2):
+        assert check.copied_end_offset(p) == 24
+        got = check.read(p, 0, 1 << 20).records
+        assert got == b"".join(batch(k * 3, 3) for k in range(8))
+
+
+def test_the_same_partition_from_two_copiers_commits_once(tmp_path):
+    root = str(tmp_path / "tier")
+    DeltaTopicTable(root, "orders", TOPIC_ID)
+    a, b = (DeltaTopicTable(root, "orders", TOPIC_ID) for _ in range(2))
+    outcomes: list[object] = []
+    barrier = threading.Barrier(2)
+
+    def copier(t: DeltaTopicTable, data: bytes) -> None:
+        barrier.wait()
+        try:
+            outcomes.append(t.append([SegmentUpload(0, 0, 4, data)]))
+        except FencedUploadError as e:
+            outcomes.append(e)
+
+    threads = [
+        threading.Thread(target=copier, args=(a, batch(0, 4))),
+        threading.Thread(target=copier, args=(b, batch(0, 4, ts=T0 + 1))),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # one wrote; the other was fenced or found the range there already
+    assert sum(isinstance(o, int) for o in outcomes) == 1
+    check = DeltaTopicTable(root, "orders", TOPIC_ID)
+    assert check.copied_end_offset(0) == 4
+    assert len(list(iter_batches(check.read(0, 0, 1 << 20).records))) == 1
+
+
+def test_reads_return_whole_batches_from_the_one_holding_the_offset(table):
+    batches = [batch(0, 5), batch(5, 5), batch(10, 5), batch(15, 5)]
+    table.append([upload(0, batches[:2])])
+    table.append([upload(0, batches[2:])])
+    assert table.read(0, 7, 1 << 20).records == b"".join(batches[1:])
+    assert table.read(0, 7, 1).records == batches[1]  # at least one batch past max_bytes
+    two = len(batches[1]) + len(batches[2])
+    assert table.read(0, 5, two).records == b"".join(batches[1:3])
+    assert table.read(0, 0, 1 << 20, upper_bound_offset=10).records == b"".join(batches[:2])
+    assert table.read(0, 20, 1 << 20).records == b""
+    assert table.read(0, 12, 1 << 20, upper_bound_offset=10).records == b""
+    assert table.read(1, 0, 1 << 20).records == b""
+
+
+def test_a_batch_across_midnight_and_gaps_inside_batches_read_back_whole(table):
+    across = build_batch(
+        [SimpleRecord(b"a", None, T0 - 10), SimpleRecord(b"b", None, T0 + DAY_MS)],
+        base_offset=0,
+        offset_deltas=[0, 4],
+    )
+    after = batch(5, 2)
+    table.append([upload(0, [across, after])])
+    assert table.read(0, 3, 1).records == across  # 3 is in the batch's gap
+    assert table.read(0, 4, 1 << 20).records == across + after
+
+
+def test_many_random_uploads_read_back_record_identical(table):
+    rng = random.Random(5)
+    batches = random_batches(rng, 60)
+    bounds = sorted(rng.sample(range(1, 60), 5))
+    chunks = [batches[a:b] for a, b in zip([0, *bounds], [*bounds, 60], strict=True)]
+    for chunk in chunks:
+        up = upload(2, chunk)
+        end = table.copied_end_offset(2)
+        if end is not None:
+            up = SegmentUpload(2, end, up.end_offset, up.records)
+        table.append([up])
+    everything = table.read(2, 0, 1 << 30).records
+    assert everything == b"".join(batches) or [
+        (b.header.base_offset, b.records()) for b in iter_batches(everything)
+    ] == [(b.header.base_offset, b.records()) for b in iter_batches(b"".join(batches))]
+    # every start offset gets the batch holding it first
+    for b in iter_batches(b"".join(batches)):
+        got = next(iter_batches(table.read(2, b.header.last_offset, 1).records))
+        assert got.header.base_offset == b.header.base_offset
+
+
+def test_offset_for_timestamp(table):
+    table.append([upload(0, [batch(0, 3, ts=1000), batch(3, 3, ts=5000), batch(6, 2, ts=2000)])])
+    assert table.offset_for_timestamp(0, 1001) == (1, 1001)
+    assert table.offset_for_timestamp(0, 2000) == (3, 5000)  # the first offset, as Kafka
+    assert table.offset_for_timestamp(0, 5003) is None
+    assert table.offset_for_timestamp(0, -3) == (5, 5002)
+
+
+def test_retention_removes_whole_batches_only(table):
+    table.append([upload(0, [batch(0, 5, ts=1000), batch(5, 5, ts=2000)])])
+    table.append([upload(0, [batch(10, 5, ts=3000)])])
+    assert table.delete_before(0, 7) == 5  # the batch holding 7 stays whole
+    assert table.read(0, 0, 1 << 20).records == batch(5, 5, ts=2000) + batch(10, 5, ts=3000)
+    assert table.copied_end_offset(0) == 15  # retention does not move the copied end
+    assert table.expire(0, retention_ms=2500, retention_bytes=-1, now_ms=4000) is None
+    assert table.expire(0, retention_ms=500, retention_bytes=-1, now_ms=3000) == 10
+    assert table.start_offset(0) == 10
+    assert table.expire(0, retention_ms=-1, retention_bytes=0, now_ms=0) == 15
+    assert table.start_offset(0) is None and table.read(0, 0, 100).records == b""
+    assert (table._dt.protocol().min_reader_version, table._dt.protocol().min_writer_version) == (
+        1,
+        2,
+    )
+
+
+def test_epochs_and_producer_states_for_a_follower(table):
+    table.append(
+        [
+            upload(
+                0,
+                [
+                    batch(0, 2, epoch=1, pid=7, seq=0),
+                    batch(2, 3, epoch=1, pid=8, seq=10),
+                    batch(5, 2, epoch=3, pid=7, seq=2),
+                    batch(7, 1, epoch=4),
+                ],
+            )
+        ]
+    )
+    assert [(e.epoch, e.start_offset) for e in table.epochs(0, 8)] == [(1, 0), (3, 5), (4, 7)]
+    assert [(e.epoch, e.start_offset) for e in table.epochs(0, 5)] == [(1, 0)]
+    states = {s.producer_id: s for s in table.producer_states(0, 8)}
+    assert (states[7].first_sequence, states[7].last_sequence, states[7].last_offset) == (2, 3, 6)
+    assert (states[8].last_sequence, states[8].last_offset) == (12, 4)
+    assert {s.producer_id: s.last_offset for s in table.producer_states(0, 5)} == {7: 1, 8: 4}
+
+
+def test_read_committed_gets_the_aborted_transactions(table):
+    data = batch(0, 3, pid=9, seq=0, is_transactional=True)
+    marker = build_end_txn_marker_batch(
+        EndTransactionMarker(ControlRecordType.ABORT, 0),
+        producer_id=9,
+        producer_epoch=0,
+        timestamp_ms=T0,
+        base_offset=3,
+    )
+    table.append([upload(0, [data, marker, batch(4, 1)], aborted=(AbortedTxn(9, 0, 3, 0),))])
+    got = table.read(0, 1, 1 << 20, include_aborted=True)
+    assert got.records == data + marker + batch(4, 1)
+    assert [(t.producer_id, t.first_offset) for t in got.aborted or ()] == [(9, 0)]
+    assert table.read(0, 4, 1 << 20, include_aborted=True).aborted == ()
+    assert table.read(0, 0, 1 << 20).aborted is None
+
+
+def test_drop_and_maintenance(table, tmp_path):
+    for k in range(6):
+        table.append([upload(0, [batch(k * 2, 2)])])
+    table.maintain(vacuum_retention_hours=0)
+    table.refresh()
+    assert table.read(0, 0, 1 << 20).records == b"".join(batch(k * 2, 2) for k in range(6))
+    table.drop()
+    assert not (tmp_path / "tier/orders").exists()
