@@ -30,6 +30,7 @@ threads); instances in other processes coordinate through Delta's optimistic con
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import shutil
 import threading
@@ -189,6 +190,14 @@ class DeltaTopicTable:
 
     def refresh(self) -> None:
         with self._lock:
+            if self._local is not None and not (self._local / "_delta_log").is_dir():
+                # a write now would start a headless log (the local object store creates
+                # directories): refuse until the table is back
+                raise RemoteStorageError(
+                    f"The topic table {self._where()} of {self.topic} is gone (no _delta_log "
+                    "directory). Local data is kept and nothing is copied until the table is "
+                    "restored there (or the topic's tier is dropped and re-created)"
+                )
             try:
                 self._dt.update_incremental()
             except Exception as e:
@@ -329,7 +338,11 @@ class DeltaTopicTable:
         include_aborted: bool = False,
     ) -> RemoteRead:
         with self._lock:
-            rows = self._read_rows(partition, start_offset, max_bytes, upper_bound_offset)
+            try:
+                rows = self._read_rows(partition, start_offset, max_bytes, upper_bound_offset)
+            except RemoteStorageError:  # files compacted away since this handle's version
+                self.refresh()
+                rows = self._read_rows(partition, start_offset, max_bytes, upper_bound_offset)
         batches = rows_to_batch_list(rows)
         taken, size = 0, 0
         for batch in batches:  # whole batches up to max_bytes, at least one
@@ -569,10 +582,33 @@ class DeltaTopicTable:
         return redact(self.location, self.storage_options)
 
     def _error(self, what: str, e: BaseException) -> RemoteStorageError:
+        cause = redact(f"{type(e).__name__}: {e}".split("\n")[0], self.storage_options)
         return RemoteStorageError(
-            f"The topic table {self._where()} of {self.topic} {what}: "
-            f"{redact(f'{type(e).__name__}: {e}', self.storage_options)}. Local data is kept; "
-            "copies and remote reads retry"
+            f"The topic table {self._where()} of {self.topic} {what}: {cause}. "
+            f"{self._damage()}Local data is kept; copies and remote reads retry"
+        )
+
+    def _damage(self) -> str:
+        """What is wrong with a local table's newest commit, and the repair ("" if nothing
+        seen). Commits are synced before a copy counts, so a cut newest commit was never
+        acknowledged: its range is still in the local log and is copied again."""
+        log = self._local / "_delta_log" if self._local is not None else None
+        if log is None or not log.is_dir():
+            return ""
+        commits = sorted(p for p in log.glob("*.json") if p.stem.isdigit())
+        if not commits:
+            return ""
+        newest = commits[-1]
+        try:
+            lines = [json.loads(line) for line in newest.read_bytes().splitlines() if line]
+        except ValueError:
+            lines = []
+        if lines:
+            return ""
+        return (
+            f"Its newest commit {newest} is cut or empty (a crash before it reached the disk). "
+            f"To repair: move {newest.name} out of {log}; that commit was never acknowledged, "
+            "so its offsets are still in the brokers' logs and are copied again. "
         )
 
     def __repr__(self) -> str:

@@ -6,9 +6,13 @@ a batch, epochs and producer states for followers, drop, maintenance."""
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
 import random
+import shutil
 import threading
 import uuid
+from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 
@@ -281,3 +285,49 @@ def test_drop_and_maintenance(table, tmp_path):
     assert table.read(0, 0, 1 << 20).records == b"".join(batch(k * 2, 2) for k in range(6))
     table.drop()
     assert not (tmp_path / "tier/orders").exists()
+
+
+def test_a_deleted_table_stops_copies_until_it_is_back(table, tmp_path):
+    table.append([upload(0, [batch(0, 3)])])
+    location = tmp_path / "tier/orders"
+    shutil.move(location, tmp_path / "away")
+    with pytest.raises(RemoteStorageError, match="is gone.*Local data is kept"):
+        table.append([upload(0, [batch(3, 3)])])
+    assert not location.exists()  # no headless log started
+    shutil.move(tmp_path / "away", location)
+    assert table.append([upload(0, [batch(3, 3)])]) == 2
+    assert table.read(0, 0, 1 << 20).records == batch(0, 3) + batch(3, 3)
+
+
+def test_a_cut_newest_commit_is_named_with_its_repair(table, tmp_path):
+    table.append([upload(0, [batch(0, 3)])])
+    table.append([upload(0, [batch(3, 3)])])
+    commit = tmp_path / "tier/orders/_delta_log/00000000000000000002.json"
+    os.truncate(commit, commit.stat().st_size // 2)
+    with pytest.raises(RemoteStorageError, match=f"{commit}.* is cut.*To repair: move"):
+        DeltaTopicTable(str(tmp_path / "tier"), "orders", TOPIC_ID)
+    shutil.move(commit, tmp_path / "cut.json")
+    reopened = DeltaTopicTable(str(tmp_path / "tier"), "orders", TOPIC_ID)
+    assert reopened.copied_end_offset(0) == 3  # the copy resumes from there
+    assert reopened.append([upload(0, [batch(3, 3)])]) == 2
+    assert reopened.read(0, 0, 1 << 20).records == batch(0, 3) + batch(3, 3)
+
+
+def _copy_in_another_process(root: str, partition: int, rounds: int) -> int:
+    table = DeltaTopicTable(root, "orders", TOPIC_ID)
+    for k in range(rounds):
+        table.append([upload(partition, [batch(k * 2, 2)])])
+    return table.copied_end_offset(partition) or 0
+
+
+@pytest.mark.slow
+def test_leaders_in_two_processes_commit_to_different_partitions(tmp_path):
+    root = str(tmp_path / "tier")
+    DeltaTopicTable(root, "orders", TOPIC_ID)
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(2, mp_context=spawn) as pool:
+        ends = list(pool.map(_copy_in_another_process, [root, root], [0, 1], [10, 10]))
+    assert ends == [20, 20]
+    check = DeltaTopicTable(root, "orders", TOPIC_ID)
+    for p in (0, 1):
+        assert check.read(p, 0, 1 << 20).records == b"".join(batch(k * 2, 2) for k in range(10))
