@@ -34,9 +34,8 @@ class PartitionFiles:
     min_offset: np.ndarray
     max_offset: np.ndarray
     min_base: np.ndarray
-    max_batch_end: (
-        np.ndarray
-    )  # max(batch_base_offset) + max(batch_last_offset_delta): >= any batch end
+    max_batch_end: np.ndarray  # max(batch_base_offset) + max_delta: >= the end of any batch
+    max_delta: np.ndarray  # max(batch_last_offset_delta)
     max_timestamp_ms: np.ndarray  # largest batch max timestamp (ms)
     min_epoch: np.ndarray
     max_epoch: np.ndarray
@@ -104,6 +103,7 @@ def partition_files(actions: pa.Table) -> dict[int, PartitionFiles]:
         "min_base": col("min.batch_base_offset"),
         "max_batch_end": col("max.batch_base_offset", _INT64_MAX // 2)
         + col("max.batch_last_offset_delta", _INT64_MAX // 2),
+        "max_delta": col("max.batch_last_offset_delta", _INT64_MAX // 2),
         "max_timestamp_ms": max_batch_ts,
         "min_epoch": col("min.leader_epoch", -1),
         "max_epoch": col("max.leader_epoch", _INT64_MAX),

@@ -79,8 +79,10 @@ STATS_COLUMNS = (
     "leader_epoch",
     "producer_id",
 )
-#: What a read needs to rebuild batches (partition columns are not in the files).
-_READ_COLUMNS = [f.name for f in TABLE_SCHEMA if f.name not in PARTITION_COLUMNS]
+#: The columns of a data file (Delta keeps partition columns in the paths), and what a read
+#: needs to rebuild batches.
+_FILE_SCHEMA = pa.schema([f for f in TABLE_SCHEMA if f.name not in PARTITION_COLUMNS])
+_READ_COLUMNS = _FILE_SCHEMA.names
 _BATCH_COLUMNS = [
     "offset",
     "batch_base_offset",
@@ -93,6 +95,14 @@ _BATCH_COLUMNS = [
     "is_control",
 ]
 _COMMIT_RETRIES = 20
+_ROW_GROUP_BYTES = 1 << 20  # about a fetch's max.partition.fetch.bytes
+_DELTA_ENCODED = (
+    "offset",
+    "timestamp",
+    "batch_base_offset",
+    "batch_max_timestamp",
+    "batch_base_timestamp",
+)
 _INT32_MAX = 0x7FFFFFFF
 _MAX_TIMESTAMP = -3  # ListOffsets' MAX_TIMESTAMP (KIP-734)
 
@@ -276,6 +286,7 @@ class DeltaTopicTable:
                     self._dt,
                     rows,
                     mode="append",
+                    writer_properties=writer_properties(_row_bytes(rows), rows.num_rows),
                     commit_properties=properties,
                     post_commithook_properties=PostCommitHookProperties(
                         create_checkpoint=False, cleanup_expired_logs=False
@@ -359,34 +370,64 @@ class DeltaTopicTable:
 
     def _read_rows(self, partition: int, start: int, max_bytes: int, upper: int | None) -> pa.Table:
         """Rows of the whole batches from the one holding `start`, about `max_bytes` of them
-        (more when needed to complete a batch), in offset order."""
+        (more when needed to complete a batch), in offset order. Files are scanned in
+        `files.PartitionFiles` read order, row group by row group, and the scan stops once the
+        batches known complete (starting below every unread row's batch) hold `max_bytes`."""
         files = self._partition(partition)
         order = files.for_read(start, upper)
-        batch_end = pc.add(pc.field("batch_base_offset"), pc.field("batch_last_offset_delta"))
-        where = batch_end >= start
+        pieces: list[pa.RecordBatch] = []
+        size = 0
+        for i, f in enumerate(order):
+            next_base = int(files.min_base[order[i + 1]]) if i + 1 < len(order) else None
+            scan = self._batches(files.paths[f], self._read_filter(files, f, start, upper))
+            for piece in scan:
+                if not piece.num_rows:
+                    continue
+                pieces.append(piece)
+                size += _row_bytes(piece)
+                if size >= max_bytes:  # rows of the last batch read may follow
+                    last_base = piece.column("batch_base_offset")[-1].as_py()
+                    bound = last_base if next_base is None else min(next_base, last_base)
+                    if _complete_bytes(pieces, bound) >= max_bytes:
+                        scan.close()
+                        return _in_offset_order(pieces, bound)
+            if (  # the file is read whole: batches below the next file's are complete
+                next_base is not None
+                and size >= max_bytes
+                and _complete_bytes(pieces, next_base) >= max_bytes
+            ):
+                return _in_offset_order(pieces, next_base)
+        return _in_offset_order(pieces, None)
+
+    def _read_filter(self, files: PartitionFiles, f: int, start: int, upper: int | None) -> Any:
+        """Rows of batches ending at or after `start` and starting before `upper`; the
+        `batch_base_offset` bounds also skip row groups by their statistics."""
+        where = pc.field("batch_base_offset") >= start - int(files.max_delta[f])
+        if int(files.min_base[f]) < start:
+            batch_end = pc.add(pc.field("batch_base_offset"), pc.field("batch_last_offset_delta"))
+            where &= batch_end >= start
         if upper is not None:
             where &= pc.field("batch_base_offset") < upper
-        pieces: list[pa.Table] = []
-        complete_below = None
-        for i, f in enumerate(order):
-            pieces.append(self._scan([files.paths[f]], where))
-            complete_below = int(files.min_base[order[i + 1]]) if i + 1 < len(order) else None
-            if complete_below is not None and _complete_bytes(pieces, complete_below) >= max_bytes:
-                break
-        if not pieces:
-            return TABLE_SCHEMA.empty_table().select(_READ_COLUMNS)
-        rows = pa.concat_tables(pieces)
-        if complete_below is not None:  # batches starting past what was read may be partial
-            rows = rows.filter(pc.field("batch_base_offset") < complete_below)
-        return rows.sort_by("offset")
+        return where
 
-    def _scan(self, paths: list[str], where: Any, columns: list[str] | None = None) -> pa.Table:
+    def _dataset_of(self, paths: list[str]) -> Any:
         base = self._dataset
         fragments = [base.format.make_fragment(p, filesystem=base.filesystem) for p in paths]
-        schema = TABLE_SCHEMA.remove(0).remove(0)  # no partition columns in the files
-        dataset = ds.FileSystemDataset(fragments, schema, base.format, base.filesystem)
+        return ds.FileSystemDataset(fragments, _FILE_SCHEMA, base.format, base.filesystem)
+
+    def _batches(self, path: str, where: Any) -> Any:
+        """The file's rows matching `where`, record batch by record batch (a generator)."""
         try:
-            return dataset.to_table(
+            scanner = self._dataset_of([path]).scanner(
+                columns=_READ_COLUMNS, filter=where, use_threads=False
+            )
+            yield from scanner.to_batches()
+        except Exception as e:
+            raise self._error("cannot be read (a data file is missing or damaged)", e) from e
+
+    def _scan(self, paths: list[str], where: Any, columns: list[str] | None = None) -> pa.Table:
+        try:
+            return self._dataset_of(paths).to_table(
                 columns=columns or _READ_COLUMNS, filter=where, use_threads=False
             )
         except Exception as e:
@@ -557,7 +598,10 @@ class DeltaTopicTable:
         try:
             table = DeltaTable(self.location, storage_options=self.storage_options or None)
             first = table.version() + 1
-            compacted = table.optimize.compact()
+            actions = pa.table(table.get_add_actions(flatten=True))
+            sizes = (pc.sum(actions.column("size_bytes")).as_py() or 0) if actions.num_rows else 0
+            rows = (pc.sum(actions.column("num_records")).as_py() or 0) if actions.num_rows else 0
+            compacted = table.optimize.compact(writer_properties=writer_properties(sizes, rows))
             table.create_checkpoint()
             self._sync_local(first, table.version())
             if self._local is not None:
@@ -626,6 +670,7 @@ _EMPTY = PartitionFiles(
             "max_offset",
             "min_base",
             "max_batch_end",
+            "max_delta",
             "max_timestamp_ms",
             "min_epoch",
             "max_epoch",
@@ -667,13 +712,42 @@ def _rows_of(upload: SegmentUpload) -> pa.Table:
     return rows
 
 
-def _complete_bytes(pieces: list[pa.Table], complete_below: int) -> int:
+def writer_properties(row_bytes: int, rows: int) -> Any:
+    """Parquet settings of the data files: row groups of about `_ROW_GROUP_BYTES` (a read
+    of `max_bytes` decodes about that much more, by row-group statistics), offsets and
+    timestamps delta-encoded (they grow by small steps), no dictionary for values."""
+    from deltalake import ColumnProperties, WriterProperties
+
+    per_row = max(1, row_bytes // max(1, rows))
+    group_rows = min(max(_ROW_GROUP_BYTES // per_row, 1024), 1 << 20)
+    delta = ColumnProperties(dictionary_enabled=False, encoding="DELTA_BINARY_PACKED")
+    columns = {name: delta for name in _DELTA_ENCODED}
+    columns["value"] = ColumnProperties(dictionary_enabled=False)
+    return WriterProperties(max_row_group_size=group_rows, column_properties=columns)
+
+
+def _in_offset_order(pieces: list[pa.RecordBatch], complete_below: int | None) -> pa.Table:
+    """The pieces' rows of batches starting below `complete_below` (all: None), by offset."""
+    if not pieces:
+        return _FILE_SCHEMA.empty_table().select(_READ_COLUMNS)
+    rows = pa.Table.from_batches(pieces)
+    if complete_below is not None:
+        rows = rows.filter(pc.field("batch_base_offset") < complete_below)
+    offsets = rows.column("offset").to_numpy()
+    if len(offsets) > 1 and not bool(np.all(offsets[1:] > offsets[:-1])):
+        rows = rows.take(pa.array(np.argsort(offsets, kind="stable")))
+    return rows
+
+
+def _complete_bytes(pieces: list[pa.RecordBatch], complete_below: int) -> int:
     """About how many batch bytes the rows of batches starting below `complete_below` take."""
     return sum(_row_bytes(p.filter(pc.field("batch_base_offset") < complete_below)) for p in pieces)
 
 
-def _row_bytes(rows: pa.Table) -> int:
-    size = 24 * rows.num_rows
+def _row_bytes(rows: pa.Table | pa.RecordBatch) -> int:
+    """A lower bound of the rows' size in uncompressed batches (a record takes at least 7
+    bytes besides its key and value), so a read that stops at `max_bytes` of it has enough."""
+    size = 7 * rows.num_rows
     for name in ("key", "value"):
         size += int(pc.sum(pc.binary_length(rows.column(name))).as_py() or 0)
     return size

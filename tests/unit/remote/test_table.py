@@ -23,6 +23,7 @@ from sparklog.records.control import (
     EndTransactionMarker,
     build_end_txn_marker_batch,
 )
+from sparklog.storage.remote import table as table_module
 from sparklog.storage.remote.schema import app_id
 from sparklog.storage.remote.table import DeltaTopicTable
 from sparklog.storage.remote.tier import (
@@ -63,7 +64,8 @@ def upload(partition: int, batches: list[bytes], **kw) -> SegmentUpload:
 
 
 @pytest.fixture
-def table(tmp_path) -> DeltaTopicTable:
+def table(tmp_path, monkeypatch) -> DeltaTopicTable:
+    monkeypatch.setattr(table_module, "_ROW_GROUP_BYTES", 1)  # the smallest row groups
     return DeltaTopicTable(str(tmp_path / "tier"), "orders", TOPIC_ID)
 
 
@@ -331,3 +333,23 @@ def test_leaders_in_two_processes_commit_to_different_partitions(tmp_path):
     check = DeltaTopicTable(root, "orders", TOPIC_ID)
     for p in (0, 1):
         assert check.read(p, 0, 1 << 20).records == b"".join(batch(k * 2, 2) for k in range(10))
+
+
+def test_reads_stop_early_inside_files_of_many_row_groups(table):
+    # 1024-row row groups: batches of 7 records straddle row-group boundaries
+    batches = [batch(k * 7, 7) for k in range(600)]
+    table.append([upload(0, batches[:300])])
+    table.append([upload(0, batches[300:])])
+    rng = random.Random(3)
+    for _ in range(25):
+        start = rng.randrange(600 * 7)
+        max_bytes = rng.choice([1, 500, 5000, 40000])
+        got = table.read(0, start, max_bytes).records
+        first = start // 7
+        want, size = [], 0
+        for b in batches[first:]:
+            if want and size + len(b) > max_bytes:
+                break
+            want.append(b)
+            size += len(b)
+        assert got == b"".join(want), (start, max_bytes)
