@@ -7,4 +7,6 @@ Modules:
                `RemoteRead`, the tier's errors
 - `table`      the one importer of `deltalake` for the tier: `DeltaTopicTable`
 - `codec`      batches <-> rows (record-identical rebuild), vectorized over Arrow
+- `files`      which data files a request needs, from their add actions' statistics
+- `rows`       row-level helpers: upload checks, read ordering and sizing, follower state
 """

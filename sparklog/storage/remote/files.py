@@ -119,3 +119,13 @@ def partition_files(actions: pa.Table) -> dict[int, PartitionFiles]:
             **{k: v[mine] for k, v in fields.items()},
         )
     return out
+
+
+EMPTY_PARTITION = PartitionFiles(
+    paths=[],
+    **{
+        name: np.zeros(0, dtype=np.int64)
+        for name in PartitionFiles.__dataclass_fields__
+        if name != "paths"
+    },
+)

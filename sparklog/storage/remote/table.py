@@ -29,7 +29,6 @@ threads); instances in other processes coordinate through Delta's optimistic con
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import shutil
@@ -43,11 +42,22 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from sparklog.records.control import ControlRecordType, control_type_of
 from sparklog.storage.delta_sync import local_dir, sync_checkpoint, sync_commits
 from sparklog.storage.object_store import open_object_store, redact
-from sparklog.storage.remote.codec import batches_to_rows, rows_to_batch_list
-from sparklog.storage.remote.files import PartitionFiles, partition_files
+from sparklog.storage.remote.codec import rows_to_batch_list
+from sparklog.storage.remote.files import EMPTY_PARTITION, PartitionFiles, partition_files
+from sparklog.storage.remote.rows import (
+    FILE_SCHEMA,
+    READ_COLUMNS,
+    aborted_txns,
+    complete_bytes,
+    in_offset_order,
+    producer_entries,
+    row_bytes,
+    rows_end_offset,
+    timestamps_ms,
+    upload_rows,
+)
 from sparklog.storage.remote.schema import (
     PARTITION_COLUMNS,
     TABLE_SCHEMA,
@@ -65,7 +75,6 @@ from sparklog.storage.remote.tier import (
     RemoteStorageError,
     SegmentUpload,
 )
-from sparklog.storage.txn_index import AbortedTxn
 
 logger = logging.getLogger(__name__)
 
@@ -79,10 +88,6 @@ STATS_COLUMNS = (
     "leader_epoch",
     "producer_id",
 )
-#: The columns of a data file (Delta keeps partition columns in the paths), and what a read
-#: needs to rebuild batches.
-_FILE_SCHEMA = pa.schema([f for f in TABLE_SCHEMA if f.name not in PARTITION_COLUMNS])
-_READ_COLUMNS = _FILE_SCHEMA.names
 _BATCH_COLUMNS = [
     "offset",
     "batch_base_offset",
@@ -103,7 +108,6 @@ _DELTA_ENCODED = (
     "batch_max_timestamp",
     "batch_base_timestamp",
 )
-_INT32_MAX = 0x7FFFFFFF
 _MAX_TIMESTAMP = -3  # ListOffsets' MAX_TIMESTAMP (KIP-734)
 
 
@@ -245,7 +249,7 @@ class DeltaTopicTable:
         return self._files
 
     def _partition(self, partition: int) -> PartitionFiles:
-        return self._index().get(partition, _EMPTY)
+        return self._index().get(partition, EMPTY_PARTITION)
 
     # -- append -------------------------------------------------------------------------------
 
@@ -264,7 +268,7 @@ class DeltaTopicTable:
         partitions = [u.partition for u in uploads]
         if len(set(partitions)) != len(partitions):
             raise ValueError(f"one upload per partition per commit, got partitions {partitions}")
-        rows_by_partition = {u.partition: _rows_of(u) for u in uploads}
+        rows_by_partition = {u.partition: upload_rows(u) for u in uploads}
         for _attempt in range(_COMMIT_RETRIES):
             self.refresh()
             todo = self._pending(uploads)
@@ -286,7 +290,7 @@ class DeltaTopicTable:
                     self._dt,
                     rows,
                     mode="append",
-                    writer_properties=writer_properties(_row_bytes(rows), rows.num_rows),
+                    writer_properties=writer_properties(row_bytes(rows), rows.num_rows),
                     commit_properties=properties,
                     post_commithook_properties=PostCommitHookProperties(
                         create_checkpoint=False, cleanup_expired_logs=False
@@ -365,7 +369,7 @@ class DeltaTopicTable:
         aborted = None
         if include_aborted:
             end = rows_end_offset(batches[taken - 1]) if taken else start_offset
-            aborted = _aborted_txns(rows.filter(pc.field("offset") <= end))
+            aborted = aborted_txns(rows.filter(pc.field("offset") <= end))
         return RemoteRead(start_offset, records, aborted)
 
     def _read_rows(self, partition: int, start: int, max_bytes: int, upper: int | None) -> pa.Table:
@@ -384,20 +388,20 @@ class DeltaTopicTable:
                 if not piece.num_rows:
                     continue
                 pieces.append(piece)
-                size += _row_bytes(piece)
+                size += row_bytes(piece)
                 if size >= max_bytes:  # rows of the last batch read may follow
                     last_base = piece.column("batch_base_offset")[-1].as_py()
                     bound = last_base if next_base is None else min(next_base, last_base)
-                    if _complete_bytes(pieces, bound) >= max_bytes:
+                    if complete_bytes(pieces, bound) >= max_bytes:
                         scan.close()
-                        return _in_offset_order(pieces, bound)
+                        return in_offset_order(pieces, bound)
             if (  # the file is read whole: batches below the next file's are complete
                 next_base is not None
                 and size >= max_bytes
-                and _complete_bytes(pieces, next_base) >= max_bytes
+                and complete_bytes(pieces, next_base) >= max_bytes
             ):
-                return _in_offset_order(pieces, next_base)
-        return _in_offset_order(pieces, None)
+                return in_offset_order(pieces, next_base)
+        return in_offset_order(pieces, None)
 
     def _read_filter(self, files: PartitionFiles, f: int, start: int, upper: int | None) -> Any:
         """Rows of batches ending at or after `start` and starting before `upper`; the
@@ -413,13 +417,13 @@ class DeltaTopicTable:
     def _dataset_of(self, paths: list[str]) -> Any:
         base = self._dataset
         fragments = [base.format.make_fragment(p, filesystem=base.filesystem) for p in paths]
-        return ds.FileSystemDataset(fragments, _FILE_SCHEMA, base.format, base.filesystem)
+        return ds.FileSystemDataset(fragments, FILE_SCHEMA, base.format, base.filesystem)
 
     def _batches(self, path: str, where: Any) -> Any:
         """The file's rows matching `where`, record batch by record batch (a generator)."""
         try:
             scanner = self._dataset_of([path]).scanner(
-                columns=_READ_COLUMNS, filter=where, use_threads=False
+                columns=READ_COLUMNS, filter=where, use_threads=False
             )
             yield from scanner.to_batches()
         except Exception as e:
@@ -428,7 +432,7 @@ class DeltaTopicTable:
     def _scan(self, paths: list[str], where: Any, columns: list[str] | None = None) -> pa.Table:
         try:
             return self._dataset_of(paths).to_table(
-                columns=columns or _READ_COLUMNS, filter=where, use_threads=False
+                columns=columns or READ_COLUMNS, filter=where, use_threads=False
             )
         except Exception as e:
             raise self._error("cannot be read (a data file is missing or damaged)", e) from e
@@ -446,7 +450,7 @@ class DeltaTopicTable:
         best = int(files.max_timestamp_ms.max())
         paths = [files.paths[i] for i in np.flatnonzero(files.max_timestamp_ms == best).tolist()]
         rows = self._scan(paths, None, ["offset", "timestamp"])
-        ts = _ms(rows)
+        ts = timestamps_ms(rows)
         top = int(ts.max()) if len(ts) else best
         offsets = rows.column("offset").to_numpy()[ts == top]
         return int(offsets.min()), top
@@ -465,7 +469,7 @@ class DeltaTopicTable:
                 at = int(np.argmin(rows.column("offset").to_numpy()))
                 offset = int(rows.column("offset")[at].as_py())
                 if found is None or offset < found[0]:
-                    found = (offset, int(_ms(rows)[at]))
+                    found = (offset, int(timestamps_ms(rows)[at]))
         return found
 
     # -- retention ----------------------------------------------------------------------------
@@ -569,7 +573,7 @@ class DeltaTopicTable:
             where = (last < end_offset) & (pc.field("producer_id") >= 0)
             where &= ~pc.field("is_control")
             rows = self._scan(paths, where, _BATCH_COLUMNS)
-        return _producer_entries(rows)
+        return producer_entries(rows)
 
     # -- drop / maintenance -------------------------------------------------------------------
 
@@ -659,27 +663,6 @@ class DeltaTopicTable:
         return f"DeltaTopicTable({self.topic}, {self._where()})"
 
 
-_EMPTY = PartitionFiles(
-    paths=[],
-    **{
-        k: np.zeros(0, dtype=np.int64)
-        for k in (
-            "size",
-            "rows",
-            "min_offset",
-            "max_offset",
-            "min_base",
-            "max_batch_end",
-            "max_delta",
-            "max_timestamp_ms",
-            "min_epoch",
-            "max_epoch",
-            "max_producer_id",
-        )
-    },
-)
-
-
 def open_topic_table(
     root: str,
     topic: str,
@@ -698,20 +681,6 @@ def open_topic_table(
     )
 
 
-def _rows_of(upload: SegmentUpload) -> pa.Table:
-    rows = batches_to_rows(upload.records, upload.partition, upload.aborted)
-    if rows.num_rows:
-        offsets = rows.column("offset")
-        first = pc.min(rows.column("batch_base_offset")).as_py()
-        last = pc.max(offsets).as_py()
-        if first < upload.start_offset or last >= upload.end_offset:
-            raise ValueError(
-                f"upload of partition {upload.partition} holds offsets {first}..{last}, "
-                f"outside [{upload.start_offset}, {upload.end_offset})"
-            )
-    return rows
-
-
 def writer_properties(row_bytes: int, rows: int) -> Any:
     """Parquet settings of the data files: row groups of about `_ROW_GROUP_BYTES` (a read
     of `max_bytes` decodes about that much more, by row-group statistics), offsets and
@@ -724,100 +693,3 @@ def writer_properties(row_bytes: int, rows: int) -> Any:
     columns = {name: delta for name in _DELTA_ENCODED}
     columns["value"] = ColumnProperties(dictionary_enabled=False)
     return WriterProperties(max_row_group_size=group_rows, column_properties=columns)
-
-
-def _in_offset_order(pieces: list[pa.RecordBatch], complete_below: int | None) -> pa.Table:
-    """The pieces' rows of batches starting below `complete_below` (all: None), by offset."""
-    if not pieces:
-        return _FILE_SCHEMA.empty_table().select(_READ_COLUMNS)
-    rows = pa.Table.from_batches(pieces)
-    if complete_below is not None:
-        rows = rows.filter(pc.field("batch_base_offset") < complete_below)
-    offsets = rows.column("offset").to_numpy()
-    if len(offsets) > 1 and not bool(np.all(offsets[1:] > offsets[:-1])):
-        rows = rows.take(pa.array(np.argsort(offsets, kind="stable")))
-    return rows
-
-
-def _complete_bytes(pieces: list[pa.RecordBatch], complete_below: int) -> int:
-    """About how many batch bytes the rows of batches starting below `complete_below` take."""
-    return sum(_row_bytes(p.filter(pc.field("batch_base_offset") < complete_below)) for p in pieces)
-
-
-def _row_bytes(rows: pa.Table | pa.RecordBatch) -> int:
-    """A lower bound of the rows' size in uncompressed batches (a record takes at least 7
-    bytes besides its key and value), so a read that stops at `max_bytes` of it has enough."""
-    size = 7 * rows.num_rows
-    for name in ("key", "value"):
-        size += int(pc.sum(pc.binary_length(rows.column(name))).as_py() or 0)
-    return size
-
-
-def _ms(rows: pa.Table) -> np.ndarray:
-    return rows.column("timestamp").cast(pa.int64()).to_numpy() // 1000
-
-
-def rows_end_offset(batch: bytes) -> int:
-    """The last offset of a v2 batch (base offset + last offset delta)."""
-    return int.from_bytes(batch[0:8], "big", signed=True) + int.from_bytes(
-        batch[23:27], "big", signed=True
-    )
-
-
-def _aborted_txns(rows: pa.Table) -> tuple[AbortedTxn, ...]:
-    """The aborted transactions the rows show: per producer, from its first aborted batch in
-    the read to its ABORT marker (or last aborted record), as the consumer's read_committed
-    filter needs them (`first_offset` at or before the first aborted batch it meets)."""
-    aborted = rows.filter(pc.field("aborted"))
-    if not aborted.num_rows:
-        return ()
-    grouped = aborted.group_by("producer_id").aggregate(
-        [("batch_base_offset", "min"), ("offset", "max")]
-    )
-    markers: dict[int, int] = {}
-    control = rows.filter(pc.field("is_control"))
-    for pid, offset, key in zip(
-        control.column("producer_id").to_pylist(),
-        control.column("offset").to_pylist(),
-        control.column("key").to_pylist(),
-        strict=True,
-    ):
-        with contextlib.suppress(Exception):
-            if control_type_of(key) == ControlRecordType.ABORT:
-                markers[pid] = max(markers.get(pid, -1), offset)
-    out = []
-    for pid, first, last in zip(
-        grouped.column("producer_id").to_pylist(),
-        grouped.column("batch_base_offset_min").to_pylist(),
-        grouped.column("offset_max").to_pylist(),
-        strict=True,
-    ):
-        end = max(last, markers.get(pid, last))
-        out.append(AbortedTxn(pid, first, end, first))
-    return tuple(sorted(out, key=lambda t: t.first_offset))
-
-
-def _producer_entries(rows: pa.Table) -> list[ProducerSnapshotEntry]:
-    if not rows.num_rows:
-        return []
-    pid = rows.column("producer_id").to_numpy()
-    base = rows.column("batch_base_offset").to_numpy()
-    order = np.lexsort((base, pid))
-    last_of_pid = np.flatnonzero(np.append(pid[order][1:] != pid[order][:-1], True))
-    picked = rows.take(pa.array(order[last_of_pid]))
-    out = []
-    for r in picked.to_pylist():
-        delta = r["batch_last_offset_delta"]
-        first_seq = r["base_sequence"]
-        last_seq = first_seq if first_seq < 0 else (first_seq + delta) & _INT32_MAX
-        out.append(
-            ProducerSnapshotEntry(
-                producer_id=r["producer_id"],
-                producer_epoch=r["producer_epoch"],
-                first_sequence=first_seq,
-                last_sequence=last_seq,
-                last_offset=r["batch_base_offset"] + delta,
-                last_timestamp=r["batch_max_timestamp"],
-            )
-        )
-    return out

@@ -1,0 +1,135 @@
+"""Row-level helpers of the topic table that need no `deltalake`: checking an upload's rows,
+ordering what a read found, sizing it, and what followers rebuild from rows (aborted
+transactions, producer states)."""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from sparklog.records.control import ControlRecordType, control_type_of
+from sparklog.storage.remote.codec import batches_to_rows
+from sparklog.storage.remote.schema import PARTITION_COLUMNS, TABLE_SCHEMA
+from sparklog.storage.remote.tier import ProducerSnapshotEntry, SegmentUpload
+from sparklog.storage.txn_index import AbortedTxn
+
+#: The columns of a data file (Delta keeps partition columns in the paths), and what a read
+#: needs to rebuild batches.
+FILE_SCHEMA = pa.schema([f for f in TABLE_SCHEMA if f.name not in PARTITION_COLUMNS])
+READ_COLUMNS = FILE_SCHEMA.names
+_INT32_MAX = 0x7FFFFFFF
+
+
+def upload_rows(upload: SegmentUpload) -> pa.Table:
+    """The rows of an upload's batches; ValueError when they leave its [start, end)."""
+    rows = batches_to_rows(upload.records, upload.partition, upload.aborted)
+    if rows.num_rows:
+        offsets = rows.column("offset")
+        first = pc.min(rows.column("batch_base_offset")).as_py()
+        last = pc.max(offsets).as_py()
+        if first < upload.start_offset or last >= upload.end_offset:
+            raise ValueError(
+                f"upload of partition {upload.partition} holds offsets {first}..{last}, "
+                f"outside [{upload.start_offset}, {upload.end_offset})"
+            )
+    return rows
+
+
+def in_offset_order(pieces: list[pa.RecordBatch], complete_below: int | None) -> pa.Table:
+    """The pieces' rows of batches starting below `complete_below` (all: None), by offset."""
+    if not pieces:
+        return FILE_SCHEMA.empty_table().select(READ_COLUMNS)
+    rows = pa.Table.from_batches(pieces)
+    if complete_below is not None:
+        rows = rows.filter(pc.field("batch_base_offset") < complete_below)
+    offsets = rows.column("offset").to_numpy()
+    if len(offsets) > 1 and not bool(np.all(offsets[1:] > offsets[:-1])):
+        rows = rows.take(pa.array(np.argsort(offsets, kind="stable")))
+    return rows
+
+
+def complete_bytes(pieces: list[pa.RecordBatch], complete_below: int) -> int:
+    """About how many batch bytes the rows of batches starting below `complete_below` take."""
+    return sum(row_bytes(p.filter(pc.field("batch_base_offset") < complete_below)) for p in pieces)
+
+
+def row_bytes(rows: pa.Table | pa.RecordBatch) -> int:
+    """A lower bound of the rows' size in uncompressed batches (a record takes at least 7
+    bytes besides its key and value), so a read that stops at `max_bytes` of it has enough."""
+    size = 7 * rows.num_rows
+    for name in ("key", "value"):
+        size += int(pc.sum(pc.binary_length(rows.column(name))).as_py() or 0)
+    return size
+
+
+def timestamps_ms(rows: pa.Table) -> np.ndarray:
+    return rows.column("timestamp").cast(pa.int64()).to_numpy() // 1000
+
+
+def rows_end_offset(batch: bytes) -> int:
+    """The last offset of a v2 batch (base offset + last offset delta)."""
+    return int.from_bytes(batch[0:8], "big", signed=True) + int.from_bytes(
+        batch[23:27], "big", signed=True
+    )
+
+
+def aborted_txns(rows: pa.Table) -> tuple[AbortedTxn, ...]:
+    """The aborted transactions the rows show: per producer, from its first aborted batch in
+    the read to its ABORT marker (or last aborted record), as the consumer's read_committed
+    filter needs them (`first_offset` at or before the first aborted batch it meets)."""
+    aborted = rows.filter(pc.field("aborted"))
+    if not aborted.num_rows:
+        return ()
+    grouped = aborted.group_by("producer_id").aggregate(
+        [("batch_base_offset", "min"), ("offset", "max")]
+    )
+    markers: dict[int, int] = {}
+    control = rows.filter(pc.field("is_control"))
+    for pid, offset, key in zip(
+        control.column("producer_id").to_pylist(),
+        control.column("offset").to_pylist(),
+        control.column("key").to_pylist(),
+        strict=True,
+    ):
+        with contextlib.suppress(Exception):
+            if control_type_of(key) == ControlRecordType.ABORT:
+                markers[pid] = max(markers.get(pid, -1), offset)
+    out = []
+    for pid, first, last in zip(
+        grouped.column("producer_id").to_pylist(),
+        grouped.column("batch_base_offset_min").to_pylist(),
+        grouped.column("offset_max").to_pylist(),
+        strict=True,
+    ):
+        end = max(last, markers.get(pid, last))
+        out.append(AbortedTxn(pid, first, end, first))
+    return tuple(sorted(out, key=lambda t: t.first_offset))
+
+
+def producer_entries(rows: pa.Table) -> list[ProducerSnapshotEntry]:
+    if not rows.num_rows:
+        return []
+    pid = rows.column("producer_id").to_numpy()
+    base = rows.column("batch_base_offset").to_numpy()
+    order = np.lexsort((base, pid))
+    last_of_pid = np.flatnonzero(np.append(pid[order][1:] != pid[order][:-1], True))
+    picked = rows.take(pa.array(order[last_of_pid]))
+    out = []
+    for r in picked.to_pylist():
+        delta = r["batch_last_offset_delta"]
+        first_seq = r["base_sequence"]
+        last_seq = first_seq if first_seq < 0 else (first_seq + delta) & _INT32_MAX
+        out.append(
+            ProducerSnapshotEntry(
+                producer_id=r["producer_id"],
+                producer_epoch=r["producer_epoch"],
+                first_sequence=first_seq,
+                last_sequence=last_seq,
+                last_offset=r["batch_base_offset"] + delta,
+                last_timestamp=r["batch_max_timestamp"],
+            )
+        )
+    return out
