@@ -9,4 +9,5 @@ Modules:
 - `codec`      batches <-> rows (record-identical rebuild), vectorized over Arrow
 - `files`      which data files a request needs, from their add actions' statistics
 - `rows`       row-level helpers: upload checks, read ordering and sizing, follower state
+- `values`     typed values (remote.table.value.format json|avro): value_typed, value_error
 """

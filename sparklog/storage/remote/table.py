@@ -75,6 +75,12 @@ from sparklog.storage.remote.tier import (
     RemoteStorageError,
     SegmentUpload,
 )
+from sparklog.storage.remote.values import (
+    ERROR_COLUMN,
+    TYPED_COLUMN,
+    ValueDecoder,
+    value_decoder,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -123,14 +129,19 @@ class DeltaTopicTable:
         storage_options: Mapping[str, str] | None = None,
         create: bool = True,
         fsync: bool = True,
+        value_format: str = "binary",
+        value_schema: str = "",
     ) -> None:
         """Open the topic's table, creating it when `create` (then `topic_id` is required).
         A table of another topic id (the topic was deleted and re-created while its table
-        was kept) raises RemoteStorageError naming both ids and what to do."""
+        was kept) raises RemoteStorageError naming both ids and what to do. `value_format` /
+        `value_schema` are the topic's `remote.table.value.*` (see `configure_values`)."""
         self.topic = topic
         self.location = table_location(root, topic)
         self.storage_options = dict(storage_options or {})
         self._lock = threading.RLock()
+        self._values: ValueDecoder | None = None
+        self.configure_values(value_format, value_schema)
         self._local = local_dir(self.location) if fsync else None
         self._dt: Any = self._open(topic_id, create)
         config = self._dt.metadata().configuration
@@ -147,6 +158,14 @@ class DeltaTopicTable:
         self._files_version = -1
         self._files: dict[int, PartitionFiles] = {}
         self._dataset: Any = None
+
+    def configure_values(self, value_format: str, value_schema: str) -> None:
+        """Decode the values of later uploads into `value_typed` / `value_error` columns
+        (`values.py`): the topic's `remote.table.value.format` and `.schema` changed. Raises
+        ValueSchemaError when the schema cannot be used (nothing changes then)."""
+        decoder = value_decoder(value_format, value_schema)
+        with self._lock:
+            self._values = decoder
 
     # -- open / create ------------------------------------------------------------------------
 
@@ -258,12 +277,7 @@ class DeltaTopicTable:
             return self._append(list(uploads))
 
     def _append(self, uploads: list[SegmentUpload]) -> int | None:
-        from deltalake import (
-            CommitProperties,
-            PostCommitHookProperties,
-            Transaction,
-            write_deltalake,
-        )
+        from deltalake import CommitProperties, Transaction
 
         partitions = [u.partition for u in uploads]
         if len(set(partitions)) != len(partitions):
@@ -274,7 +288,9 @@ class DeltaTopicTable:
             todo = self._pending(uploads)
             if not todo:
                 return None
-            rows = pa.concat_tables([rows_by_partition[u.partition] for u in todo])
+            rows = self._with_values(
+                pa.concat_tables([rows_by_partition[u.partition] for u in todo])
+            )
             ranges = {u.partition: (u.start_offset, u.end_offset) for u in todo}
             epochs = {str(u.partition): u.leader_epoch for u in todo}
             properties = CommitProperties(
@@ -286,15 +302,9 @@ class DeltaTopicTable:
             )
             before = self._dt.version()
             try:
-                write_deltalake(
-                    self._dt,
+                self._write(
                     rows,
-                    mode="append",
-                    writer_properties=writer_properties(row_bytes(rows), rows.num_rows),
-                    commit_properties=properties,
-                    post_commithook_properties=PostCommitHookProperties(
-                        create_checkpoint=False, cleanup_expired_logs=False
-                    ),
+                    properties,
                 )
             except Exception as e:
                 text = str(e)
@@ -312,6 +322,44 @@ class DeltaTopicTable:
             f"The topic table {self._where()} kept changing under {_COMMIT_RETRIES} commit "
             "attempts; the copy retries later"
         )
+
+    def _with_values(self, rows: pa.Table) -> pa.Table:
+        if self._values is None:
+            return rows
+        typed, errors = self._values.decode(rows.column("value"))
+        return rows.append_column(self._values.fields()[0], typed).append_column(
+            self._values.fields()[1], errors
+        )
+
+    def _write(self, rows: pa.Table, properties: Any) -> None:
+        """One append commit; columns the table or the rows lack are merged in (typed values
+        switched on or off). A typed column the table holds with another type is left null,
+        and `value_error` says so: the upload goes on."""
+        from deltalake import PostCommitHookProperties, write_deltalake
+
+        have = set(pa.schema(self._dt.schema().to_arrow()).names)
+        merge = have != set(rows.schema.names)
+        try:
+            write_deltalake(
+                self._dt,
+                rows,
+                mode="append",
+                schema_mode="merge" if merge else None,
+                writer_properties=writer_properties(row_bytes(rows), rows.num_rows),
+                commit_properties=properties,
+                post_commithook_properties=PostCommitHookProperties(
+                    create_checkpoint=False, cleanup_expired_logs=False
+                ),
+            )
+        except Exception as e:
+            if TYPED_COLUMN not in rows.schema.names or "Concurrent" in str(e):
+                raise
+            logger.warning("%s: typed values left out of this commit: %s", self, e)
+            note = f"value_typed not written: the table's column has another type ({e})"[:500]
+            rows = rows.drop_columns([TYPED_COLUMN, ERROR_COLUMN]).append_column(
+                ERROR_COLUMN, pa.array([note] * rows.num_rows, pa.string())
+            )
+            self._write(rows, properties)
 
     def _pending(self, uploads: list[SegmentUpload]) -> list[SegmentUpload]:
         """The uploads not in the table yet; FencedUploadError when one cannot follow."""
@@ -670,14 +718,19 @@ def open_topic_table(
     *,
     storage_options: Mapping[str, str] | None = None,
     create: bool = True,
+    value_format: str = "binary",
+    value_schema: str = "",
 ) -> DeltaTopicTable:
-    """The topic's table under `remote.table.root` (see `DeltaTopicTable`)."""
+    """The topic's table under `remote.table.root` (see `DeltaTopicTable`); created when
+    missing if `topic_id` is given."""
     return DeltaTopicTable(
         root,
         topic,
         topic_id,
         storage_options=storage_options,
         create=create and topic_id is not None,
+        value_format=value_format,
+        value_schema=value_schema,
     )
 
 
