@@ -432,12 +432,16 @@ class DeltaTopicTable:
         for i, f in enumerate(order):
             next_base = int(files.min_base[order[i + 1]]) if i + 1 < len(order) else None
             scan = self._batches(files.paths[f], self._read_filter(files, f, start, upper))
+            in_order, last_offset = True, -1  # a file's rows are in offset order as written
             for piece in scan:
                 if not piece.num_rows:
                     continue
                 pieces.append(piece)
                 size += row_bytes(piece)
-                if size >= max_bytes:  # rows of the last batch read may follow
+                offsets = piece.column("offset").to_numpy()
+                in_order &= bool(offsets[0] > last_offset) and bool(np.all(np.diff(offsets) > 0))
+                last_offset = int(offsets[-1])
+                if size >= max_bytes and in_order:  # rows of the last batch read may follow
                     last_base = piece.column("batch_base_offset")[-1].as_py()
                     bound = last_base if next_base is None else min(next_base, last_base)
                     if complete_bytes(pieces, bound) >= max_bytes:

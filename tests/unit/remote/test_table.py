@@ -353,3 +353,23 @@ def test_reads_stop_early_inside_files_of_many_row_groups(table):
             want.append(b)
             size += len(b)
         assert got == b"".join(want), (start, max_bytes)
+
+
+def test_reads_after_compaction_match_the_batches(table):
+    batches = [batch(k * 7, 7, ts=T0 + k * 3_600_000) for k in range(200)]  # across dates
+    for a in range(0, 200, 40):
+        table.append([upload(0, batches[a : a + 40])])
+    files_before = len(table._partition(0))
+    table.maintain(vacuum_retention_hours=0)
+    table.refresh()
+    assert len(table._partition(0)) < files_before
+    rng = random.Random(4)
+    for _ in range(20):
+        start = rng.randrange(200 * 7)
+        max_bytes = rng.choice([1, 3000, 20000])
+        got = list(iter_batches(table.read(0, start, max_bytes).records))
+        assert got[0].header.base_offset == start // 7 * 7
+        assert b"".join(bytes(b.data) for b in got) == b"".join(
+            batches[start // 7 : start // 7 + len(got)]
+        )
+        assert sum(len(b.data) for b in got) <= max_bytes or len(got) == 1
