@@ -400,12 +400,17 @@ class DeltaTopicTable:
         upper_bound_offset: int | None = None,
         include_aborted: bool = False,
     ) -> RemoteRead:
-        with self._lock:
+        for attempt in (0, 1):
+            with self._lock:  # a snapshot of the files; the scan runs without the lock
+                if attempt:  # files compacted away since this handle's version
+                    self.refresh()
+                files, base = self._partition(partition), self._dataset
             try:
-                rows = self._read_rows(partition, start_offset, max_bytes, upper_bound_offset)
-            except RemoteStorageError:  # files compacted away since this handle's version
-                self.refresh()
-                rows = self._read_rows(partition, start_offset, max_bytes, upper_bound_offset)
+                rows = self._read_rows(files, base, start_offset, max_bytes, upper_bound_offset)
+                break
+            except RemoteStorageError:
+                if attempt:
+                    raise
         batches = rows_to_batch_list(rows)
         taken, size = 0, 0
         for batch in batches:  # whole batches up to max_bytes, at least one
@@ -420,18 +425,20 @@ class DeltaTopicTable:
             aborted = aborted_txns(rows.filter(pc.field("offset") <= end))
         return RemoteRead(start_offset, records, aborted)
 
-    def _read_rows(self, partition: int, start: int, max_bytes: int, upper: int | None) -> pa.Table:
+    def _read_rows(
+        self, files: PartitionFiles, base: Any, start: int, max_bytes: int, upper: int | None
+    ) -> pa.Table:
         """Rows of the whole batches from the one holding `start`, about `max_bytes` of them
         (more when needed to complete a batch), in offset order. Files are scanned in
         `files.PartitionFiles` read order, row group by row group, and the scan stops once the
         batches known complete (starting below every unread row's batch) hold `max_bytes`."""
-        files = self._partition(partition)
         order = files.for_read(start, upper)
         pieces: list[pa.RecordBatch] = []
         size = 0
         for i, f in enumerate(order):
             next_base = int(files.min_base[order[i + 1]]) if i + 1 < len(order) else None
-            scan = self._batches(files.paths[f], self._read_filter(files, f, start, upper))
+            where = self._read_filter(files, f, start, upper)
+            scan = self._batches(base, files.paths[f], where)
             in_order, last_offset = True, -1  # a file's rows are in offset order as written
             for piece in scan:
                 if not piece.num_rows:
@@ -466,15 +473,16 @@ class DeltaTopicTable:
             where &= pc.field("batch_base_offset") < upper
         return where
 
-    def _dataset_of(self, paths: list[str]) -> Any:
-        base = self._dataset
+    @staticmethod
+    def _dataset_of(base: Any, paths: list[str]) -> Any:
+        """A dataset of some of the table's files, opened through `base`'s filesystem."""
         fragments = [base.format.make_fragment(p, filesystem=base.filesystem) for p in paths]
         return ds.FileSystemDataset(fragments, FILE_SCHEMA, base.format, base.filesystem)
 
-    def _batches(self, path: str, where: Any) -> Any:
+    def _batches(self, base: Any, path: str, where: Any) -> Any:
         """The file's rows matching `where`, record batch by record batch (a generator)."""
         try:
-            scanner = self._dataset_of([path]).scanner(
+            scanner = self._dataset_of(base, [path]).scanner(
                 columns=READ_COLUMNS, filter=where, use_threads=False
             )
             yield from scanner.to_batches()
@@ -483,7 +491,7 @@ class DeltaTopicTable:
 
     def _scan(self, paths: list[str], where: Any, columns: list[str] | None = None) -> pa.Table:
         try:
-            return self._dataset_of(paths).to_table(
+            return self._dataset_of(self._dataset, paths).to_table(
                 columns=columns or READ_COLUMNS, filter=where, use_threads=False
             )
         except Exception as e:

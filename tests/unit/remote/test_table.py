@@ -373,3 +373,36 @@ def test_reads_after_compaction_match_the_batches(table):
             batches[start // 7 : start // 7 + len(got)]
         )
         assert sum(len(b.data) for b in got) <= max_bytes or len(got) == 1
+
+
+def test_reads_from_many_threads_while_the_leader_appends(table):
+    batches = [batch(k * 5, 5) for k in range(60)]
+    table.append([upload(0, batches[:10])])
+    stop = threading.Event()
+    problems: list[object] = []
+
+    def reader(seed: int) -> None:
+        rng = random.Random(seed)
+        for _ in range(30):  # bounded: the appends go on meanwhile
+            if stop.is_set():
+                return
+            start = rng.randrange(50)
+            try:
+                got = table.read(0, start, rng.choice([1, 2000])).records
+            except BaseException as e:  # noqa: BLE001 - asserted below
+                problems.append(e)
+                return
+            first = start // 5
+            if not got or not b"".join(batches[first:]).startswith(got):
+                problems.append((start, len(got)))
+
+    threads = [threading.Thread(target=reader, args=(s,)) for s in range(3)]
+    for t in threads:
+        t.start()
+    for a in range(10, 60, 10):
+        table.append([upload(0, batches[a : a + 10])])
+    stop.set()
+    for t in threads:
+        t.join()
+    assert problems == []
+    assert table.read(0, 0, 1 << 20).records == b"".join(batches)
