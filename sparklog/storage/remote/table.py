@@ -311,7 +311,7 @@ class DeltaTopicTable:
                 if "Concurrent transaction" in text:
                     self.refresh()
                     raise FencedUploadError(self._fenced_message(todo)) from e
-                if "already exists" in text or "conflict" in text.lower():
+                if _raced(e):  # another writer's commit (other partitions, retention, compaction)
                     logger.debug("%s: commit raced another writer (%s); retrying", self, text)
                     continue
                 raise self._error("cannot be written", e) from e
@@ -561,7 +561,7 @@ class DeltaTopicTable:
                     ),
                 )
             except Exception as e:
-                if "conflict" in str(e).lower() or "already exists" in str(e):
+                if _raced(e):
                     self.refresh()
                     continue
                 raise self._error("cannot be written (retention)", e) from e
@@ -721,6 +721,21 @@ class DeltaTopicTable:
 
     def __repr__(self) -> str:
         return f"DeltaTopicTable({self.topic}, {self._where()})"
+
+
+def _raced(e: BaseException) -> bool:
+    """A commit lost to another writer's (nothing of it committed): worth retrying on the
+    new version. Delta's conflict checker also refuses an append beside a concurrent delete
+    ("a concurrent transaction deleted data this operation read")."""
+    from deltalake.exceptions import CommitFailedError
+
+    text = str(e)
+    return (
+        isinstance(e, CommitFailedError)
+        or "already exists" in text
+        or "conflict" in text.lower()
+        or "concurrent" in text.lower()
+    )
 
 
 def open_topic_table(

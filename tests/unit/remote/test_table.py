@@ -406,3 +406,28 @@ def test_reads_from_many_threads_while_the_leader_appends(table):
         t.join()
     assert problems == []
     assert table.read(0, 0, 1 << 20).records == b"".join(batches)
+
+
+def test_retention_on_one_partition_beside_copies_to_another(tmp_path):
+    root = str(tmp_path / "tier")
+    first = DeltaTopicTable(root, "orders", TOPIC_ID)
+    first.append([upload(0, [batch(k * 2, 2) for k in range(20)])])
+    other = DeltaTopicTable(root, "orders", TOPIC_ID)  # another broker, leading partition 1
+    errors: list[BaseException] = []
+
+    def copier() -> None:
+        try:
+            for k in range(8):
+                other.append([upload(1, [batch(k * 2, 2)])])
+        except BaseException as e:  # noqa: BLE001 - asserted below
+            errors.append(e)
+
+    thread = threading.Thread(target=copier)
+    thread.start()
+    for cut in range(4, 40, 5):
+        first.delete_before(0, cut)
+    thread.join()
+    assert errors == []
+    first.refresh()
+    assert first.start_offset(0) == 38 and first.copied_end_offset(1) == 16
+    assert first.read(1, 0, 1 << 20).records == b"".join(batch(k * 2, 2) for k in range(8))
