@@ -44,7 +44,10 @@ def in_offset_order(pieces: list[pa.RecordBatch], complete_below: int | None) ->
         return FILE_SCHEMA.empty_table().select(READ_COLUMNS)
     rows = pa.Table.from_batches(pieces)
     if complete_below is not None:
-        rows = rows.filter(pc.field("batch_base_offset") < complete_below)
+        base = rows.column("batch_base_offset").to_numpy()
+        keep = base < complete_below
+        if not keep.all():
+            rows = rows.filter(pa.array(keep))
     offsets = rows.column("offset").to_numpy()
     if len(offsets) > 1 and not bool(np.all(offsets[1:] > offsets[:-1])):
         rows = rows.take(pa.array(np.argsort(offsets, kind="stable")))
@@ -53,12 +56,25 @@ def in_offset_order(pieces: list[pa.RecordBatch], complete_below: int | None) ->
 
 def complete_bytes(pieces: list[pa.RecordBatch], complete_below: int) -> int:
     """About how many batch bytes the rows of batches starting below `complete_below` take."""
-    return sum(row_bytes(p.filter(pc.field("batch_base_offset") < complete_below)) for p in pieces)
+    total = 0
+    for piece in pieces:
+        keep = piece.column("batch_base_offset").to_numpy() < complete_below
+        total += int(row_sizes(piece)[keep].sum())
+    return total
+
+
+def row_sizes(rows: pa.Table | pa.RecordBatch) -> np.ndarray:
+    """A lower bound of each row's size in an uncompressed batch (a record takes at least 7
+    bytes besides its key and value), so a read that stops at `max_bytes` of it has enough."""
+    size = np.full(rows.num_rows, 7, dtype=np.int64)
+    for name in ("key", "value"):
+        lengths = pc.binary_length(rows.column(name))
+        size += np.asarray(pc.fill_null(lengths, 0).to_numpy(zero_copy_only=False), np.int64)
+    return size
 
 
 def row_bytes(rows: pa.Table | pa.RecordBatch) -> int:
-    """A lower bound of the rows' size in uncompressed batches (a record takes at least 7
-    bytes besides its key and value), so a read that stops at `max_bytes` of it has enough."""
+    """`row_sizes` summed."""
     size = 7 * rows.num_rows
     for name in ("key", "value"):
         size += int(pc.sum(pc.binary_length(rows.column(name))).as_py() or 0)

@@ -483,7 +483,11 @@ class DeltaTopicTable:
         """The file's rows matching `where`, record batch by record batch (a generator)."""
         try:
             scanner = self._dataset_of(base, [path]).scanner(
-                columns=READ_COLUMNS, filter=where, use_threads=False
+                columns=READ_COLUMNS,
+                filter=where,
+                use_threads=False,
+                batch_readahead=0,  # a read stops after about max_bytes
+                fragment_readahead=0,
             )
             yield from scanner.to_batches()
         except Exception as e:
