@@ -13,6 +13,7 @@ import shutil
 import threading
 import uuid
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -23,6 +24,7 @@ from sparklog.records.control import (
     EndTransactionMarker,
     build_end_txn_marker_batch,
 )
+from sparklog.storage import delta_sync
 from sparklog.storage.remote import table as table_module
 from sparklog.storage.remote.schema import app_id
 from sparklog.storage.remote.table import DeltaTopicTable
@@ -431,3 +433,23 @@ def test_retention_on_one_partition_beside_copies_to_another(tmp_path):
     first.refresh()
     assert first.start_offset(0) == 38 and first.copied_end_offset(1) == 16
     assert first.read(1, 0, 1 << 20).records == b"".join(batch(k * 2, 2) for k in range(8))
+
+
+def test_a_commit_and_its_data_files_are_on_disk_before_append_returns(
+    table, tmp_path, monkeypatch
+):
+    synced: list[Path] = []
+    real = delta_sync._fsync
+
+    def recording(path: Path, directory: bool = False) -> None:
+        synced.append(Path(path))
+        real(path, directory)
+
+    monkeypatch.setattr(delta_sync, "_fsync", recording)
+    table.append([upload(0, [batch(0, 3)]), upload(1, [batch(0, 2)])])
+    location = tmp_path / "tier/orders"
+    commit = location / "_delta_log/00000000000000000001.json"
+    data = [p for p in synced if p.suffix == ".parquet"]
+    assert len(data) == 2  # one file per partition
+    assert max(synced.index(p) for p in data) < synced.index(commit)
+    assert synced.index(commit) < synced.index(location / "_delta_log")
