@@ -8,6 +8,7 @@ Modules:
 - `table`      the one importer of `deltalake` for the tier: `DeltaTopicTable`
 - `codec`      batches <-> rows (record-identical rebuild), vectorized over Arrow
 - `files`      which data files a request needs, from their add actions' statistics
+- `scans`      reading chosen data files: fetch rows, timestamps, epochs, producer states
 - `rows`       row-level helpers: upload checks, read ordering and sizing, follower state
 - `values`     typed values (remote.table.value.format json|avro): value_typed, value_error
 """

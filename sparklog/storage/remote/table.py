@@ -4,8 +4,9 @@ of `tier.py`, and the only module of the tier that imports `deltalake`.
 Theory of operation. One long-lived `DeltaTable` handle per topic per process, brought up to
 date by `update_incremental()` (`refresh`). The per-partition view every request starts from,
 `files.PartitionFiles`, is computed from the add actions' statistics once per table version;
-reads open only the data files the statistics say they need (`to_pyarrow_dataset` over those
-files, single-threaded) and rebuild whole batches with `codec.rows_to_batch_list`.
+reads open only the data files the statistics say they need (`scans`, through the filesystem
+of the table's `to_pyarrow_dataset`, single-threaded, row group by row group, without the
+table's lock) and rebuild whole batches with `codec.rows_to_batch_list`.
 
 Exactly once (KIP-405's copy contract over Delta's app transactions): `append` writes every
 partition's rows in ONE commit carrying one `txn` action per partition, `app_id(topic id,
@@ -37,25 +38,18 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 
 from sparklog.storage.delta_sync import local_dir, sync_checkpoint, sync_commits
 from sparklog.storage.object_store import open_object_store, redact
+from sparklog.storage.remote import scans
 from sparklog.storage.remote.codec import rows_to_batch_list
 from sparklog.storage.remote.files import EMPTY_PARTITION, PartitionFiles, partition_files
 from sparklog.storage.remote.rows import (
-    FILE_SCHEMA,
-    READ_COLUMNS,
     aborted_txns,
-    complete_bytes,
-    in_offset_order,
-    producer_entries,
     row_bytes,
     rows_end_offset,
-    timestamps_ms,
     upload_rows,
 )
 from sparklog.storage.remote.schema import (
@@ -94,17 +88,6 @@ STATS_COLUMNS = (
     "leader_epoch",
     "producer_id",
 )
-_BATCH_COLUMNS = [
-    "offset",
-    "batch_base_offset",
-    "batch_last_offset_delta",
-    "batch_max_timestamp",
-    "leader_epoch",
-    "producer_id",
-    "producer_epoch",
-    "base_sequence",
-    "is_control",
-]
 _COMMIT_RETRIES = 20
 _ROW_GROUP_BYTES = 1 << 20  # about a fetch's max.partition.fetch.bytes
 _DELTA_ENCODED = (
@@ -270,6 +253,10 @@ class DeltaTopicTable:
     def _partition(self, partition: int) -> PartitionFiles:
         return self._index().get(partition, EMPTY_PARTITION)
 
+    def _scanner(self) -> scans.FileScanner:
+        """Opens data files of the current version (call `_partition` first)."""
+        return scans.FileScanner(self._dataset, self._error)
+
     # -- append -------------------------------------------------------------------------------
 
     def append(self, uploads: Sequence[SegmentUpload]) -> int | None:
@@ -404,9 +391,9 @@ class DeltaTopicTable:
             with self._lock:  # a snapshot of the files; the scan runs without the lock
                 if attempt:  # files compacted away since this handle's version
                     self.refresh()
-                files, base = self._partition(partition), self._dataset
+                files, scanner = self._partition(partition), self._scanner()
             try:
-                rows = self._read_rows(files, base, start_offset, max_bytes, upper_bound_offset)
+                rows = scans.read_rows(files, scanner, start_offset, max_bytes, upper_bound_offset)
                 break
             except RemoteStorageError:
                 if attempt:
@@ -425,116 +412,14 @@ class DeltaTopicTable:
             aborted = aborted_txns(rows.filter(pc.field("offset") <= end))
         return RemoteRead(start_offset, records, aborted)
 
-    def _read_rows(
-        self, files: PartitionFiles, base: Any, start: int, max_bytes: int, upper: int | None
-    ) -> pa.Table:
-        """Rows of the whole batches from the one holding `start`, about `max_bytes` of them
-        (more when needed to complete a batch), in offset order. Files are scanned in
-        `files.PartitionFiles` read order, row group by row group, and the scan stops once the
-        batches known complete (starting below every unread row's batch) hold `max_bytes`."""
-        order = files.for_read(start, upper)
-        pieces: list[pa.RecordBatch] = []
-        size = 0
-        for i, f in enumerate(order):
-            next_base = int(files.min_base[order[i + 1]]) if i + 1 < len(order) else None
-            where = self._read_filter(files, f, start, upper)
-            scan = self._batches(base, files.paths[f], where)
-            in_order, last_offset = True, -1  # a file's rows are in offset order as written
-            for piece in scan:
-                if not piece.num_rows:
-                    continue
-                pieces.append(piece)
-                size += row_bytes(piece)
-                offsets = piece.column("offset").to_numpy()
-                in_order &= bool(offsets[0] > last_offset) and bool(np.all(np.diff(offsets) > 0))
-                last_offset = int(offsets[-1])
-                if size >= max_bytes and in_order:  # rows of the last batch read may follow
-                    last_base = piece.column("batch_base_offset")[-1].as_py()
-                    bound = last_base if next_base is None else min(next_base, last_base)
-                    if complete_bytes(pieces, bound) >= max_bytes:
-                        scan.close()
-                        return in_offset_order(pieces, bound)
-            if (  # the file is read whole: batches below the next file's are complete
-                next_base is not None
-                and size >= max_bytes
-                and complete_bytes(pieces, next_base) >= max_bytes
-            ):
-                return in_offset_order(pieces, next_base)
-        return in_offset_order(pieces, None)
-
-    def _read_filter(self, files: PartitionFiles, f: int, start: int, upper: int | None) -> Any:
-        """Rows of batches ending at or after `start` and starting before `upper`; the
-        `batch_base_offset` bounds also skip row groups by their statistics."""
-        where = pc.field("batch_base_offset") >= start - int(files.max_delta[f])
-        if int(files.min_base[f]) < start:
-            batch_end = pc.add(pc.field("batch_base_offset"), pc.field("batch_last_offset_delta"))
-            where &= batch_end >= start
-        if upper is not None:
-            where &= pc.field("batch_base_offset") < upper
-        return where
-
-    @staticmethod
-    def _dataset_of(base: Any, paths: list[str]) -> Any:
-        """A dataset of some of the table's files, opened through `base`'s filesystem."""
-        fragments = [base.format.make_fragment(p, filesystem=base.filesystem) for p in paths]
-        return ds.FileSystemDataset(fragments, FILE_SCHEMA, base.format, base.filesystem)
-
-    def _batches(self, base: Any, path: str, where: Any) -> Any:
-        """The file's rows matching `where`, record batch by record batch (a generator)."""
-        try:
-            scanner = self._dataset_of(base, [path]).scanner(
-                columns=READ_COLUMNS,
-                filter=where,
-                use_threads=False,
-                batch_readahead=0,  # a read stops after about max_bytes
-                fragment_readahead=0,
-            )
-            yield from scanner.to_batches()
-        except Exception as e:
-            raise self._error("cannot be read (a data file is missing or damaged)", e) from e
-
-    def _scan(self, paths: list[str], where: Any, columns: list[str] | None = None) -> pa.Table:
-        try:
-            return self._dataset_of(self._dataset, paths).to_table(
-                columns=columns or READ_COLUMNS, filter=where, use_threads=False
-            )
-        except Exception as e:
-            raise self._error("cannot be read (a data file is missing or damaged)", e) from e
-
     def offset_for_timestamp(self, partition: int, timestamp: int) -> tuple[int, int] | None:
         with self._lock:
             files = self._partition(partition)
             if not len(files):
                 return None
             if timestamp == _MAX_TIMESTAMP:
-                return self._max_timestamp(files)
-            return self._first_at_or_after(files, timestamp)
-
-    def _max_timestamp(self, files: PartitionFiles) -> tuple[int, int]:
-        best = int(files.max_timestamp_ms.max())
-        paths = [files.paths[i] for i in np.flatnonzero(files.max_timestamp_ms == best).tolist()]
-        rows = self._scan(paths, None, ["offset", "timestamp"])
-        ts = timestamps_ms(rows)
-        top = int(ts.max()) if len(ts) else best
-        offsets = rows.column("offset").to_numpy()[ts == top]
-        return int(offsets.min()), top
-
-    def _first_at_or_after(self, files: PartitionFiles, timestamp: int) -> tuple[int, int] | None:
-        """Kafka's search: the first offset (in offset order) whose timestamp >= `timestamp`."""
-        candidates = np.flatnonzero(files.max_timestamp_ms >= timestamp)
-        order = candidates[np.argsort(files.min_offset[candidates], kind="stable")].tolist()
-        found: tuple[int, int] | None = None
-        cut = pc.field("timestamp") >= pa.scalar(timestamp * 1000, pa.timestamp("us", "UTC"))
-        for i in order:
-            if found is not None and int(files.min_offset[i]) > found[0]:
-                break  # files are in offset order: nothing earlier can follow
-            rows = self._scan([files.paths[i]], cut, ["offset", "timestamp"])
-            if rows.num_rows:
-                at = int(np.argmin(rows.column("offset").to_numpy()))
-                offset = int(rows.column("offset")[at].as_py())
-                if found is None or offset < found[0]:
-                    found = (offset, int(timestamps_ms(rows)[at]))
-        return found
+                return scans.max_timestamp(files, self._scanner())
+            return scans.first_at_or_after(files, self._scanner(), timestamp)
 
     # -- retention ----------------------------------------------------------------------------
 
@@ -594,50 +479,12 @@ class DeltaTopicTable:
 
     def epochs(self, partition: int, end_offset: int) -> list[EpochEntry]:
         with self._lock:
-            files = self._partition(partition)
-            below = files.below(end_offset)
-            starts: dict[int, int] = {}
-            mixed = []
-            for i in below:
-                if files.min_epoch[i] == files.max_epoch[i] and files.max_offset[i] < end_offset:
-                    e = int(files.min_epoch[i])
-                    starts[e] = min(starts.get(e, 1 << 62), int(files.min_base[i]))
-                else:
-                    mixed.append(files.paths[i])
-            if mixed:
-                rows = self._scan(
-                    mixed, pc.field("offset") < end_offset, ["leader_epoch", "batch_base_offset"]
-                )
-                if rows.num_rows:
-                    grouped = rows.group_by("leader_epoch").aggregate(
-                        [("batch_base_offset", "min")]
-                    )
-                    for e, s in zip(
-                        grouped.column("leader_epoch").to_pylist(),
-                        grouped.column("batch_base_offset_min").to_pylist(),
-                        strict=True,
-                    ):
-                        starts[e] = min(starts.get(e, 1 << 62), s)
-            entries, last = [], -1
-            for epoch in sorted(starts):  # epochs only grow along the log
-                if epoch >= 0 and starts[epoch] > last:
-                    entries.append(EpochEntry(epoch, starts[epoch]))
-                    last = starts[epoch]
-            return entries
+            return scans.epochs(self._partition(partition), self._scanner(), end_offset)
 
     def producer_states(self, partition: int, end_offset: int) -> list[ProducerSnapshotEntry]:
         with self._lock:
-            files = self._partition(partition)
-            paths = [
-                files.paths[i] for i in files.below(end_offset) if files.max_producer_id[i] >= 0
-            ]
-            if not paths:
-                return []
-            last = pc.add(pc.field("batch_base_offset"), pc.field("batch_last_offset_delta"))
-            where = (last < end_offset) & (pc.field("producer_id") >= 0)
-            where &= ~pc.field("is_control")
-            rows = self._scan(paths, where, _BATCH_COLUMNS)
-        return producer_entries(rows)
+            files, scanner = self._partition(partition), self._scanner()
+        return scans.producer_states(files, scanner, end_offset)
 
     # -- drop / maintenance -------------------------------------------------------------------
 
