@@ -38,11 +38,15 @@ def upload_rows(upload: SegmentUpload) -> pa.Table:
     return rows
 
 
-def in_offset_order(pieces: list[pa.RecordBatch], complete_below: int | None) -> pa.Table:
+def in_offset_order(
+    pieces: list[pa.Table] | list[pa.RecordBatch], complete_below: int | None
+) -> pa.Table:
     """The pieces' rows of batches starting below `complete_below` (all: None), by offset."""
     if not pieces:
         return FILE_SCHEMA.empty_table().select(READ_COLUMNS)
-    rows = pa.Table.from_batches(pieces)
+    tables = [p if isinstance(p, pa.Table) else pa.Table.from_batches([p]) for p in pieces]
+    schema = tables[0].schema
+    rows = pa.concat_tables([t if t.schema == schema else t.cast(schema) for t in tables])
     if complete_below is not None:
         base = rows.column("batch_base_offset").to_numpy()
         keep = base < complete_below
@@ -54,7 +58,7 @@ def in_offset_order(pieces: list[pa.RecordBatch], complete_below: int | None) ->
     return rows
 
 
-def complete_bytes(pieces: list[pa.RecordBatch], complete_below: int) -> int:
+def complete_bytes(pieces: list[pa.Table] | list[pa.RecordBatch], complete_below: int) -> int:
     """About how many batch bytes the rows of batches starting below `complete_below` take."""
     total = 0
     for piece in pieces:

@@ -6,6 +6,7 @@ whose filesystem and format open single files); no `deltalake` here.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -13,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 
 from sparklog.storage.remote.files import PartitionFiles
 from sparklog.storage.remote.rows import (
@@ -40,31 +42,62 @@ _BATCH_COLUMNS = [
 _FAR = 1 << 62
 
 
+class FooterCache:
+    """Parquet footers of data files by path (a data file never changes once written), so a
+    fetch does not parse the footer again; bounded, oldest out first. Thread-safe enough:
+    a lost race parses a footer twice."""
+
+    def __init__(self, max_files: int = 4096) -> None:
+        self._max_files = max_files
+        self._footers: OrderedDict[str, Any] = OrderedDict()
+
+    def get(self, path: str) -> Any | None:
+        return self._footers.get(path)
+
+    def put(self, path: str, footer: Any) -> None:
+        self._footers[path] = footer
+        while len(self._footers) > self._max_files:
+            self._footers.popitem(last=False)
+
+
 class FileScanner:
     """Opens some of a table's data files; a failure becomes `error(what, exception)`."""
 
-    def __init__(self, base: Any, error: Callable[[str, BaseException], Exception]) -> None:
+    def __init__(
+        self,
+        base: Any,
+        error: Callable[[str, BaseException], Exception],
+        footers: FooterCache | None = None,
+    ) -> None:
         self._base = base
         self._error = error
+        self._footers = footers if footers is not None else FooterCache()
+
+    def row_groups(self, path: str, start: int, upper: int | None) -> Iterator[pa.Table]:
+        """The file's rows of batches ending at or after `start` and starting before `upper`,
+        row group by row group (groups that cannot hold any skipped by their statistics)."""
+        try:
+            source = self._base.filesystem.open_input_file(path)
+            footer = self._footers.get(path)
+            parquet = pq.ParquetFile(source, metadata=footer, pre_buffer=True)
+            if footer is None:
+                self._footers.put(path, parquet.metadata)
+            for group in _groups_for(parquet.metadata, start, upper):
+                rows = parquet.read_row_group(group, columns=READ_COLUMNS)
+                if rows.schema != FILE_SCHEMA:  # the writer's view types, nullability
+                    rows = rows.cast(FILE_SCHEMA)
+                base = rows.column("batch_base_offset").to_numpy()
+                keep = base + rows.column("batch_last_offset_delta").to_numpy() >= start
+                if upper is not None:
+                    keep &= base < upper
+                yield rows if keep.all() else rows.filter(pa.array(keep))
+        except Exception as e:
+            raise self._error("cannot be read (a data file is missing or damaged)", e) from e
 
     def _dataset(self, paths: list[str]) -> Any:
         base = self._base
         fragments = [base.format.make_fragment(p, filesystem=base.filesystem) for p in paths]
         return ds.FileSystemDataset(fragments, FILE_SCHEMA, base.format, base.filesystem)
-
-    def batches(self, path: str, where: Any) -> Iterator[pa.RecordBatch]:
-        """The file's rows matching `where`, record batch by record batch."""
-        try:
-            scanner = self._dataset([path]).scanner(
-                columns=READ_COLUMNS,
-                filter=where,
-                use_threads=False,
-                batch_readahead=0,  # a read stops after about max_bytes
-                fragment_readahead=0,
-            )
-            yield from scanner.to_batches()
-        except Exception as e:
-            raise self._error("cannot be read (a data file is missing or damaged)", e) from e
 
     def table(self, paths: list[str], where: Any, columns: list[str]) -> pa.Table:
         try:
@@ -73,19 +106,39 @@ class FileScanner:
             raise self._error("cannot be read (a data file is missing or damaged)", e) from e
 
 
+def _groups_for(footer: Any, start: int, upper: int | None) -> list[int]:
+    """Row groups whose statistics allow a batch ending at or after `start` and starting
+    before `upper` (a group without statistics is always read)."""
+    names = [footer.schema.column(i).path for i in range(footer.num_columns)]
+    base_at = names.index("batch_base_offset")
+    delta_at = names.index("batch_last_offset_delta")
+    groups = []
+    for g in range(footer.num_row_groups):
+        group = footer.row_group(g)
+        base, delta = group.column(base_at).statistics, group.column(delta_at).statistics
+        if base is None or delta is None or not (base.has_min_max and delta.has_min_max):
+            groups.append(g)
+            continue
+        if base.max + delta.max < start or (upper is not None and base.min >= upper):
+            continue
+        groups.append(g)
+    return groups
+
+
 def read_rows(
     files: PartitionFiles, scanner: FileScanner, start: int, max_bytes: int, upper: int | None
 ) -> pa.Table:
     """Rows of the whole batches from the one holding `start`, about `max_bytes` of them
     (more when needed to complete a batch), in offset order. Files are scanned in
-    `files.PartitionFiles` read order, row group by row group, and the scan stops once the
-    batches known complete (starting below every unread row's batch) hold `max_bytes`."""
+    `files.PartitionFiles` read order, row group by row group (groups skipped by their
+    statistics, footers cached), and the scan stops once the batches known complete (starting
+    below every unread row's batch) hold `max_bytes`."""
     order = files.for_read(start, upper)
-    pieces: list[pa.RecordBatch] = []
+    pieces: list[pa.Table] = []
     size = 0
     for i, f in enumerate(order):
         next_base = int(files.min_base[order[i + 1]]) if i + 1 < len(order) else None
-        scan = scanner.batches(files.paths[f], read_filter(files, f, start, upper))
+        scan = scanner.row_groups(files.paths[f], start, upper)
         in_order, last_offset = True, -1  # a file's rows are in offset order as written
         for piece in scan:
             if not piece.num_rows:
@@ -108,18 +161,6 @@ def read_rows(
         ):
             return in_offset_order(pieces, next_base)
     return in_offset_order(pieces, None)
-
-
-def read_filter(files: PartitionFiles, f: int, start: int, upper: int | None) -> Any:
-    """Rows of batches ending at or after `start` and starting before `upper`; the
-    `batch_base_offset` bounds also skip row groups by their statistics."""
-    where = pc.field("batch_base_offset") >= start - int(files.max_delta[f])
-    if int(files.min_base[f]) < start:
-        batch_end = pc.add(pc.field("batch_base_offset"), pc.field("batch_last_offset_delta"))
-        where &= batch_end >= start
-    if upper is not None:
-        where &= pc.field("batch_base_offset") < upper
-    return where
 
 
 def max_timestamp(files: PartitionFiles, scanner: FileScanner) -> tuple[int, int]:

@@ -141,6 +141,7 @@ class DeltaTopicTable:
         self._files_version = -1
         self._files: dict[int, PartitionFiles] = {}
         self._dataset: Any = None
+        self._footers = scans.FooterCache()
 
     def configure_values(self, value_format: str, value_schema: str) -> None:
         """Decode the values of later uploads into `value_typed` / `value_error` columns
@@ -255,7 +256,7 @@ class DeltaTopicTable:
 
     def _scanner(self) -> scans.FileScanner:
         """Opens data files of the current version (call `_partition` first)."""
-        return scans.FileScanner(self._dataset, self._error)
+        return scans.FileScanner(self._dataset, self._error, self._footers)
 
     # -- append -------------------------------------------------------------------------------
 
