@@ -7,7 +7,9 @@ append fetched batches unchanged with `append_as_follower`. The segment files ar
 `local_log.LocalLog`; opening and crash recovery live in `log_loader`, offset assignment in
 `offset_assignment`, which segments retention deletes in `retention`.
 
-Invariants: log_start_offset <= high_watermark <= log_end_offset; segments are sorted by base
+Invariants: log_start_offset <= local_log_start_offset <= log_end_offset (the two starts differ
+only for a log with a remote tier: `log_retention`); log_start_offset <= high_watermark <=
+log_end_offset; segments are sorted by base
 offset, contiguous in offsets, and only the last (active) one is appended to; the recovery
 point never passes the log end offset.
 Thread-safety: every public method takes the log's lock, so a background cleaner or retention
@@ -26,7 +28,6 @@ from pathlib import Path
 
 from sparklog.errors import (
     InvalidRecordError,
-    OffsetOutOfRangeError,
     OutOfOrderSequenceNumberError,
 )
 from sparklog.records.batch import (
@@ -38,6 +39,7 @@ from sparklog.records.file_records import FileRecords
 from sparklog.storage.config import LogConfig
 from sparklog.storage.epoch_cache import LeaderEpochFileCache
 from sparklog.storage.local_log import LocalLog
+from sparklog.storage.log_retention import LogStartMixin
 from sparklog.storage.log_validator import (
     DEFAULT_DECOMPRESSED_MAX_BYTES,
     analyze_and_validate_records,
@@ -50,7 +52,6 @@ from sparklog.storage.producer_append_info import (
     ProducerAppendInfo,
 )
 from sparklog.storage.producer_state import ProducerStateManager
-from sparklog.storage.retention import deletable_segments
 from sparklog.storage.segment import LogSegment
 from sparklog.storage.txn_index import AbortedTxn
 from sparklog.structs import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
@@ -84,7 +85,7 @@ class FetchDataInfo:
     aborted_transactions: tuple[AbortedTxn, ...] | None = None
 
 
-class Log:
+class Log(LogStartMixin):
     """A partition replica's log on local disk. Build one with `Log.open`."""
 
     def __init__(
@@ -98,6 +99,7 @@ class Log:
         epoch_cache: LeaderEpochFileCache,
         producer_state: ProducerStateManager,
         now_ms: int,
+        remote_storage_system_enable: bool = False,
     ) -> None:
         self.directory = directory
         self.config = config
@@ -106,9 +108,17 @@ class Log:
         self.epoch_cache = epoch_cache
         self.producer_state = producer_state
         self.log_end_offset = segments[-1].read_next_offset()
-        self.log_start_offset = log_start_offset
+        self.remote_storage_system_enable = remote_storage_system_enable
+        self.local_log_start_offset = max(log_start_offset, segments[0].base_offset)
+        # a log with no remote tier starts where its first segment does
+        self.log_start_offset = (
+            log_start_offset if self.remote_log_enabled else self.local_log_start_offset
+        )
+        self.highest_offset_in_remote_storage = -1
         self.recovery_point = min(recovery_point, self.log_end_offset)
-        self.high_watermark = max(log_start_offset, min(self.recovery_point, self.log_end_offset))
+        self.high_watermark = max(
+            self.log_start_offset, min(self.recovery_point, self.log_end_offset)
+        )
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms
         self.closed = False
@@ -126,6 +136,7 @@ class Log:
         recovery_point: int = 0,
         log_start_offset: int = 0,
         producer_id_expiration_ms: int = 86_400_000,
+        remote_storage_system_enable: bool = False,
     ) -> Log:
         """Open (creating or recovering) the log in `directory`; see `log_loader.load_log`."""
         from sparklog.storage.log_loader import load_log
@@ -138,6 +149,7 @@ class Log:
             recovery_point=recovery_point,
             log_start_offset=log_start_offset,
             producer_id_expiration_ms=producer_id_expiration_ms,
+            remote_storage_system_enable=remote_storage_system_enable,
         )
 
     # -- shape ------------------------------------------------------------------------------
@@ -384,14 +396,12 @@ class Log:
 
         The upper bound is the high watermark for consumers, the LSO for read_committed ones
         and None (the log end) for followers. Offsets outside [log start, log end] raise
-        OffsetOutOfRangeError. With `zero_copy`, large reads are file slices for sendfile.
+        OffsetOutOfRangeError, offsets only the remote tier holds (below the local log start)
+        OffsetMovedToTieredStorageError (`check_local_offset`). With `zero_copy`, large reads
+        are file slices for sendfile.
         """
         with self._lock:
-            if start_offset < self.log_start_offset or start_offset > self.log_end_offset:
-                raise OffsetOutOfRangeError(
-                    f"offset {start_offset} is outside [{self.log_start_offset}, "
-                    f"{self.log_end_offset}] of {self.directory.name}"
-                )
+            self.check_local_offset(start_offset)
             upper = self.log_end_offset if upper_bound_offset is None else upper_bound_offset
             data = self._local.read(start_offset, max_bytes, upper, min_one_batch, zero_copy)
             aborted = None
@@ -411,7 +421,7 @@ class Log:
                 return self.log_end_offset, -1
             if timestamp == MAX_TIMESTAMP:
                 return self._local.max_timestamp()
-            return self._local.offset_by_timestamp(timestamp, self.log_start_offset)
+            return self._local.offset_by_timestamp(timestamp, self.local_log_start_offset)
 
     # -- transactions -----------------------------------------------------------------------
 
@@ -466,7 +476,10 @@ class Log:
                 # the new leader about an epoch no record has (a truncation livelock).
                 self.epoch_cache.truncate_from_end(self.log_end_offset)
                 return False
-            if target_offset <= self.log_start_offset and target_offset < self._local.bases[0]:
+            if (
+                target_offset <= self.local_log_start_offset
+                and target_offset < self._local.bases[0]
+            ):
                 self.truncate_fully_and_start_at(target_offset)
                 return True
             self.log_end_offset = self._local.truncate_to(target_offset)
@@ -480,56 +493,20 @@ class Log:
             self.replay_producer_state(reloaded.map_end_offset)
             return True
 
-    def truncate_fully_and_start_at(self, new_offset: int) -> None:
-        """Delete everything and restart the log empty at `new_offset`."""
+    def truncate_fully_and_start_at(
+        self, new_offset: int, log_start_offset: int | None = None
+    ) -> None:
+        """Delete everything and restart the log empty at `new_offset`; `log_start_offset`
+        (a follower rebuilding from the remote tier, Kafka's `truncateFullyAndStartAt(offset,
+        Optional.of(logStartOffset))`) keeps the log start below it, else both starts move."""
         with self._lock:
             self._local.reset_at(new_offset, self._last_flush_ms)
             self.epoch_cache.clear_and_flush()
             self.producer_state.truncate_fully_and_start_at(new_offset)
-            self.log_start_offset = self.log_end_offset = new_offset
+            start = new_offset if log_start_offset is None else min(log_start_offset, new_offset)
+            self.log_start_offset = start
+            self.local_log_start_offset = self.log_end_offset = new_offset
             self.recovery_point = self.high_watermark = new_offset
-
-    def delete_records_before(self, offset: int) -> int:
-        """DeleteRecords: move the log start offset up to `offset` (at most the HW)."""
-        with self._lock:
-            if offset > self.high_watermark:
-                raise OffsetOutOfRangeError(
-                    f"cannot delete records before {offset}: above the high watermark "
-                    f"{self.high_watermark} of {self.directory.name}"
-                )
-            self.maybe_increment_log_start_offset(offset)
-            self.delete_old_segments(now_ms=None)
-            return self.log_start_offset
-
-    def maybe_increment_log_start_offset(self, offset: int) -> None:
-        with self._lock:
-            if offset > self.log_start_offset:
-                self.log_start_offset = offset
-                self.epoch_cache.truncate_from_start(offset)
-                self.high_watermark = max(self.high_watermark, offset)
-                self.producer_state.on_log_start_offset_incremented(offset)
-
-    # -- retention --------------------------------------------------------------------------
-
-    def delete_old_segments(self, now_ms: int | None) -> int:
-        """Retention: drop whole non-active segments that are below the log start offset, older
-        than `retention.ms` or beyond `retention.bytes` (cleanup.policy delete). Returns count."""
-        with self._lock:
-            deletable = deletable_segments(
-                self._local.segments,
-                self._local.bases,
-                self._local.size_in_bytes,
-                self.high_watermark,
-                self.log_start_offset,
-                self.config,
-                now_ms,
-            )
-            self._local.delete(deletable)
-            if deletable:
-                self.log_start_offset = max(self.log_start_offset, self._local.bases[0])
-                self.epoch_cache.truncate_from_start(self.log_start_offset)
-                self.producer_state.delete_snapshots_before(self.log_start_offset)
-            return len(deletable)
 
     # -- cleaner support -----------------------------------------------------------------
 
@@ -578,7 +555,8 @@ class Log:
 
     def __repr__(self) -> str:
         return (
-            f"Log({self.directory.name}, start={self.log_start_offset}, hw={self.high_watermark}, "
+            f"Log({self.directory.name}, start={self.log_start_offset}, "
+            f"local_start={self.local_log_start_offset}, hw={self.high_watermark}, "
             f"end={self.log_end_offset}, segments={len(self._local.segments)})"
         )
 

@@ -39,19 +39,20 @@ def load_log(
     recovery_point: int,
     log_start_offset: int,
     producer_id_expiration_ms: int,
+    remote_storage_system_enable: bool = False,
 ):
-    """Open the log in `directory` (see module doc); `cls` is `Log`."""
+    """Open the log in `directory` (see module doc); `cls` is `Log`. A log with a remote tier
+    keeps the checkpointed `log_start_offset` below its first segment (the tier holds those)."""
     directory.mkdir(parents=True, exist_ok=True)
     _finish_interrupted_swaps(directory)
     segments = _open_segments(directory, config, now_ms)
     segments = _recover_segments(segments, recovery_point)
     if not segments:
         segments = [LogSegment(directory, log_start_offset, config, created_ms=now_ms)]
-    log_start_offset = max(log_start_offset, segments[0].base_offset)
+    local_log_start_offset = max(log_start_offset, segments[0].base_offset)
     log_end_offset = segments[-1].read_next_offset()
     epoch_cache = _load_epoch_cache(directory, segments)
     epoch_cache.truncate_from_end(log_end_offset)
-    epoch_cache.truncate_from_start(log_start_offset)
     producer_state = ProducerStateManager(
         directory, producer_id_expiration_ms=producer_id_expiration_ms
     )
@@ -64,8 +65,10 @@ def load_log(
         epoch_cache=epoch_cache,
         producer_state=producer_state,
         now_ms=now_ms,
+        remote_storage_system_enable=remote_storage_system_enable,
     )
-    reloaded = producer_state.load(log_start_offset, log_end_offset, now_ms)
+    epoch_cache.truncate_from_start(instance.log_start_offset)
+    reloaded = producer_state.load(local_log_start_offset, log_end_offset, now_ms)
     for corrupt in reloaded.corrupt_snapshots:
         logger.warning(
             "deleted corrupt producer snapshot %d in %s: %s",

@@ -1,5 +1,6 @@
 """Which segments retention may delete (Kafka's `UnifiedLog.deletableSegments` with its three
-breach predicates: below the log start offset, `retention.ms`, `retention.bytes`).
+breach predicates: below the log start offset, `retention.ms`, `retention.bytes`; for a log
+with a remote tier, `local.retention.*` and only segments the tier holds wholly).
 
 Pure: `Log.delete_old_segments` calls it under the log lock and deletes what it returns.
 """
@@ -20,11 +21,20 @@ def deletable_segments(
     log_start_offset: int,
     config: LogConfig,
     now_ms: int | None,
+    *,
+    remote_copied_end: int | None = None,
 ) -> list[LogSegment]:
     """The oldest non-active segments, in order, that are wholly below the high watermark and
     either below `log_start_offset` or (cleanup.policy delete, `now_ms` given) older than
     `retention.ms` or beyond `retention.bytes`; stops at the first segment that must stay.
-    `now_ms=None` (DeleteRecords) applies the log start offset only."""
+    `now_ms=None` (DeleteRecords) applies the log start offset only.
+
+    `remote_copied_end` (a log copying to its remote tier: the end, exclusive, of what the tier
+    holds) switches the time and size limits to `local.retention.ms/bytes` (effective values)
+    and keeps every segment not wholly below it (Kafka's `isSegmentEligibleForDeletion`)."""
+    remote = remote_copied_end is not None
+    retention_ms = config.local_retention_ms_effective if remote else config.retention_ms
+    retention_bytes = config.local_retention_bytes_effective if remote else config.retention_bytes
     out: list[LogSegment] = []
     total = size_in_bytes
     for i, segment in enumerate(segments[:-1]):
@@ -37,10 +47,12 @@ def deletable_segments(
             continue
         if not config.delete or now_ms is None:
             break
-        expired = 0 <= config.retention_ms < now_ms - segment.largest_timestamp
-        oversize = 0 <= config.retention_bytes <= total - segment.size_bytes
+        expired = 0 <= retention_ms < now_ms - segment.largest_timestamp
+        oversize = 0 <= retention_bytes <= total - segment.size_bytes
         if not (expired or oversize):
             break
+        if remote_copied_end is not None and next_base > remote_copied_end:
+            break  # not in the remote tier yet: local retention never deletes it
         out.append(segment)
         total -= segment.size_bytes
     return out
