@@ -13,7 +13,7 @@ by its own lock.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -140,6 +140,24 @@ class TopicTable(Protocol):
         """Delete the whole table (topic deleted, or remote.log.delete.on.disable)."""
 
 
+class TableOpener(Protocol):
+    """How the broker opens a topic's table: `table.open_topic_table` has this signature.
+
+    Opens the Delta table at `location` (`schema.table_location(remote.table.root, topic)`),
+    creating it (with `schema.TOPIC_ID_KEY` / `TOPIC_NAME_KEY` in its configuration) when
+    missing; RemoteStorageError when the location holds another topic's table (another
+    `topic_id`: the topic was deleted and re-created while its old table stayed) or cannot be
+    opened. `storage_options` are the `storage.options.<key>` settings (object stores)."""
+
+    def __call__(
+        self,
+        location: str,
+        topic: str,
+        topic_id: uuid.UUID,
+        storage_options: Mapping[str, str],
+    ) -> TopicTable: ...
+
+
 __all__: Sequence[str] = (
     "EpochEntry",
     "FencedUploadError",
@@ -147,5 +165,6 @@ __all__: Sequence[str] = (
     "RemoteRead",
     "RemoteStorageError",
     "SegmentUpload",
+    "TableOpener",
     "TopicTable",
 )
