@@ -173,6 +173,7 @@ class LogManager:
                 recovery_point=recovery_points.get(tp, 0),
                 log_start_offset=log_starts.get(tp, 0),
                 producer_id_expiration_ms=self.config.producer_id_expiration_ms,
+                remote_storage_system_enable=self.remote_storage_system_enable,
             )
             if tp in high_watermarks:
                 opened.update_high_watermark(high_watermarks[tp])
@@ -232,17 +233,30 @@ class LogManager:
             config,
             now_ms=self._clock_ms(),
             producer_id_expiration_ms=self.config.producer_id_expiration_ms,
+            remote_storage_system_enable=self.remote_storage_system_enable,
         )
         write_partition_metadata(directory, topic_id)
         self._add(tp, created)
         logger.info("created log %s with topic id %s", directory.name, topic_id)
         return created
 
+    @property
+    def remote_storage_system_enable(self) -> bool:
+        """The broker has a remote tier: `remote.log.storage.system.enable` and a
+        `remote.table.root` (topics opt in with `remote.storage.enable`)."""
+        remote = self.config.remote
+        return remote.remote_log_storage_system_enable and bool(remote.remote_table_root)
+
     def update_config(self, topic: str, partition: int, config: LogConfig) -> None:
-        """A topic config changed; new segments and checks use it from now on."""
+        """A topic config changed; new segments and checks use it from now on. A log whose
+        remote tier goes away (`remote.storage.enable` off) starts at its local log start."""
         found = self.get_log(topic, partition)
         if found is not None and found.config != config:
+            was_remote = found.remote_log_enabled
             found.config = config
+            if was_remote and not found.remote_log_enabled:
+                found.maybe_increment_log_start_offset(found.local_log_start_offset)
+                found.update_highest_offset_in_remote_storage(-1)
 
     def delete_log(self, topic: str, partition: int) -> None:
         """The partition left this broker: close its log and remove its directory."""

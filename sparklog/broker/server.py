@@ -79,6 +79,7 @@ from sparklog.broker.metadata import (
     topics_from_image,
 )
 from sparklog.broker.quota_factory import instantiate, quota_scope
+from sparklog.broker.remote_log_tasks import build_remote_tier
 from sparklog.broker.replica_fetcher_manager import ReplicaFetcherManager
 from sparklog.broker.replica_manager import ReplicaManager
 from sparklog.metadata.broker_configs import dynamic_cleaner_config
@@ -198,6 +199,7 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
         )
         self.replica_manager.fetchers = self.fetchers
         self.replica_manager.alter_partition = self.alter_partition
+        self._build_remote_tier()
         self.follower = MetadataFollower(
             self.metadata, self.controller, self._publish_cooperatively
         )
@@ -247,6 +249,13 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
         self.server = next(iter(self.servers.values()))
         for server in self.servers.values():
             server.bind_metrics(self.metrics)
+
+    def _build_remote_tier(self) -> None:
+        """KIP-405 (DESIGN D17): the open topic tables (the remote log manager's and the
+        remote fetch path's) and the copy task, when the broker has a remote tier."""
+        self.remote_tables, self.remote_log_tasks = build_remote_tier(
+            self.node_id, self.config, self.replica_manager, self.metadata, self.metrics
+        )
 
     def _post_to_loop(self, fn: Callable[[float], None], value: float) -> None:
         """`fn(value)` on the broker's loop soon (RuntimeError when it runs no loop)."""
@@ -383,6 +392,8 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
         self._logs_loaded = True
         self._publish(self.metadata.image)
         self.log_manager.start_background()
+        if self.remote_log_tasks is not None:
+            self._spawn(self.remote_log_tasks.run(), "remote-log-manager")
         self._spawn(self.follower.run(), "metadata-follower")
         self._spawn(self.alter_partition.run(), "alter-partition")
         self._spawn(self._isr_shrink_loop(), "isr-shrink")
@@ -451,18 +462,20 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
         self._reconfigure(image)
         if self._logs_loaded:
             live = [b.broker_id for b in image.unfenced_brokers()]
-            self.replica_manager.apply_metadata(
-                topics_from_image(image, self.config, self.node_id), live
-            )
+            topics = topics_from_image(image, self.config, self.node_id)
+            self.replica_manager.apply_metadata(topics, live)
+            if self.remote_log_tasks is not None:
+                self.remote_log_tasks.on_metadata(topics)
 
     async def _publish_cooperatively(self, image: MetadataImage) -> None:
         """`_publish` for the metadata follower: long applies let heartbeats through."""
         self._reconfigure(image)
         if self._logs_loaded:
             live = [b.broker_id for b in image.unfenced_brokers()]
-            await self.replica_manager.apply_metadata_cooperatively(
-                topics_from_image(image, self.config, self.node_id), live
-            )
+            topics = topics_from_image(image, self.config, self.node_id)
+            await self.replica_manager.apply_metadata_cooperatively(topics, live)
+            if self.remote_log_tasks is not None:
+                self.remote_log_tasks.on_metadata(topics)
 
     def _endpoint_of(self, broker_id: int) -> tuple[str, int] | None:
         """A broker's inter-broker endpoint per the image (where the follower fetchers
@@ -526,6 +539,8 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
             await server.stop()
         if self.apis.txn_verifier is not None:
             await self.apis.txn_verifier.close()
+        if self.remote_log_tasks is not None:  # a round in flight ends before the logs close
+            await self.remote_log_tasks.close()
         self.log_manager.shutdown(clean=clean, broker_epoch=self.broker_epoch)
         if self._lock is not None:
             self._lock.release()
