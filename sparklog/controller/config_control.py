@@ -37,6 +37,7 @@ from sparklog.metadata.configs import (
     effective_topic_config,
     incremental_changes,
     legacy_changes,
+    validate_remote_storage,
 )
 from sparklog.metadata.group_configs import (
     check_group_resource,
@@ -171,6 +172,7 @@ class ConfigurationControl:
                 resource_changes = changes(resource, alterations)
                 if resource.resource_type == ConfigResourceType.TOPIC:
                     self._check_min_insync(resource.resource_name, resource_changes)
+                    self._check_remote_storage(resource.resource_name, resource_changes)
             except KafkaError as e:
                 results.append((resource, ApiError.of(e)))
                 continue
@@ -208,6 +210,19 @@ class ConfigurationControl:
         min_insync = effective_topic_config(overrides, self.config().topic_defaults)
         replication_factor = min(len(p.target_replicas) for p in topic.partitions.values())
         check_min_insync_replicas(name, min_insync.min_insync_replicas, replication_factor)
+
+    def _check_remote_storage(self, name: str, changes: Mapping[str, str | None]) -> None:
+        """Kafka's remote-storage rules on the topic's new config (`validate_remote_storage`)."""
+        current = self.image.topic_config(name)
+        merged = {**current, **changes}
+        overrides = {k: v for k, v in merged.items() if v is not None}
+        defaults = self.config().topic_defaults
+        was = effective_topic_config(current, defaults).remote_storage_enable
+        validate_remote_storage(
+            effective_topic_config(overrides, defaults),
+            system_enabled=self.config().remote_log_storage_system_enable,
+            was_enabled=was,
+        )
 
     def _check_alterable(self, resource: ConfigResource) -> None:
         if resource.resource_type == ConfigResourceType.BROKER:

@@ -34,6 +34,7 @@ from sparklog.errors import (
 from sparklog.metadata.configs import (
     ControllerConfig,
     effective_topic_config,
+    validate_remote_storage,
     validate_topic_configs,
 )
 from sparklog.metadata.image import TOPIC_RESOURCE, MetadataImage
@@ -176,6 +177,13 @@ class ReplicationControl:
             raise TopicAlreadyExistsError(f"Topic '{topic.name}' already exists.")
         self._check_collision(topic.name, created)
         validate_topic_configs(topic.configs, self.config.topic_defaults)
+        validate_remote_storage(
+            effective_topic_config(
+                {k: v for k, v in topic.configs.items() if v is not None},
+                self.config.topic_defaults,
+            ),
+            system_enabled=self.config.remote_log_storage_system_enable,
+        )
         if topic.assignments:
             assignments = self._manual_assignments(topic)
         else:

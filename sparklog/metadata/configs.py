@@ -37,6 +37,7 @@ from sparklog.settings import (
     entry,
 )
 from sparklog.storage.config import COARSE_SYNONYMS, TOPIC_SETTINGS, LogConfig
+from sparklog.storage.remote.config import RemoteLogManagerConfig
 
 #: Kafka's broker-level name of each topic config (`LogConfig`'s `ServerTopicConfigSynonyms`),
 #: from the declarations in `storage/config.py`.
@@ -175,6 +176,8 @@ class ControllerConfig:
     group_defaults: GroupConfigDefaults = field(
         default_factory=lambda: GroupConfigDefaults.from_properties({})
     )
+    #: the brokers' `remote.log.storage.system.enable` (topics may ask for remote storage)
+    remote_log_storage_system_enable: bool = False
 
     def __post_init__(self) -> None:
         CLUSTER_SETTINGS.check_values(self)
@@ -217,6 +220,9 @@ class ControllerConfig:
             explicit_names=frozenset(explicit),
             originals={str(k): str(v) for k, v in props.items()},
             group_defaults=GroupConfigDefaults.from_properties(props),
+            remote_log_storage_system_enable=RemoteLogManagerConfig.from_properties(
+                props
+            ).remote_log_storage_system_enable,
         )
 
     def cluster_properties(self) -> dict[str, str]:
@@ -263,6 +269,65 @@ def validate_topic_configs(configs: Mapping[str, str | None], defaults: LogConfi
         LogConfig.from_properties(configs, base=defaults)
     except ValueError as e:
         raise InvalidConfigError(str(e)) from None
+
+
+def validate_remote_storage(
+    config: LogConfig, *, system_enabled: bool, was_enabled: bool = False
+) -> None:
+    """Kafka's remote-storage checks of a topic's new effective config
+    (`LogConfig.validateTopicLogConfigValues`), with its messages; InvalidConfigError."""
+    if not config.remote_storage_enable:
+        if was_enabled and not config.remote_log_delete_on_disable:
+            raise InvalidConfigError(
+                "It is invalid to disable remote storage without deleting remote data. If you "
+                "want to keep the remote data and turn to read only, please set "
+                "`remote.storage.enable=true,remote.log.copy.disable=true`. If you want to "
+                "disable remote storage and delete all remote data, please set "
+                "`remote.storage.enable=false,remote.log.delete.on.disable=true`."
+            )
+        return
+    if not system_enabled:
+        raise InvalidConfigError(
+            "Tiered Storage functionality is disabled in the broker. Topic cannot be "
+            "configured with remote log storage."
+        )
+    policies = [p.strip() for p in str(config.cleanup_policy).split(",") if p.strip()]
+    if policies and policies != ["delete"]:
+        raise InvalidConfigError(
+            "Remote log storage only supports topics with cleanup.policy=delete or "
+            "cleanup.policy being an empty list."
+        )
+    for kind, total, local in (
+        ("bytes", config.retention_bytes, config.local_retention_bytes),
+        ("ms", config.retention_ms, config.local_retention_ms),
+    ):
+        _check_local_retention(kind, total, local)
+    if config.remote_log_copy_disable:
+        for kind, total, local in (
+            ("bytes", config.retention_bytes, config.local_retention_bytes),
+            ("ms", config.retention_ms, config.local_retention_ms),
+        ):
+            if local not in (-2, total):
+                raise InvalidConfigError(
+                    f"When `remote.log.copy.disable` is set to true, the `local.retention.{kind}` "
+                    f"and `retention.{kind}` must be set to the identical value because there "
+                    "will be no more logs copied to the remote storage."
+                )
+
+
+def _check_local_retention(kind: str, total: int, local: int) -> None:
+    """`local.retention.<kind>` must not be -1 (unlimited) nor above a bounded
+    `retention.<kind>` (-2 follows it); Kafka's ConfigException wording."""
+    if total < 0 or local == -2:
+        return
+    name = f"local.retention.{kind}"
+    if local == -1:
+        reason = f"Value must not be -1 as retention.{kind} value is set as {total}."
+    elif local > total:
+        reason = f"Value must not be more than retention.{kind} property value: {total}"
+    else:
+        return
+    raise InvalidConfigError(f"Invalid value {local} for configuration {name}: {reason}")
 
 
 def incremental_changes(
