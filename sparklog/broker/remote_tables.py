@@ -15,7 +15,6 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import cast
 
-from sparklog.storage.remote.schema import table_location
 from sparklog.storage.remote.tier import TableOpener, TopicTable
 
 logger = logging.getLogger(__name__)
@@ -54,14 +53,13 @@ class RemoteTables:
         if found is not None and found.topic_id == topic_id:
             return found
         opener = self._opener or default_opener()
-        location = table_location(self.root, topic)
-        opened = opener(location, topic, topic_id, self.storage_options)
+        opened = opener(self.root, topic, topic_id, storage_options=self.storage_options)
         with self._lock:
             current = self._tables.get(topic)
             if current is not None and current.topic_id == topic_id:
                 return current  # another thread opened it first
             self._tables[topic] = opened
-        logger.info("opened the remote tier of %s at %s", topic, location)
+        logger.info("opened the remote tier of %s at %s", topic, opened.location)
         return opened
 
     def table_for(self, topic: str) -> TopicTable | None:

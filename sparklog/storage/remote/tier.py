@@ -143,18 +143,19 @@ class TopicTable(Protocol):
 class TableOpener(Protocol):
     """How the broker opens a topic's table: `table.open_topic_table` has this signature.
 
-    Opens the Delta table at `location` (`schema.table_location(remote.table.root, topic)`),
-    creating it (with `schema.TOPIC_ID_KEY` / `TOPIC_NAME_KEY` in its configuration) when
-    missing; RemoteStorageError when the location holds another topic's table (another
-    `topic_id`: the topic was deleted and re-created while its old table stayed) or cannot be
+    Opens the Delta table at `schema.table_location(root, topic)` (`root` is
+    `remote.table.root`), creating it (with `schema.TOPIC_ID_KEY` / `TOPIC_NAME_KEY` in its
+    configuration) when missing; RemoteStorageError when the location holds another topic id's
+    table (the topic was deleted and re-created while its old table stayed) or cannot be
     opened. `storage_options` are the `storage.options.<key>` settings (object stores)."""
 
     def __call__(
         self,
-        location: str,
+        root: str,
         topic: str,
-        topic_id: uuid.UUID,
-        storage_options: Mapping[str, str],
+        topic_id: uuid.UUID | None = None,
+        *,
+        storage_options: Mapping[str, str] | None = None,
     ) -> TopicTable: ...
 
 

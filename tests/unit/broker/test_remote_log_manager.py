@@ -115,8 +115,9 @@ class Opener:
         self.tables: dict[str, MemoryTable] = {}
 
     def __call__(
-        self, location: str, topic: str, topic_id: uuid.UUID, options: Mapping
+        self, root: str, topic: str, topic_id: uuid.UUID, *, storage_options: Mapping
     ) -> MemoryTable:
+        location = f"{root}/{topic}"
         table = self.tables.get(location)
         if table is None or table.topic_id != topic_id:
             table = self.tables[location] = MemoryTable(location, topic, topic_id)
@@ -212,7 +213,7 @@ def test_fenced_upload_retries_from_what_the_table_says(tmp_path, opener):
     log = tiered_log(tmp_path / "t-0")
     produce(log, 20)
     rlm = manager(opener)
-    table = opener("/tables/t", "t", TOPIC_ID, {})
+    table = opener("/tables", "t", TOPIC_ID, storage_options={})
     real_append = table.append
     calls = []
 
@@ -231,7 +232,7 @@ def test_fenced_upload_retries_from_what_the_table_says(tmp_path, opener):
 def test_storage_error_backs_off_and_local_retention_keeps_uncopied(tmp_path, opener, caplog):
     log = tiered_log(tmp_path / "t-0", **{"local.retention.ms": 1})
     produce(log, 20)
-    table = opener("/tables/t", "t", TOPIC_ID, {})
+    table = opener("/tables", "t", TOPIC_ID, storage_options={})
     table.broken = True
     rlm = manager(opener, remote_log_manager_task_retry_backoff_ms=100)
     assert rlm.run_round([part(log)], NOW).failed_topics == ["t"]
@@ -274,7 +275,7 @@ def test_copy_disable_stops_copies(tmp_path, opener):
     log = tiered_log(tmp_path / "t-0", **{"remote.log.copy.disable": True})
     produce(log, 20)
     manager(opener).run_round([part(log)], NOW)
-    assert opener("/tables/t", "t", TOPIC_ID, {}).commits == 0
+    assert opener("/tables", "t", TOPIC_ID, storage_options={}).commits == 0
 
 
 def test_retention_bytes_expires_table_and_moves_log_start(tmp_path, opener):
