@@ -57,6 +57,12 @@ logger = logging.getLogger(__name__)
 #: most bytes one partition copies per round (bounds the memory of a round; a backlog takes
 #: several rounds, each one commit)
 MAX_UPLOAD_BYTES = 64 << 20
+#: shortest period between two copies of a topic (remote.table.freshness.ms = 0 means "as
+#: fresh as this allows", not a busy loop of Delta commits)
+MIN_PERIOD_MS = 50
+#: table maintenance (compaction of small files, checkpoint, vacuum: `maintain()`, when the
+#: table has it) after this many commits by this broker, by the leader of partition 0 only
+MAINTAIN_EVERY_COMMITS = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +147,7 @@ class RemoteLogManager:
         self._backoff: dict[str, _Backoff] = {}
         self._known: dict[str, TopicState] = {}
         self._pending_drops: dict[str, uuid.UUID] = {}
+        self._commits_since_maintenance: dict[str, int] = {}
         self.progress: dict[tuple[str, int], PartitionProgress] = {}
         #: totals for Kafka's RemoteCopyBytesPerSec / RemoteCopyRequestsPerSec
         self.copied_bytes_total = 0
@@ -210,7 +217,9 @@ class RemoteLogManager:
     def _period_ms(self, log: Log) -> int:
         interval = self.config.remote_log_manager_task_interval_ms
         freshness = log.config.remote_table_freshness_ms
-        return min(interval, freshness) if freshness >= 0 else interval
+        if freshness < 0:
+            return interval
+        return min(interval, max(MIN_PERIOD_MS, freshness))
 
     def _topic_round(
         self, topic: str, parts: list[TieredPartition], now_ms: int, stats: RoundStats
@@ -229,6 +238,24 @@ class RemoteLogManager:
         for p in leaders:
             self._expire(table, p, now_ms)
             self._track(p, now_ms)
+        self._maybe_maintain(table)
+
+    def _maybe_maintain(self, table: TopicTable) -> None:
+        """Compact, checkpoint and vacuum the table now and then (off the produce path: this
+        is the worker thread), by one broker per topic (the leader of partition 0)."""
+        topic = table.topic
+        known = self._known.get(topic)
+        maintain = getattr(table, "maintain", None)
+        due = self._commits_since_maintenance.get(topic, 0) >= MAINTAIN_EVERY_COMMITS
+        if not due or maintain is None or known is None or not known.leads_partition_zero:
+            return
+        self._commits_since_maintenance[topic] = 0
+        try:
+            done = maintain()
+        except RemoteStorageError as e:
+            logger.warning("maintenance of the table of %s failed (next time): %s", topic, e)
+        else:
+            logger.info("maintained the table of %s: %s", topic, done)
 
     # -- copy -------------------------------------------------------------------------------
 
@@ -269,6 +296,10 @@ class RemoteLogManager:
         self.copied_bytes_total += sum(len(u.records) for u in uploads)
         if version is not None:
             stats.commits += 1
+            topic = table.topic
+            self._commits_since_maintenance[topic] = (
+                self._commits_since_maintenance.get(topic, 0) + 1
+            )
 
     def _upload_for(
         self, table: TopicTable, p: TieredPartition, max_bytes: int

@@ -292,3 +292,30 @@ def test_disable_with_delete_drops_the_table_and_topic_deletion_too(tiered):
 
     run(delete_topic())
     wait_until("deleted topic's table dropped", lambda: not (root_of(tiered) / gone).exists())
+
+
+def test_enabling_on_an_existing_topic_backfills_its_history(tiered):
+    topic = unique("backfill")
+    make_topic(tiered, topic, **{"remote.storage.enable": "false"})
+    send(tiered, topic, 20)
+    assert table_offsets(tiered, topic) == []
+    enabled = alter(
+        tiered, topic, **{"remote.storage.enable": "true", "remote.table.freshness.ms": "0"}
+    )
+    assert enabled.error_code == 0
+    wait_until("history copied", lambda: table_offsets(tiered, topic) == list(range(20)))
+
+
+def test_log_start_below_the_local_start_survives_a_restart(tiered):
+    topic = unique("restart")
+    make_topic(tiered, topic, **{"local.retention.bytes": "500", "retention.bytes": "-1"})
+    send(tiered, topic, 40)
+    broker, log = leader_log(tiered, topic)
+    wait_until("local segments deleted", lambda: log.local_log_start_offset > 0)
+    local_start = log.local_log_start_offset
+    index = tiered.broker_index(broker.node_id)
+    restarted = tiered.restart_broker(index)
+    tiered.wait_for_isr(topic)
+    reopened = restarted.replica_manager.partitions[(topic, 0)].log
+    assert reopened.log_start_offset == 0
+    assert reopened.local_log_start_offset >= local_start

@@ -241,7 +241,7 @@ def test_storage_error_backs_off_and_local_retention_keeps_uncopied(tmp_path, op
     assert sum("remote tier of t failed" in r.message for r in caplog.records) == 1
     assert log.delete_old_segments(NOW + 10_000) == 0
     table.broken = False
-    rlm.run_round([part(log)], NOW + 1000)
+    rlm.run_round([part(log)], NOW + 10_000)
     assert log.delete_old_segments(NOW + 10_000) > 0
     assert log.log_start_offset == 0 < log.local_log_start_offset
 
@@ -284,9 +284,9 @@ def test_retention_bytes_expires_table_and_moves_log_start(tmp_path, opener):
     rlm = manager(opener)
     for i in range(10):  # one upload per round
         produce(log, 3, start=3 * i)
-        rlm.run_round([part(log)], NOW + i)
+        rlm.run_round([part(log)], NOW + 100 * i)
     log.delete_old_segments(NOW)
-    rlm.run_round([part(log)], NOW + 1000)
+    rlm.run_round([part(log)], NOW + 10_000)
     table = opener.tables["/tables/t"]
     assert table.start_offset(0) is not None
     assert 0 < log.log_start_offset == table.start_offset(0) <= log.local_log_start_offset
@@ -298,9 +298,9 @@ def test_delete_records_applies_to_the_table(tmp_path, opener):
     rlm = manager(opener)
     for i in range(4):  # uploads [0, 3) [3, 6) [6, 9) [9, 12)
         produce(log, 3, start=3 * i)
-        rlm.run_round([part(log)], NOW + i)
+        rlm.run_round([part(log)], NOW + 100 * i)
     log.delete_records_before(7)
-    rlm.run_round([part(log)], NOW + 1000)
+    rlm.run_round([part(log)], NOW + 10_000)
     assert opener.tables["/tables/t"].start_offset(0) == 6  # the upload holding 7 stays
 
 
@@ -330,3 +330,21 @@ def test_copy_byte_rate_limits_a_round(tmp_path, opener):
     rlm = manager(opener, remote_log_manager_copy_max_bytes_per_second=200)
     stats = rlm.run_round([part(log, p) for p, log in enumerate(logs)], NOW)
     assert 0 < stats.copied_bytes < sum(log.active_segment.base_offset for log in logs) * 60
+
+
+def test_maintenance_runs_now_and_then_by_the_leader_of_partition_zero(
+    tmp_path, opener, monkeypatch
+):
+    from sparklog.broker import remote_log_manager
+
+    monkeypatch.setattr(remote_log_manager, "MAINTAIN_EVERY_COMMITS", 2)
+    log = tiered_log(tmp_path / "t-0", **{"remote.table.freshness.ms": 0})
+    rlm = manager(opener)
+    rlm.on_topics({"t": TopicState(TOPIC_ID, True, False, True)})
+    table = opener("/tables", "t", TOPIC_ID, storage_options={})
+    runs = []
+    table.maintain = lambda: runs.append(1) or {}  # type: ignore[attr-defined]
+    for i in range(4):
+        produce(log, 1, start=i)
+        rlm.run_round([part(log)], NOW + 100 * i)
+    assert len(runs) == 2
