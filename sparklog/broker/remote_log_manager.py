@@ -168,6 +168,7 @@ class RemoteLogManager:
                 disabled = now is not None and not gone and not now.remote_enabled
                 if gone or disabled:
                     del self._known[name]
+                    self.tables.forget(name)  # re-enabled later: open (create) it afresh
                     wanted = gone or (now is not None and now.delete_on_disable)
                     if before.remote_enabled and before.leads_partition_zero and wanted:
                         self._pending_drops[name] = before.topic_id

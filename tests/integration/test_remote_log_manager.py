@@ -14,6 +14,7 @@ import pytest
 from deltalake import DeltaTable
 
 from sparklog.cluster.embedded import EmbeddedCluster
+from sparklog.metrics.metric import MetricName
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.records import SimpleRecord, build_batch
 
@@ -167,6 +168,14 @@ def test_freshness_puts_the_stable_active_prefix_in_the_table(tiered):
     wait_until("the active prefix copied", lambda: table_offsets(tiered, topic) == list(range(25)))
     send(tiered, topic, 5)
     wait_until("the new tail copied", lambda: table_offsets(tiered, topic) == list(range(30)))
+    broker, _ = leader_log(tiered, topic)
+    lag = MetricName.of(
+        "kafka.server", "BrokerTopicMetrics", "RemoteCopyLagOffsets", {"topic": topic}
+    )
+    wait_until("the lag gauge", lambda: broker.metrics.metric(lag) is not None)
+    wait_until("no lag", lambda: broker.metrics.metric(lag).value() == 0)
+    copied = MetricName.of("kafka.server", "BrokerTopicMetrics", "RemoteCopyBytesPerSec")
+    assert broker.metrics.metric(copied) is not None
 
 
 def test_local_segments_go_only_after_upload_and_local_retention(tiered):
@@ -277,6 +286,9 @@ def test_disable_with_delete_drops_the_table_and_topic_deletion_too(tiered):
     wait_until("table dropped", lambda: not (root_of(tiered) / topic).exists())
     _, log = leader_log(tiered, topic)
     assert not log.remote_log_enabled
+    again = alter(tiered, topic, **{"remote.storage.enable": "true"})
+    assert again.error_code == 0  # a new table, backfilled from the local log
+    wait_until("copied again", lambda: table_offsets(tiered, topic) == list(range(5)))
 
     gone = unique("deleted")
     make_topic(tiered, gone, **{"remote.table.freshness.ms": "0"})
