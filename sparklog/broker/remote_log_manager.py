@@ -54,9 +54,10 @@ from sparklog.storage.remote.tier import (
 
 logger = logging.getLogger(__name__)
 
-#: most bytes one partition copies per round (bounds the memory of a round; a backlog takes
-#: several rounds, each one commit)
-MAX_UPLOAD_BYTES = 64 << 20
+#: most bytes one partition, and one topic, copies per round (bound the memory of a round; a
+#: backlog takes several rounds, each one commit)
+MAX_UPLOAD_BYTES = 32 << 20
+MAX_ROUND_BYTES = 128 << 20
 #: shortest period between two copies of a topic (remote.table.freshness.ms = 0 means "as
 #: fresh as this allows", not a busy loop of Delta commits)
 MIN_PERIOD_MS = 50
@@ -192,6 +193,8 @@ class RemoteLogManager:
             for p in partitions:
                 if p.log.remote_log_enabled and not p.log.closed:
                     by_topic.setdefault(p.topic, []).append(p)
+            for gone in [t for t in self._due if t not in by_topic]:
+                del self._due[gone]  # not tiered here any more: no wake-ups for it
             for topic, parts in sorted(by_topic.items()):
                 if now_ms < self._due.get(topic, 0):
                     continue
@@ -207,7 +210,8 @@ class RemoteLogManager:
     def next_due_ms(self, now_ms: int) -> int:
         """When the earliest topic is due (the runner sleeps until then, bounded)."""
         with self._round_lock:
-            due = min(self._due.values(), default=now_ms)
+            interval = self.config.remote_log_manager_task_interval_ms
+            due = min(self._due.values(), default=now_ms + interval)
         return max(now_ms, due)
 
     def close(self) -> None:
@@ -264,14 +268,16 @@ class RemoteLogManager:
         self, table: TopicTable, leaders: list[TieredPartition], now_ms: int, stats: RoundStats
     ) -> None:
         uploads: list[SegmentUpload] = []
+        room = MAX_ROUND_BYTES
         for p in leaders:
-            budget = self.rate.available(now_ms)
+            budget = min(self.rate.available(now_ms), room, MAX_UPLOAD_BYTES)
             if budget <= 0:
                 break
-            upload = self._upload_for(table, p, min(budget, MAX_UPLOAD_BYTES))
+            upload = self._upload_for(table, p, budget)
             if upload is not None:
                 uploads.append(upload)
                 self.rate.spend(len(upload.records))
+                room -= len(upload.records)
         if not uploads:
             return
         self.copy_requests_total += 1

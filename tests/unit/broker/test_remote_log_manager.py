@@ -348,3 +348,29 @@ def test_maintenance_runs_now_and_then_by_the_leader_of_partition_zero(
         produce(log, 1, start=i)
         rlm.run_round([part(log)], NOW + 100 * i)
     assert len(runs) == 2
+
+
+def test_copies_stop_at_the_last_stable_offset(tmp_path, opener):
+    log = tiered_log(tmp_path / "t-0", **{"remote.table.freshness.ms": 0})
+    produce(log, 3)
+    txn = build_batch(
+        [SimpleRecord(b"open", None, NOW)],
+        producer_id=9,
+        producer_epoch=0,
+        base_sequence=0,
+        is_transactional=True,
+    )
+    log.append_as_leader(txn, 0, NOW)
+    produce(log, 2, start=4)
+    assert log.last_stable_offset == 3
+    manager(opener).run_round([part(log)], NOW)
+    assert opener.tables["/tables/t"].offsets(0) == [0, 1, 2]
+
+
+def test_the_manager_sleeps_an_interval_when_nothing_is_tiered(tmp_path, opener):
+    rlm = manager(opener)
+    log = tiered_log(tmp_path / "t-0")
+    rlm.run_round([part(log)], NOW)
+    assert rlm.next_due_ms(NOW) == NOW + 1000
+    rlm.run_round([], NOW + 2000)  # the partition left
+    assert rlm.next_due_ms(NOW + 2000) == NOW + 3000
