@@ -202,10 +202,16 @@ class RemoteLogManager:
                 try:
                     self._topic_round(topic, parts, now_ms, stats)
                 except RemoteStorageError as e:
-                    self._failed(topic, parts[0].log, e, now_ms, stats)
+                    copying = any(p.is_leader for p in parts)
+                    self._failed(topic, e, now_ms, stats, loud=copying)
                 else:
                     self._healed(topic)
         return stats
+
+    def failures(self, topic: str) -> int:
+        """Rounds of `topic` that failed in a row (0 once one succeeds)."""
+        state = self._backoff.get(topic)
+        return 0 if state is None else state.failures
 
     def next_due_ms(self, now_ms: int) -> int:
         """When the earliest topic is due (the runner sleeps until then, bounded)."""
@@ -229,7 +235,8 @@ class RemoteLogManager:
     def _topic_round(
         self, topic: str, parts: list[TieredPartition], now_ms: int, stats: RoundStats
     ) -> None:
-        table = self.tables.table(topic, parts[0].topic_id)
+        copying = any(p.is_leader for p in parts)
+        table = self.tables.table(topic, parts[0].topic_id, create=copying)
         table.refresh()
         for p in parts:
             end = table.copied_end_offset(p.partition)
@@ -374,7 +381,7 @@ class RemoteLogManager:
     def _drop_pending(self, stats: RoundStats) -> None:
         for topic, topic_id in list(self._pending_drops.items()):
             try:
-                self.tables.table(topic, topic_id).drop()
+                self.tables.table(topic, topic_id, create=True).drop()
             except RemoteStorageError as e:
                 logger.warning("dropping the table of %s failed (retrying): %s", topic, e)
                 continue
@@ -384,8 +391,10 @@ class RemoteLogManager:
             logger.info("dropped the remote tier of %s (topic id %s)", topic, topic_id)
 
     def _failed(
-        self, topic: str, log: Log, error: RemoteStorageError, now_ms: int, stats: RoundStats
+        self, topic: str, error: RemoteStorageError, now_ms: int, stats: RoundStats, *, loud: bool
     ) -> None:
+        """Back the topic off; a copying leader logs the first failure as an error (a follower,
+        which only reads what the table holds, e.g. before the leader created it, at debug)."""
         state = self._backoff.setdefault(topic, _Backoff())
         state.failures += 1
         c = self.config
@@ -395,7 +404,7 @@ class RemoteLogManager:
         )
         self._due[topic] = now_ms + delay
         stats.failed_topics.append(topic)
-        if not state.logged:
+        if loud and not state.logged:
             state.logged = True
             logger.error(
                 "the remote tier of %s failed (local data is kept; retrying with back-off up "

@@ -45,15 +45,18 @@ class RemoteTables:
         self._lock = threading.Lock()
         self._tables: dict[str, TopicTable] = {}
 
-    def table(self, topic: str, topic_id: uuid.UUID) -> TopicTable:
-        """The topic's table, opened (created when missing) on first use; a table of an
-        older topic id of the same name is replaced. Raises RemoteStorageError."""
+    def table(self, topic: str, topic_id: uuid.UUID, *, create: bool = False) -> TopicTable:
+        """The topic's table, opened on first use (created when missing if `create`: only a
+        copying leader creates one); a table of an older topic id of the same name is
+        replaced. Raises RemoteStorageError."""
         with self._lock:
             found = self._tables.get(topic)
         if found is not None and found.topic_id == topic_id:
             return found
         opener = self._opener or default_opener()
-        opened = opener(self.root, topic, topic_id, storage_options=self.storage_options)
+        opened = opener(
+            self.root, topic, topic_id, storage_options=self.storage_options, create=create
+        )
         with self._lock:
             current = self._tables.get(topic)
             if current is not None and current.topic_id == topic_id:

@@ -331,3 +331,33 @@ def test_log_start_below_the_local_start_survives_a_restart(tiered):
     reopened = restarted.replica_manager.partitions[(topic, 0)].log
     assert reopened.log_start_offset == 0
     assert reopened.local_log_start_offset >= local_start
+
+
+def test_a_table_gone_stops_copies_and_local_deletion_until_it_is_back(tiered):
+    topic = unique("gone")
+    make_topic(
+        tiered,
+        topic,
+        **{
+            "local.retention.bytes": "500",
+            "retention.bytes": "-1",
+            "remote.table.freshness.ms": "0",
+        },
+    )
+    send(tiered, topic, 20)
+    wait_until("copied", lambda: table_offsets(tiered, topic) == list(range(20)))
+    broker, log = leader_log(tiered, topic)
+    manager = broker.remote_log_tasks.manager
+    location = root_of(tiered) / topic
+    aside = location.with_name(f"{topic}.aside")
+    location.rename(aside)
+    try:
+        send(tiered, topic, 20)
+        wait_until("copies failing", lambda: manager.failures(topic) >= 2)
+        assert log.highest_offset_in_remote_storage == 19
+        assert log.local_log_start_offset <= 20  # nothing uncopied deleted
+        assert log.read(20, 1 << 20).records  # still served locally
+    finally:
+        aside.rename(location)
+    wait_until("copies resumed", lambda: table_offsets(tiered, topic) == list(range(40)))
+    wait_until("healed", lambda: manager.failures(topic) == 0)

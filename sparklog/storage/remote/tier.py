@@ -145,7 +145,8 @@ class TableOpener(Protocol):
 
     Opens the Delta table at `schema.table_location(root, topic)` (`root` is
     `remote.table.root`), creating it (with `schema.TOPIC_ID_KEY` / `TOPIC_NAME_KEY` in its
-    configuration) when missing; RemoteStorageError when the location holds another topic id's
+    configuration) when missing and `create`; RemoteStorageError when it is missing and not
+    `create` (followers and readers never create one), or holds another topic id's
     table (the topic was deleted and re-created while its old table stayed) or cannot be
     opened. `storage_options` are the `storage.options.<key>` settings (object stores)."""
 
@@ -156,6 +157,7 @@ class TableOpener(Protocol):
         topic_id: uuid.UUID | None = None,
         *,
         storage_options: Mapping[str, str] | None = None,
+        create: bool = True,
     ) -> TopicTable: ...
 
 

@@ -115,7 +115,13 @@ class Opener:
         self.tables: dict[str, MemoryTable] = {}
 
     def __call__(
-        self, root: str, topic: str, topic_id: uuid.UUID, *, storage_options: Mapping
+        self,
+        root: str,
+        topic: str,
+        topic_id: uuid.UUID,
+        *,
+        storage_options: Mapping,
+        create: bool = True,
     ) -> MemoryTable:
         location = f"{root}/{topic}"
         table = self.tables.get(location)
