@@ -204,6 +204,10 @@ class RemoteLogManager:
                 except RemoteStorageError as e:
                     copying = any(p.is_leader for p in parts)
                     self._failed(topic, e, now_ms, stats, loud=copying)
+                except Exception as e:  # noqa: BLE001 - a log closed under us, a bug: one topic
+                    if not any(p.log.closed for p in parts):
+                        logger.exception("the remote tier round of %s failed", topic)
+                    self._failed(topic, RemoteStorageError(repr(e)), now_ms, stats, loud=False)
                 else:
                     self._healed(topic)
         return stats

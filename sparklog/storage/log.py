@@ -480,7 +480,8 @@ class Log(LogStartMixin):
                 target_offset <= self.local_log_start_offset
                 and target_offset < self._local.bases[0]
             ):
-                self.truncate_fully_and_start_at(target_offset)
+                tiered_start = self.log_start_offset if self.remote_log_enabled else None
+                self.truncate_fully_and_start_at(target_offset, tiered_start)
                 return True
             self.log_end_offset = self._local.truncate_to(target_offset)
             self.epoch_cache.truncate_from_end(self.log_end_offset)

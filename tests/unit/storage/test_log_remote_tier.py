@@ -137,3 +137,12 @@ def test_only_local_bytes_counts_what_the_tier_lacks(tmp_path):
     first_end = segment_ends(log)[0]
     log.update_highest_offset_in_remote_storage(first_end - 1)
     assert log.only_local_bytes() == log.size_in_bytes - log.segments[0].size_bytes
+
+
+def test_truncation_below_the_local_start_keeps_the_tiered_log_start(tmp_path):
+    log = filled(tmp_path / "t-0", tiered(**{"local.retention.ms": 1000}))
+    log.update_highest_offset_in_remote_storage(log.log_end_offset - 1)
+    log.delete_old_segments(NOW + 10_000)
+    local = log.local_log_start_offset
+    assert log.truncate_to(local - 1, NOW)
+    assert (log.log_start_offset, log.local_log_start_offset) == (0, local - 1)
