@@ -149,6 +149,7 @@ class RemoteLogManager:
         self._known: dict[str, TopicState] = {}
         self._pending_drops: dict[str, uuid.UUID] = {}
         self._commits_since_maintenance: dict[str, int] = {}
+        self._value_settings: dict[str, tuple[int, str, str]] = {}
         self.progress: dict[tuple[str, int], PartitionProgress] = {}
         #: totals for Kafka's RemoteCopyBytesPerSec / RemoteCopyRequestsPerSec
         self.copied_bytes_total = 0
@@ -170,6 +171,7 @@ class RemoteLogManager:
                 if gone or disabled:
                     del self._known[name]
                     self.tables.forget(name)  # re-enabled later: open (create) it afresh
+                    self._value_settings.pop(name, None)
                     wanted = gone or (now is not None and now.delete_on_disable)
                     if before.remote_enabled and before.leads_partition_zero and wanted:
                         self._pending_drops[name] = before.topic_id
@@ -242,6 +244,8 @@ class RemoteLogManager:
         copying = any(p.is_leader for p in parts)
         table = self.tables.table(topic, parts[0].topic_id, create=copying)
         table.refresh()
+        if copying:
+            self._configure_values(table, parts[0].log)
         for p in parts:
             end = table.copied_end_offset(p.partition)
             if end is not None:
@@ -255,6 +259,21 @@ class RemoteLogManager:
             self._expire(table, p, now_ms)
             self._track(p, now_ms)
         self._maybe_maintain(table)
+
+    def _configure_values(self, table: TopicTable, log: Log) -> None:
+        """Hand the topic's `remote.table.value.format` / `.schema` to the table when they
+        changed (typed value columns of later uploads; `configure_values`, when the table
+        has it). A schema the table refuses is logged once; uploads go on without it."""
+        wanted = (log.config.remote_table_value_format, log.config.remote_table_value_schema)
+        configure = getattr(table, "configure_values", None)
+        applied = (id(table), *wanted)  # a table opened afresh starts binary
+        if configure is None or self._value_settings.get(table.topic) == applied:
+            return
+        self._value_settings[table.topic] = applied
+        try:
+            configure(*wanted)
+        except ValueError as e:  # ValueSchemaError
+            logger.error("the table of %s keeps its value columns: %s", table.topic, e)
 
     def _maybe_maintain(self, table: TopicTable) -> None:
         """Compact, checkpoint and vacuum the table now and then (off the produce path: this

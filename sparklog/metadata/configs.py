@@ -302,6 +302,7 @@ def validate_remote_storage(
         ("ms", config.retention_ms, config.local_retention_ms),
     ):
         _check_local_retention(kind, total, local)
+    _check_value_schema(config)
     if config.remote_log_copy_disable:
         for kind, total, local in (
             ("bytes", config.retention_bytes, config.local_retention_bytes),
@@ -313,6 +314,21 @@ def validate_remote_storage(
                     f"and `retention.{kind}` must be set to the identical value because there "
                     "will be no more logs copied to the remote storage."
                 )
+
+
+def _check_value_schema(config: LogConfig) -> None:
+    """`remote.table.value.format` json / avro needs a usable `remote.table.value.schema`."""
+    if config.remote_table_value_format == "binary":
+        return
+    from sparklog.storage.remote.values import ValueSchemaError, value_decoder
+
+    try:
+        value_decoder(config.remote_table_value_format, config.remote_table_value_schema)
+    except (ValueSchemaError, ImportError) as e:
+        raise InvalidConfigError(
+            f"Invalid value {config.remote_table_value_schema!r} for configuration "
+            f"remote.table.value.schema: {e}"
+        ) from None
 
 
 def _check_local_retention(kind: str, total: int, local: int) -> None:

@@ -361,3 +361,36 @@ def test_a_table_gone_stops_copies_and_local_deletion_until_it_is_back(tiered):
         aside.rename(location)
     wait_until("copies resumed", lambda: table_offsets(tiered, topic) == list(range(40)))
     wait_until("healed", lambda: manager.failures(topic) == 0)
+
+
+def test_typed_values_follow_the_topic_settings(tiered):
+    refused = make_topic(tiered, unique("badschema"), **{"remote.table.value.format": "json"})
+    assert refused.error_code == INVALID_CONFIG
+    assert "remote.table.value.schema" in refused.error_message
+    topic = unique("typed")
+    make_topic(
+        tiered,
+        topic,
+        **{
+            "remote.table.freshness.ms": "0",
+            "remote.table.value.format": "json",
+            "remote.table.value.schema": "a INT, b STRING",
+        },
+    )
+    leader = leader_bootstrap(tiered, topic)
+
+    async def go():
+        conn = await connect(leader)
+        try:
+            for value in (b'{"a": 1, "b": "x"}', b"not json"):
+                record = SimpleRecord(value, None, now_ms())
+                assert (await produce(conn, topic, build_batch([record]), acks=-1)).error_code == 0
+        finally:
+            await conn.close()
+
+    run(go())
+    wait_until("copied", lambda: table_offsets(tiered, topic) == [0, 1])
+    rows = DeltaTable(str(root_of(tiered) / topic)).to_pyarrow_table().sort_by("offset")
+    assert rows.column("value_typed").to_pylist()[0] == {"a": 1, "b": "x"}
+    assert rows.column("value_error").to_pylist()[0] is None
+    assert rows.column("value_error").to_pylist()[1]  # a dead letter, inline
