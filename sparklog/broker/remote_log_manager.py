@@ -150,6 +150,7 @@ class RemoteLogManager:
         self._pending_drops: dict[str, uuid.UUID] = {}
         self._commits_since_maintenance: dict[str, int] = {}
         self._value_settings: dict[str, tuple[int, str, str]] = {}
+        self._trimmed: dict[tuple[str, int], int] = {}
         self.progress: dict[tuple[str, int], PartitionProgress] = {}
         #: totals for Kafka's RemoteCopyBytesPerSec / RemoteCopyRequestsPerSec
         self.copied_bytes_total = 0
@@ -382,8 +383,11 @@ class RemoteLogManager:
         table_start = table.start_offset(p.partition)
         if table_start is None:
             return
-        if log.log_start_offset > table_start:
+        key = (p.topic, p.partition)
+        if log.log_start_offset > table_start and self._trimmed.get(key) != log.log_start_offset:
+            # once per log start: a batch straddling it stays, and asking again would commit
             table.delete_before(p.partition, log.log_start_offset)
+            self._trimmed[key] = log.log_start_offset
         config = log.config
         if config.retention_ms < 0 and config.retention_bytes < 0:
             return
@@ -458,6 +462,8 @@ class RemoteLogManager:
         """Drop the gauges of partitions no longer hosted or led here."""
         for key in [k for k in self.progress if k not in keep]:
             del self.progress[key]
+        for key in [k for k in self._trimmed if k not in keep]:
+            del self._trimmed[key]
 
 
 def _batch_span(records: bytes) -> tuple[int, int]:

@@ -306,8 +306,14 @@ def test_delete_records_applies_to_the_table(tmp_path, opener):
         produce(log, 3, start=3 * i)
         rlm.run_round([part(log)], NOW + 100 * i)
     log.delete_records_before(7)
+    table = opener.tables["/tables/t"]
+    calls = []
+    real = table.delete_before
+    table.delete_before = lambda p, o: calls.append(o) or real(p, o)  # type: ignore[method-assign]
     rlm.run_round([part(log)], NOW + 10_000)
-    assert opener.tables["/tables/t"].start_offset(0) == 6  # the upload holding 7 stays
+    assert table.start_offset(0) == 6  # the upload holding 7 stays
+    rlm.run_round([part(log)], NOW + 20_000)
+    assert calls == [7]  # asked once per log start, not every round
 
 
 def test_topic_deleted_or_disabled_drops_the_table(tmp_path, opener):
