@@ -344,22 +344,25 @@ class RemoteLogManager:
     ) -> SegmentUpload | None:
         """The partition's next range: whole batches from the copied end (first copy: the
         log's start) below min(HW, LSO), and below the active segment unless the topic has
-        `remote.table.freshness.ms` >= 0; None when there is nothing to copy."""
+        `remote.table.freshness.ms` >= 0; None when there is nothing to copy. Offsets
+        DeleteRecords removed before they were copied are skipped: the range then starts at
+        the copied end with its first batch at the log start."""
         log = p.log
         copied = table.copied_end_offset(p.partition)
         start = log.local_log_start_offset if copied is None else copied
+        read_from = max(start, log.log_start_offset)
         upper = min(log.high_watermark, log.last_stable_offset)
         if log.config.remote_table_freshness_ms < 0:
             upper = min(upper, log.active_segment.base_offset)
-        if upper <= start:
+        if upper <= read_from:
             return None
-        if start < log.local_log_start_offset:
+        if read_from < log.local_log_start_offset:
             raise RemoteStorageError(
                 f"{p.topic}-{p.partition}: the table ends at {start}, below the local log start "
                 f"{log.local_log_start_offset}; the offsets between are in neither tier"
             )
         try:
-            data = log.read(start, max_bytes, upper_bound_offset=upper).records
+            data = log.read(read_from, max_bytes, upper_bound_offset=upper).records
         except KafkaError as e:  # the log moved under us (truncation, deletion): next round
             logger.debug("%s-%d: nothing copied this round: %s", p.topic, p.partition, e)
             return None
@@ -367,13 +370,14 @@ class RemoteLogManager:
         if not records:
             return None
         first, end = _batch_span(records)
-        if copied is not None and first != copied:
+        if copied is not None and (first < copied or (first > copied and read_from == copied)):
             raise RemoteStorageError(
-                f"{p.topic}-{p.partition}: the table ends at {copied} inside the local batch "
-                f"starting at {first}"
+                f"{p.topic}-{p.partition}: the table ends at {copied}, not at a batch boundary "
+                f"of the local log (its batch there starts at {first})"
             )
         aborted = tuple(log.collect_aborted_transactions(first, end))
-        return SegmentUpload(p.partition, first, end, records, aborted, p.leader_epoch)
+        range_start = first if copied is None else copied
+        return SegmentUpload(p.partition, range_start, end, records, aborted, p.leader_epoch)
 
     # -- expiry -----------------------------------------------------------------------------
 

@@ -386,3 +386,16 @@ def test_the_manager_sleeps_an_interval_when_nothing_is_tiered(tmp_path, opener)
     assert rlm.next_due_ms(NOW) == NOW + 1000
     rlm.run_round([], NOW + 2000)  # the partition left
     assert rlm.next_due_ms(NOW + 2000) == NOW + 3000
+
+
+def test_delete_records_past_the_copied_end_skips_the_deleted_offsets(tmp_path, opener):
+    log = tiered_log(tmp_path / "t-0", **{"remote.table.freshness.ms": 0})
+    rlm = manager(opener)
+    produce(log, 5)
+    rlm.run_round([part(log)], NOW)
+    produce(log, 10, start=5)
+    log.delete_records_before(9)  # [5, 9) never reach the table
+    rlm.run_round([part(log)], NOW + 100)
+    table = opener.tables["/tables/t"]
+    assert table.copied_end_offset(0) == 15
+    assert table.offsets(0) == list(range(9, 15))  # copied, then trimmed to the log start
