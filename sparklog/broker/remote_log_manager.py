@@ -27,7 +27,8 @@ second`) is a token bucket over rounds.
 
 Topic lifecycle (`on_topics`): a topic deleted, or `remote.storage.enable` turned off with
 `remote.log.delete.on.disable`, gets its table dropped by the broker that led its partition 0
-when it last saw the topic.
+(or, leaderless, was its lowest replica) when it last saw the topic; every broker forgets its
+open handle. A broker that was down then leaves the table in place (drop it by hand).
 
 Sans-IO apart from the table and the logs: times are passed in. One round at a time.
 """
@@ -85,6 +86,8 @@ class TopicState:
     topic_id: uuid.UUID
     remote_enabled: bool
     delete_on_disable: bool
+    #: this broker drops (and maintains) the table: it leads partition 0, or partition 0 has
+    #: no leader and this is its lowest replica
     leads_partition_zero: bool
 
 

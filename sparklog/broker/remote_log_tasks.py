@@ -74,7 +74,7 @@ class RemoteLogTasks:
                 meta.topic_id,
                 meta.config.remote_storage_enable and not meta.config.compact,
                 meta.config.remote_log_delete_on_disable,
-                _leader_of(meta, 0) == self.node_id,
+                _dropper_of(meta) == self.node_id,
             )
             for name, meta in topics.items()
         }
@@ -210,6 +210,12 @@ def build_remote_tier(
     return tables, tasks
 
 
-def _leader_of(meta: TopicMetadata, partition: int) -> int | None:
-    registration = meta.partitions.get(partition)
-    return None if registration is None else registration.leader
+def _dropper_of(meta: TopicMetadata) -> int | None:
+    """The broker that drops the topic's table and maintains it: the leader of partition 0,
+    or while it has none the lowest replica of partition 0."""
+    registration = meta.partitions.get(0)
+    if registration is None:
+        return None
+    if registration.leader >= 0:
+        return registration.leader
+    return min(registration.replicas, default=None)
