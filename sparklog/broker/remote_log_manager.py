@@ -97,6 +97,7 @@ class PartitionProgress:
 
     pending_offsets: int = 0
     pending_bytes: int = 0
+    pending_segments: int = 0
     caught_up_ms: int = -1
 
 
@@ -462,6 +463,9 @@ class RemoteLogManager:
         upper = min(log.high_watermark, log.last_stable_offset)
         progress.pending_offsets = max(0, upper - max(copied_end, log.log_start_offset))
         progress.pending_bytes = log.only_local_bytes()
+        segments = log.segments
+        ends = [s.base_offset for s in segments[1:]]
+        progress.pending_segments = sum(1 for end in ends if end > copied_end)
         if progress.pending_offsets == 0:
             progress.caught_up_ms = now_ms
 

@@ -10,8 +10,9 @@ until the earliest topic is due (`remote.log.manager.task.interval.ms`, or the t
 
 Metrics (Kafka's names, `kafka.server:type=BrokerTopicMetrics`): RemoteCopyBytesPerSec,
 RemoteCopyRequestsPerSec, RemoteCopyErrorsPerSec, and per topic RemoteCopyLagBytes (local bytes
-not in the table) plus sparklog's RemoteCopyLagOffsets (offsets below min(HW, LSO) not in the
-table) and RemoteCopyLagMs (time since the table last held everything stable).
+not in the table) and RemoteCopyLagSegments (closed segments not wholly in it), plus sparklog's
+RemoteCopyLagOffsets (offsets below min(HW, LSO) not in the table) and RemoteCopyLagMs (time
+since the table last held everything stable).
 """
 
 from __future__ import annotations
@@ -178,6 +179,7 @@ class RemoteLogTasks:
         tags = {"topic": topic}
         for name, read in (
             ("RemoteCopyLagBytes", total("pending_bytes")),
+            ("RemoteCopyLagSegments", total("pending_segments")),
             ("RemoteCopyLagOffsets", total("pending_offsets")),
             ("RemoteCopyLagMs", lag_ms),
         ):

@@ -174,6 +174,10 @@ def test_freshness_puts_the_stable_active_prefix_in_the_table(tiered):
     )
     wait_until("the lag gauge", lambda: broker.metrics.metric(lag) is not None)
     wait_until("no lag", lambda: broker.metrics.metric(lag).value() == 0)
+    segments = MetricName.of(
+        "kafka.server", "BrokerTopicMetrics", "RemoteCopyLagSegments", {"topic": topic}
+    )
+    assert broker.metrics.metric(segments) is not None
     copied = MetricName.of("kafka.server", "BrokerTopicMetrics", "RemoteCopyBytesPerSec")
     assert broker.metrics.metric(copied) is not None
 
