@@ -203,6 +203,15 @@ def test_local_segments_go_only_after_upload_and_local_retention(tiered):
             await conn.close()
 
     assert run(earliest()) == 0  # the log still starts at 0: the table holds the head
+    followers = [
+        b.replica_manager.partitions[(topic, 0)].log
+        for b in tiered.brokers
+        if b.node_id != tiered.leader_of(topic)
+    ]
+    for follower in followers:  # they learn what the table holds and trim too
+        wait_until("a follower trimmed", lambda f=follower: f.local_log_start_offset > 0)
+        assert follower.local_log_start_offset <= follower.highest_offset_in_remote_storage + 1
+        assert follower.log_start_offset == 0
 
 
 def test_new_leader_continues_from_the_table(tiered):
