@@ -388,11 +388,16 @@ class DeltaTopicTable:
         upper_bound_offset: int | None = None,
         include_aborted: bool = False,
     ) -> RemoteRead:
+        """See `TopicTable.read`. A handle that does not know `start_offset` yet (another
+        broker copied it since) catches up first; one whose files were compacted away and
+        vacuumed since catches up and reads again."""
         for attempt in (0, 1):
             with self._lock:  # a snapshot of the files; the scan runs without the lock
-                if attempt:  # files compacted away since this handle's version
+                files = self._partition(partition)
+                if attempt or not len(files) or int(files.max_batch_end.max()) < start_offset:
                     self.refresh()
-                files, scanner = self._partition(partition), self._scanner()
+                    files = self._partition(partition)
+                scanner = self._scanner()
             try:
                 rows = scans.read_rows(files, scanner, start_offset, max_bytes, upper_bound_offset)
                 break

@@ -453,3 +453,13 @@ def test_a_commit_and_its_data_files_are_on_disk_before_append_returns(
     assert len(data) == 2  # one file per partition
     assert max(synced.index(p) for p in data) < synced.index(commit)
     assert synced.index(commit) < synced.index(location / "_delta_log")
+
+
+def test_a_stale_handle_catches_up_to_read_what_another_broker_copied(table, tmp_path):
+    table.append([upload(0, [batch(0, 3)])])
+    reader = DeltaTopicTable(str(tmp_path / "tier"), "orders", TOPIC_ID)  # another broker
+    assert reader.read(0, 0, 1 << 20).records == batch(0, 3)
+    table.append([upload(0, [batch(3, 3)])])
+    assert reader.read(0, 3, 1 << 20).records == batch(3, 3)
+    table.maintain(vacuum_retention_hours=0)  # the files the reader knows are gone
+    assert reader.read(0, 0, 1 << 20).records == batch(0, 3) + batch(3, 3)
