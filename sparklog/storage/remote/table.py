@@ -621,12 +621,13 @@ def open_topic_table(
 def writer_properties(row_bytes: int, rows: int) -> Any:
     """Parquet settings of the data files: row groups of about `_ROW_GROUP_BYTES` (a read
     of `max_bytes` decodes about that much more, by row-group statistics), offsets and
-    timestamps delta-encoded (they grow by small steps), no dictionary for values."""
+    timestamps delta-encoded (they grow by small steps), values without dictionary or min/max
+    statistics (no reader prunes by a value; computing them costs the writer)."""
     from deltalake import ColumnProperties, WriterProperties
 
     per_row = max(1, row_bytes // max(1, rows))
     group_rows = min(max(_ROW_GROUP_BYTES // per_row, 1024), 1 << 20)
     delta = ColumnProperties(dictionary_enabled=False, encoding="DELTA_BINARY_PACKED")
     columns = {name: delta for name in _DELTA_ENCODED}
-    columns["value"] = ColumnProperties(dictionary_enabled=False)
+    columns["value"] = ColumnProperties(dictionary_enabled=False, statistics_enabled="NONE")
     return WriterProperties(max_row_group_size=group_rows, column_properties=columns)
