@@ -114,8 +114,11 @@ class DeltaTopicTable:
         fsync: bool = True,
         value_format: str = "binary",
         value_schema: str = "",
+        maintenance_commits: int = 100,
     ) -> None:
         """Open the topic's table, creating it when `create` (then `topic_id` is required).
+        Every `maintenance_commits` appends of this instance (0: never), `maintain` runs in a
+        thread of its own.
         A table of another topic id (the topic was deleted and re-created while its table
         was kept) raises RemoteStorageError naming both ids and what to do. `value_format` /
         `value_schema` are the topic's `remote.table.value.*` (see `configure_values`)."""
@@ -142,6 +145,9 @@ class DeltaTopicTable:
         self._files: dict[int, PartitionFiles] = {}
         self._dataset: Any = None
         self._footers = scans.FooterCache()
+        self.maintenance_commits = maintenance_commits
+        self._since_maintenance = 0
+        self._maintenance: threading.Thread | None = None
 
     def configure_values(self, value_format: str, value_schema: str) -> None:
         """Decode the values of later uploads into `value_typed` / `value_error` columns
@@ -305,6 +311,7 @@ class DeltaTopicTable:
                 raise self._error("cannot be written", e) from e
             version = int(self._dt.version())
             self._sync_local(before + 1, version)
+            self._maybe_maintain()
             return version
         raise RemoteStorageError(
             f"The topic table {self._where()} kept changing under {_COMMIT_RETRIES} commit "
@@ -495,6 +502,7 @@ class DeltaTopicTable:
     # -- drop / maintenance -------------------------------------------------------------------
 
     def drop(self) -> None:
+        self.wait_for_maintenance()
         with self._lock:
             if self._local is not None:
                 shutil.rmtree(self._local, ignore_errors=True)
@@ -536,6 +544,33 @@ class DeltaTopicTable:
         except Exception as e:
             raise self._error("cannot be maintained", e) from e
         return {"compacted": compacted, "vacuumed": len(removed)}
+
+    def _maybe_maintain(self) -> None:
+        self._since_maintenance += 1
+        if not self.maintenance_commits or self._since_maintenance < self.maintenance_commits:
+            return
+        if self._maintenance is not None and self._maintenance.is_alive():
+            return
+        self._since_maintenance = 0
+        self._maintenance = threading.Thread(
+            target=self._maintain_quietly,
+            name=f"sparklog-tier-maintenance-{self.topic}",
+            daemon=True,
+        )
+        self._maintenance.start()
+
+    def _maintain_quietly(self) -> None:
+        try:
+            outcome = self.maintain()
+        except RemoteStorageError as e:  # another broker's maintenance, a flaky store: later
+            logger.warning("maintenance of %s failed; retried later: %s", self, e)
+            return
+        logger.debug("maintenance of %s: %s", self, outcome)
+
+    def wait_for_maintenance(self, timeout_s: float = 60.0) -> None:
+        """Let a running maintenance finish (before a drop, in tests)."""
+        if self._maintenance is not None:
+            self._maintenance.join(timeout_s)
 
     # -- helpers ------------------------------------------------------------------------------
 

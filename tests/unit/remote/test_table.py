@@ -463,3 +463,15 @@ def test_a_stale_handle_catches_up_to_read_what_another_broker_copied(table, tmp
     assert reader.read(0, 3, 1 << 20).records == batch(3, 3)
     table.maintain(vacuum_retention_hours=0)  # the files the reader knows are gone
     assert reader.read(0, 0, 1 << 20).records == batch(0, 3) + batch(3, 3)
+
+
+def test_maintenance_runs_by_itself_every_n_commits(tmp_path):
+    table = DeltaTopicTable(str(tmp_path / "tier"), "orders", TOPIC_ID, maintenance_commits=3)
+    for k in range(3):
+        table.append([upload(0, [batch(k * 2, 2)])])
+    table.wait_for_maintenance()
+    log = tmp_path / "tier/orders/_delta_log"
+    assert (log / "_last_checkpoint").exists()
+    table.refresh()
+    assert len(table._partition(0)) == 1  # compacted
+    assert table.read(0, 0, 1 << 20).records == b"".join(batch(k * 2, 2) for k in range(3))
