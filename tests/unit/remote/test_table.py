@@ -474,4 +474,5 @@ def test_maintenance_runs_by_itself_every_n_commits(tmp_path):
     assert (log / "_last_checkpoint").exists()
     table.refresh()
     assert len(table._partition(0)) == 1  # compacted
+    assert table.copied_end_offset(0) == 6  # the app transactions stay
     assert table.read(0, 0, 1 << 20).records == b"".join(batch(k * 2, 2) for k in range(3))
