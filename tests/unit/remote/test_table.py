@@ -476,3 +476,19 @@ def test_maintenance_runs_by_itself_every_n_commits(tmp_path):
     assert len(table._partition(0)) == 1  # compacted
     assert table.copied_end_offset(0) == 6  # the app transactions stay
     assert table.read(0, 0, 1 << 20).records == b"".join(batch(k * 2, 2) for k in range(3))
+
+
+def test_deltas_app_transaction_check_fences_a_copier_with_a_stale_view(tmp_path, monkeypatch):
+    root = str(tmp_path / "tier")
+    zombie = DeltaTopicTable(root, "orders", TOPIC_ID)
+    leader = DeltaTopicTable(root, "orders", TOPIC_ID)
+    leader.append([upload(0, [batch(0, 4)]), upload(1, [batch(0, 1)])])
+    # the zombie's look at the table happens before the new leader's commit
+    monkeypatch.setattr(zombie, "refresh", lambda: None)
+    with pytest.raises(FencedUploadError, match="first for orders-0"):
+        zombie.append([upload(0, [batch(0, 4, ts=T0 + 9)])])
+    # a stale view of other partitions is no conflict: the commit retries and lands
+    assert zombie.append([upload(2, [batch(0, 1)])]) is not None
+    leader.refresh()
+    assert leader.read(0, 0, 1 << 20).records == batch(0, 4)
+    assert leader.copied_end_offset(2) == 1
