@@ -117,11 +117,12 @@ class DeltaTopicTable:
         maintenance_commits: int = 100,
     ) -> None:
         """Open the topic's table, creating it when `create` (then `topic_id` is required).
-        Every `maintenance_commits` appends of this instance (0: never), `maintain` runs in a
-        thread of its own.
-        A table of another topic id (the topic was deleted and re-created while its table
-        was kept) raises RemoteStorageError naming both ids and what to do. `value_format` /
-        `value_schema` are the topic's `remote.table.value.*` (see `configure_values`)."""
+
+        A table of another topic id (the topic was deleted and re-created while its table was
+        kept) raises RemoteStorageError naming both ids and what to do. `value_format` /
+        `value_schema` are the topic's `remote.table.value.*` (see `configure_values`). Every
+        `maintenance_commits` appends of this instance (0: never), `maintain` runs in a thread
+        of its own. `fsync` False skips the local durability syncs (tests, benchmarks)."""
         self.topic = topic
         self.location = table_location(root, topic)
         self.storage_options = dict(storage_options or {})
