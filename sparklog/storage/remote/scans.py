@@ -83,7 +83,7 @@ class FileScanner:
             if footer is None:
                 self._footers.put(path, parquet.metadata)
             for group in _groups_for(parquet.metadata, start, upper):
-                rows = parquet.read_row_group(group, columns=READ_COLUMNS)
+                rows = parquet.read_row_group(group, columns=READ_COLUMNS, use_threads=False)
                 if rows.schema != FILE_SCHEMA:  # the writer's view types, nullability
                     rows = rows.cast(FILE_SCHEMA)
                 base = rows.column("batch_base_offset").to_numpy()
