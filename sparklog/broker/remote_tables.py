@@ -8,6 +8,7 @@ so a slow object store does not hold other topics up).
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import threading
@@ -21,9 +22,11 @@ logger = logging.getLogger(__name__)
 
 
 def default_opener() -> TableOpener:
-    """`storage.remote.table.open_topic_table` (imported late: it pulls `deltalake` in)."""
+    """`storage.remote.table.open_topic_table` (imported late: it pulls `deltalake` in), with
+    the table's own maintenance off: the remote log manager maintains each table from one
+    broker (the leader of partition 0), so brokers never compact one table side by side."""
     module = importlib.import_module("sparklog.storage.remote.table")
-    return cast(TableOpener, module.open_topic_table)
+    return cast(TableOpener, functools.partial(module.open_topic_table, maintenance_commits=0))
 
 
 class RemoteTables:

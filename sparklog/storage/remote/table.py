@@ -640,9 +640,11 @@ def open_topic_table(
     create: bool = True,
     value_format: str = "binary",
     value_schema: str = "",
+    maintenance_commits: int = 100,
 ) -> DeltaTopicTable:
     """The topic's table under `remote.table.root` (see `DeltaTopicTable`); created when
-    missing if `topic_id` is given."""
+    missing if `topic_id` is given. A broker passes `maintenance_commits=0`: its remote log
+    manager maintains the table from one broker only (the leader of partition 0)."""
     return DeltaTopicTable(
         root,
         topic,
@@ -651,6 +653,7 @@ def open_topic_table(
         create=create and topic_id is not None,
         value_format=value_format,
         value_schema=value_schema,
+        maintenance_commits=maintenance_commits,
     )
 
 
