@@ -338,13 +338,20 @@ class KafkaApis:
                 if tp in seen:
                     raise InvalidRequestError(f"{tp[0]}-{tp[1]} appears twice")
                 seen.add(tp)
-                offset, timestamp, epoch = self.replica_manager.list_offset(
+                rm = self.replica_manager
+                list_offset = (
+                    rm.list_offset_with_tier
+                    if rm.lists_with_tier(*tp, int(p.timestamp))
+                    else rm.list_offset
+                )  # a lookup in a remote tier goes to the remote reader's threads
+                found = list_offset(
                     *tp,
                     int(p.timestamp),
                     isolation_level=isolation_level,
                     current_leader_epoch=int(getattr(p, "current_leader_epoch", -1)),
                     replica_id=replica_id,
                 )
+                offset, timestamp, epoch = found if isinstance(found, tuple) else await found
                 data.update(error_code=0, offset=offset, timestamp=timestamp, leader_epoch=epoch)
             except Exception as e:  # noqa: BLE001 - a per-partition error code
                 data["error_code"] = error_code_of(e, f"ListOffsets {tp}")[0]

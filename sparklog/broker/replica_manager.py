@@ -40,12 +40,21 @@ from sparklog.broker.partition import (
     Partition,
     PartitionRegistration,
 )
+from sparklog.broker.remote_fetch import TierOffsets, merge_offsets, tier_offsets
 from sparklog.broker.replica_append import AppendPath
 from sparklog.broker.replica_base import HostedPartition, TopicMetadata
 from sparklog.broker.replica_follower import FollowerPath
-from sparklog.broker.replica_read import ReadPath
+from sparklog.broker.replica_read import ReadPath, local_log_start
 from sparklog.errors import OffsetNotAvailableError, OffsetOutOfRangeError
-from sparklog.structs import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, IsolationLevel, TopicPartition
+from sparklog.structs import (
+    EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIERED_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+    IsolationLevel,
+    TopicPartition,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -154,9 +163,13 @@ class ReplicaManager(AppendPath, ReadPath, FollowerPath):
         isolation_level: int = 0,
         current_leader_epoch: int = -1,
         replica_id: int = -1,
+        tier: TierOffsets | None = None,
     ) -> tuple[int, int, int]:
         """ListOffsets for one partition: (offset, timestamp, leader epoch), -1s when no record
         is that late. A follower (`replica_id` >= 0) may read up to the log end, as in Kafka.
+        -2 is the log start (the remote tier's included), -4 the local log start (KIP-405),
+        -5 the last offset in the remote tier (KIP-1005); `tier` is what the table answered
+        (`list_offset_with_tier`), without which -5 and timestamps search the local log only.
         Raises the partition's KafkaError."""
         self.dir_failures.check()
         hosted = self.hosted(topic, partition)
@@ -173,6 +186,15 @@ class ReplicaManager(AppendPath, ReadPath, FollowerPath):
         # show a client the high watermark going back, so a client is told to retry instead.
         epoch_start = hosted.partition.leader_epoch_start_offset
         lagging = replica_id < 0 and epoch_start > log_.high_watermark
+        if timestamp == EARLIEST_LOCAL_TIMESTAMP:
+            local_start = local_log_start(log_)
+            epoch = log_.epoch_cache.epoch_for_offset(local_start)
+            return local_start, -1, -1 if epoch is None else epoch
+        if timestamp == LATEST_TIERED_TIMESTAMP:
+            if tier is None or tier.copied_end is None:
+                return -1, -1, -1
+            epoch = log_.epoch_cache.epoch_for_offset(tier.copied_end - 1)
+            return tier.copied_end - 1, -1, -1 if epoch is None else epoch
         if timestamp == LATEST_TIMESTAMP:
             if lagging:
                 raise OffsetNotAvailableError(
@@ -182,6 +204,8 @@ class ReplicaManager(AppendPath, ReadPath, FollowerPath):
                 )
             return last_fetchable, -1, hosted.partition.leader_epoch
         found = log_.fetch_offset_by_timestamp(timestamp)
+        if tier is not None and timestamp != EARLIEST_TIMESTAMP:
+            found = merge_offsets(timestamp, tier.found, found)
         if timestamp != EARLIEST_TIMESTAMP and (found is None or found[0] >= last_fetchable):
             if lagging:
                 raise OffsetNotAvailableError(
@@ -195,6 +219,47 @@ class ReplicaManager(AppendPath, ReadPath, FollowerPath):
         offset, found_timestamp = found
         epoch = log_.epoch_cache.epoch_for_offset(offset)
         return offset, found_timestamp, -1 if epoch is None else epoch
+
+    def lists_with_tier(self, topic: str, partition: int, timestamp: int) -> bool:
+        """Whether ListOffsets for `timestamp` must ask the partition's table: -5, and a
+        timestamp or -3 once the log's start is in the remote tier."""
+        hosted = self._partitions.get(TopicPartition(topic, partition))
+        if self.remote_reader is None or hosted is None:
+            return False
+        log_ = hosted.log
+        if not log_.config.remote_storage_enable:
+            return False
+        if timestamp == LATEST_TIERED_TIMESTAMP:
+            return True
+        by_time = timestamp >= 0 or timestamp == MAX_TIMESTAMP
+        return by_time and log_.log_start_offset < local_log_start(log_)
+
+    async def list_offset_with_tier(
+        self,
+        topic: str,
+        partition: int,
+        timestamp: int,
+        *,
+        isolation_level: int = 0,
+        current_leader_epoch: int = -1,
+        replica_id: int = -1,
+    ) -> tuple[int, int, int]:
+        """`list_offset` with the table's answer, read on the remote reader's pool (Kafka's
+        `asyncOffsetRead`); leadership is checked before and again after the read."""
+        reader = self.remote_reader
+        assert reader is not None
+        self.dir_failures.check()
+        self.hosted(topic, partition).partition.check_leader(current_leader_epoch)
+        tier = await reader.run(lambda: tier_offsets(reader.table_for, topic, partition, timestamp))
+        return self.list_offset(
+            topic,
+            partition,
+            timestamp,
+            isolation_level=isolation_level,
+            current_leader_epoch=current_leader_epoch,
+            replica_id=replica_id,
+            tier=tier,
+        )
 
     def end_offset_for_epoch(
         self, topic: str, partition: int, leader_epoch: int, current_leader_epoch: int = -1

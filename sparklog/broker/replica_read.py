@@ -4,6 +4,13 @@ offset (read_committed) or the log end (followers, whose fetch position moves th
 and the ISR), sharing the fetch's byte budget; park the fetch as a `DelayedFetch` until
 `min_bytes` are there or `max_wait_ms` passed. Thread-safety: use from the broker's event loop
 only.
+
+Tiered offsets (KIP-405): a consumer's fetch offset in [log start, local log start) is read from
+the topic's table by the `remote_reader` (`remote_fetch`), every such partition of the fetch at
+once; the fetch's byte budget reserves each one's partition max bytes (KAFKA-19462, so local
+and remote data together stay within `fetch.max.bytes`, KAFKA-20019), and the fetch is answered
+when the reads are done or `remote.fetch.max.wait.ms` passed (Kafka's DelayedRemoteFetch, which
+replaces the DelayedFetch). A follower fetching there gets OFFSET_MOVED_TO_TIERED_STORAGE.
 """
 
 from __future__ import annotations
@@ -19,13 +26,14 @@ from sparklog.broker.fetch_params import (
     FetchResult,
     Unchanged,
 )
+from sparklog.broker.remote_fetch import RemoteFetchInfo, RemoteLogReader
 from sparklog.broker.replica_base import (
     EXPECTED_FETCH_ERRORS,
     HostedPartition,
     ReplicaManagerBase,
     error_code_of,
 )
-from sparklog.errors import KafkaError
+from sparklog.errors import KafkaError, OffsetMovedToTieredStorageError, OffsetOutOfRangeError
 from sparklog.protocol import cooperative
 from sparklog.protocol.request_metrics import remote_wait
 from sparklog.records.file_records import FileRecords
@@ -35,6 +43,9 @@ from sparklog.structs import IsolationLevel, TopicPartition
 
 class ReadPath(ReplicaManagerBase):
     """Reads: `fetch_messages` (consumers and followers)."""
+
+    #: reads tiered offsets; set by the broker server when `remote.log.storage.system.enable`
+    remote_reader: RemoteLogReader | None = None
 
     async def fetch_messages(
         self,
@@ -50,9 +61,14 @@ class ReadPath(ReplicaManagerBase):
         about it) gets None instead of a result. While the fetch waits, a wake re-reads only the
         partitions notified since the last look: a large session mostly waits with nothing to
         read, and re-reading all of it on every append cost more than the appends."""
+        remote: list[RemoteFetchInfo] = []
         results = await cooperative.complete(
-            self._read_all_steps(params, partitions, unchanged, arriving=True)
+            self._read_all_steps(params, partitions, unchanged, arriving=True, remote=remote)
         )
+        if remote:
+            with remote_wait():  # Kafka's DelayedRemoteFetch instead of a DelayedFetch
+                await self._read_remote(params, results, remote)
+            return results
         may_wait = params.max_wait_ms > 0 and params.min_bytes > 0 and partitions
         if not may_wait or fetch_satisfied(params, results):
             self._record_throttled(params, partitions, results)
@@ -79,6 +95,68 @@ class ReadPath(ReplicaManagerBase):
             self.delayed_fetches -= 1
         self._record_throttled(params, partitions, results)
         return results
+
+    async def _read_remote(
+        self,
+        params: FetchParams,
+        results: list[FetchResult | None],
+        remote: list[RemoteFetchInfo],
+    ) -> None:
+        """Fill the placeholders of `remote` with what the tier holds (Kafka's
+        DelayedRemoteFetch.onComplete): the records and aborted list read, the error code of a
+        failed read, the placeholder (empty) for a read not done in time."""
+        reader = self.remote_reader
+        assert reader is not None
+        reads = await reader.read_all(remote)
+        for info, read in zip(remote, reads, strict=True):
+            placeholder = results[info.index]
+            if read is None or placeholder is None:
+                continue
+            if isinstance(read, Exception):
+                what = f"remote fetch from {info.topic}-{info.partition}"
+                code, _message = error_code_of(read, what)
+                leader_id, leader_epoch = self.leader_of(info.topic, info.partition)
+                results[info.index] = FetchResult(
+                    code, leader_id=leader_id, leader_epoch=leader_epoch
+                )
+                continue
+            aborted = read.aborted
+            if params.isolation_level == IsolationLevel.READ_COMMITTED and aborted is None:
+                aborted = ()
+            results[info.index] = placeholder._replace(
+                records=read.records, aborted_transactions=aborted
+            )
+
+    def _tiered(
+        self,
+        params: FetchParams,
+        info: RemoteFetchInfo,
+        log_: Any,
+        remote: list[RemoteFetchInfo] | None,
+    ) -> FetchResult:
+        """A fetch offset below the local log start (Kafka's handleOffsetOutOfRangeError with a
+        remote log): a follower gets OFFSET_MOVED_TO_TIERED_STORAGE with the leader's offsets;
+        a consumer an empty placeholder, listed in `remote` to be read from the tier unless the
+        remote fetch byte rate is exceeded (then it stays empty, as Kafka's throttled one)."""
+        where = f"{info.topic}-{info.partition}"
+        reader = self.remote_reader
+        if reader is None:
+            raise OffsetOutOfRangeError(
+                f"offset {info.fetch_offset} of {where} is below its local log start "
+                f"({local_log_start(log_)}) and this broker reads no remote tier"
+            )
+        code = OffsetMovedToTieredStorageError.code if params.is_from_follower else 0
+        result = FetchResult(
+            code,
+            high_watermark=log_.high_watermark,
+            last_stable_offset=log_.last_stable_offset,
+            log_start_offset=log_.log_start_offset,
+            records=b"",
+            aborted_transactions=() if info.include_aborted else None,
+        )
+        if not code and remote is not None and not reader.fetch_throttled():
+            remote.append(info)
+        return result
 
     def _record_throttled(
         self,
@@ -115,16 +193,25 @@ class ReadPath(ReplicaManagerBase):
         unchanged: Unchanged | None = None,
         *,
         arriving: bool = False,
+        remote: list[RemoteFetchInfo] | None = None,
     ) -> Generator[None, None, list[FetchResult | None]]:
         """Read each partition in turn, sharing `max_bytes`. An `arriving` follower fetch also
-        takes the follower's fetch state, partition by partition just before its read."""
+        takes the follower's fetch state, partition by partition just before its read; tiered
+        partitions of an arriving consumer fetch are listed in `remote`, to read after."""
         follower = None
         if arriving and params.is_from_follower:
             eligible = self._live_brokers is None or params.replica_id in self._live_brokers
             follower = (self._clock_ms(), eligible)
         results: list[FetchResult | None] = [None] * len(partitions)
         yield from self._read_into_steps(
-            results, params, partitions, range(len(partitions)), unchanged, follower, arriving
+            results,
+            params,
+            partitions,
+            range(len(partitions)),
+            unchanged,
+            follower,
+            arriving,
+            remote,
         )
         return results
 
@@ -147,24 +234,25 @@ class ReadPath(ReplicaManagerBase):
         unchanged: Unchanged | None,
         follower: tuple[int, bool] | None = None,
         arriving: bool = False,
+        remote: list[RemoteFetchInfo] | None = None,
     ) -> Generator[None, None, None]:
         """Read `partitions[i]` into `results[i]` for each of `indices` in turn, sharing
         `max_bytes` (the first batch read is returned whole, as Kafka's first one is); yields
-        after each partition, so a fetch of many partitions can let others run."""
+        after each partition, so a fetch of many partitions can let others run. A partition
+        to read from the tier (listed in `remote`) takes its whole share of the budget."""
         budget = min(params.max_bytes, self.fetch_max_bytes)
         min_one_batch = True
         for i in indices:
             p = partitions[i]
+            max_bytes = max(0, min(p.partition_max_bytes, budget))
+            listed = 0 if remote is None else len(remote)
             result = self._read_one(
-                params,
-                p,
-                max(0, min(p.partition_max_bytes, budget)),
-                min_one_batch,
-                unchanged,
-                follower,
-                arriving,
+                params, p, max_bytes, min_one_batch, unchanged, follower, arriving, remote, i
             )
-            if result is not None and result.records:
+            if remote is not None and len(remote) > listed:
+                budget -= max_bytes  # KAFKA-19462: assume the tier fills the partition's share
+                min_one_batch = False
+            elif result is not None and result.records:
                 budget -= len(result.records)
                 min_one_batch = False
             results[i] = result
@@ -208,6 +296,8 @@ class ReadPath(ReplicaManagerBase):
         unchanged: Unchanged | None = None,
         follower: tuple[int, bool] | None = None,
         arriving: bool = False,
+        remote: list[RemoteFetchInfo] | None = None,
+        index: int = 0,
     ) -> FetchResult | None:
         """One partition's result. `follower` = (now, whether the follower may join the ISR):
         the fetch just arrived from a follower, which holds everything below its fetch offset
@@ -235,6 +325,18 @@ class ReadPath(ReplicaManagerBase):
                 )
             upper = _readable_end(params, log_)
             end = log_.log_end_offset if upper is None else upper
+            if log_.log_start_offset <= p.fetch_offset < local_log_start(log_):
+                info = RemoteFetchInfo(
+                    index,
+                    p.topic,
+                    p.partition,
+                    p.fetch_offset,
+                    max_bytes,
+                    min_one_batch,
+                    upper,
+                    params.isolation_level == IsolationLevel.READ_COMMITTED,
+                )
+                return self._tiered(params, info, log_, remote)
             if p.fetch_offset == end and p.fetch_offset >= log_.log_start_offset:
                 if unchanged is not None and unchanged(
                     TopicPartition(p.topic, p.partition), log_.high_watermark, log_.log_start_offset
@@ -273,6 +375,13 @@ class ReadPath(ReplicaManagerBase):
             records=records,
             aborted_transactions=aborted,
         )
+
+
+def local_log_start(log_: Any) -> int:
+    """The first offset the log holds locally (Kafka's `localLogStartOffset`): the log start
+    unless the remote tier holds the offsets below it."""
+    local = getattr(log_, "local_log_start_offset", None)
+    return log_.log_start_offset if local is None else int(local)
 
 
 def _readable_end(params: FetchParams, log_: Any) -> int | None:

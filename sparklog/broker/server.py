@@ -79,6 +79,7 @@ from sparklog.broker.metadata import (
     topics_from_image,
 )
 from sparklog.broker.quota_factory import instantiate, quota_scope
+from sparklog.broker.remote_fetch import RemoteLogReader
 from sparklog.broker.remote_log_tasks import build_remote_tier
 from sparklog.broker.replica_fetcher_manager import ReplicaFetcherManager
 from sparklog.broker.replica_manager import ReplicaManager
@@ -200,6 +201,10 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
         self.replica_manager.fetchers = self.fetchers
         self.replica_manager.alter_partition = self.alter_partition
         self._build_remote_tier()
+        if self.remote_tables is not None:  # tiered offsets are read from the topic tables
+            self.replica_manager.remote_reader = RemoteLogReader(
+                self.config.remote, self.remote_tables.table_for, clock_ms=wall_clock_ms
+            )
         self.follower = MetadataFollower(
             self.metadata, self.controller, self._publish_cooperatively
         )
@@ -530,6 +535,8 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
         await self._cancel_tasks()
         await self.fetchers.shutdown()  # before the logs close: no append after this
         self.replica_manager.close()  # waiting fetches and produces answer now
+        if self.replica_manager.remote_reader is not None:
+            self.replica_manager.remote_reader.close()
         await self.controller.close()  # forwarded requests fail fast instead of waiting
         if clean and isinstance(self.audit, ForwardingAuditSink):
             await self.audit.close()  # the last events, while the channel is still open

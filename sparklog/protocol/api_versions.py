@@ -145,7 +145,8 @@ BROKER_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
     {
         ApiKey.PRODUCE: (3, 11),
         ApiKey.FETCH: (4, 12),
-        ApiKey.LIST_OFFSETS: (1, 7),
+        # v8: -4 EARLIEST_LOCAL_TIMESTAMP (KIP-405), v9: -5 LATEST_TIERED_TIMESTAMP (KIP-1005)
+        ApiKey.LIST_OFFSETS: (1, 9),
         ApiKey.METADATA: (1, 12),
         ApiKey.API_VERSIONS: (0, 4),
         ApiKey.CREATE_TOPICS: (2, 7),

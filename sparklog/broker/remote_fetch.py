@@ -1,0 +1,249 @@
+"""Serving tiered offsets (KIP-405): a consumer fetch of an offset below a log's local start
+(and at or above its log start) is read from the topic's table (`storage.remote.tier`), as
+Kafka's `RemoteLogReader` / `DelayedRemoteFetch` do.
+
+`RemoteLogReader` owns a bounded worker pool (`remote.log.reader.threads`, at most
+`MAX_PENDING_READS` reads queued: Kafka's `remote.log.reader.max.pending.tasks`), the fetch
+byte-rate limit (`remote.log.manager.fetch.max.bytes.per.second`, over Kafka's 11 one-second
+windows) and the table of each topic. Table I/O runs only on the pool's threads: the event loop
+submits reads and awaits them, at most `remote.fetch.max.wait.ms`; a read still running then
+leaves its partition empty in the answer (no error, as Kafka's expired DelayedRemoteFetch).
+
+Errors from the table become Kafka's codes as Kafka's `Errors.forException` gives them:
+offsets the tier no longer holds OFFSET_OUT_OF_RANGE, a `RemoteStorageError` (Kafka's
+`RemoteStorageException`, which has no code of its own) and a full queue (Kafka's
+`RejectedExecutionException`) UNKNOWN_SERVER_ERROR.
+
+The same pool answers the ListOffsets lookups that need the table (-5 and by timestamp).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TypeVar
+
+from sparklog.errors import OffsetOutOfRangeError, UnknownServerError
+from sparklog.metrics.stats import MetricConfig, Rate
+from sparklog.storage.remote.config import RemoteLogManagerConfig
+from sparklog.storage.remote.tier import RemoteRead, TopicTable
+from sparklog.structs import LATEST_TIERED_TIMESTAMP, MAX_TIMESTAMP
+
+logger = logging.getLogger(__name__)
+
+#: Kafka's `remote.log.reader.max.pending.tasks` default: reads queued beyond the busy threads.
+MAX_PENDING_READS = 100
+#: Kafka's `remote.log.manager.fetch.quota.window.num` / `.window.size.seconds` defaults.
+QUOTA_WINDOWS = 11
+QUOTA_WINDOW_MS = 1000
+
+#: `table_for(topic)`: the topic's table (opened on first use), None when it has no tier.
+#: Called on the pool's threads only: opening a table does I/O.
+TableFor = Callable[[str], "TopicTable | None"]
+
+T = TypeVar("T")
+
+
+class RemoteReadRejectedError(UnknownServerError):
+    """Too many remote reads queued (Kafka's RejectedExecutionException, answered as
+    UNKNOWN_SERVER_ERROR)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteFetchInfo:
+    """One partition of a fetch to read from the tier (Kafka's `RemoteStorageFetchInfo`):
+    `index` is its place in the fetch, `max_bytes` what the fetch's budget reserved for it."""
+
+    index: int
+    topic: str
+    partition: int
+    fetch_offset: int
+    max_bytes: int
+    min_one_batch: bool
+    upper_bound_offset: int | None
+    include_aborted: bool
+
+
+class FetchByteRate:
+    """`remote.log.manager.fetch.max.bytes.per.second` (Kafka's `RLMQuotaManager`): while the
+    bytes read from the tier over the last windows exceed the rate, remote reads are skipped
+    (the partition answers empty, the consumer asks again). Sans-IO: times are passed in."""
+
+    def __init__(self, bytes_per_second: float) -> None:
+        self.bytes_per_second = bytes_per_second
+        self._config = MetricConfig(samples=QUOTA_WINDOWS, time_window_ms=QUOTA_WINDOW_MS)
+        self._rate = Rate()
+
+    def throttled(self, now_ms: int) -> bool:
+        return self._rate.measure(self._config, now_ms) > self.bytes_per_second
+
+    def record(self, nbytes: int, now_ms: int) -> None:
+        self._rate.record(self._config, float(nbytes), now_ms)
+
+
+class RemoteLogReader:
+    """A broker's reads of tiered data: the pool, its bound and the byte rate. Create and use
+    on the broker's event loop; `close` once."""
+
+    def __init__(
+        self,
+        config: RemoteLogManagerConfig,
+        table_for: TableFor,
+        *,
+        clock_ms: Callable[[], int],
+        max_pending: int = MAX_PENDING_READS,
+    ) -> None:
+        self.config = config
+        self.table_for = table_for
+        self._clock_ms = clock_ms
+        self._threads = config.remote_log_reader_threads
+        self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="remote-log-reader")
+        self._max_in_flight = self._threads + max_pending
+        self.in_flight = 0
+        self.quota = FetchByteRate(config.remote_log_manager_fetch_max_bytes_per_second)
+        # counters (Kafka's RemoteFetchRequestsPerSec, FailedRemoteFetchRequestsPerSec,
+        # RemoteFetchBytesPerSec, DelayedRemoteFetchMetrics.ExpiresPerSec)
+        self.reads = 0
+        self.failed_reads = 0
+        self.bytes_read = 0
+        self.expired = 0
+        self.throttled = 0
+
+    @property
+    def wait_ms(self) -> int:
+        return self.config.remote_fetch_max_wait_ms
+
+    def fetch_throttled(self) -> bool:
+        """Whether remote fetches are over `remote.log.manager.fetch.max.bytes.per.second`."""
+        if self.quota.throttled(self._clock_ms()):
+            self.throttled += 1
+            return True
+        return False
+
+    async def run(self, fn: Callable[[], T]) -> T:
+        """Run `fn` (table I/O) on the pool; RemoteReadRejectedError when the queue is full."""
+        if self.in_flight >= self._max_in_flight:
+            raise RemoteReadRejectedError(
+                f"{self.in_flight} remote reads in flight (remote.log.reader.threads="
+                f"{self._threads}, {self._max_in_flight - self._threads} queued at most)"
+            )
+        self.in_flight += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._pool, fn)
+        finally:
+            self.in_flight -= 1
+
+    async def read_all(self, infos: list[RemoteFetchInfo]) -> list[RemoteRead | Exception | None]:
+        """Read every partition of `infos` at once (KAFKA-14915), waiting at most
+        `remote.fetch.max.wait.ms`; None for a read not done by then (it is cancelled when it
+        has not started), the exception for a read that failed."""
+        tasks = [asyncio.ensure_future(self._read(info)) for info in infos]
+        done, pending = await asyncio.wait(tasks, timeout=self.wait_ms / 1000)
+        for task in pending:
+            task.cancel()
+        if pending:
+            self.expired += 1
+        now = self._clock_ms()
+        out: list[RemoteRead | Exception | None] = []
+        for info, task in zip(infos, tasks, strict=True):
+            if task not in done:
+                out.append(None)
+                continue
+            error = task.exception()
+            if error is not None:
+                self.failed_reads += not isinstance(error, OffsetOutOfRangeError)
+                logger.log(
+                    logging.DEBUG if isinstance(error, OffsetOutOfRangeError) else logging.ERROR,
+                    "remote read of %s-%d at %d failed: %s",
+                    info.topic,
+                    info.partition,
+                    info.fetch_offset,
+                    error,
+                )
+                out.append(
+                    error if isinstance(error, Exception) else UnknownServerError(str(error))
+                )
+                continue
+            read = task.result()
+            self.bytes_read += len(read.records)
+            self.quota.record(len(read.records), now)
+            out.append(read)
+        return out
+
+    async def _read(self, info: RemoteFetchInfo) -> RemoteRead:
+        self.reads += 1
+        return await self.run(lambda: read_tier(self.table_for, info))
+
+    def close(self, *, wait: bool = False) -> None:
+        """Stop the pool: queued reads are cancelled, running ones finish (awaited if `wait`)."""
+        self._pool.shutdown(wait=wait, cancel_futures=True)
+
+
+def read_tier(table_for: TableFor, info: RemoteFetchInfo) -> RemoteRead:
+    """One remote read, on a worker thread: whole batches from the one holding the offset,
+    nothing when the first is larger than `max_bytes` and the read is not the fetch's first
+    (Kafka's `minOneMessage`)."""
+    table = table_for(info.topic)
+    if table is None:
+        raise OffsetOutOfRangeError(f"{info.topic} has no remote tier on this broker")
+    where = f"{info.topic}-{info.partition}"
+    end = table.copied_end_offset(info.partition)
+    if end is None or info.fetch_offset >= end:
+        table.refresh()  # another leader copied it: catch up with its commits
+        end = table.copied_end_offset(info.partition)
+    start = table.start_offset(info.partition)
+    if start is None or end is None or not start <= info.fetch_offset < end:
+        raise OffsetOutOfRangeError(
+            f"offset {info.fetch_offset} of {where} is not in its remote tier "
+            f"[{start}, {end}) ({table.location})"
+        )
+    read = table.read(
+        info.partition,
+        info.fetch_offset,
+        max(info.max_bytes, 1),
+        upper_bound_offset=info.upper_bound_offset,
+        include_aborted=info.include_aborted,
+    )
+    if not info.min_one_batch and len(read.records) > info.max_bytes:
+        empty = () if info.include_aborted else None
+        return RemoteRead(info.fetch_offset, b"", empty)
+    return read
+
+
+@dataclass(frozen=True, slots=True)
+class TierOffsets:
+    """What the tier answers a ListOffsets lookup with (read on a worker thread):
+    `copied_end` (exclusive; None when nothing was copied) and, for a lookup by timestamp
+    (or -3, the max timestamp), the tier's (offset, timestamp) or None."""
+
+    copied_end: int | None
+    found: tuple[int, int] | None = None
+
+
+def tier_offsets(table_for: TableFor, topic: str, partition: int, timestamp: int) -> TierOffsets:
+    """ListOffsets within the tier, on a worker thread: -5 (LATEST_TIERED_TIMESTAMP) needs the
+    copied end only; a timestamp (or -3) also the tier's answer for it."""
+    table = table_for(topic)
+    if table is None:
+        return TierOffsets(None)
+    table.refresh()
+    end = table.copied_end_offset(partition)
+    if timestamp == LATEST_TIERED_TIMESTAMP or end is None:
+        return TierOffsets(end)
+    return TierOffsets(end, table.offset_for_timestamp(partition, timestamp))
+
+
+def merge_offsets(
+    timestamp: int, tier: tuple[int, int] | None, local: tuple[int, int] | None
+) -> tuple[int, int] | None:
+    """ListOffsets by timestamp across both tiers: the tier's answer first (its offsets precede
+    the local ones), else the local log's; for -3 the larger timestamp (the earlier offset when
+    both tiers hold it)."""
+    if timestamp == MAX_TIMESTAMP:
+        if tier is None or local is None:
+            return tier if local is None else local
+        return local if local[1] > tier[1] else tier
+    return local if tier is None else tier
