@@ -14,7 +14,7 @@ offsets the tier no longer holds OFFSET_OUT_OF_RANGE, a `RemoteStorageError` (Ka
 `RemoteStorageException`, which has no code of its own) and a full queue (Kafka's
 `RejectedExecutionException`) UNKNOWN_SERVER_ERROR.
 
-The same pool answers the ListOffsets lookups that need the table (-5 and by timestamp).
+The same pool answers the ListOffsets lookups that need the table (by timestamp, -3).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from sparklog.errors import OffsetOutOfRangeError, UnknownServerError
 from sparklog.metrics.stats import MetricConfig, Rate
 from sparklog.storage.remote.config import RemoteLogManagerConfig
 from sparklog.storage.remote.tier import RemoteRead, TopicTable
-from sparklog.structs import LATEST_TIERED_TIMESTAMP, MAX_TIMESTAMP
+from sparklog.structs import MAX_TIMESTAMP
 
 logger = logging.getLogger(__name__)
 
@@ -215,25 +215,19 @@ def read_tier(table_for: TableFor, info: RemoteFetchInfo) -> RemoteRead:
 
 @dataclass(frozen=True, slots=True)
 class TierOffsets:
-    """What the tier answers a ListOffsets lookup with (read on a worker thread):
-    `copied_end` (exclusive; None when nothing was copied) and, for a lookup by timestamp
-    (or -3, the max timestamp), the tier's (offset, timestamp) or None."""
+    """What the tier answers a ListOffsets lookup by timestamp (or -3, the max timestamp)
+    with, read on a worker thread: its (offset, timestamp), None when it holds no such record."""
 
-    copied_end: int | None
     found: tuple[int, int] | None = None
 
 
 def tier_offsets(table_for: TableFor, topic: str, partition: int, timestamp: int) -> TierOffsets:
-    """ListOffsets within the tier, on a worker thread: -5 (LATEST_TIERED_TIMESTAMP) needs the
-    copied end only; a timestamp (or -3) also the tier's answer for it."""
+    """ListOffsets by timestamp (or -3) within the tier, on a worker thread."""
     table = table_for(topic)
     if table is None:
-        return TierOffsets(None)
+        return TierOffsets()
     table.refresh()
-    end = table.copied_end_offset(partition)
-    if timestamp == LATEST_TIERED_TIMESTAMP or end is None:
-        return TierOffsets(end)
-    return TierOffsets(end, table.offset_for_timestamp(partition, timestamp))
+    return TierOffsets(table.offset_for_timestamp(partition, timestamp))
 
 
 def merge_offsets(

@@ -169,7 +169,7 @@ class ReplicaManager(AppendPath, ReadPath, FollowerPath):
         is that late. A follower (`replica_id` >= 0) may read up to the log end, as in Kafka.
         -2 is the log start (the remote tier's included), -4 the local log start (KIP-405),
         -5 the last offset in the remote tier (KIP-1005); `tier` is what the table answered
-        (`list_offset_with_tier`), without which -5 and timestamps search the local log only.
+        (`list_offset_with_tier`), without which timestamps search the local log only.
         Raises the partition's KafkaError."""
         self.dir_failures.check()
         hosted = self.hosted(topic, partition)
@@ -190,11 +190,12 @@ class ReplicaManager(AppendPath, ReadPath, FollowerPath):
             local_start = local_log_start(log_)
             epoch = log_.epoch_cache.epoch_for_offset(local_start)
             return local_start, -1, -1 if epoch is None else epoch
-        if timestamp == LATEST_TIERED_TIMESTAMP:
-            if tier is None or tier.copied_end is None:
+        if timestamp == LATEST_TIERED_TIMESTAMP:  # Kafka's highestOffsetInRemoteStorage
+            highest = log_.highest_offset_in_remote_storage
+            if not log_.config.remote_storage_enable or highest < 0:
                 return -1, -1, -1
-            epoch = log_.epoch_cache.epoch_for_offset(tier.copied_end - 1)
-            return tier.copied_end - 1, -1, -1 if epoch is None else epoch
+            epoch = log_.epoch_cache.epoch_for_offset(highest)
+            return highest, -1, -1 if epoch is None else epoch
         if timestamp == LATEST_TIMESTAMP:
             if lagging:
                 raise OffsetNotAvailableError(
@@ -221,16 +222,12 @@ class ReplicaManager(AppendPath, ReadPath, FollowerPath):
         return offset, found_timestamp, -1 if epoch is None else epoch
 
     def lists_with_tier(self, topic: str, partition: int, timestamp: int) -> bool:
-        """Whether ListOffsets for `timestamp` must ask the partition's table: -5, and a
-        timestamp or -3 once the log's start is in the remote tier."""
+        """Whether ListOffsets for `timestamp` must ask the partition's table: a timestamp or
+        -3 once the log's start is in the remote tier."""
         hosted = self._partitions.get(TopicPartition(topic, partition))
         if self.remote_reader is None or hosted is None:
             return False
         log_ = hosted.log
-        if not log_.config.remote_storage_enable:
-            return False
-        if timestamp == LATEST_TIERED_TIMESTAMP:
-            return True
         by_time = timestamp >= 0 or timestamp == MAX_TIMESTAMP
         return by_time and log_.log_start_offset < local_log_start(log_)
 

@@ -380,8 +380,7 @@ class ReadPath(ReplicaManagerBase):
 def local_log_start(log_: Any) -> int:
     """The first offset the log holds locally (Kafka's `localLogStartOffset`): the log start
     unless the remote tier holds the offsets below it."""
-    local = getattr(log_, "local_log_start_offset", None)
-    return log_.log_start_offset if local is None else int(local)
+    return int(log_.local_log_start_offset)
 
 
 def _readable_end(params: FetchParams, log_: Any) -> int | None:

@@ -181,5 +181,8 @@ def tier_log(log_, table: MemoryTopicTable, partition: int, upto: int) -> None:
 
 
 def set_local_log_start(log_, offset: int) -> None:
-    """The log's local start (Kafka's localLogStartOffset), before `Log` keeps one itself."""
-    log_.local_log_start_offset = offset
+    """Move the log's local start (Kafka's localLogStartOffset) and what the tier holds
+    (highestOffsetInRemoteStorage), as the copy task and local retention do."""
+    log_.update_highest_offset_in_remote_storage(offset - 1)
+    with log_._lock:
+        log_.local_log_start_offset = offset

@@ -65,6 +65,7 @@ def tiered(tmp_path):
     regs = {p: PartitionRegistration((NODE,), (NODE,), NODE, 0, 0) for p in (0, 1)}
     rm.apply_metadata({"t": topic_meta(partitions=regs, **{"remote.storage.enable": "true"})})
     table = MemoryTopicTable("t")
+    produced.clear()
     config = RemoteLogManagerConfig(
         remote_log_storage_system_enable=True, remote_log_reader_threads=2
     )
@@ -74,7 +75,9 @@ def tiered(tmp_path):
             ts = NOW + 10 * i + p
             recs = [SimpleRecord(b"%d-%d" % (p, 2 * i + k), timestamp=ts) for k in (0, 1)]
             produce(rm, build_batch(recs, now_ms=ts), tp=("t", p))
-        tier_log(rm.hosted("t", p).log, table, p, 6)
+        log_ = rm.hosted("t", p).log
+        produced[p] = bytes(log_.read(0, 1 << 20, upper_bound_offset=6).records)
+        tier_log(log_, table, p, 6)
     yield rm, table
     rm.remote_reader.close(wait=True)
     log_manager.shutdown()
@@ -88,8 +91,14 @@ def fetch_many(rm, offsets, *, max_bytes=1 << 20, partition_max_bytes=1 << 20, *
     return asyncio.run(rm.fetch_messages(params, parts))
 
 
-def local_bytes(rm, partition, offset, upto):
-    return rm.hosted("t", partition).log.read(offset, 1 << 20, upper_bound_offset=upto).records
+#: the bytes of offsets 0..5 of each partition, as the log held them before they were tiered
+produced: dict[int, bytes] = {}
+
+
+def batches_from(partition, offset):
+    return b"".join(
+        b.data for b in iter_batches(produced[partition]) if b.header.base_offset >= offset
+    )
 
 
 def test_a_consumer_fetch_below_the_local_start_is_served_from_the_table(tiered):
@@ -97,7 +106,7 @@ def test_a_consumer_fetch_below_the_local_start_is_served_from_the_table(tiered)
     (got,) = fetch_many(rm, {0: 2})
     assert got.error_code == 0 and (got.high_watermark, got.log_start_offset) == (8, 0)
     assert values(got.records) == [b"0-2", b"0-3", b"0-4", b"0-5"]
-    assert got.records == local_bytes(rm, 0, 2, 6)  # the very bytes produced
+    assert got.records == batches_from(0, 2)  # the very bytes produced
     assert table.reads == 1
     assert table.read_threads and all(n.startswith("remote-log-reader") for n in table.read_threads)
     (local,) = fetch_many(rm, {0: 6})  # at the local start: the local log, not the table
@@ -118,7 +127,7 @@ def test_fetch_max_bytes_holds_across_remote_and_local_data(tiered):
     """KAFKA-19462/20019: a tiered partition takes its whole partition share of the budget,
     so a local partition after it gets what is left, and the answer stays within max_bytes."""
     rm, _table = tiered
-    one = len(next(iter_batches(local_bytes(rm, 0, 0, 2))).data)
+    one = len(next(iter_batches(produced[0])).data)
     got = fetch_many(rm, {0: 0, 1: 6}, max_bytes=3 * one, partition_max_bytes=2 * one)
     assert [len(values(r.records)) for r in got] == [4, 2]  # two batches, then one
     assert sum(len(r.records) for r in got) <= 3 * one
@@ -236,10 +245,12 @@ def test_list_offsets_by_timestamp_spans_both_tiers(tiered):
     assert list_offset(rm, MAX_TIMESTAMP) == (6, NOW + 30, 0)
 
 
-def test_latest_tiered_without_a_tier_is_minus_one(tiered):
+def test_latest_tiered_of_a_topic_without_remote_storage_is_minus_one(tiered):
     rm, _table = tiered
-    rm.remote_reader.table_for = lambda topic: None
-    assert list_offset(rm, LATEST_TIERED_TIMESTAMP) == (-1, -1, -1)
+    rm.apply_metadata({"plain": topic_meta("plain")})
+    produce(rm, batch(b"x"), tp=("plain", 0))
+    assert rm.list_offset("plain", 0, LATEST_TIERED_TIMESTAMP) == (-1, -1, -1)
+    assert rm.list_offset("plain", 0, EARLIEST_LOCAL_TIMESTAMP) == (0, -1, 0)
 
 
 def test_max_timestamp_takes_the_later_tier_and_the_earlier_offset_on_a_tie():
