@@ -1,5 +1,6 @@
 """One followed partition's place in its fetcher (Kafka's `PartitionFetchState` and its
-`ReplicaState`: truncating, fetching; sparklog adds resetting, after OFFSET_OUT_OF_RANGE) and
+`ReplicaState`: truncating, fetching; sparklog adds resetting, after OFFSET_OUT_OF_RANGE, and
+tiered, after OFFSET_MOVED_TO_TIERED_STORAGE: Kafka's `TierStateMachine`) and
 where an out-of-range follower goes next (`AbstractFetcherThread.fetchOffsetAndTruncate`).
 `replica_fetcher` moves partitions through these phases."""
 
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 class FetchPhase(enum.Enum):
     TRUNCATING = "truncating"
     RESETTING = "resetting"
+    TIERED = "tiered"
     FETCHING = "fetching"
 
 

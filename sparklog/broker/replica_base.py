@@ -34,6 +34,7 @@ from sparklog.broker.partition import (
     Partition,
     PartitionRegistration,
 )
+from sparklog.broker.remote_fetch import RemoteLogReader
 from sparklog.errors import (
     CorruptMessageError,
     FencedLeaderEpochError,
@@ -165,6 +166,8 @@ class ReplicaManagerBase:
         self._live_brokers: frozenset[int] | None = None  # None: every replica may join an ISR
         self.fetchers: FollowerFetchers | None = None  # set by the broker server
         self.alter_partition: IsrProposals | None = None  # set by the broker server
+        #: reads the remote tier (KIP-405); set by the broker server when it has one
+        self.remote_reader: RemoteLogReader | None = None
         #: `BrokerTopicMetrics` (`sparklog.metrics.enabled=false`: `data_path_metrics` off)
         self.topic_stats = BrokerTopicStats(metrics if data_path_metrics else None)
         #: the ReplicaManager and Log gauges (None: a registry-less replica manager in tests)

@@ -19,6 +19,10 @@ that broker. Each partition moves through three phases:
 - RESETTING: after OFFSET_OUT_OF_RANGE, ask the leader for its log start and end
   (ListOffsets) and either cut our log to its end or restart ours at its start (Kafka's
   `fetchOffsetAndTruncate`).
+- TIERED: after OFFSET_MOVED_TO_TIERED_STORAGE (our fetch offset is only in the leader's remote
+  tier, KIP-405), ask the leader for its local log start and log start (ListOffsets -4, -2)
+  and restart our log at its local start with the leader epochs and producer state the topic
+  table holds below it (`tier_state`, Kafka's `TierStateMachine`), then fetch from there.
 
 A partition error that newer metadata resolves (FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH,
 NOT_LEADER_OR_FOLLOWER, ...) delays that partition by `replica.fetch.backoff.ms`; a broken
@@ -45,7 +49,12 @@ from sparklog.broker.partition_fetch_state import (
     reset_for_out_of_range,
 )
 from sparklog.broker.truncation import truncation_for
-from sparklog.errors import KafkaError, KafkaStorageError, OffsetOutOfRangeError
+from sparklog.errors import (
+    KafkaError,
+    KafkaStorageError,
+    OffsetMovedToTieredStorageError,
+    OffsetOutOfRangeError,
+)
 from sparklog.metrics.replication_quota import ReplicationQuotaManager
 from sparklog.protocol import codec, kio_build
 from sparklog.protocol.api_versions import ApiKey
@@ -58,14 +67,20 @@ from sparklog.protocol.fetch_session_handler import (
 from sparklog.protocol.outbound import ClientSecurity, Endpoint
 from sparklog.records.errors import CorruptRecordError
 from sparklog.storage.log import Log
-from sparklog.structs import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, TopicPartition
+from sparklog.storage.remote.tier import RemoteStorageError
+from sparklog.structs import (
+    EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    TopicPartition,
+)
 
 logger = logging.getLogger(__name__)
 
 _VERSIONS = {
     ApiKey.FETCH: (4, 12),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (3, 4),  # v3+: replica_id
-    ApiKey.LIST_OFFSETS: (1, 7),
+    ApiKey.LIST_OFFSETS: (1, 9),  # v8+: -4, the leader's local log start (KIP-405)
 }
 
 #: broker id -> its listener (host, port) per the metadata image, None when it has none.
@@ -115,6 +130,12 @@ class FollowerLogs(Protocol):
 
     def truncate_fully_follower(self, tp: TopicPartition, leader_epoch: int, offset: int) -> int:
         """Empty a followed log and restart it at `offset`."""
+        ...
+
+    async def rebuild_from_tier(
+        self, tp: TopicPartition, leader_epoch: int, local_start: int, log_start: int
+    ) -> int:
+        """Restart a followed log at the leader's local log start, from the remote tier."""
         ...
 
 
@@ -269,6 +290,7 @@ class ReplicaFetcher:
         for phase, step in (
             (FetchPhase.TRUNCATING, self._truncate),
             (FetchPhase.RESETTING, self._reset),
+            (FetchPhase.TIERED, self._build_from_tier),
             (FetchPhase.FETCHING, self._fetch),
         ):
             if due[phase]:
@@ -362,8 +384,20 @@ class ReplicaFetcher:
     # -- offset reset after OFFSET_OUT_OF_RANGE -------------------------------------------------
 
     async def _reset(self, due: dict[TopicPartition, PartitionFetchState]) -> None:
+        offsets = await self._list_offsets(due, (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP))
+        for tp, state in due.items():
+            start = offsets[EARLIEST_TIMESTAMP].get(tp)
+            end = offsets[LATEST_TIMESTAMP].get(tp)
+            if start is not None and end is not None and self._current(tp, state):
+                self._apply_reset(tp, state, start, end)
+
+    async def _list_offsets(
+        self, due: dict[TopicPartition, PartitionFetchState], timestamps: tuple[int, ...]
+    ) -> dict[int, dict[TopicPartition, int]]:
+        """The leader's offsets for each of `timestamps` (one ListOffsets each); a partition
+        that errs is handled as a fetch error and left out."""
         offsets: dict[int, dict[TopicPartition, int]] = {}
-        for timestamp in (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP):
+        for timestamp in timestamps:
             response = await self._call(
                 ApiKey.LIST_OFFSETS,
                 {
@@ -388,11 +422,33 @@ class ReplicaFetcher:
                         self._on_partition_error(tp, pending, int(p.error_code), now)
                     else:
                         found[tp] = int(p.offset)
+        return offsets
+
+    # -- rebuild from the remote tier after OFFSET_MOVED_TO_TIERED_STORAGE ----------------------
+
+    async def _build_from_tier(self, due: dict[TopicPartition, PartitionFetchState]) -> None:
+        """Kafka's `TierStateMachine.start`: restart each log at the leader's local log start
+        with what the table holds below it, then fetch from there."""
+        offsets = await self._list_offsets(due, (EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP))
+        rm = self.manager.replica_manager
         for tp, state in due.items():
-            start = offsets[EARLIEST_TIMESTAMP].get(tp)
-            end = offsets[LATEST_TIMESTAMP].get(tp)
-            if start is not None and end is not None and self._current(tp, state):
-                self._apply_reset(tp, state, start, end)
+            local_start = offsets[EARLIEST_LOCAL_TIMESTAMP].get(tp)
+            log_start = offsets[EARLIEST_TIMESTAMP].get(tp)
+            if local_start is None or log_start is None or not self._current(tp, state):
+                continue
+            try:
+                await rm.rebuild_from_tier(tp, state.leader_epoch, local_start, log_start)
+            except (KafkaError, RemoteStorageError, OSError) as e:
+                logger.warning(
+                    "broker %d: rebuilding %s-%d from the remote tier failed: %s",
+                    self.manager.node_id,
+                    *tp,
+                    e,
+                )
+                self._delay(state, self.manager.clock_ms())
+                continue
+            if self._current(tp, state):
+                self._start_fetching(tp, state)
 
     def _apply_reset(
         self, tp: TopicPartition, state: PartitionFetchState, leader_start: int, leader_end: int
@@ -549,6 +605,9 @@ class ReplicaFetcher:
     ) -> None:
         if code == OffsetOutOfRangeError.code:
             state.phase = FetchPhase.RESETTING
+            return
+        if code == OffsetMovedToTieredStorageError.code:
+            state.phase = FetchPhase.TIERED
             return
         # Stale or newer epochs, leadership moved, unknown partition, leader busy: the metadata
         # will move the partition (or make us leader); until then retry after a backoff.

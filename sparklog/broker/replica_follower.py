@@ -1,8 +1,9 @@
 """The follower side of the replica manager: what the replica fetchers
 (`replica_fetcher.ReplicaFetcherManager`) write into the partitions this broker follows — fetched
 batches (Kafka's `Partition.appendRecordsToFollowerOrFutureReplica`) and truncations to the
-leader's log (divergent suffix, or a leader whose log start passed ours). Every write first
-checks that the partition is still followed at the fetcher's leader epoch. Thread-safety: use
+leader's log (divergent suffix, or a leader whose log start passed ours), and the restart of a
+follower below its leader's local log start from the remote tier (`tier_state`). Every write
+first checks that the partition is still followed at the fetcher's leader epoch. Thread-safety: use
 from the broker's event loop only.
 """
 
@@ -12,6 +13,7 @@ import logging
 
 from sparklog.broker.partition import Role
 from sparklog.broker.replica_base import HostedPartition, ReplicaManagerBase
+from sparklog.broker.tier_state import TierState, read_tier_state, restore_from_tier
 from sparklog.errors import NotLeaderOrFollowerError
 from sparklog.records.batch import read_header
 from sparklog.structs import TopicPartition
@@ -88,6 +90,42 @@ class FollowerPath(ReplicaManagerBase):
         logger.info("%s-%d: log restarted empty at %d", *tp, offset)
         self._after_follower_change(tp, hosted)
         return offset
+
+    async def rebuild_from_tier(
+        self, tp: TopicPartition, leader_epoch: int, local_start: int, log_start: int
+    ) -> int:
+        """Restart a followed log at its leader's local log start `local_start` (log start
+        `log_start`), with the leader epochs and producer state the table holds below it
+        (Kafka's `TierStateMachine`); returns the new log end offset. The table is read on the
+        remote reader's threads; without a remote tier here the log restarts without them."""
+        self.dir_failures.check()
+        self.following(tp, leader_epoch)
+        reader = self.remote_reader
+        state = TierState()
+        if reader is not None:
+            table_for = reader.table_for
+            state = await reader.run(lambda: read_tier_state(table_for, *tp, local_start))
+        else:
+            logger.warning(
+                "%s-%d: the leader's offsets below %d are tiered and this broker reads no "
+                "remote tier; restarting without their epochs and producer state",
+                *tp,
+                local_start,
+            )
+        hosted = self.following(tp, leader_epoch)  # still ours after the read
+        with self._storage_errors(f"rebuild of {tp[0]}-{tp[1]} from the remote tier"):
+            restore_from_tier(hosted.log, local_start, log_start, state)
+        logger.info(
+            "%s-%d: log restarted at the leader's local log start %d (log start %d) with %d "
+            "leader epochs and %d producers from the remote tier",
+            *tp,
+            local_start,
+            log_start,
+            len(state.epochs),
+            len(state.producers),
+        )
+        self._after_follower_change(tp, hosted)
+        return local_start
 
     def _after_follower_change(self, tp: TopicPartition, hosted: HostedPartition) -> None:
         hosted.partition.reset_high_watermark(hosted.log.high_watermark)

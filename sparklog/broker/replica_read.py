@@ -26,7 +26,7 @@ from sparklog.broker.fetch_params import (
     FetchResult,
     Unchanged,
 )
-from sparklog.broker.remote_fetch import RemoteFetchInfo, RemoteLogReader
+from sparklog.broker.remote_fetch import RemoteFetchInfo
 from sparklog.broker.replica_base import (
     EXPECTED_FETCH_ERRORS,
     HostedPartition,
@@ -43,9 +43,6 @@ from sparklog.structs import IsolationLevel, TopicPartition
 
 class ReadPath(ReplicaManagerBase):
     """Reads: `fetch_messages` (consumers and followers)."""
-
-    #: reads tiered offsets; set by the broker server when `remote.log.storage.system.enable`
-    remote_reader: RemoteLogReader | None = None
 
     async def fetch_messages(
         self,
