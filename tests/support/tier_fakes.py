@@ -170,9 +170,11 @@ class MemoryTopicTable:
 
 
 def tier_log(log_, table: MemoryTopicTable, partition: int, upto: int) -> None:
-    """Copy `log_`'s batches from its start up to `upto` (a batch boundary) into `table` and
+    """Copy `log_`'s batches from what `table` holds (or the log start) up to `upto` (a batch
+    boundary) into `table` and
     make `upto` the log's local start, as the copy task and local retention would."""
-    start = log_.log_start_offset
+    copied = table.copied_end_offset(partition)
+    start = log_.log_start_offset if copied is None else copied
     data = log_.read(start, 1 << 30, upper_bound_offset=upto)
     records = data.records
     aborted = tuple(log_.collect_aborted_transactions(start, upto))

@@ -17,6 +17,7 @@ from sparklog.broker.log_manager import LogManager
 from sparklog.broker.partition import PartitionRegistration
 from sparklog.broker.remote_fetch import FetchByteRate, RemoteLogReader, merge_offsets
 from sparklog.broker.replica_manager import ReplicaManager
+from sparklog.broker.tier_state import read_tier_state, restore_from_tier
 from sparklog.protocol import cooperative
 from sparklog.records import SimpleRecord, build_batch, iter_batches
 from sparklog.records.control import (
@@ -260,3 +261,19 @@ def test_max_timestamp_takes_the_later_tier_and_the_earlier_offset_on_a_tie():
     assert merge_offsets(MAX_TIMESTAMP, None, (7, 50)) == (7, 50)
     assert merge_offsets(100, (3, 120), (7, 130)) == (3, 120)
     assert merge_offsets(100, None, (7, 130)) == (7, 130)
+
+
+def test_a_follower_restarts_at_the_local_start_with_the_tiers_epochs_and_producers(tiered):
+    rm, table = tiered
+    produce(rm, batch(b"i0", b"i1", producer_id=9, producer_epoch=2, base_sequence=0), tp=("t", 1))
+    tier_log(rm.hosted("t", 1).log, table, 1, 10)
+    state = read_tier_state({"t": table}.get, "t", 1, 10)
+    assert [(e.epoch, e.start_offset) for e in state.epochs] == [(0, 0)]
+    assert [(p.producer_id, p.last_sequence, p.last_offset) for p in state.producers] == [(9, 1, 9)]
+    log_ = rm.hosted("t", 0).log  # stands for a wiped follower's log
+    restore_from_tier(log_, 10, 0, state)
+    assert (log_.log_start_offset, log_.local_log_start_offset, log_.log_end_offset) == (0, 10, 10)
+    assert [(e.epoch, e.start_offset) for e in log_.epoch_cache.entries()] == [(0, 0)]
+    entry = log_.producer_state.last_entry(9)
+    assert (entry.producer_epoch, entry.last_seq, entry.last_data_offset) == (2, 1, 9)
+    assert log_.producer_state.map_end_offset == 10
