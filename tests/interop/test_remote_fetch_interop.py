@@ -1,0 +1,148 @@
+"""Clients read offsets that only a topic's remote tier holds (KIP-405, issue 32 §1, §4).
+
+A broker with a remote tier (a Delta table per topic under `remote.table.root`) copies a topic
+with tiny segments to its table and deletes the copied segments locally
+(`local.retention.bytes` 1), so most offsets exist only in the table. Kafka's Java consumer,
+kafka-python, confluent-kafka and sparklog's consumer then read the topic from offset 0 through
+the broker, which serves the tiered offsets from the table, record for record what was produced
+(headers and timestamps included); the Java Admin client's ListOffsets -4/-5 (v8/v9) see the
+two tiers. A wiped follower catches up from the leader's local start without the tiered part.
+"""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+import time
+import uuid
+
+import pytest
+
+from sparklog.client import AdminClient, NewTopic
+from sparklog.cluster.embedded import EmbeddedCluster
+
+from .java_tools import compile_java
+from .test_clients_interop import (
+    CONSUMERS,
+    PARTITIONS,
+    Rec,
+    expected,
+    make_records,
+    produce_sparklog,
+)
+
+pytestmark = [pytest.mark.interop, pytest.mark.slow]
+
+COUNT = 3_000
+TIERED_TOPIC = {
+    "remote.storage.enable": "true",
+    "retention.ms": "-1",  # the records' timestamps are from 2023
+    "segment.bytes": "16384",
+    "local.retention.bytes": "1",
+}
+
+
+def cluster_config(root: str) -> dict[str, str]:
+    return {
+        "broker.heartbeat.interval.ms": "200",
+        "remote.log.storage.system.enable": "true",
+        "remote.table.root": root,
+        "remote.log.manager.task.interval.ms": "100",
+        "log.retention.check.interval.ms": "100",
+    }
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("tables"))
+    with EmbeddedCluster(
+        brokers=1, data_dir=tmp_path_factory.mktemp("remote-fetch"), config=cluster_config(root)
+    ) as running:
+        yield running
+
+
+def wait_until(condition, what: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(what)
+        time.sleep(0.05)
+
+
+def leader_log(cluster: EmbeddedCluster, topic: str, partition: int):
+    node = cluster.leader_of(topic, partition)
+    broker = cluster.brokers[cluster.broker_index(node)]
+    return broker.replica_manager.hosted(topic, partition).log
+
+
+def tiered_topic(cluster: EmbeddedCluster, replication: int = 1) -> tuple[str, list[Rec]]:
+    """A topic of COUNT records whose first ones (at least half of each partition) exist only
+    in the remote tier."""
+    name = f"tiered-{uuid.uuid4().hex[:8]}"
+    with AdminClient({"bootstrap.servers": cluster.bootstrap_servers}) as admin:
+        admin.create_topics([NewTopic(name, PARTITIONS, replication, TIERED_TOPIC)])
+    records = make_records(COUNT, same_headers=False, timestamps=True)
+    produce_sparklog(cluster.bootstrap_servers, name, records, "none")
+    per_partition = COUNT // PARTITIONS
+    for p in range(PARTITIONS):
+        wait_until(
+            lambda p=p: leader_log(cluster, name, p).local_log_start_offset > per_partition // 2,
+            f"{name}-{p}: local segments were not tiered and deleted",
+        )
+    return name, expected(records)
+
+
+@pytest.fixture(scope="module")
+def topic(cluster):
+    return tiered_topic(cluster)
+
+
+@pytest.mark.parametrize("consumer", ["confluent", "kafka-python", "sparklog"])
+def test_clients_read_offsets_only_the_table_holds(cluster, topic, consumer):
+    name, want = topic
+    reader = cluster.brokers[0].replica_manager.remote_reader
+    before = reader.reads
+    got = CONSUMERS[consumer](cluster.bootstrap_servers, name, len(want))
+    assert sorted(got, key=lambda r: (r.partition, r.offset)) == want
+    assert reader.reads > before, "nothing was read from the table"
+    assert reader.failed_reads == 0
+    for p in range(PARTITIONS):
+        log_ = leader_log(cluster, name, p)
+        assert log_.log_start_offset == 0 < log_.local_log_start_offset
+
+
+def _java_records(stdout: str) -> tuple[list[Rec], list[int]]:
+    def unb64(s: str) -> bytes | None:
+        return None if s == "-" else base64.b64decode(s)
+
+    records, offsets = [], []
+    for line in stdout.splitlines():
+        if line.startswith("OFFSETS"):
+            offsets = [int(x) for x in line.split()[1:]]
+            continue
+        p, offset, ts, key, value, headers = line.split(" ")
+        hs = (
+            ()
+            if headers == "-"
+            else tuple((k, unb64(v)) for k, v in (h.split("=", 1) for h in headers.split(",")))
+        )
+        records.append(Rec(int(p), unb64(key), unb64(value), hs, int(ts), int(offset)))
+    return records, offsets
+
+
+def test_kafkas_java_consumer_and_admin_see_both_tiers(cluster, topic, tmp_path_factory):
+    name, want = topic
+    class_path = compile_java("TieredJavaReader.java", tmp_path_factory.mktemp("java-tiered"))
+    done = subprocess.run(
+        ["java", "-Dlog4j2.rootLogger.level=WARN", "-cp", class_path, "TieredJavaReader",
+         cluster.bootstrap_servers, name, str(len(want))],
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    got, offsets = _java_records(done.stdout)
+    assert sorted(got, key=lambda r: (r.partition, r.offset)) == want
+    log_ = leader_log(cluster, name, 0)
+    earliest, earliest_local, latest_tiered, latest = offsets
+    assert (earliest, latest) == (0, log_.log_end_offset)
+    assert earliest_local == log_.local_log_start_offset > 0
+    assert earliest_local - 1 <= latest_tiered == log_.highest_offset_in_remote_storage
