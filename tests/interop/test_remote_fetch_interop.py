@@ -146,3 +146,46 @@ def test_kafkas_java_consumer_and_admin_see_both_tiers(cluster, topic, tmp_path_
     assert (earliest, latest) == (0, log_.log_end_offset)
     assert earliest_local == log_.local_log_start_offset > 0
     assert earliest_local - 1 <= latest_tiered == log_.highest_offset_in_remote_storage
+
+
+@pytest.fixture
+def cluster2(tmp_path):
+    with EmbeddedCluster(
+        brokers=2, data_dir=tmp_path / "data", config=cluster_config(str(tmp_path / "tables"))
+    ) as running:
+        yield running
+
+
+def test_a_wiped_follower_catches_up_from_the_leaders_local_start(cluster2):
+    """Kafka's TierStateMachine: a replica whose disk was wiped after the leader deleted its
+    local copies of tiered segments gets OFFSET_MOVED_TO_TIERED_STORAGE, restarts its log at
+    the leader's local start with the leader epochs and producer state from the table, and
+    replicates the rest; it never copies the tiered part, and the leader serves none of it."""
+    name, _want = tiered_topic(cluster2, replication=2)
+    follower = next(b.node_id for b in cluster2.brokers if b.node_id != cluster2.leader_of(name, 0))
+    followed = [p for p in range(PARTITIONS) if cluster2.leader_of(name, p) != follower]
+    leaders = {p: leader_log(cluster2, name, p) for p in followed}
+    local_starts = {p: log_.local_log_start_offset for p, log_ in leaders.items()}
+    served = sum(b.replica_manager.remote_reader.reads for b in cluster2.brokers)
+    restarted = cluster2.restart_broker(cluster2.broker_index(follower), wipe=True)
+    for p in followed:
+        cluster2.wait_for_isr(name, p, timeout_s=60)
+        wait_until(
+            lambda p=p: (
+                restarted.replica_manager.hosted(name, p).log.log_end_offset
+                == leaders[p].log_end_offset
+            ),
+            f"{name}-{p}: the follower did not catch up",
+        )
+    for p in followed:
+        leader, copy = leaders[p], restarted.replica_manager.hosted(name, p).log
+        assert copy.log_start_offset == leader.log_start_offset == 0
+        # restarted at the leader's local start then (its local retention may have moved on)
+        assert local_starts[p] <= copy.local_log_start_offset <= leader.local_log_start_offset
+        assert copy.segments[0].base_offset == copy.local_log_start_offset  # nothing below
+        assert copy.epoch_cache.entries() == leader.epoch_cache.entries()
+        assert set(copy.producer_state.active_producers) == set(
+            leader.producer_state.active_producers
+        )
+    reads = sum(b.replica_manager.remote_reader.reads for b in cluster2.brokers)
+    assert reads == served, "the follower's catch-up read the tiered part"
