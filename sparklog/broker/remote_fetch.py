@@ -14,7 +14,11 @@ offsets the tier no longer holds OFFSET_OUT_OF_RANGE, a `RemoteStorageError` (Ka
 `RemoteStorageException`, which has no code of its own) and a full queue (Kafka's
 `RejectedExecutionException`) UNKNOWN_SERVER_ERROR.
 
-The same pool answers the ListOffsets lookups that need the table (by timestamp, -3).
+A consumer reading history reads a partition forward while each table read costs about a
+whole data file: reads go through a read-ahead cache (`remote_read_cache`, sparklog's, like the
+chunk caches of Kafka's remote storage plug-ins) that asks the table for 16 MiB at once and reads
+the next chunk ahead in the background. The same pool answers the ListOffsets lookups that need
+the table (by timestamp, -3).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
+from sparklog.broker.remote_read_cache import ReadAheadCache
 from sparklog.errors import OffsetOutOfRangeError, UnknownServerError
 from sparklog.metrics.stats import MetricConfig, Rate
 from sparklog.storage.remote.config import RemoteLogManagerConfig
@@ -95,6 +100,7 @@ class RemoteLogReader:
         *,
         clock_ms: Callable[[], int],
         max_pending: int = MAX_PENDING_READS,
+        read_ahead: bool = True,
     ) -> None:
         self.config = config
         self.table_for = table_for
@@ -104,6 +110,10 @@ class RemoteLogReader:
         self._max_in_flight = self._threads + max_pending
         self.in_flight = 0
         self.quota = FetchByteRate(config.remote_log_manager_fetch_max_bytes_per_second)
+        #: read-ahead of tiered data (None: every fetch reads the table)
+        self.cache: ReadAheadCache | None = (
+            ReadAheadCache(submit=self._pool.submit) if read_ahead else None
+        )
         # counters (Kafka's RemoteFetchRequestsPerSec, FailedRemoteFetchRequestsPerSec,
         # RemoteFetchBytesPerSec, DelayedRemoteFetchMetrics.ExpiresPerSec)
         self.reads = 0
@@ -175,20 +185,29 @@ class RemoteLogReader:
 
     async def _read(self, info: RemoteFetchInfo) -> RemoteRead:
         self.reads += 1
-        return await self.run(lambda: read_tier(self.table_for, info))
+        return await self.run(lambda: read_tier(self.table_for, info, self.cache))
 
     def close(self, *, wait: bool = False) -> None:
         """Stop the pool: queued reads are cancelled, running ones finish (awaited if `wait`)."""
         self._pool.shutdown(wait=wait, cancel_futures=True)
 
 
-def read_tier(table_for: TableFor, info: RemoteFetchInfo) -> RemoteRead:
+def read_tier(
+    table_for: TableFor, info: RemoteFetchInfo, cache: ReadAheadCache | None = None
+) -> RemoteRead:
     """One remote read, on a worker thread: whole batches from the one holding the offset,
     nothing when the first is larger than `max_bytes` and the read is not the fetch's first
-    (Kafka's `minOneMessage`)."""
+    (Kafka's `minOneMessage`); through the read-ahead `cache` when given."""
     table = table_for(info.topic)
     if table is None:
         raise OffsetOutOfRangeError(f"{info.topic} has no remote tier on this broker")
+    key = (table.topic_id, info.partition)
+    max_bytes = max(info.max_bytes, 1)
+    upper, with_aborted = info.upper_bound_offset, info.include_aborted
+    if cache is not None:
+        hit = cache.lookup(key, info.fetch_offset, max_bytes, upper, with_aborted)
+        if hit is not None:
+            return _min_one(info, hit)
     where = f"{info.topic}-{info.partition}"
     end = table.copied_end_offset(info.partition)
     if end is None or info.fetch_offset >= end:
@@ -200,16 +219,27 @@ def read_tier(table_for: TableFor, info: RemoteFetchInfo) -> RemoteRead:
             f"offset {info.fetch_offset} of {where} is not in its remote tier "
             f"[{start}, {end}) ({table.location})"
         )
-    read = table.read(
-        info.partition,
-        info.fetch_offset,
-        max(info.max_bytes, 1),
-        upper_bound_offset=info.upper_bound_offset,
-        include_aborted=info.include_aborted,
-    )
+    if cache is None:
+        read = table.read(
+            info.partition,
+            info.fetch_offset,
+            max_bytes,
+            upper_bound_offset=upper,
+            include_aborted=with_aborted,
+        )
+        return _min_one(info, read)
+
+    def load(offset: int, read_bytes: int) -> RemoteRead:
+        return table.read(info.partition, offset, read_bytes, include_aborted=True)
+
+    return _min_one(info, cache.load(key, load, info.fetch_offset, max_bytes, upper, with_aborted))
+
+
+def _min_one(info: RemoteFetchInfo, read: RemoteRead) -> RemoteRead:
+    """Nothing when the first batch is larger than `max_bytes` and the read is not the
+    fetch's first (Kafka's `minOneMessage`)."""
     if not info.min_one_batch and len(read.records) > info.max_bytes:
-        empty = () if info.include_aborted else None
-        return RemoteRead(info.fetch_offset, b"", empty)
+        return RemoteRead(info.fetch_offset, b"", () if info.include_aborted else None)
     return read
 
 

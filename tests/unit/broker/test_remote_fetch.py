@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import uuid
 
 import pytest
 
@@ -277,3 +278,61 @@ def test_a_follower_restarts_at_the_local_start_with_the_tiers_epochs_and_produc
     entry = log_.producer_state.last_entry(9)
     assert (entry.producer_epoch, entry.last_seq, entry.last_data_offset) == (2, 1, 9)
     assert log_.producer_state.map_end_offset == 10
+
+
+def test_sequential_fetches_are_served_from_one_read_ahead(tiered):
+    """A consumer reading history forward: one table read, then the read-ahead chunk serves
+    the following fetches, each within its partition max bytes and below the high watermark."""
+    rm, table = tiered
+    one = len(next(iter_batches(produced[0])).data)
+    offset, got = 0, []
+    while offset < 6:
+        (r,) = fetch_many(rm, {0: offset}, partition_max_bytes=one)
+        assert r.error_code == 0 and len(r.records) == one  # one batch per fetch
+        got += values(r.records)
+        offset += 2
+    assert got == [b"0-%d" % i for i in range(6)]
+    assert table.reads == 1 and rm.remote_reader.cache.hits == 2
+
+
+def test_without_read_ahead_every_fetch_reads_the_table(tiered):
+    rm, table = tiered
+    rm.remote_reader.cache = None
+    for offset in (0, 2):
+        (r,) = fetch_many(rm, {0: offset})
+        assert values(r.records)[0] == b"0-%d" % offset
+    assert table.reads == 2
+
+
+def test_the_read_ahead_loads_the_next_chunk_before_the_consumer_reaches_it(monkeypatch):
+    import sparklog.broker.remote_read_cache as rrc
+
+    monkeypatch.setattr(rrc, "READ_AHEAD_BYTES", 400)
+    batches = [build_batch([SimpleRecord(b"v" * 60)], base_offset=i) for i in range(10)]
+    loads: list[int] = []
+
+    def read(offset, read_bytes):
+        loads.append(offset)
+        out, size = [], 0
+        for b in batches[offset:]:
+            if out and size + len(b) > read_bytes:
+                break
+            out.append(b)
+            size += len(b)
+        return rrc.RemoteRead(offset, b"".join(out), ())
+
+    cache = rrc.ReadAheadCache(max_bytes=10_000, submit=lambda fn: fn())
+    key = (uuid.uuid4(), 0)
+    got, offset = [], 0
+    while offset < 10:
+        served = cache.lookup(key, offset, 1, None, False)
+        if served is None:
+            served = cache.load(key, read, offset, 1, None, False)
+        (batch,) = iter_batches(served.records)
+        got.append(batch.header.base_offset)
+        offset = batch.header.base_offset + 1
+    assert got == list(range(10))
+    per_chunk = 400 // len(batches[0])  # 3 batches a chunk
+    assert loads[:4] == list(range(0, 10, per_chunk))  # each chunk read once, ahead of need
+    assert loads == sorted(set(loads)) and cache.misses == 1
+    assert cache.size <= 2 * 400
