@@ -13,7 +13,8 @@ from collections.abc import Callable
 from sparklog.broker.config import BrokerConfig
 from sparklog.broker.log_manager import TopicPartition
 from sparklog.broker.partition_fetch_state import PartitionFetchState
-from sparklog.broker.replica_fetcher import EndpointLookup, FollowerLogs, ReplicaFetcher
+from sparklog.broker.replica_fetcher import ReplicaFetcher
+from sparklog.broker.replica_fetcher_protocols import EndpointLookup, FollowerLogs
 from sparklog.errors import KafkaStorageError
 from sparklog.metrics.metric import MetricName
 from sparklog.metrics.registry import Metrics
