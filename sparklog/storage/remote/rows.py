@@ -4,6 +4,7 @@ transactions, producer states)."""
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 
 import numpy as np
@@ -97,16 +98,17 @@ def rows_end_offset(batch: bytes) -> int:
 
 
 def aborted_txns(rows: pa.Table) -> tuple[AbortedTxn, ...]:
-    """The aborted transactions the rows show: per producer, from its first aborted batch in
-    the read to its ABORT marker (or last aborted record), as the consumer's read_committed
-    filter needs them (`first_offset` at or before the first aborted batch it meets)."""
-    aborted = rows.filter(pc.field("aborted"))
+    """The aborted transactions the rows show, one entry each as a local transaction index
+    lists them: from the transaction's first aborted batch in the rows to its ABORT marker (or
+    its last aborted record when the marker is past the rows). A producer's transactions are
+    told apart by its ABORT markers: a consumer's read_committed filter drops a producer's
+    batches from an entry's `first_offset` until it meets an ABORT marker, so each aborted
+    transaction of a producer needs an entry of its own."""
+    aborted = rows.filter(pc.field("aborted") & ~pc.field("is_control"))
     if not aborted.num_rows:
         return ()
-    grouped = aborted.group_by("producer_id").aggregate(
-        [("batch_base_offset", "min"), ("offset", "max")]
-    )
-    markers: dict[int, int] = {}
+    batches = aborted.group_by(["producer_id", "batch_base_offset"]).aggregate([("offset", "max")])
+    markers: dict[int, list[int]] = {}
     control = rows.filter(pc.field("is_control"))
     for pid, offset, key in zip(
         control.column("producer_id").to_pylist(),
@@ -116,15 +118,39 @@ def aborted_txns(rows: pa.Table) -> tuple[AbortedTxn, ...]:
     ):
         with contextlib.suppress(Exception):
             if control_type_of(key) == ControlRecordType.ABORT:
-                markers[pid] = max(markers.get(pid, -1), offset)
-    out = []
-    for pid, first, last in zip(
-        grouped.column("producer_id").to_pylist(),
-        grouped.column("batch_base_offset_min").to_pylist(),
-        grouped.column("offset_max").to_pylist(),
-        strict=True,
+                markers.setdefault(pid, []).append(offset)
+    for offsets in markers.values():
+        offsets.sort()
+
+    def marker_after(pid: int, offset: int) -> int | None:
+        found = markers.get(pid, [])
+        i = bisect.bisect_right(found, offset)
+        return found[i] if i < len(found) else None
+
+    out: list[AbortedTxn] = []
+    open_txns: dict[int, list[int]] = {}  # producer -> [first offset, last aborted offset]
+    for pid, base, last in sorted(
+        zip(
+            batches.column("producer_id").to_pylist(),
+            batches.column("batch_base_offset").to_pylist(),
+            batches.column("offset_max").to_pylist(),
+            strict=True,
+        ),
+        key=lambda b: b[1],
     ):
-        end = max(last, markers.get(pid, last))
+        current = open_txns.get(pid)
+        if current is not None:
+            marker = marker_after(pid, current[0])
+            if marker is not None and marker < base:  # that transaction ended before this
+                out.append(AbortedTxn(pid, current[0], marker, current[0]))
+                current = None
+        if current is None:
+            open_txns[pid] = [base, last]
+        else:
+            current[1] = max(current[1], last)
+    for pid, (first, last) in open_txns.items():
+        marker = marker_after(pid, first)
+        end = last if marker is None else marker
         out.append(AbortedTxn(pid, first, end, first))
     return tuple(sorted(out, key=lambda t: t.first_offset))
 

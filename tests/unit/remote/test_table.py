@@ -281,6 +281,35 @@ def test_read_committed_gets_the_aborted_transactions(table):
     assert table.read(0, 0, 1 << 20).aborted is None
 
 
+def test_each_aborted_transaction_of_a_producer_is_listed_on_its_own(table):
+    """Two aborted transactions of one producer around a committed one: a read_committed
+    consumer drops a producer's batches from an entry's first offset to the next ABORT marker,
+    so the second needs an entry of its own (as a local transaction index lists it)."""
+
+    def marker(kind, base):
+        return build_end_txn_marker_batch(
+            EndTransactionMarker(kind, 0),
+            producer_id=9,
+            producer_epoch=0,
+            timestamp_ms=T0,
+            base_offset=base,
+        )
+
+    txn = dict(pid=9, is_transactional=True)
+    batches = [
+        batch(0, 3, seq=0, **txn), marker(ControlRecordType.ABORT, 3),
+        batch(4, 2, seq=3, **txn), marker(ControlRecordType.COMMIT, 6),
+        batch(7, 2, seq=5, **txn), marker(ControlRecordType.ABORT, 9),
+        batch(10, 2, seq=7, **txn),  # an open transaction's first batch
+    ]  # fmt: skip
+    aborted = (AbortedTxn(9, 0, 3, 0), AbortedTxn(9, 7, 9, 7))
+    table.append([upload(0, batches, aborted=aborted)])
+    got = table.read(0, 0, 1 << 20, include_aborted=True)
+    assert [(t.first_offset, t.last_offset) for t in got.aborted or ()] == [(0, 3), (7, 9)]
+    later = table.read(0, 7, 1 << 20, include_aborted=True)
+    assert [(t.first_offset, t.last_offset) for t in later.aborted or ()] == [(7, 9)]
+
+
 def test_drop_and_maintenance(table, tmp_path):
     for k in range(6):
         table.append([upload(0, [batch(k * 2, 2)])])
