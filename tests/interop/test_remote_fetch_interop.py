@@ -189,3 +189,64 @@ def test_a_wiped_follower_catches_up_from_the_leaders_local_start(cluster2):
         )
     reads = sum(b.replica_manager.remote_reader.reads for b in cluster2.brokers)
     assert reads == served, "the follower's catch-up read the tiered part"
+
+
+def test_read_committed_consumers_skip_aborted_transactions_served_from_the_table(cluster):
+    """Transactions whose records are only in the table: confluent-kafka and kafka-python in
+    read_committed get the committed ones only (the aborted list comes from the table, as
+    from a local transaction index); read_uncommitted sees them all."""
+    import confluent_kafka
+    import kafka
+
+    name = f"tiered-txn-{uuid.uuid4().hex[:8]}"
+    with AdminClient({"bootstrap.servers": cluster.bootstrap_servers}) as admin:
+        admin.create_topics([NewTopic(name, 1, 1, TIERED_TOPIC)])
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": cluster.bootstrap_servers, "broker.address.family": "v4",
+         "transactional.id": f"tiered-{uuid.uuid4().hex[:6]}"}
+    )  # fmt: skip
+    producer.init_transactions(30)
+    committed: list[bytes] = []
+    for t in range(24):
+        producer.begin_transaction()
+        values = [b"txn-%d-%d-" % (t, i) + b"x" * 200 for i in range(40)]
+        for v in values:
+            producer.produce(name, v, partition=0)
+        producer.flush(30)  # written before the abort (which would purge what is unsent)
+        if t % 3 == 1:
+            producer.abort_transaction(30)
+        else:
+            producer.commit_transaction(30)
+            committed += values
+    wait_until(
+        lambda: leader_log(cluster, name, 0).local_log_start_offset > 24 * 41 // 2,
+        f"{name}: the transactions were not tiered",
+    )
+
+    def confluent_values(isolation: str, want: int) -> list[bytes]:
+        consumer = confluent_kafka.Consumer(
+            {"bootstrap.servers": cluster.bootstrap_servers, "broker.address.family": "v4",
+             "group.id": uuid.uuid4().hex, "enable.auto.commit": False,
+             "isolation.level": isolation}
+        )  # fmt: skip
+        consumer.assign([confluent_kafka.TopicPartition(name, 0, 0)])
+        got: list[bytes] = []
+        deadline = time.monotonic() + 60
+        while len(got) < want and time.monotonic() < deadline:
+            got += [m.value() for m in consumer.consume(500, 0.5) if m.error() is None]
+        consumer.close()
+        return got
+
+    assert confluent_values("read_committed", len(committed)) == committed
+    assert len(confluent_values("read_uncommitted", 24 * 40)) == 24 * 40
+    consumer = kafka.KafkaConsumer(
+        bootstrap_servers=cluster.bootstrap_servers,
+        isolation_level="read_committed",
+        enable_auto_commit=False,
+        consumer_timeout_ms=5_000,
+    )
+    consumer.assign([kafka.TopicPartition(name, 0)])
+    consumer.seek_to_beginning()
+    got = [r.value for r in consumer]
+    consumer.close()
+    assert got == committed
