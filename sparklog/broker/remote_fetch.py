@@ -32,6 +32,8 @@ from typing import TypeVar
 
 from sparklog.broker.remote_read_cache import ReadAheadCache
 from sparklog.errors import OffsetOutOfRangeError, UnknownServerError
+from sparklog.metrics.metric import MetricName
+from sparklog.metrics.registry import Metrics
 from sparklog.metrics.stats import MetricConfig, Rate
 from sparklog.storage.remote.config import RemoteLogManagerConfig
 from sparklog.storage.remote.tier import RemoteRead, TopicTable
@@ -101,9 +103,11 @@ class RemoteLogReader:
         clock_ms: Callable[[], int],
         max_pending: int = MAX_PENDING_READS,
         read_ahead: bool = True,
+        metrics: Metrics | None = None,
     ) -> None:
         self.config = config
         self.table_for = table_for
+        self.metrics = metrics
         self._clock_ms = clock_ms
         self._threads = config.remote_log_reader_threads
         self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="remote-log-reader")
@@ -156,6 +160,8 @@ class RemoteLogReader:
             task.cancel()
         if pending:
             self.expired += 1
+            self._mark("ExpiresPerSec", 1, kind="DelayedRemoteFetchMetrics")
+        self._mark("RemoteFetchRequestsPerSec", len(infos))
         now = self._clock_ms()
         out: list[RemoteRead | Exception | None] = []
         for info, task in zip(infos, tasks, strict=True):
@@ -164,7 +170,9 @@ class RemoteLogReader:
                 continue
             error = task.exception()
             if error is not None:
-                self.failed_reads += not isinstance(error, OffsetOutOfRangeError)
+                if not isinstance(error, OffsetOutOfRangeError):
+                    self.failed_reads += 1
+                    self._mark("RemoteFetchErrorsPerSec", 1)
                 logger.log(
                     logging.DEBUG if isinstance(error, OffsetOutOfRangeError) else logging.ERROR,
                     "remote read of %s-%d at %d failed: %s",
@@ -180,8 +188,13 @@ class RemoteLogReader:
             read = task.result()
             self.bytes_read += len(read.records)
             self.quota.record(len(read.records), now)
+            self._mark("RemoteFetchBytesPerSec", len(read.records))
             out.append(read)
         return out
+
+    def _mark(self, name: str, n: int, kind: str = "BrokerTopicMetrics") -> None:
+        if self.metrics is not None and n:
+            self.metrics.meter(MetricName.of("kafka.server", kind, name)).mark(n)
 
     async def _read(self, info: RemoteFetchInfo) -> RemoteRead:
         self.reads += 1

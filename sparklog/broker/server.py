@@ -203,7 +203,10 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
         self._build_remote_tier()
         if self.remote_tables is not None:  # tiered offsets are read from the topic tables
             self.replica_manager.remote_reader = RemoteLogReader(
-                self.config.remote, self.remote_tables.table_for, clock_ms=wall_clock_ms
+                self.config.remote,
+                self.remote_tables.table_for,
+                clock_ms=wall_clock_ms,
+                metrics=self.metrics,
             )
         self.follower = MetadataFollower(
             self.metadata, self.controller, self._publish_cooperatively

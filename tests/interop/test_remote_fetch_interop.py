@@ -20,6 +20,7 @@ import pytest
 
 from sparklog.client import AdminClient, NewTopic
 from sparklog.cluster.embedded import EmbeddedCluster
+from sparklog.metrics.metric import MetricName
 
 from .java_tools import compile_java
 from .test_clients_interop import (
@@ -106,6 +107,11 @@ def test_clients_read_offsets_only_the_table_holds(cluster, topic, consumer):
     assert sorted(got, key=lambda r: (r.partition, r.offset)) == want
     assert reader.reads > before, "nothing was read from the table"
     assert reader.failed_reads == 0
+    metrics = cluster.brokers[0].metrics
+    fetched = metrics.meter(
+        MetricName.of("kafka.server", "BrokerTopicMetrics", "RemoteFetchBytesPerSec")
+    )
+    assert fetched.count >= reader.bytes_read > 0
     for p in range(PARTITIONS):
         log_ = leader_log(cluster, name, p)
         assert log_.log_start_offset == 0 < log_.local_log_start_offset
