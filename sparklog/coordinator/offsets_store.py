@@ -416,6 +416,8 @@ def maintain_table(path: str, storage_options: dict[str, str] | None, local: Pat
     if local is not None:
         sync_commits(local, first, table.version())
         sync_checkpoint(local, table.version())
-    # files replaced within the last hour stay, for readers that listed them
-    table.vacuum(retention_hours=1, dry_run=False, enforce_retention_duration=False)
+    # files replaced within the last hour stay, for readers that listed them; a full vacuum
+    # also deletes files no commit names (prepared, then fenced or cut off by a crash) once
+    # they are an hour old: a file being prepared now is younger than that
+    table.vacuum(retention_hours=1, dry_run=False, enforce_retention_duration=False, full=True)
     table.cleanup_metadata()
