@@ -97,6 +97,11 @@ _ADDED_COLUMNS = (
 )
 
 
+#: the size compaction makes files (Delta's default, 100 MiB, would rewrite a table of less
+#: than that at every maintenance: what a coordinator commits in hours)
+COMPACTED_FILE_BYTES = 8 * 1024 * 1024
+
+
 class OffsetsStoreFencedError(Exception):
     """Another writer committed to the offsets table since we last did: we are a zombie."""
 
@@ -127,7 +132,8 @@ class _DataFile:
 
     name: str
     size: int
-    table: pa.Table
+    #: Delta file statistics (JSON), for readers' file skipping
+    stats: str
 
     def add_action(self) -> Any:
         from deltalake.transaction import AddAction
@@ -138,7 +144,7 @@ class _DataFile:
             {},
             int(time.time() * 1000),
             True,
-            json.dumps(_stats(self.table)),
+            self.stats,
         )
 
 
@@ -165,7 +171,7 @@ class OffsetsStore:
         self,
         path: str | Path,
         *,
-        maintenance_commits: int = 100,
+        maintenance_commits: int = 20,
         storage_options: dict[str, str] | None = None,
     ) -> None:
         from deltalake import DeltaTable
@@ -275,7 +281,8 @@ class OffsetsStore:
         name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
         self._write_file(name, data)
         self._prepared_sequence = first + len(rows)
-        return PreparedAppend(first, first + len(rows) - 1, _DataFile(name, data.size, table))
+        data_file = _DataFile(name, data.size, json.dumps(_stats(table)))
+        return PreparedAppend(first, first + len(rows) - 1, data_file)
 
     def _write_file(self, name: str, data: pa.Buffer) -> None:
         if self._local_dir is not None:
@@ -304,6 +311,7 @@ class OffsetsStore:
             raise self._fenced()
         last = prepared[-1].last_sequence
         files: list[_DataFile] = [p.payload for p in prepared]
+        read_version = self._table.version()
         try:
             self._table.create_write_transaction(
                 [f.add_action() for f in files],
@@ -337,11 +345,14 @@ class OffsetsStore:
         # the handle does not follow its own commits (the next commit's conflict check reads
         # from it): read ours, and whatever else landed since
         self._table.update_incremental()
-        if self._table.transaction_version(APP_ID) != last:
-            # another coordinator committed right after us: ours stands, the next is refused
+        version = self._table.version()
+        # more than our one commit since our snapshot (maintenance, or a successor): if the
+        # newest app transaction is not ours, another coordinator committed right after us;
+        # ours stands, our next is refused
+        if version > read_version + 1 and self._table.transaction_version(APP_ID) != last:
             self._fenced_by_successor = True
         self._maybe_maintain()
-        return self._table.version()
+        return version
 
     def discard(self, prepared: PreparedAppend) -> None:
         """Delete a prepared file that will never be committed (best effort: vacuum would)."""
@@ -411,7 +422,9 @@ def maintain_table(path: str, storage_options: dict[str, str] | None, local: Pat
 
     table = DeltaTable(path, storage_options=storage_options)
     first = table.version() + 1
-    table.optimize.compact()
+    # files of COMPACTED_FILE_BYTES and more are left alone: each run rewrites the small files
+    # written since the last one, not the whole table again
+    table.optimize.compact(target_size=COMPACTED_FILE_BYTES)
     table.create_checkpoint()
     if local is not None:
         sync_commits(local, first, table.version())
