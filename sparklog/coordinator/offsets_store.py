@@ -337,7 +337,8 @@ class OffsetsStore:
             # Delta's conflict check: a commit since our snapshot carries our app id
             if "Concurrent transaction" in str(e):
                 raise self._fenced() from e
-            raise
+            if not self._landed_anyway(last):
+                raise
         # the commit exists from here on, synced or not: its sequences are taken
         self._last_version = last
         self.next_sequence = last + 1
@@ -353,6 +354,17 @@ class OffsetsStore:
             self._fenced_by_successor = True
         self._maybe_maintain()
         return version
+
+    def _landed_anyway(self, last: int) -> bool:
+        """After a failed commit: whether it is in the table all the same (an error after
+        the commit file was in place). Reading the log again also keeps the handle's snapshot
+        from taking our own commit for a rival's at the next commit."""
+        try:
+            self._table.update_incremental()
+            return self._table.transaction_version(APP_ID) == last
+        except Exception:  # noqa: BLE001 - the table cannot be read now: the commit failed
+            logger.warning("cannot read %s back after a failed commit", self.path, exc_info=True)
+            return False
 
     def discard(self, prepared: PreparedAppend) -> None:
         """Delete a prepared file that will never be committed (best effort: vacuum would)."""

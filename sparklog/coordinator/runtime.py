@@ -69,7 +69,9 @@ class _Chunk:
     #: once committed: the store version to sync; else the error code the writes get
     version: int = -1
     error_code: int = 0
+    #: when its commit started, and how many rows that commit holds (for `on_appended`)
     started_ns: int = 0
+    commit_rows: int = 0
 
 
 class CoordinatorRuntime:
@@ -166,8 +168,13 @@ class CoordinatorRuntime:
         """Wait until every write collected so far has completed (durable or failed)."""
         self._flush_wanted.set()
         while self.pending or self._unfinished:
+            if stopped := [t for t in self._tasks if t.done()]:  # a bug: say so, do not hang
+                logger.error("the group coordinator's pipeline stopped: %s", stopped)
+                return
             self._progress.clear()
-            await self._progress.wait()
+            progress = asyncio.ensure_future(self._progress.wait())
+            await asyncio.wait([progress, *self._tasks], return_when=asyncio.FIRST_COMPLETED)
+            progress.cancel()
 
     async def _prepare_loop(self) -> None:
         """Stage 1: pending writes -> one prepared chunk at a time, in order."""
@@ -243,7 +250,7 @@ class CoordinatorRuntime:
                 logger.exception("committing %d rows to %s failed", rows, self.table)
                 code = CoordinatorNotAvailableError.code
         for chunk in ready:
-            chunk.started_ns = started_ns
+            chunk.started_ns, chunk.commit_rows = started_ns, sum(c.rows for c in ready)
             chunk.version, chunk.error_code = version, code
         if code == NotCoordinatorError.code:  # never committed: their files go
             for p in prepared:
@@ -263,12 +270,12 @@ class CoordinatorRuntime:
                 try:
                     await loop.run_in_executor(self._sync_thread, self.store.sync, chunk.version)
                     synced = chunk.version
+                    elapsed_ms = (time.monotonic_ns() - chunk.started_ns) / 1e6
+                    self.on_appended(chunk.commit_rows, elapsed_ms)  # once per commit
                 except Exception:  # noqa: BLE001 - the disk failed: not durable, say so
                     logger.exception("syncing %s to version %d failed", self.table, chunk.version)
                     unsynced = chunk.version
                     chunk.error_code = CoordinatorNotAvailableError.code
-            if chunk.version >= 0 and not chunk.error_code:
-                self.on_appended(chunk.rows, (time.monotonic_ns() - chunk.started_ns) / 1e6)
             self._complete(chunk)
 
     def _complete(self, chunk: _Chunk) -> None:

@@ -159,3 +159,39 @@ def test_writes_pipelined_onto_the_table_land_and_complete_in_collect_order(tmp_
     assert offsets(store) == list(range(200))
     assert [r["sequence"] for r in store.read_rows()] == list(range(200))
     assert 1 < store.version() < 200  # group commit: many writes per Delta commit
+
+
+def test_a_failed_commit_leaves_a_gap_and_the_next_one_commits(tmp_path: Path):
+    path = tmp_path / "offsets"
+    store = OffsetsStore(path)
+    store.append(rows(1))
+    failed, after = store.prepare(rows(2, start=10)), store.prepare(rows(1, start=20))
+    commit = store._table.create_write_transaction
+
+    def unreachable(*args, **kwargs):
+        raise OSError("the store cannot be reached")
+
+    store._table.create_write_transaction = unreachable  # type: ignore[method-assign]
+    with pytest.raises(OSError):
+        store.commit([failed])
+    store._table.create_write_transaction = commit  # type: ignore[method-assign]
+    store.sync(store.commit([after]))  # not fenced: the failed one is not in the table
+    again = OffsetsStore(path)
+    assert [(r["sequence"], r["committed_offset"]) for r in again.read_rows()] == [(0, 0), (3, 20)]
+    assert again.next_sequence == 4
+
+
+def test_a_commit_that_errs_after_landing_counts_as_committed(tmp_path: Path):
+    path = tmp_path / "offsets"
+    store = OffsetsStore(path)
+    commit = store._table.create_write_transaction
+
+    def lands_then_errs(*args, **kwargs):
+        commit(*args, **kwargs)
+        raise OSError("connection reset after the commit file was in place")
+
+    store._table.create_write_transaction = lands_then_errs  # type: ignore[method-assign]
+    store.sync(store.commit([store.prepare(rows(2))]))  # in the table: a success
+    store._table.create_write_transaction = commit  # type: ignore[method-assign]
+    store.append(rows(1, start=5))  # and the next commit does not take it for a rival's
+    assert offsets(OffsetsStore(path)) == [0, 1, 5]
