@@ -58,6 +58,8 @@ def display(key: str) -> str:
         "includeheaders": "includeHeaders",
         "exactlyonce": "exactlyOnce",
         "checkpointlocation": "checkpointLocation",
+        "remotetableroot": "remoteTableRoot",
+        "remotetablereads": "remoteTableReads",
     }
     return names.get(key, key)
 
@@ -194,6 +196,20 @@ _SOURCE = (
     _option("groupidprefix", _STR, None, "accepted (Spark's consumer group prefix)"),
     _option("includeheaders", _BOOL, False, "add a headers column"),
     _option("path", _STR, None, "accepted (Spark passes load(path))"),
+    # sparklog only: the topics' remote tier (docs/tiered-storage.md "Spark reads")
+    _option(
+        "remotetableroot",
+        _STR,
+        None,
+        "where topic tables live (default: the brokers' remote.table.root, for topics with "
+        "remote.storage.enable=true)",
+    ),
+    _option(
+        "remotetablereads",
+        _BOOL,
+        True,
+        "read the offsets a topic's table holds from its Parquet files in Spark tasks",
+    ),
 )
 _SINK = (
     _option("topic", _STR, None, "the topic rows without a topic column go to"),

@@ -175,6 +175,11 @@ class SourceOptions:
     fetch_offset_retry_interval_ms: int = 10
     #: kafka.* without the prefix; out of repr: sasl.jaas.config and ssl.* passwords are here
     kafka: Mapping[str, str] = field(default_factory=dict, repr=False)
+    #: the remote tier: read what topic tables hold from their files (docs/tiered-storage.md)
+    remote_table_reads: bool = True
+    remote_table_root: str | None = None
+    #: `storage.options.<key>` without the prefix: delta-rs options to reach an object store
+    storage_options: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     @property
     def isolation_level(self) -> str:
@@ -243,7 +248,12 @@ def parse_source_options(
     only the checks both share, when Spark asks for the schema before it knows which."""
     opts = _lower(options)
     kafka = _kafka_settings(opts, _SOURCE_REFUSED, "source")
-    _warn_unknown(opts, frozenset(SOURCE_OPTIONS), "source")
+    storage = _storage_options(options)
+    _warn_unknown(
+        {k: v for k, v in opts.items() if not k.startswith(STORAGE_OPTIONS_PREFIX)},
+        frozenset(SOURCE_OPTIONS),
+        "source",
+    )
     bootstrap = _bootstrap(kafka, default_bootstrap)
     kafka.pop("bootstrap.servers", None)
     _check_client_settings(kafka, "consumer")
@@ -306,6 +316,9 @@ def parse_source_options(
             SOURCE_OPTIONS, opts, "fetchoffset.retryintervalms"
         ),
         kafka=kafka,
+        remote_table_reads=option_value(SOURCE_OPTIONS, opts, "remotetablereads"),
+        remote_table_root=(opts.get("remotetableroot") or "").strip() or None,
+        storage_options=storage,
     )
 
 
@@ -346,6 +359,22 @@ def parse_sink_options(
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
     return {str(k).lower(): "" if v is None else str(v) for k, v in options.items()}
+
+
+#: Source options `storage.options.<key>` reach a topic table on an object store (the cluster's
+#: setting names, `sparklog/storage/object_store.py`).
+STORAGE_OPTIONS_PREFIX = "storage.options."
+
+
+def _storage_options(options: Mapping[str, str]) -> dict[str, str]:
+    """`storage.options.<key>` options, prefix removed; `<key>` keeps its case (delta-rs
+    accepts upper and lower case, Spark hands keys over lower-cased)."""
+    n = len(STORAGE_OPTIONS_PREFIX)
+    return {
+        str(k)[n:]: "" if v is None else str(v)
+        for k, v in options.items()
+        if str(k).lower().startswith(STORAGE_OPTIONS_PREFIX) and len(str(k)) > n
+    }
 
 
 def _kafka_settings(

@@ -13,7 +13,9 @@ worker and asks it, per trigger:
    `maxTriggerDelay` passed, and `maxOffsetsPerTrigger` caps the records, spread over
    partitions by backlog. PySpark has no CompositeReadLimit, so Spark's limit carries one
    value and the other comes from the options.
-2. `partitions(start, end)`: ranges per partition, split like batch reads.
+2. `partitions(start, end)`: ranges per partition, split like batch reads; the offsets a
+   topic's table holds become tasks reading its files (`table_plan`), the table listed
+   incrementally from the last micro-batch's snapshot.
 3. `read(partition)` on executors: `partition_reader.read_range`.
 
 The offsets a batch covers are in Spark's checkpoint, so a restarted query re-plans the same
@@ -41,7 +43,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from sparklog.spark.batch_reader import plan_ranges, read_partition, to_input_partitions
+from sparklog.spark.batch_reader import plan_reads, read_partition
 from sparklog.spark.offset_reader import OffsetReader
 from sparklog.spark.offsets import (
     PartitionOffsets,
@@ -66,6 +68,7 @@ class SparkLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._available_now: PartitionOffsets | None = None
         self._last_trigger_ms = 0.0  # Spark's lastTriggerMillis: the first trigger never waits
         self._group_committed: PartitionOffsets | None = None  # last offsets sent to the group
+        self._tiers: Any = None  # table_listing.TierLocator, made on the first partitions()
 
     def __getstate__(self) -> dict[str, Any]:
         """Spark pickles the reader for `read()` on executors: leave the connections behind."""
@@ -194,7 +197,16 @@ class SparkLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                         f"{tp[0]}-{tp[1]}",
                     )
                     begin[tp] = until[tp]
-        return to_input_partitions(plan_ranges(begin, until, self.options), self.options)
+        return plan_reads(begin, until, self.options, self._tier_snapshots(until))
+
+    def _tier_snapshots(self, until: PartitionOffsets) -> dict:
+        if not self.options.remote_table_reads or not until:
+            return {}
+        from sparklog.spark.table_listing import locator_for, tier_snapshots
+
+        if self._tiers is None:
+            self._tiers = locator_for(self.options, self.offsets.admin)
+        return tier_snapshots(self._tiers, {t for t, _ in until})
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(partition)
