@@ -5,7 +5,9 @@
 by `start`, and at import when a SparkSession is already active). `sparklog.topics_df(spark)`,
 `offsets_df`, `brokers_df` and `query_lag_df` are small DataFrames to `display()` in a notebook;
 `group_offsets_df` and `consumer_lag_df` read the consumer groups' Delta table, `audit_df` the
-audit trail's (authentication failures, denials, ACL and credential changes).
+audit trail's (authentication failures, denials, ACL and credential changes);
+`topic_table`, `topic_table_as_of` and `committed_records` read a topic's remote tier, a Delta
+table (docs/tiered-storage.md).
 Importing sparklog does not import pyspark.
 """
 
@@ -28,6 +30,9 @@ if TYPE_CHECKING:  # the public API's types, without importing pyspark at run ti
     from sparklog.spark.notebook import query_lag_df as query_lag_df
     from sparklog.spark.notebook import topics_df as topics_df
     from sparklog.spark.source import SparkLogDataSource
+    from sparklog.spark.topic_tables import committed_records as committed_records
+    from sparklog.spark.topic_tables import topic_table as topic_table
+    from sparklog.spark.topic_tables import topic_table_as_of as topic_table_as_of
 
 
 def register(
@@ -75,6 +80,9 @@ _NOTEBOOK_VIEWS = {
     "group_offsets_df": "sparklog.spark.group_views",
     "consumer_lag_df": "sparklog.spark.group_views",
     "audit_df": "sparklog.spark.audit_views",
+    "topic_table": "sparklog.spark.topic_tables",
+    "topic_table_as_of": "sparklog.spark.topic_tables",
+    "committed_records": "sparklog.spark.topic_tables",
 }
 
 
