@@ -23,12 +23,13 @@ warning): the planner could not tell which offsets it holds.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import unquote
 
 from sparklog.spark.table_plan import TableFile, TierSnapshot, partition_tiers
-from sparklog.storage.remote.schema import table_location
+from sparklog.storage.remote.schema import TOPIC_ID_KEY, app_id, table_location
 
 logger = logging.getLogger(__name__)
 
@@ -95,8 +96,31 @@ def snapshot(
         )
         return None
     return TierSnapshot(
-        topic, location, int(table.version()), partition_tiers(files), dict(storage_options or {})
+        topic,
+        location,
+        int(table.version()),
+        partition_tiers(files, copied_ends(table, {f.partition for f in files})),
+        dict(storage_options or {}),
     )
+
+
+def copied_ends(table: Any, partitions: Iterable[int]) -> dict[int, int]:
+    """Each partition's copied end from the commits' app transactions (`<topic id>-<p>` ->
+    end offset), when the table names its topic id; the end can lie past the last row (a
+    batch whose last offsets were compacted away)."""
+    found = table.metadata().configuration.get(TOPIC_ID_KEY)
+    if not found:
+        return {}
+    try:
+        topic_id = uuid.UUID(found)
+    except ValueError:
+        return {}
+    ends = {}
+    for p in partitions:
+        version = table.transaction_version(app_id(topic_id, p))
+        if version is not None:
+            ends[p] = int(version)
+    return ends
 
 
 class TierLocator:

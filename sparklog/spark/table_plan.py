@@ -170,16 +170,20 @@ def plan_tiers(
     return table, brokers
 
 
-def partition_tiers(files: Iterable[TableFile]) -> dict[int, PartitionTier]:
+def partition_tiers(
+    files: Iterable[TableFile], copied_ends: Mapping[int, int] | None = None
+) -> dict[int, PartitionTier]:
     """Each partition's tier from its files: the table holds whole batches from the smallest
-    offset to the largest (rows of control records included), so [min, max + 1)."""
+    offset to the largest (rows of control records included), so [min, max + 1), or to the
+    copied end its app transaction records (`copied_ends`) when that is known."""
+    ends = copied_ends or {}
     by_partition: dict[int, list[TableFile]] = {}
     for f in files:
         by_partition.setdefault(f.partition, []).append(f)
     return {
         p: PartitionTier(
             min(f.min_offset for f in fs),
-            max(f.max_offset for f in fs) + 1,
+            max(max(f.max_offset for f in fs) + 1, ends.get(p, 0)),
             tuple(sorted(fs, key=lambda f: (f.min_offset, f.uri))),
         )
         for p, fs in sorted(by_partition.items())

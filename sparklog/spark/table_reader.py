@@ -40,7 +40,17 @@ logger = logging.getLogger(__name__)
 
 #: Rows per Arrow batch handed to Spark (the brokers' path uses max.poll.records = 10000 too).
 BATCH_ROWS = 10_000
-_COLUMNS = ("offset", "timestamp", "timestamp_type", "key", "value", "is_control", "aborted")
+_COLUMNS = (
+    "offset",
+    "timestamp",
+    "timestamp_type",
+    "key",
+    "value",
+    "is_control",
+    "aborted",
+    "batch_base_offset",
+    "batch_last_offset_delta",
+)
 
 
 class IncompleteTableRange(Exception):
@@ -75,7 +85,8 @@ def read_table_range(tr: TableRange, options: SourceOptions) -> Iterator[pa.Reco
 
 def load_rows(tr: TableRange, include_headers: bool) -> pa.Table:
     """Every row of [from, until) from the files (control and aborted rows included), sorted
-    by offset; IncompleteTableRange when an offset is missing or repeated."""
+    by offset; IncompleteTableRange when the rows' batches do not cover the range end to end
+    or an offset repeats."""
     import pyarrow.dataset as ds
 
     r = tr.range
@@ -92,14 +103,34 @@ def load_rows(tr: TableRange, include_headers: bool) -> pa.Table:
     if len(offsets) > 1 and not bool(np.all(offsets[1:] > offsets[:-1])):
         table = table.sort_by("offset")
         offsets = table.column("offset").to_numpy()
-    expected = r.until_offset - r.from_offset
-    if len(offsets) != expected or (
-        expected and (offsets[0] != r.from_offset or offsets[-1] != r.until_offset - 1)
-    ):
-        raise IncompleteTableRange(f"{len(offsets)} of {expected} offsets found")
-    if len(offsets) > 1 and not bool(np.all(np.diff(offsets) == 1)):
-        raise IncompleteTableRange("offsets repeat or skip")
+        if not bool(np.all(offsets[1:] > offsets[:-1])):
+            raise IncompleteTableRange("an offset repeats")
+    check_coverage(
+        table.column("batch_base_offset").to_numpy(),
+        table.column("batch_last_offset_delta").to_numpy(),
+        r.from_offset,
+        r.until_offset,
+    )
     return table
+
+
+def check_coverage(bases: Any, deltas: Any, from_offset: int, until_offset: int) -> None:
+    """The batches of the rows (in offset order) must cover [from_offset, until_offset) with
+    no hole: offsets inside a batch that have no row (a compacted batch's gaps) are fine,
+    a missing batch is not."""
+    if until_offset <= from_offset:
+        return
+    if len(bases) == 0:
+        raise IncompleteTableRange("no row of the range")
+    starts, first = np.unique(bases, return_index=True)
+    ends = starts + deltas[first].astype(np.int64)  # last offset of each batch
+    if starts[0] > from_offset:
+        raise IncompleteTableRange(f"the first batch starts at {int(starts[0])}")
+    if ends[-1] < until_offset - 1:
+        raise IncompleteTableRange(f"the last batch ends at {int(ends[-1])}")
+    holes = np.flatnonzero(starts[1:] != ends[:-1] + 1)
+    if len(holes):
+        raise IncompleteTableRange(f"no batch holds offset {int(ends[holes[0]]) + 1}")
 
 
 def to_connector_batches(

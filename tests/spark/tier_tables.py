@@ -84,6 +84,11 @@ def table_rows(bootstrap: str, topic: str, partition: int, end: int) -> pa.Table
         "is_control": pa.array(np.concatenate([np.zeros(n, bool), np.ones(c, bool)])),
         "aborted": pa.array(aborted),
     }
+    # columns the contract added since (batch_base_timestamp, create_timestamp, ...)
+    for f in TABLE_SCHEMA:
+        if f.name not in columns:
+            fill = pa.array(ts_ms) if f.type == pa.int64() and not f.nullable else None
+            columns[f.name] = fill if fill is not None else pa.nulls(n + c, f.type)
     return pa.table(columns, schema=TABLE_SCHEMA).take(pa.array(order))
 
 
