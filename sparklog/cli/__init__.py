@@ -13,11 +13,12 @@ Subcommands, after Kafka's tools:
   (kafka-acls) and `users add-scram|describe|delete` (kafka-configs --entity-type users),
   `quotas describe|alter` (kafka-configs --entity-type users|clients|ips) and
   `reassign-partitions --execute|--verify|--cancel [--throttle]` (kafka-reassign-partitions),
-  all through `sparklog.client`.
+  all through `sparklog.client`; `tables list|status` (the topics' remote tiers, their
+  Delta tables, and how far behind the log they are; docs/tiered-storage.md).
 
 One module per command group: `common` (settings, errors), `serve`, `topics`, `records`
 (produce/consume), `groups`, `security` (acls, users), `quotas`, `reassign`, `configs`,
-`offsets` (get-offsets, delete-records). `--version` prints the installed version.
+`offsets` (get-offsets, delete-records), `tables`. `--version` prints the installed version.
 
 Settings use Kafka's names: `--config k=v` (cluster/broker settings for `serve`, topic configs
 for `topics create`), `--property k=v` (client settings and console options for `produce` and
@@ -43,6 +44,7 @@ from sparklog.cli.reassign import add_reassign_parser, cmd_reassign
 from sparklog.cli.records import cmd_consume, cmd_produce
 from sparklog.cli.security import add_security_parsers, cmd_acls, cmd_users
 from sparklog.cli.serve import cmd_serve, serve_spark, stop_on_signals
+from sparklog.cli.tables import add_tables_parser, cmd_tables
 from sparklog.cli.topics import cmd_topics
 from sparklog.client.config import ConfigError
 from sparklog.errors import KafkaError
@@ -124,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_reassign_parser(commands, client_command)
     add_configs_parser(client_command)
     add_offsets_parsers(client_command)
+    add_tables_parser(client_command)
     return parser
 
 
@@ -169,6 +172,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_get_offsets(args, sys.stdout)
         if args.command == "delete-records":
             return cmd_delete_records(args, sys.stdout)
+        if args.command == "tables":
+            return cmd_tables(args, sys.stdout)
         return cmd_consume(args, sys.stdout.buffer)
     except (CliError, KafkaError, ConfigError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)

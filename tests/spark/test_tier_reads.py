@@ -240,3 +240,42 @@ def test_committed_records_view_and_time_travel(spark, read, root, txn):
     assert sparklog.topic_table_as_of(spark, txn, version=0, root=root).count() == first.count()
     with pytest.raises(ValueError, match="no version of the table reaches"):
         sparklog.topic_table_as_of(spark, txn, {0: 10**9}, root=root)
+
+
+# ------------------------------------------------------------------------------- the CLI
+
+
+def test_cli_tables_list_and_status(cluster, root, tiered, capsys):
+    from sparklog.cli import main
+
+    bootstrap = ["--bootstrap-server", cluster.bootstrap_servers, "--root", root]
+    assert main(["tables", "list", *bootstrap, "--topic", tiered]) == 0
+    (header, line) = capsys.readouterr().out.splitlines()
+    assert header.split() == [
+        "TOPIC",
+        "VERSION",
+        "PARTITIONS",
+        "FILES",
+        "ROWS",
+        "BYTES",
+        "LOCATION",
+    ]
+    topic, version, partitions, files, rows, _, location = line.split()
+    assert (topic, version, partitions, rows) == (tiered, "2", "2", str(2 * TIERED))
+    assert int(files) >= 6 and location == f"{root}/{tiered}"
+
+    assert main(["tables", "status", *bootstrap, "--topic", tiered]) == 0
+    header, *lines = capsys.readouterr().out.splitlines()
+    assert header.split()[:6] == [
+        "TOPIC",
+        "PARTITION",
+        "TABLE-START",
+        "COPIED-END",
+        "LOG-END",
+        "PENDING",
+    ]
+    for p, line in enumerate(lines):
+        cols = line.split()
+        assert cols[:6] == [tiered, str(p), "0", str(TIERED), str(N), str(N - TIERED)]
+        assert float(cols[6]) > 0  # the first record not copied is years old
+        assert cols[7] == "2"
