@@ -94,6 +94,7 @@ def _doc_tables(path: Path):
         "docs/replication.md",
         "docs/transactions.md",
         "docs/security.md",
+        "docs/tiered-storage.md",
     ],
 )
 def test_the_docs_settings_tables_agree_with_the_registry(doc):
