@@ -25,7 +25,12 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from sparklog.spark.table_listing import REMOTE_TABLE_ROOT
-from sparklog.storage.remote.schema import COMMITTED_RECORDS_FILTER, RANGES_KEY, table_location
+from sparklog.storage.remote.schema import (
+    COMMITTED_RECORDS_FILTER,
+    RANGES_KEY,
+    TABLE_SCHEMA,
+    table_location,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -50,6 +55,9 @@ def topic_table(
 
     location, options = locate(topic, root, storage_options, bootstrap_servers)
     df = read_delta(spark, location, version, options)
+    # the table's column order (the file-listing fallback puts partition columns last)
+    ordered = [c for c in TABLE_SCHEMA.names if c in df.columns]
+    df = df.select(*ordered, *[c for c in df.columns if c not in ordered])
     return df.where(COMMITTED_RECORDS_FILTER) if committed else df
 
 

@@ -12,18 +12,24 @@ from sparklog.cluster.embedded import EmbeddedCluster
 from sparklog.spark.batch_reader import RangePartition, SparkLogBatchReader, TableRangePartition
 from sparklog.spark.options import parse_source_options
 from sparklog.spark.table_reader import load_rows
+from sparklog.storage.remote.schema import TABLE_SCHEMA
 from tests.spark.tier_tables import write_topic_table
 
 pytestmark = pytest.mark.spark
 
 BASE_TS = 1_700_000_000_000
-N = 1500  # records per partition; the table holds the first TIERED of each
+N = 1500  # records per partition; the table holds the whole batches below TIERED of each
 TIERED = 1000
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    with EmbeddedCluster(brokers=1, data_dir=tmp_path_factory.mktemp("tier")) as running:
+def data_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("tier")
+
+
+@pytest.fixture(scope="module")
+def cluster(data_dir):
+    with EmbeddedCluster(brokers=1, data_dir=data_dir) as running:
         yield running
 
 
@@ -33,12 +39,13 @@ def root(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def tiered(cluster, root):
+def tiered(cluster, data_dir, root):
     """Topic `tiered`: 2 partitions of N records (headers on odd ones, timestamps one ms
     apart crossing midnight UTC, so segments split over two `date` folders); the table holds
     [0, TIERED) of each in three commits."""
     with AdminClient({"bootstrap.servers": cluster.bootstrap_servers}) as admin:
-        admin.create_topics([NewTopic("tiered", 2)])
+        # small segments: several per partition, several batches per commit
+        admin.create_topics([NewTopic("tiered", 2, configs={"segment.bytes": "16384"})])
     midnight = 1_700_006_400_000  # 2023-11-15T00:00:00Z
     with KafkaProducer({"bootstrap.servers": cluster.bootstrap_servers}) as producer:
         for p in (0, 1):
@@ -54,13 +61,15 @@ def tiered(cluster, root):
                     ),
                 }
             )
-            producer.send_arrow("tiered", batch, partition=p).result()
-    write_topic_table(root, "tiered", cluster.bootstrap_servers, {0: TIERED, 1: TIERED})
+            for start in range(0, N, 100):  # one batch each
+                producer.send_arrow("tiered", batch.slice(start, 100), partition=p).result()
+    ends = write_topic_table(data_dir, root, "tiered", {0: TIERED, 1: TIERED})
+    assert ends == {0: TIERED, 1: TIERED}  # batches of 100
     return "tiered"
 
 
 @pytest.fixture(scope="module")
-def txn(cluster, root):
+def txn(cluster, data_dir, root):
     """Topic `txn`: 1 partition: 100 plain records, a committed transaction, an aborted one,
     a committed one, 50 plain records; the table holds everything but the last 50."""
     bootstrap = cluster.bootstrap_servers
@@ -89,7 +98,7 @@ def txn(cluster, root):
         tiered_end = lso[("txn", 0)].offset  # below the LSO: every outcome is known
     with KafkaProducer({"bootstrap.servers": bootstrap}) as plain:
         plain.send_arrow("txn", batch("z", 50), partition=0).result()
-    write_topic_table(root, "txn", bootstrap, {0: tiered_end}, commits=2)
+    assert write_topic_table(data_dir, root, "txn", {0: tiered_end}, commits=2) == {0: tiered_end}
     return "txn"
 
 
@@ -170,6 +179,7 @@ def test_read_committed_drops_the_aborted_transaction(read, txn):
     assert uncommitted == read(tier=False, subscribe=txn)
 
 
+@pytest.mark.slow
 def test_stream_reads_through_the_table(spark, cluster, root, tiered, tmp_path):
     """A stream of micro-batches of at most 700 records, Trigger.AvailableNow, equals a
     broker-only batch read of the topic."""
@@ -237,7 +247,9 @@ def test_committed_records_view_and_time_travel(spark, read, root, txn):
     first = sparklog.topic_table_as_of(spark, txn, {0: 100}, root=root)
     second = sparklog.topic_table_as_of(spark, txn, f'{{"{txn}":{{"0":150}}}}', root=root)
     assert first.count() < second.count() == everything.count()
-    assert sparklog.topic_table_as_of(spark, txn, version=0, root=root).count() == first.count()
+    assert sparklog.topic_table_as_of(spark, txn, version=1, root=root).count() == first.count()
+    assert sparklog.topic_table_as_of(spark, txn, version=0, root=root).count() == 0
+    assert first.columns == everything.columns == list(TABLE_SCHEMA.names)
     with pytest.raises(ValueError, match="no version of the table reaches"):
         sparklog.topic_table_as_of(spark, txn, {0: 10**9}, root=root)
 

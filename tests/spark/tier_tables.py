@@ -1,131 +1,86 @@
-"""Topic tables for the Spark tests, built from what the brokers serve.
+"""Topic tables for the Spark tests, written the way the brokers' remote log manager writes them.
 
-Until the brokers copy segments themselves, a test writes a topic's table the way the
-remote log manager does: rows in `TABLE_SCHEMA` (control records included, aborted flagged),
-partitioned by `partition` and `date`, several commits each carrying its app transaction and
-ranges. Records come from the brokers with sparklog's consumer: read_uncommitted gives every
-data record, read_committed the committed ones (the rest below the LSO are aborted), and the
-offsets neither returns are control records.
+A test copies a partition's log into its table itself (the broker's copy task is tested on its
+own): the batches of the partition's segment files on disk, as they are, and the aborted
+transactions of its transaction indexes, go to `DeltaTopicTable.append` as `SegmentUpload`s
+(several commits, each holding a slice of every partition), so the rows are the tier's own
+codec's and the commits carry its app transactions and ranges.
 """
 
 from __future__ import annotations
 
-import datetime as dt
+import struct
 import uuid
+from pathlib import Path
 
-import numpy as np
-import pyarrow as pa
+from sparklog.storage.remote.table import open_topic_table
+from sparklog.storage.remote.tier import SegmentUpload
+from sparklog.storage.txn_index import AbortedTxn, TransactionIndex
 
-from sparklog.client import KafkaConsumer
-from sparklog.storage.remote.schema import TABLE_SCHEMA, app_id, commit_metadata, table_location
+_HEAD = struct.Struct(">qi")  # base offset, batch length
+_LAST_OFFSET_DELTA_AT = 23
 
 
-def fetch(bootstrap: str, topic: str, partition: int, end: int, isolation: str) -> pa.Table:
-    """Records [0, end) of a partition at an isolation level, as `poll_arrow` returns them."""
-    config = {
-        "bootstrap.servers": bootstrap,
-        "isolation.level": isolation,
-        "auto.offset.reset": "earliest",
-        "enable.auto.commit": False,
-    }
-    batches = []
-    with KafkaConsumer(config) as consumer:
-        consumer.assign([(topic, partition)])
-        consumer.seek((topic, partition), 0)
-        for _ in range(10_000):
-            if consumer.position((topic, partition)) >= end:
+def partition_dir(data_dir: Path, topic: str, partition: int) -> Path:
+    (found,) = [p for p in Path(data_dir).rglob(f"{topic}-{partition}") if p.is_dir()]
+    return found
+
+
+def log_batches(directory: Path) -> list[tuple[int, int, bytes]]:
+    """(base offset, next offset, bytes) of every batch in the partition's segments."""
+    out = []
+    for log in sorted(directory.glob("*.log")):
+        data = log.read_bytes()
+        pos = 0
+        while pos + 12 <= len(data):
+            base, length = _HEAD.unpack_from(data, pos)
+            if length <= 0:
                 break
-            batch = consumer.poll_arrow(500, include_headers=True)
-            if batch.num_rows:
-                batches.append(batch)
-    table = pa.Table.from_batches(batches) if batches else None
-    if table is None:
-        return pa.table({"offset": pa.array([], pa.int64())})
-    return table.filter(pa.compute.less(table.column("offset"), end))
+            at = pos + _LAST_OFFSET_DELTA_AT
+            (delta,) = struct.unpack_from(">i", data, at)
+            out.append((base, base + delta + 1, data[pos : pos + 12 + length]))
+            pos += 12 + length
+    return out
 
 
-def table_rows(bootstrap: str, topic: str, partition: int, end: int) -> pa.Table:
-    """Rows of offsets [0, end) of a partition in the table's layout."""
-    data = fetch(bootstrap, topic, partition, end, "read_uncommitted")
-    committed = set(fetch(bootstrap, topic, partition, end, "read_committed")["offset"].to_pylist())
-    offsets = data["offset"].to_numpy()
-    control = np.setdiff1d(np.arange(end, dtype=np.int64), offsets)
-    n, c = len(offsets), len(control)
-    ts_ms = np.concatenate([data["timestamp"].cast(pa.int64()).to_numpy(), np.zeros(c, np.int64)])
-    # a control record's timestamp: its neighbour's (the marker is written right after)
-    if c:
-        ts_ms[n:] = ts_ms[:n].max() if n else 0
-    all_offsets = np.concatenate([offsets, control])
-    order = np.argsort(all_offsets, kind="stable")
-    aborted = np.array([o not in committed for o in offsets.tolist()] + [False] * c)
-    headers = data["headers"].to_pylist() + [None] * c
-    columns = {
-        "partition": pa.array(np.full(n + c, partition, np.int32)),
-        "date": pa.array(
-            [dt.datetime.fromtimestamp(t / 1000, dt.UTC).date() for t in ts_ms], pa.date32()
-        ),
-        "offset": pa.array(all_offsets),
-        "timestamp": pa.array(ts_ms * 1000, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-        "timestamp_type": pa.array(
-            np.concatenate([data["timestampType"].to_numpy(), np.zeros(c, np.int32)]), pa.int32()
-        ),
-        "key": pa.array(data["key"].to_pylist() + [b"\x00\x00\x00\x00"] * c, pa.binary()),
-        "value": pa.array(data["value"].to_pylist() + [b"\x00\x00\x00\x00\x00\x00"] * c),
-        "headers": pa.array(headers, TABLE_SCHEMA.field("headers").type),
-        "batch_base_offset": pa.array(all_offsets),
-        "batch_last_offset_delta": pa.array(np.zeros(n + c, np.int32)),
-        "batch_max_timestamp": pa.array(ts_ms),
-        "leader_epoch": pa.array(np.zeros(n + c, np.int32)),
-        "producer_id": pa.array(np.full(n + c, -1, np.int64)),
-        "producer_epoch": pa.array(np.full(n + c, -1, np.int32)),
-        "base_sequence": pa.array(np.full(n + c, -1, np.int32)),
-        "compression": pa.array(np.zeros(n + c, np.int32)),
-        "is_transactional": pa.array(np.zeros(n + c, bool)),
-        "is_control": pa.array(np.concatenate([np.zeros(n, bool), np.ones(c, bool)])),
-        "aborted": pa.array(aborted),
-    }
-    # columns the contract added since (batch_base_timestamp, create_timestamp, ...)
-    for f in TABLE_SCHEMA:
-        if f.name not in columns:
-            fill = pa.array(ts_ms) if f.type == pa.int64() and not f.nullable else None
-            columns[f.name] = fill if fill is not None else pa.nulls(n + c, f.type)
-    return pa.table(columns, schema=TABLE_SCHEMA).take(pa.array(order))
+def aborted_txns(directory: Path) -> list[AbortedTxn]:
+    return [
+        a
+        for index in sorted(directory.glob("*.txnindex"))
+        for a in TransactionIndex(index, int(index.stem)).all_aborted()
+    ]
 
 
 def write_topic_table(
-    root: str,
-    topic: str,
-    bootstrap: str,
-    ends: dict[int, int],
-    *,
-    commits: int = 3,
-    topic_id: uuid.UUID | None = None,
-) -> str:
-    """The table of `topic` under `root` holding [0, ends[p]) of each partition, written in
-    `commits` commits (each a slice of every partition); returns its location."""
-    from deltalake import CommitProperties, Transaction, write_deltalake
-
-    location = table_location(root, topic)
-    topic_id = topic_id or uuid.uuid4()
-    rows = {p: table_rows(bootstrap, topic, p, end) for p, end in ends.items()}
+    data_dir: Path, root: str, topic: str, ends: dict[int, int], *, commits: int = 3
+) -> dict[int, int]:
+    """Copy the whole batches below `ends[p]` of each partition into the topic's table under
+    `root`, in `commits` commits; returns each partition's copied end."""
+    table = open_topic_table(root, topic, uuid.uuid4())
+    slices: dict[int, list[list[tuple[int, int, bytes]]]] = {}
+    aborted: dict[int, list[AbortedTxn]] = {}
+    for p, end in ends.items():
+        directory = partition_dir(data_dir, topic, p)
+        batches = [b for b in log_batches(directory) if b[1] <= end]
+        assert batches, f"{topic}-{p} has no whole batch below {end}"
+        cut = [len(batches) * i // commits for i in range(commits + 1)]
+        slices[p] = [batches[a:b] for a, b in zip(cut, cut[1:], strict=False)]
+        aborted[p] = aborted_txns(directory)
     for i in range(commits):
-        ranges, parts, txns = {}, [], []
-        for p, end in ends.items():
-            lo, hi = end * i // commits, end * (i + 1) // commits
-            if hi <= lo:
+        uploads = []
+        for p, pieces in slices.items():
+            piece = pieces[i]
+            if not piece:
                 continue
-            parts.append(rows[p].slice(lo, hi - lo))
-            ranges[p] = (lo, hi)
-            txns.append(Transaction(app_id(topic_id, p), hi))
-        if not parts:
-            continue
-        write_deltalake(
-            location,
-            pa.concat_tables(parts),
-            mode="append",
-            partition_by=["partition", "date"],
-            commit_properties=CommitProperties(
-                app_transactions=txns, custom_metadata={"userMetadata": commit_metadata(ranges)}
-            ),
-        )
-    return location
+            lo, hi = piece[0][0], piece[-1][1]
+            uploads.append(
+                SegmentUpload(
+                    p,
+                    lo,
+                    hi,
+                    b"".join(b for _, _, b in piece),
+                    tuple(a for a in aborted[p] if a.first_offset < hi and a.last_offset >= lo),
+                )
+            )
+        table.append(uploads)
+    return {p: table.copied_end_offset(p) for p in ends}
