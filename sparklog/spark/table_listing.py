@@ -104,6 +104,18 @@ def snapshot(
     )
 
 
+def same_topic(table: Any, topic_id: str | None) -> bool:
+    """Whether the table is the one of the topic with id `topic_id` (None: unknown, trusted);
+    a table that names no id is trusted too."""
+    found = table.metadata().configuration.get(TOPIC_ID_KEY)
+    if not found or not topic_id:
+        return True
+    try:
+        return uuid.UUID(found) == uuid.UUID(topic_id)
+    except ValueError:
+        return found == topic_id
+
+
 def copied_ends(table: Any, partitions: Iterable[int]) -> dict[int, int]:
     """Each partition's copied end from the commits' app transactions (`<topic id>-<p>` ->
     end offset), when the table names its topic id; the end can lie past the last row (a
@@ -141,19 +153,35 @@ class TierLocator:
         self._broker_root: str | None = None
 
     def snapshots(self, topics: Iterable[str]) -> dict[str, TierSnapshot]:
-        """Snapshots of the topics that have a table now."""
+        """Snapshots of the topics that have a table now (of this topic: a table left by a
+        deleted topic of the same name is not read)."""
         out = {}
-        for topic in sorted(set(topics)):
-            location = self.location(topic)
-            if location is None:
-                continue
+        names = sorted(set(topics))
+        located = {t: loc for t in names if (loc := self.location(t)) is not None}
+        ids = self._topic_ids(list(located))
+        for topic, location in located.items():
             table = self._table(topic, location)
             if table is None:
+                continue
+            if not same_topic(table, ids.get(topic)):
+                logger.warning(
+                    "the table at %s belongs to another topic id than topic %s has now (a "
+                    "deleted topic's table?); reading the topic through brokers",
+                    location,
+                    topic,
+                )
                 continue
             found = snapshot(topic, table, location, self.storage_options)
             if found is not None:
                 out[topic] = found
         return out
+
+    def _topic_ids(self, topics: list[str]) -> dict[str, str]:
+        """The topics' current ids (Metadata), where the admin can tell."""
+        if not topics or self.admin is None or not hasattr(self.admin, "describe_topics"):
+            return {}
+        described = self.admin.describe_topics(topics)
+        return {t: str(d.topic_id) for t, d in described.items() if d.topic_id is not None}
 
     def _table(self, topic: str, location: str) -> Any | None:
         table = self._tables.get(topic)

@@ -3,6 +3,8 @@ offsets the table holds, brokers for the rest) equals a broker-only read row for
 
 from __future__ import annotations
 
+import uuid
+
 import pyarrow as pa
 import pytest
 
@@ -38,6 +40,11 @@ def root(tmp_path_factory):
     return str(tmp_path_factory.mktemp("tables"))
 
 
+def topic_id(cluster, topic):
+    with AdminClient({"bootstrap.servers": cluster.bootstrap_servers}) as admin:
+        return uuid.UUID(str(admin.describe_topics([topic])[topic].topic_id))
+
+
 @pytest.fixture(scope="module")
 def tiered(cluster, data_dir, root):
     """Topic `tiered`: 2 partitions of N records (headers on odd ones, timestamps one ms
@@ -63,7 +70,9 @@ def tiered(cluster, data_dir, root):
             )
             for start in range(0, N, 100):  # one batch each
                 producer.send_arrow("tiered", batch.slice(start, 100), partition=p).result()
-    ends = write_topic_table(data_dir, root, "tiered", {0: TIERED, 1: TIERED})
+    ends = write_topic_table(
+        data_dir, root, "tiered", {0: TIERED, 1: TIERED}, topic_id=topic_id(cluster, "tiered")
+    )
     assert ends == {0: TIERED, 1: TIERED}  # batches of 100
     return "tiered"
 
@@ -273,7 +282,8 @@ def test_cli_tables_list_and_status(cluster, root, tiered, capsys):
         "LOCATION",
     ]
     topic, version, partitions, files, rows, _, location = line.split()
-    assert (topic, version, partitions, rows) == (tiered, "2", "2", str(2 * TIERED))
+    # version 0 created the table, 1-3 are the three copies
+    assert (topic, version, partitions, rows) == (tiered, "3", "2", str(2 * TIERED))
     assert int(files) >= 6 and location == f"{root}/{tiered}"
 
     assert main(["tables", "status", *bootstrap, "--topic", tiered]) == 0
@@ -290,4 +300,4 @@ def test_cli_tables_list_and_status(cluster, root, tiered, capsys):
         cols = line.split()
         assert cols[:6] == [tiered, str(p), "0", str(TIERED), str(N), str(N - TIERED)]
         assert float(cols[6]) > 0  # the first record not copied is years old
-        assert cols[7] == "2"
+        assert cols[7] == "3"

@@ -52,11 +52,18 @@ def aborted_txns(directory: Path) -> list[AbortedTxn]:
 
 
 def write_topic_table(
-    data_dir: Path, root: str, topic: str, ends: dict[int, int], *, commits: int = 3
+    data_dir: Path,
+    root: str,
+    topic: str,
+    ends: dict[int, int],
+    *,
+    commits: int = 3,
+    topic_id: uuid.UUID | None = None,
 ) -> dict[int, int]:
     """Copy the whole batches below `ends[p]` of each partition into the topic's table under
-    `root`, in `commits` commits; returns each partition's copied end."""
-    table = open_topic_table(root, topic, uuid.uuid4())
+    `root`, in `commits` commits; returns each partition's copied end. `topic_id` is the
+    topic's (the reader ignores a table of another id)."""
+    table = open_topic_table(root, topic, topic_id or uuid.uuid4())
     slices: dict[int, list[list[tuple[int, int, bytes]]]] = {}
     aborted: dict[int, list[AbortedTxn]] = {}
     for p, end in ends.items():

@@ -55,3 +55,28 @@ def test_remote_table_reads_false_turns_it_off():
     )
     assert (on.remote_table_root, dict(on.storage_options)) == ("/r", {"AWS_REGION": "x"})
     assert "AWS_REGION" not in repr(on)
+
+
+def test_a_table_of_another_topic_id_is_not_read(tmp_path):
+    """A topic deleted and created again under the same name: its old table (kept) holds
+    another topic's records, so the read goes to the brokers."""
+    import uuid
+
+    from sparklog.records.builder import SimpleRecord, build_batch
+    from sparklog.storage.remote.table import open_topic_table
+    from sparklog.storage.remote.tier import SegmentUpload
+
+    old = uuid.uuid4()
+    table = open_topic_table(str(tmp_path), "orders", old)
+    table.append(
+        [SegmentUpload(0, 0, 1, build_batch([SimpleRecord(b"v", b"k", 0)], base_offset=0))]
+    )
+
+    def snapshots(current):
+        admin = FakeAdmin({}, "")
+        admin.describe_topics = lambda names: {n: SimpleNamespace(topic_id=current) for n in names}
+        return TierLocator(str(tmp_path), admin=admin).snapshots(["orders"])
+
+    assert snapshots(uuid.uuid4()) == {}
+    found = snapshots(old)["orders"]
+    assert (found.partitions[0].start_offset, found.partitions[0].end_offset) == (0, 1)
