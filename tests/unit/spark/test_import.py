@@ -104,3 +104,16 @@ def test_every_public_client_name_loads():
     assert set(client.__all__) == set(client._MODULES)
     for name in client.__all__:
         assert getattr(client, name) is not None, name
+
+
+def test_the_data_source_imports_no_delta_until_a_read_lists_a_table():
+    # the remote tier's listing (deltalake) and the tasks' dataset reader load when a read
+    # plans with a topic table, not when format("sparklog") is registered or its readers load
+    code = (
+        "import pyspark_sparklog, sparklog.spark.register, sparklog.spark.source\n"
+        "import sparklog.spark.batch_reader, sparklog.spark.stream_reader"
+    )
+    assert (
+        modules_loaded_by(code, ("deltalake", "pyarrow.dataset", "sparklog.spark.table_listing"))
+        == []
+    )
