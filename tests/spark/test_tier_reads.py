@@ -3,6 +3,7 @@ offsets the table holds, brokers for the rest) equals a broker-only read row for
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pyarrow as pa
@@ -30,14 +31,20 @@ def data_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def cluster(data_dir):
-    with EmbeddedCluster(brokers=1, data_dir=data_dir) as running:
-        yield running
+def root(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("tables"))
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("tables"))
+def cluster(data_dir, root):
+    # the tier is on, for topics that ask (`live`); the others' tables are written by the tests
+    config = {
+        "remote.log.storage.system.enable": "true",
+        "remote.table.root": root,
+        "remote.log.manager.task.interval.ms": "200",
+    }
+    with EmbeddedCluster(brokers=1, data_dir=data_dir, config=config) as running:
+        yield running
 
 
 def topic_id(cluster, topic):
@@ -117,10 +124,15 @@ def read(spark, cluster, root):
     sparklog.register(spark)
 
     def run(tier=True, **options):
+        """tier: True reads through the tables under `root`, None through whatever tables
+        the cluster names, False through brokers only."""
         r = spark.read.format("sparklog").option(
             "kafka.bootstrap.servers", cluster.bootstrap_servers
         )
-        r = r.option("remoteTableRoot", root) if tier else r.option("remoteTableReads", "false")
+        if tier:
+            r = r.option("remoteTableRoot", root)
+        elif tier is False:
+            r = r.option("remoteTableReads", "false")
         for k, v in options.items():
             r = r.option(k, v)
         return sorted(tuple(row) for row in r.load().collect())
@@ -130,7 +142,9 @@ def read(spark, cluster, root):
 
 def planned(cluster, root, **options):
     opts = {k.lower(): str(v) for k, v in options.items()}
-    opts |= {"kafka.bootstrap.servers": cluster.bootstrap_servers, "remotetableroot": root}
+    opts |= {"kafka.bootstrap.servers": cluster.bootstrap_servers}
+    if root is not None:
+        opts["remotetableroot"] = root
     parts = SparkLogBatchReader(parse_source_options(opts, streaming=False)).partitions()
     for p in parts:  # the table tasks' files hold their whole ranges: no broker fallback
         if isinstance(p, TableRangePartition):
@@ -218,6 +232,33 @@ def test_stream_reads_through_the_table(spark, cluster, root, tiered, tmp_path):
     brokers, _ = stream("brokers", remoteTableReads="false")
     assert len(got) == 2 * N
     assert got == brokers
+
+
+def test_a_table_the_broker_copied_is_found_through_the_cluster(read, cluster, root):
+    """A topic with remote.storage.enable: its leader copies closed segments into the table;
+    a read that names no root finds it from the brokers' configs and reads through it."""
+    bootstrap = cluster.bootstrap_servers
+    with AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        configs = {"remote.storage.enable": "true", "segment.bytes": "16384"}
+        admin.create_topics([NewTopic("live", 2, configs=configs)])
+    with KafkaProducer({"bootstrap.servers": bootstrap}) as producer:
+        for p in (0, 1):
+            for start in range(0, N, 100):
+                values = pa.array([f"live-{p}-{i}".encode() for i in range(start, start + 100)])
+                producer.send_arrow(
+                    "live", pa.record_batch({"value": values}), partition=p
+                ).result()
+    deadline = time.monotonic() + 120
+    while True:  # closed segments get copied within a few task intervals
+        table, brokers = planned(cluster, None, subscribe="live")
+        if {r.partition for r in table} == {0, 1}:
+            break
+        assert time.monotonic() < deadline, "the broker copied nothing into the table"
+        time.sleep(0.2)
+    assert {r.from_offset for r in table} >= {0}  # copied from the log start
+    through_table = read(tier=None, subscribe="live")
+    assert len(through_table) == 2 * N
+    assert through_table == read(tier=False, subscribe="live")
 
 
 # ------------------------------------------------------------------ the table as a DataFrame
