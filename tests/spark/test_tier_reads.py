@@ -16,7 +16,7 @@ from sparklog.spark.batch_reader import RangePartition, SparkLogBatchReader, Tab
 from sparklog.spark.options import parse_source_options
 from sparklog.spark.table_reader import load_rows
 from sparklog.storage.remote.schema import TABLE_SCHEMA
-from tests.spark.tier_tables import write_topic_table
+from tests.spark.tier_tables import partition_dir, write_topic_table
 
 pytestmark = pytest.mark.spark
 
@@ -42,9 +42,16 @@ def cluster(data_dir, root):
         "remote.log.storage.system.enable": "true",
         "remote.table.root": root,
         "remote.log.manager.task.interval.ms": "200",
+        "log.retention.check.interval.ms": "200",
     }
     with EmbeddedCluster(brokers=1, data_dir=data_dir, config=config) as running:
         yield running
+
+
+def local_start(data_dir, topic, partition):
+    """The first offset the broker still holds on its disk (its first segment's base)."""
+    logs = partition_dir(data_dir, topic, partition).glob("*.log")
+    return min(int(log.stem) for log in logs)
 
 
 def topic_id(cluster, topic):
@@ -59,7 +66,9 @@ def tiered(cluster, data_dir, root):
     [0, TIERED) of each in three commits."""
     with AdminClient({"bootstrap.servers": cluster.bootstrap_servers}) as admin:
         # small segments: several per partition, several batches per commit
-        admin.create_topics([NewTopic("tiered", 2, configs={"segment.bytes": "16384"})])
+        # (timestamps of 2023: no retention by time)
+        configs = {"segment.bytes": "16384", "retention.ms": "-1"}
+        admin.create_topics([NewTopic("tiered", 2, configs=configs)])
     midnight = 1_700_006_400_000  # 2023-11-15T00:00:00Z
     with KafkaProducer({"bootstrap.servers": cluster.bootstrap_servers}) as producer:
         for p in (0, 1):
@@ -234,12 +243,18 @@ def test_stream_reads_through_the_table(spark, cluster, root, tiered, tmp_path):
     assert got == brokers
 
 
-def test_a_table_the_broker_copied_is_found_through_the_cluster(read, cluster, root):
-    """A topic with remote.storage.enable: its leader copies closed segments into the table;
-    a read that names no root finds it from the brokers' configs and reads through it."""
+def test_a_table_the_broker_copied_is_found_through_the_cluster(read, cluster, data_dir):
+    """A topic with remote.storage.enable: its leader copies closed segments into the table
+    and deletes them locally (local.retention.ms=1); a read that names no root finds the
+    table from the brokers' configs and reads through it, and equals a broker-only read, which
+    the brokers serve from the table below their local log start."""
     bootstrap = cluster.bootstrap_servers
     with AdminClient({"bootstrap.servers": bootstrap}) as admin:
-        configs = {"remote.storage.enable": "true", "segment.bytes": "16384"}
+        configs = {
+            "remote.storage.enable": "true",
+            "segment.bytes": "16384",
+            "local.retention.ms": "1",
+        }
         admin.create_topics([NewTopic("live", 2, configs=configs)])
     with KafkaProducer({"bootstrap.servers": bootstrap}) as producer:
         for p in (0, 1):
@@ -249,11 +264,13 @@ def test_a_table_the_broker_copied_is_found_through_the_cluster(read, cluster, r
                     "live", pa.record_batch({"value": values}), partition=p
                 ).result()
     deadline = time.monotonic() + 120
-    while True:  # closed segments get copied within a few task intervals
+    while True:  # closed segments get copied, then deleted locally, within a few intervals
         table, brokers = planned(cluster, None, subscribe="live")
-        if {r.partition for r in table} == {0, 1}:
+        if {r.partition for r in table} == {0, 1} and all(
+            local_start(data_dir, "live", p) > 0 for p in (0, 1)
+        ):
             break
-        assert time.monotonic() < deadline, "the broker copied nothing into the table"
+        assert time.monotonic() < deadline, "the broker did not tier the topic"
         time.sleep(0.2)
     assert {r.from_offset for r in table} >= {0}  # copied from the log start
     through_table = read(tier=None, subscribe="live")
