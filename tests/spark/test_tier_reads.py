@@ -243,7 +243,7 @@ def test_stream_reads_through_the_table(spark, cluster, root, tiered, tmp_path):
     assert got == brokers
 
 
-def test_a_table_the_broker_copied_is_found_through_the_cluster(read, cluster, data_dir):
+def test_a_table_the_broker_copied_is_found_through_the_cluster(spark, read, cluster, data_dir):
     """A topic with remote.storage.enable: its leader copies closed segments into the table
     and deletes them locally (local.retention.ms=1); a read that names no root finds the
     table from the brokers' configs and reads through it, and equals a broker-only read, which
@@ -276,6 +276,14 @@ def test_a_table_the_broker_copied_is_found_through_the_cluster(read, cluster, d
     through_table = read(tier=None, subscribe="live")
     assert len(through_table) == 2 * N
     assert through_table == read(tier=False, subscribe="live")
+    # Spark's own Kafka connector (Kafka's Java consumer) gets the old offsets from the brokers
+    kafka = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", "live")
+        .load()
+    )
+    assert sorted(tuple(r) for r in kafka.collect()) == through_table
 
 
 # ------------------------------------------------------------------ the table as a DataFrame
