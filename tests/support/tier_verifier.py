@@ -414,6 +414,27 @@ def verify_topic(
     return report
 
 
+def table_ranges(
+    location: str, storage_options: Mapping[str, str] | None = None
+) -> dict[int, tuple[int, int]]:
+    """[first offset, last offset + 1) of each partition's rows; {} when there is no table."""
+    import pyarrow.compute as pc
+
+    if not table_exists(location, storage_options):
+        return {}
+    data = open_table(location, storage_options).to_pyarrow_table(columns=["partition", "offset"])
+    grouped = data.group_by("partition").aggregate([("offset", "min"), ("offset", "max")])
+    return {
+        p: (low, high + 1)
+        for p, low, high in zip(
+            grouped.column("partition").to_pylist(),
+            pc.cast(grouped.column("offset_min"), "int64").to_pylist(),
+            pc.cast(grouped.column("offset_max"), "int64").to_pylist(),
+            strict=True,
+        )
+    }
+
+
 def wait_for_tier(
     location: str,
     end_offsets: Mapping[int, int],
@@ -451,6 +472,7 @@ __all__ = [
     "open_table",
     "read_rows",
     "table_exists",
+    "table_ranges",
     "txn_version",
     "verify_topic",
     "wait_for_tier",
