@@ -92,6 +92,8 @@ class VerificationReport:
     topic: str
     partitions: dict[int, PartitionReport] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    #: what the read_uncommitted consumer got, per partition
+    consumed: dict[int, list[Record]] = field(default_factory=dict)
 
     def assert_ok(self) -> VerificationReport:
         if self.errors:
@@ -389,6 +391,7 @@ def verify_topic(
     uncommitted = consume_all(
         bootstrap, topic, partitions, isolation_level="read_uncommitted", timeout_s=timeout_s
     )
+    report.consumed = uncommitted
     committed = consume_all(
         bootstrap, topic, partitions, isolation_level="read_committed", timeout_s=timeout_s
     )
