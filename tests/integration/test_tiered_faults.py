@@ -41,11 +41,16 @@ def tier(tmp_path):
 
 
 def _error_naming(caplog, location: str) -> logging.LogRecord:
-    """The first warning or error logged that names the table's location."""
+    """The first warning or error logged that names the table's location, in its message or
+    in its exception's (what an operator reads)."""
+
+    def names(record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return location in record.getMessage() or (error is not None and location in str(error))
 
     def found():
-        for record in caplog.records:
-            if record.levelno >= logging.WARNING and location in record.getMessage():
+        for record in list(caplog.records):
+            if record.levelno >= logging.WARNING and names(record):
                 return record
         return None
 
