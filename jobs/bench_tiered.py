@@ -447,7 +447,11 @@ def freshness(bench: Bench) -> dict[str, Any]:
         thread.join(120)
     elapsed = time.time() - began
     reached = len(appended) * (VALUE_BYTES + 10) / elapsed / 1e6
-    p99 = statistics.quantiles(lags_ms, n=100)[98] if len(lags_ms) >= 2 else lags_ms[0]
+    p99 = (
+        statistics.quantiles(lags_ms, n=100, method="inclusive")[98]
+        if len(lags_ms) >= 2
+        else lags_ms[0]
+    )
     bench.delete(topic)
     return {
         "freshness_ms": args.freshness_ms,
