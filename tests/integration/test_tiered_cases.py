@@ -187,7 +187,8 @@ def test_copy_disable_then_disable_with_delete(tier):
     topic = tier.create_topic(assignment=ON_BROKER_0)
     produce(tier.bootstrap, topic, _values(3))
     tier.wait_tiered(topic, {0: 2})
-    tier.alter_topic(topic, remote_log_copy_disable="true")
+    # Kafka: with copies off local retention must equal retention (nothing leaves the disk)
+    tier.alter_topic(topic, remote_log_copy_disable="true", local_retention_ms="-2")
     produce(tier.bootstrap, topic, _values(2, start=3))
     time.sleep(1.0)  # ten copy-task intervals: nothing may be copied in them
     assert tier.table_ranges(topic)[0][1] == 2

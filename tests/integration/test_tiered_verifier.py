@@ -55,6 +55,8 @@ def _log() -> list[dict]:
                 "batch_base_offset": base,
                 "batch_last_offset_delta": delta,
                 "batch_max_timestamp": T0 + base + delta,
+                "batch_base_timestamp": T0 + base,
+                "create_timestamp": None,
                 "leader_epoch": 0,
                 "producer_id": 7,
                 "producer_epoch": 0,
