@@ -174,6 +174,7 @@ def _run(cluster: EmbeddedCluster, root, faults) -> None:
             topic_id=tier.topic_id(topic),
             timeout_s=120,
         ).assert_ok()
+        print(report.summary(), f"acked {len(workload.acked)}", workload.transactions)
         assert workload.acked and workload.transactions["committed"] > 0
         logged = {(p, r.offset): r.value for p, rs in report.consumed.items() for r in rs}
         lost = [(p, o) for p, o, v in workload.acked if logged.get((p, o)) != v]

@@ -102,6 +102,15 @@ class VerificationReport:
             raise AssertionError(f"topic {self.topic!r} vs its table:\n  {shown}{more}")
         return self
 
+    def summary(self) -> str:
+        """One line per partition: what was read and compared (printed by the chaos tests)."""
+        return "\n".join(
+            f"{self.topic}-{p}: consumed {r.consumed} (committed {r.committed}), table "
+            f"[{r.table_start_offset}, {r.table_end_offset}) {r.rows} rows ({r.control_rows} "
+            f"markers, {r.aborted_rows} aborted), {r.compared} compared"
+            for p, r in sorted(self.partitions.items())
+        )
+
     def tiered_end_offsets(self) -> dict[int, int | None]:
         return {p: r.table_end_offset for p, r in self.partitions.items()}
 
