@@ -121,6 +121,9 @@ class Workload:
                     producer.commit_transaction(30)
                     self.transactions["committed"] += 1
                 else:
+                    # sent first: librdkafka purges unsent records on abort, and the tier
+                    # must see aborted data in the log, flagged
+                    producer.flush(30)
                     producer.abort_transaction(30)
                     self.transactions["aborted"] += 1
                 n += 1
@@ -176,6 +179,7 @@ def _run(cluster: EmbeddedCluster, root, faults) -> None:
         ).assert_ok()
         print(report.summary(), f"acked {len(workload.acked)}", workload.transactions)
         assert workload.acked and workload.transactions["committed"] > 0
+        assert sum(part.aborted_rows for part in report.partitions.values()) > 0
         logged = {(p, r.offset): r.value for p, rs in report.consumed.items() for r in rs}
         lost = [(p, o) for p, o, v in workload.acked if logged.get((p, o)) != v]
         assert not lost, f"{len(lost)} acknowledged records missing or changed: {lost[:10]}"
