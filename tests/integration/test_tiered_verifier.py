@@ -137,6 +137,8 @@ def test_a_table_behind_the_log_passes_over_what_it_holds(tmp_path):
         ("value", "offset 2 differs"),
         ("control_consumed", "offset 6 is a control row but was consumed"),
         ("half_batch", "the table starts at 1, inside the batch at 0"),
+        ("flag_wrong", "offset 4 has aborted=False in the table but its transaction's marker"),
+        ("broker_served_aborted", "a read_committed consumer got offset 3"),
     ],
 )
 def test_each_kind_of_damage_is_reported(tmp_path, damage, expected):
@@ -157,6 +159,8 @@ def test_each_kind_of_damage_is_reported(tmp_path, damage, expected):
         rows[6].update(is_control=True, key=_marker(True))
     elif damage == "half_batch":
         rows = rows[1:]
+    elif damage == "flag_wrong":
+        rows[4]["aborted"] = False
     location = _write(tmp_path, rows, end)
     if damage == "no_txn":
         location = str(tmp_path / "bare")
@@ -165,5 +169,8 @@ def test_each_kind_of_damage_is_reported(tmp_path, damage, expected):
             pa.Table.from_pylist(rows, schema=TABLE_SCHEMA),
             partition_by=list(PARTITION_COLUMNS),
         )
-    _report, errors = _check(location)
+    committed = COMMITTED
+    if damage == "broker_served_aborted":
+        committed = _consumed([0, 1, 2, 3, 6])
+    _report, errors = _check(location, committed=committed)
     assert any(expected in e for e in errors), errors

@@ -15,9 +15,11 @@ watermark, the last stable offset: librdkafka's partition EOF), reads the table 
   (read_uncommitted) is a data row of the table with the same key, value, headers, timestamp
   and timestamp type; every data row was consumed; every other row is a control record
   (a 4-byte key: version 0, type 0 = abort / 1 = commit, transactional), never consumed;
-- the committed view: the rows `COMMITTED_RECORDS_FILTER` keeps (SQL over the table, as an
-  analyst would run it) are exactly the offsets a read_committed consumer gets, so aborted
-  data is flagged and absent; aborted rows are transactional.
+- transactions: each transactional record's outcome follows from its producer's next marker
+  in the table; the `aborted` column must say the same (else the table is wrong), a
+  read_committed consumer must not get aborted records (else the broker's fetch is wrong:
+  its aborted-transactions list), and the rows `COMMITTED_RECORDS_FILTER` keeps (SQL over the
+  table, as an analyst would run it) are exactly the committed records.
 
 The checks are a pure function (`check_partition`) of what was consumed and what the table
 holds, so tests can feed it a damaged table and see each kind of error reported.
@@ -70,6 +72,7 @@ class Row:
     is_transactional: bool
     is_control: bool
     aborted: bool
+    producer_id: int = -1
 
 
 @dataclass(slots=True)
@@ -193,6 +196,32 @@ def _against_log(
     return compared
 
 
+def transaction_outcomes(partition: int, table: Mapping[int, Row], errors: list[str]) -> set[int]:
+    """The offsets of aborted data, derived from the table's own markers: a transactional
+    record belongs to its producer's next marker (ABORT or COMMIT); the `aborted` column must
+    agree. Records whose marker is past the table's end are undecided here and skipped."""
+    open_by_producer: dict[int, list[int]] = defaultdict(list)
+    aborted: set[int] = set()
+    for offset in sorted(table):
+        row = table[offset]
+        if not row.is_transactional:
+            continue
+        if not row.is_control:
+            open_by_producer[row.producer_id].append(offset)
+            continue
+        kind = _control_type(row.record.key)
+        for data in open_by_producer.pop(row.producer_id, []):
+            if kind == 0:
+                aborted.add(data)
+            if table[data].aborted != (kind == 0):
+                errors.append(
+                    f"p{partition}: offset {data} has aborted={table[data].aborted} in the table "
+                    f"but its transaction's marker at {offset} is "
+                    f"{'ABORT' if kind == 0 else 'COMMIT'}"
+                )
+    return aborted
+
+
 def check_partition(
     partition: int,
     *,
@@ -234,11 +263,18 @@ def check_partition(
         if offset in table and not table[offset].is_control:
             errors.append(f"p{partition}: data row {offset} is past what the log served")
     report.compared = _against_log(partition, table, by_offset, window, errors)
-    wanted = {r.offset for r in committed if low <= r.offset < end}
+    aborted = transaction_outcomes(partition, table, errors)
+    read_committed = {r.offset for r in committed if low <= r.offset < end}
+    for offset in sorted(read_committed & aborted)[:20]:
+        errors.append(
+            f"p{partition}: a read_committed consumer got offset {offset}, whose transaction "
+            "aborted (the fetch's aborted-transactions list missed it)"
+        )
     got = {o for o in committed_view_offsets if low <= o < end}
+    wanted = read_committed - aborted
     for offset in sorted(wanted - got)[:20]:
         errors.append(f"p{partition}: committed offset {offset} missing from the committed view")
-    for offset in sorted(got - wanted)[:20]:
+    for offset in sorted(got - read_committed)[:20]:
         errors.append(f"p{partition}: offset {offset} in the committed view, not read_committed")
     return report, errors
 
@@ -322,7 +358,7 @@ def read_rows(table: Any) -> dict[int, list[Row]]:
         columns=[
             "partition", "offset", "timestamp", "timestamp_type", "key", "value", "headers",
             "batch_base_offset", "batch_last_offset_delta", "is_transactional", "is_control",
-            "aborted",
+            "aborted", "producer_id",
         ]
     )  # fmt: skip
     millis = pc.divide(data.column("timestamp").cast("int64"), 1000).to_pylist()
@@ -346,6 +382,7 @@ def read_rows(table: Any) -> dict[int, list[Row]]:
                 columns["is_transactional"][i],
                 columns["is_control"][i],
                 columns["aborted"][i],
+                columns["producer_id"][i],
             )
         )
     return out
