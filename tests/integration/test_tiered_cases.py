@@ -34,7 +34,7 @@ from tests.support.tier_cluster import (
     Tier,
     consume_values,
     produce,
-    produce_transaction,
+    produce_transactions,
     tier_settings,
     tier_topic_configs,
     wait_until,
@@ -207,15 +207,26 @@ def test_copy_disable_then_disable_with_delete(tier):
 def test_transactions_with_the_tier(tier):
     """TransactionsWithTieredStoreTest: committed and aborted transactions beside idempotent
     records, all below the LSO copied (freshness copies the markers in the active segment);
-    read_committed readers get the committed data from the table, aborted data flagged."""
+    read_committed readers get the committed data from the table, aborted data flagged. One
+    transactional producer commits and aborts twice, so the aborted list of a read holds two
+    transactions of one producer id."""
     configs = tier_topic_configs(remote_table_freshness_ms=100)
     topic = tier.create_topic(assignment=ON_BROKER_0, configs=configs)
     produce(tier.bootstrap, topic, _values(2))
-    produce_transaction(tier.bootstrap, topic, [b"c0", b"c1", b"c2"], commit=True, partitions=[0])
-    produce_transaction(tier.bootstrap, topic, [b"a0", b"a1", b"a2"], commit=False, partitions=[0])
+    produce_transactions(
+        tier.bootstrap,
+        topic,
+        [
+            ([b"c0", b"c1"], True),
+            ([b"a0", b"a1"], False),
+            ([b"c2"], True),
+            ([b"a2", b"a3"], False),
+        ],
+        partitions=[0],
+    )
     produce(tier.bootstrap, topic, _values(2, start=2))
     end = tier.list_offset(topic, 0, LATEST)
-    assert end == 2 + 4 + 4 + 2  # two markers
+    assert end == 2 + (2 + 2 + 1 + 2) + 4 + 2  # four markers
     tier.wait_tiered(topic, {0: end})
     _earliest_local_at_least(tier, topic, 1)
     committed = consume_values(
@@ -223,7 +234,7 @@ def test_transactions_with_the_tier(tier):
     )
     assert [v for _, v in committed] == [b"v0", b"v1", b"c0", b"c1", b"c2", b"v2", b"v3"]
     report = tier.verify(topic)
-    assert report.partitions[0].aborted_rows == 3 and report.partitions[0].control_rows == 2
+    assert report.partitions[0].aborted_rows == 4 and report.partitions[0].control_rows == 4
 
 
 @pytest.mark.slow

@@ -236,10 +236,16 @@ def produce(
     return sorted(offsets)
 
 
-def produce_transaction(
-    bootstrap: str, topic: str, values: Sequence[bytes], *, commit: bool, partitions: Sequence[int]
+def produce_transactions(
+    bootstrap: str,
+    topic: str,
+    transactions: Sequence[tuple[Sequence[bytes], bool]],
+    *,
+    partitions: Sequence[int],
 ) -> None:
-    """One transaction writing `values` to each of `partitions`, committed or aborted."""
+    """Transactions of ONE producer (one producer id), each writing its values to each of
+    `partitions`, then committed (True) or aborted (False), in order. Aborted records are
+    sent before the abort (librdkafka purges unsent records on abort)."""
     from confluent_kafka import Producer
 
     producer = Producer(
@@ -250,15 +256,23 @@ def produce_transaction(
         }
     )
     producer.init_transactions(30)
-    producer.begin_transaction()
-    for p in partitions:
-        for value in values:
-            producer.produce(topic, value, key=b"t", partition=p)
-    if commit:
-        producer.commit_transaction(30)
-    else:
-        assert producer.flush(30) == 0
-        producer.abort_transaction(30)
+    for values, commit in transactions:
+        producer.begin_transaction()
+        for p in partitions:
+            for value in values:
+                producer.produce(topic, value, key=b"t", partition=p)
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            assert producer.flush(30) == 0
+            producer.abort_transaction(30)
+
+
+def produce_transaction(
+    bootstrap: str, topic: str, values: Sequence[bytes], *, commit: bool, partitions: Sequence[int]
+) -> None:
+    """One transaction of a new producer writing `values` to each of `partitions`."""
+    produce_transactions(bootstrap, topic, [(values, commit)], partitions=partitions)
 
 
 def high_watermarks(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
