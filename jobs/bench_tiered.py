@@ -168,8 +168,9 @@ def produce_rows(bootstrap: str, topic: str, rows: int, acks: str = "1") -> floa
     return rows * (VALUE_BYTES + 10) / (time.perf_counter() - start) / 1e6
 
 
-def consume_mb_s(bootstrap: str, topic: str, rows: int) -> float:
-    """confluent-kafka from offset 0 until `rows` records; MB/s (consumer start included)."""
+def consume_mb_s(bootstrap: str, topic: str, rows: int) -> tuple[float, float]:
+    """confluent-kafka from offset 0 until `rows` records: MB/s of the whole consume (consumer
+    start included) and from its first record on (the transfer alone)."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer(
@@ -183,17 +184,20 @@ def consume_mb_s(bootstrap: str, topic: str, rows: int) -> float:
         }
     )
     consumer.assign([TopicPartition(topic, 0, 0)])
-    got, start = 0, time.perf_counter()
+    got, start, first = 0, time.perf_counter(), None
     deadline = start + 600
     while got < rows:
         if time.perf_counter() > deadline:
             raise TimeoutError(f"{topic}: {got} of {rows} records in 600 s")
         for message in consumer.consume(10_000, 1.0):
             if message.error() is None:
+                if first is None:
+                    first = time.perf_counter()
                 got += 1
-    elapsed = time.perf_counter() - start
+    end = time.perf_counter()
     consumer.close()
-    return rows * (VALUE_BYTES + 10) / elapsed / 1e6
+    mb = rows * (VALUE_BYTES + 10) / 1e6
+    return mb / (end - start), mb / max(end - (first or start), 1e-9)
 
 
 def _ratios(a: list[float], b: list[float]) -> dict[str, Any]:
@@ -340,19 +344,29 @@ def historical_read(bench: Bench, tiered: str, local: str, parquet: str) -> dict
 
 
 def tiered_fetch(bench: Bench, tiered: str, local: str) -> dict[str, Any]:
-    """(d): confluent-kafka MB/s from offset 0, tiered offsets vs local ones."""
+    """(d): confluent-kafka MB/s from offset 0, tiered offsets vs local ones; whole consumes
+    and transfers (from the first record on)."""
     rows = bench.args.rows
+    transfers: dict[str, list[float]] = {"tiered": [], "local": []}
+
+    def cell(label: str, topic: str) -> Callable[[], float]:
+        def run() -> float:
+            whole, transfer = consume_mb_s(bench.bootstrap, topic, rows)
+            transfers[label].append(transfer)
+            return whole
+
+        return run
+
     runs = interleaved(
-        bench.args.rounds,
-        {
-            "tiered": lambda: consume_mb_s(bench.bootstrap, tiered, rows),
-            "local": lambda: consume_mb_s(bench.bootstrap, local, rows),
-        },
+        bench.args.rounds, {"tiered": cell("tiered", tiered), "local": cell("local", local)}
     )
     return {
         "tiered_mb_s": round(statistics.median(runs["tiered"]), 1),
         "local_mb_s": round(statistics.median(runs["local"]), 1),
         "tiered_vs_local": _ratios(runs["tiered"], runs["local"]),
+        "tiered_transfer_mb_s": round(statistics.median(transfers["tiered"]), 1),
+        "local_transfer_mb_s": round(statistics.median(transfers["local"]), 1),
+        "tiered_vs_local_transfer": _ratios(transfers["tiered"], transfers["local"]),
     }
 
 
