@@ -14,7 +14,8 @@ one local Spark application for (a):
                        until the table's app transaction reaches the high watermark: the
                        backfill, which copies as fast as the copy task can). Target >= 0.5.
   (c) freshness        a steady produce at --rate-mb-s (target 50 MB/s; the figure says what
-                       this machine reached) to a topic with remote.table.freshness.ms =
+                       this machine reached) of --freshness-value-bytes records (1 KB: a
+                       Python producer cannot pace 100-byte records at 50 MB/s) to a topic with remote.table.freshness.ms =
                        --freshness-ms; every 50 ms the table's copied end is read and the lag
                        is now minus the append time of the first record not yet in the table
                        (0 when it holds everything). p50/p99 of the lag over the run, and
@@ -427,8 +428,10 @@ def freshness(bench: Bench) -> dict[str, Any]:
         if err is None:
             appended[msg.offset()] = time.time()
 
+    value = b"f" * args.freshness_value_bytes
+
     def paced() -> None:
-        per_s = args.rate_mb_s * 1e6 / (VALUE_BYTES + 10)
+        per_s = args.rate_mb_s * 1e6 / (len(value) + 10)
         start, i = time.perf_counter(), 0
         while not stop.is_set():
             due = start + i / per_s
@@ -437,7 +440,7 @@ def freshness(bench: Bench) -> dict[str, Any]:
                 producer.poll(min(0.002, due - now))
                 continue
             try:
-                producer.produce(topic, value_of(i), key=b"%010d" % i, on_delivery=acked)
+                producer.produce(topic, value, key=b"%010d" % i, on_delivery=acked)
                 i += 1
             except BufferError:
                 producer.poll(0.002)
@@ -460,7 +463,7 @@ def freshness(bench: Bench) -> dict[str, Any]:
         stop.set()
         thread.join(120)
     elapsed = time.time() - began
-    reached = len(appended) * (VALUE_BYTES + 10) / elapsed / 1e6
+    reached = len(appended) * (len(value) + 10) / elapsed / 1e6
     p99 = (
         statistics.quantiles(lags_ms, n=100, method="inclusive")[98]
         if len(lags_ms) >= 2
@@ -470,6 +473,7 @@ def freshness(bench: Bench) -> dict[str, Any]:
     return {
         "freshness_ms": args.freshness_ms,
         "target_mb_s": args.rate_mb_s,
+        "value_bytes": len(value),
         "reached_mb_s": round(reached, 1),
         "lag_p50_ms": round(statistics.median(lags_ms), 1),
         "lag_p99_ms": round(p99, 1),
@@ -490,6 +494,9 @@ def main() -> None:
     parser.add_argument("--freshness-ms", type=int, default=1000)
     parser.add_argument("--rate-mb-s", type=float, default=50.0)
     parser.add_argument("--freshness-seconds", type=float, default=20.0)
+    parser.add_argument(
+        "--freshness-value-bytes", type=int, default=1000, help="record size of (c)'s produce"
+    )
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--only", default="a,b,c,d", help="which of a,b,c,d to run")
     parser.add_argument("--json", help="also write the figures to this file")
