@@ -195,6 +195,12 @@ def test_copy_disable_then_disable_with_delete(tier):
     tier.wait_tiered(topic, {0: 2})
     # Kafka: with copies off local retention must equal retention (nothing leaves the disk)
     tier.alter_topic(topic, remote_log_copy_disable="true", local_retention_ms="-2")
+    leader = tier.cluster.brokers[0]
+    wait_until(
+        lambda: leader.metadata.image.topic_config(topic).get("remote.log.copy.disable") == "true",
+        "the leader to see copies disabled",
+    )
+    time.sleep(0.3)  # a copy round that started before it ends
     produce(tier.bootstrap, topic, _values(2, start=3))
     time.sleep(1.0)  # ten copy-task intervals: nothing may be copied in them
     assert tier.table_ranges(topic)[0][1] == 2
