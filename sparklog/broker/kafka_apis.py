@@ -47,7 +47,11 @@ from sparklog.broker.request_parsing import (
 )
 from sparklog.broker.security_apis import security_handlers
 from sparklog.broker.txn_apis import handle_describe_producers, handle_write_txn_markers
-from sparklog.broker.txn_verification import TransactionVerifier
+from sparklog.broker.txn_verification import (
+    PRODUCE_ABORTABLE_VERSION,
+    PRODUCE_TV2_VERSION,
+    TransactionVerifier,
+)
 from sparklog.errors import (
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
@@ -216,7 +220,14 @@ class KafkaApis:
             entries = {tp: r for tp, r in entries.items() if tp not in denied}
         refused: dict[TopicPartition, int] = {}
         if self.txn_verifier is not None and entries:
-            refused = await self.txn_verifier.verify(body.transactional_id, entries)
+            version = request.api_version
+            refused = await self.txn_verifier.verify(
+                body.transactional_id,
+                entries,
+                # KIP-890 part 2: a v12 produce adds its partitions when TV2 is finalized
+                add=version >= PRODUCE_TV2_VERSION and self.metadata.image.transaction_version >= 2,
+                abortable=version >= PRODUCE_ABORTABLE_VERSION,
+            )
         results = await self.replica_manager.append_records(
             acks,
             kio_build.millis(body.timeout),

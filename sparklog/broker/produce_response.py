@@ -1,4 +1,4 @@
-"""Produce responses written straight to bytes (Kafka's `ProduceResponse.json`, v3..v11).
+"""Produce responses written straight to bytes (Kafka's `ProduceResponse.json`, v3..v12).
 
 A broker answers every Produce request, one entry per partition; building kio entities for
 them and walking them with kio's generic writer cost more than the appends themselves once a
@@ -19,7 +19,7 @@ from sparklog.errors import NotLeaderOrFollowerError
 from sparklog.protocol.codec import EncodedBody
 from sparklog.records.varint import encode_unsigned_varint
 
-_FIRST_VERSION, _LAST_VERSION = 3, 11
+_FIRST_VERSION, _LAST_VERSION = 3, 12
 _FLEXIBLE_FROM = 9
 _NOT_LEADER_OR_FOLLOWER = NotLeaderOrFollowerError.code
 _PARTITION = struct.Struct(">ihqq")  # index, error code, base offset, log append time
@@ -35,7 +35,7 @@ def encode_produce_body(
     throttle_time_ms: int,
 ) -> EncodedBody | None:
     """The response body for these per-partition results, topics in first-seen order; None
-    when kio must write it (a version outside v3..v11, a v10+ NOT_LEADER_OR_FOLLOWER)."""
+    when kio must write it (a version outside v3..v12, a v10+ NOT_LEADER_OR_FOLLOWER)."""
     if not _FIRST_VERSION <= version <= _LAST_VERSION:
         return None
     by_topic: dict[str, list[tuple[int, ProduceResult]]] = {}

@@ -39,9 +39,11 @@ class AppendPath(ReplicaManagerBase):
         entries: Mapping[TopicPartition, bytes | None],
         *,
         origin: AppendOrigin = AppendOrigin.CLIENT,
+        transaction_version: int = 0,
     ) -> dict[TopicPartition, ProduceResult]:
         """Append each partition's batches as leader; acks=-1 waits for the high watermark.
-        `origin=COORDINATOR` appends transaction markers (WriteTxnMarkers)."""
+        `origin=COORDINATOR` appends transaction markers (WriteTxnMarkers) of
+        `transaction_version` (2: the marker's epoch must be above the data's, KIP-890)."""
         if acks not in (0, 1, -1):
             message = f"acks={acks}: Kafka accepts 0, 1 or -1 (all)"
             return {
@@ -55,7 +57,9 @@ class AppendPath(ReplicaManagerBase):
             # a produce to many partitions lets other connections run between appends
             if cooperative.due(1 + (len(records) >> 14 if records else 0)):
                 await cooperative.pause()
-            results[tp], next_offset = self._append_one(tp, records, acks, now_ms, origin)
+            results[tp], next_offset = self._append_one(
+                tp, records, acks, now_ms, origin, transaction_version
+            )
             if acks == -1 and next_offset is not None:
                 required[tp] = next_offset
         if required:
@@ -69,6 +73,7 @@ class AppendPath(ReplicaManagerBase):
         acks: int,
         now_ms: int,
         origin: AppendOrigin,
+        transaction_version: int = 0,
     ) -> tuple[ProduceResult, int | None]:
         hosted = None
         try:
@@ -95,6 +100,7 @@ class AppendPath(ReplicaManagerBase):
                 now_ms,
                 origin=origin,
                 decompressed_max_bytes=self.decompressed_max_bytes,
+                transaction_version=transaction_version,
             )
         except Exception as e:  # noqa: BLE001 - becomes this partition's error code
             self._on_storage_error(e, f"produce to {tp[0]}-{tp[1]}")

@@ -47,7 +47,12 @@ async def handle_write_txn_markers(
             for p in t.partition_indexes
         }
         results = await replica_manager.append_records(
-            -1, MARKER_APPEND_TIMEOUT_MS, entries, origin=AppendOrigin.COORDINATOR
+            -1,
+            MARKER_APPEND_TIMEOUT_MS,
+            entries,
+            origin=AppendOrigin.COORDINATOR,
+            # WriteTxnMarkers v2 (KIP-890 part 2): a TV2 marker's epoch must be above the data's
+            transaction_version=int(getattr(marker, "transaction_version", 0)),
         )
         topics: dict[str, list[dict[str, int]]] = {}
         for (topic, partition), result in results.items():

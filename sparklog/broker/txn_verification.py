@@ -6,6 +6,14 @@ added to that producer's ongoing transaction. A batch that was not - a late retr
 transaction, a buggy client - is refused instead of opening a transaction no marker will ever
 close (a "hanging" transaction that would hold back the last stable offset for ever).
 `transaction.partition.verification.enable=false` turns the check off, as in Kafka.
+
+Transactions v2 (KIP-890 part 2): a Produce v12 on a cluster whose `transaction.version` is 2
+comes from a client that never sends AddPartitionsToTxn; the same request (AddPartitionsToTxn
+v5 without verifyOnly) then adds the partitions to the producer's transaction instead of only
+checking them, and a batch of a producer whose epoch the coordinator has moved past (a late
+produce of an ended transaction) is refused, so it cannot open a new transaction. Clients that
+know TRANSACTION_ABORTABLE (Produce v11+, KIP-890/KIP-1050) get it for a partition outside the
+transaction; older ones get INVALID_TXN_STATE, as Kafka's `AddPartitionsToTxnManager` answers.
 """
 
 from __future__ import annotations
@@ -13,12 +21,10 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Mapping
+from typing import Any
 
-from kio.schema.add_partitions_to_txn.v4.request import (
-    AddPartitionsToTxnRequest,
-    AddPartitionsToTxnTopic,
-    AddPartitionsToTxnTransaction,
-)
+from kio.schema.add_partitions_to_txn.v4 import request as add_v4
+from kio.schema.add_partitions_to_txn.v5 import request as add_v5
 from kio.schema.types import ProducerId, TopicName, TransactionalId
 from kio.static.primitive import i16, i32
 
@@ -28,10 +34,12 @@ from sparklog.errors import (
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
     InvalidProducerEpochError,
+    InvalidTxnStateError,
     NotCoordinatorError,
     NotEnoughReplicasError,
     ProducerFencedError,
     RequestTimedOutError,
+    TransactionAbortableError,
     TransactionalIdAuthorizationFailedError,
 )
 from sparklog.protocol.async_client import AsyncKafkaConnection, connect
@@ -42,6 +50,10 @@ from sparklog.structs import TopicPartition
 
 logger = logging.getLogger(__name__)
 
+
+#: Produce v12 is a transaction version 2 client's (KIP-890 part 2); v11+ know TRANSACTION_ABORTABLE.
+PRODUCE_TV2_VERSION = 12
+PRODUCE_ABORTABLE_VERSION = 11
 
 #: Coordinator answers a producer should simply retry: Kafka hands them to Produce clients as
 #: NOT_ENOUGH_REPLICAS, which every client retries.
@@ -98,9 +110,16 @@ class TransactionVerifier:
         return header.producer_id, header.producer_epoch
 
     async def verify(
-        self, transactional_id: str | None, entries: Mapping[TopicPartition, bytes | None]
+        self,
+        transactional_id: str | None,
+        entries: Mapping[TopicPartition, bytes | None],
+        *,
+        add: bool = False,
+        abortable: bool = False,
     ) -> dict[TopicPartition, int]:
-        """Error codes for the partitions whose batches must not be appended."""
+        """Error codes for the partitions whose batches must not be appended. `add`: a TV2
+        produce, whose partitions join the transaction (see the module doc); `abortable`: the
+        client knows TRANSACTION_ABORTABLE (Produce v11+)."""
         needed = {
             tp: found
             for tp, records in entries.items()
@@ -115,15 +134,16 @@ class TransactionVerifier:
         topics: dict[str, list[int]] = {}
         for topic, partition in needed:
             topics.setdefault(topic, []).append(partition)
-        request = AddPartitionsToTxnRequest(
+        schema: Any = add_v5 if add else add_v4
+        request = schema.AddPartitionsToTxnRequest(
             transactions=(
-                AddPartitionsToTxnTransaction(
+                schema.AddPartitionsToTxnTransaction(
                     transactional_id=TransactionalId(transactional_id),
                     producer_id=ProducerId(producer_id),
                     producer_epoch=i16(epoch),
-                    verify_only=True,
+                    verify_only=not add,
                     topics=tuple(
-                        AddPartitionsToTxnTopic(
+                        schema.AddPartitionsToTxnTopic(
                             name=TopicName(t), partitions=tuple(i32(p) for p in ps)
                         )
                         for t, ps in topics.items()
@@ -145,11 +165,10 @@ class TransactionVerifier:
                 for p in topic.results_by_partition:
                     code = top or int(p.partition_error_code)
                     if code:
-                        codes[TopicPartition(topic.name, int(p.partition_index))] = _for_produce(
-                            code
-                        )
+                        tp = TopicPartition(topic.name, int(p.partition_index))
+                        codes[tp] = _for_produce(code, abortable)
         if top:
-            codes.update(dict.fromkeys(needed, _for_produce(top)))
+            codes.update(dict.fromkeys(needed, _for_produce(top, abortable)))
         return {tp: c for tp, c in codes.items() if tp in needed}
 
     async def _connection(self) -> AsyncKafkaConnection:
@@ -169,9 +188,13 @@ class TransactionVerifier:
         await self._drop_connection()
 
 
-def _for_produce(code: int) -> int:
+def _for_produce(code: int, abortable: bool) -> int:
+    """A coordinator's answer as a Produce client of that version expects it (Kafka's
+    `AddPartitionsToTxnManager`)."""
     if code in _RETRIABLE:
         return NotEnoughReplicasError.code
     if code == ProducerFencedError.code:
         return InvalidProducerEpochError.code
+    if code in (InvalidTxnStateError.code, TransactionAbortableError.code):
+        return TransactionAbortableError.code if abortable else InvalidTxnStateError.code
     return code

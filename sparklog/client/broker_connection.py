@@ -54,7 +54,8 @@ logger = logging.getLogger(__name__)
 #: The versions of each API this client speaks (negotiated down to what a broker serves).
 CLIENT_APIS: Mapping[ApiKey, VersionRange] = types.MappingProxyType(
     {
-        ApiKey.PRODUCE: (3, 11),
+        # v12: a transactional batch adds its partition itself (transactions v2, KIP-890)
+        ApiKey.PRODUCE: (3, 12),
         ApiKey.FETCH: (4, 12),
         ApiKey.LIST_OFFSETS: (1, 7),
         ApiKey.METADATA: (1, 12),
@@ -62,7 +63,7 @@ CLIENT_APIS: Mapping[ApiKey, VersionRange] = types.MappingProxyType(
         ApiKey.CREATE_TOPICS: (2, 7),
         ApiKey.DELETE_TOPICS: (1, 5),
         ApiKey.DELETE_RECORDS: (0, 2),
-        ApiKey.INIT_PRODUCER_ID: (0, 4),
+        ApiKey.INIT_PRODUCER_ID: (0, 5),
         ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
         ApiKey.DESCRIBE_CONFIGS: (1, 4),
         ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
@@ -87,10 +88,12 @@ CLIENT_APIS: Mapping[ApiKey, VersionRange] = types.MappingProxyType(
         ApiKey.DELETE_GROUPS: (2, 2),
         ApiKey.OFFSET_DELETE: (0, 0),
         # transactions
+        # transactions v2 (KIP-890 part 2): EndTxn v5 bumps the epoch and answers it, and
+        # TxnOffsetCommit v5 adds the group; AddPartitionsToTxn stays v3 (v4+ are brokers')
         ApiKey.ADD_PARTITIONS_TO_TXN: (3, 3),
-        ApiKey.ADD_OFFSETS_TO_TXN: (3, 3),
-        ApiKey.END_TXN: (3, 3),
-        ApiKey.TXN_OFFSET_COMMIT: (3, 3),
+        ApiKey.ADD_OFFSETS_TO_TXN: (3, 4),
+        ApiKey.END_TXN: (3, 5),
+        ApiKey.TXN_OFFSET_COMMIT: (3, 5),
         # SASL (KIP-152: the handshake v1 and the tokens in SaslAuthenticate)
         ApiKey.SASL_HANDSHAKE: (1, 1),
         ApiKey.SASL_AUTHENTICATE: (0, 2),
@@ -144,6 +147,8 @@ class BrokerConnection:
         self.port = port
         self.request_timeout_ms = request_timeout_ms
         self.versions: dict[int, int] = {}
+        #: the finalized feature levels the node announced (ApiVersions v3+)
+        self.finalized_features: dict[str, int] = {}
         #: KIP-368: when the SASL session should be renewed (None: it does not expire)
         self.reauthenticate_at_ms: int | None = None
         self._retiring = False
@@ -209,6 +214,9 @@ class BrokerConnection:
             )
         theirs = {
             int(k.api_key): (int(k.min_version), int(k.max_version)) for k in response.api_keys
+        }
+        self.finalized_features = {
+            str(f.name): int(f.max_version_level) for f in response.finalized_features
         }
         for api_key, ours in CLIENT_APIS.items():
             try:

@@ -117,6 +117,18 @@ class NetworkClient:
             ]
             return ready[0] if ready else min(ids, key=lambda i: self._backoff[i].next_attempt_ms)
 
+    def speaks(self, node_id: int, api_key: int, version: int, feature: str, level: int) -> bool:
+        """Whether `node_id` (connected now if needed) negotiated `api_key` at `version` or
+        above and finalized `feature` at `level` or above (what decides transactions v2)."""
+        try:
+            conn = self.connection(node_id)
+        except NetworkExceptionError:
+            return False
+        return (
+            conn.versions.get(api_key, -1) >= version
+            and conn.finalized_features.get(feature, 0) >= level
+        )
+
     def connection(self, node_id: int) -> BrokerConnection:
         """The open connection to `node_id`, connecting (after any backoff) when needed."""
         with self._lock:

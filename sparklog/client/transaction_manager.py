@@ -10,6 +10,12 @@ The coordinator is found with FindCoordinator (key type TRANSACTION). The sender
 (`sendable`), so no batch reaches a partition the coordinator does not know to mark. Calls the
 coordinator answers with a retriable error (CONCURRENT_TRANSACTIONS, NOT_COORDINATOR, ...) are
 retried until the caller's timeout.
+
+Transactions v2 (KIP-890 part 2), used when the coordinator negotiated EndTxn v5 and the cluster
+finalized `transaction.version` 2, as Kafka's Java producer decides: no AddPartitionsToTxn (the
+first Produce v12 to a partition adds it, broker-side) and no AddOffsetsToTxn (TxnOffsetCommit
+v5 adds the group); EndTxn v5 bumps the epoch and answers the producer id and epoch the next
+transaction uses.
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ from sparklog.errors import (
     UnknownProducerIdError,
     error_for_code,
 )
-from sparklog.protocol.api_versions import ApiKey
+from sparklog.protocol.api_versions import TRANSACTION_VERSION_FEATURE, ApiKey
 from sparklog.structs import TopicPartition
 
 logger = logging.getLogger(__name__)
@@ -108,6 +114,10 @@ class CoordinatorChannel(Protocol):
         """A future of the response (failed with the KafkaError of a connection failure)."""
         ...
 
+    def speaks(self, node_id: int, api_key: int, version: int, feature: str, level: int) -> bool:
+        """`node_id` negotiated `api_key` at `version`+ and finalized `feature` at `level`+."""
+        ...
+
 
 class TransactionManager:
     """One producer's transactional state; see the module doc."""
@@ -135,6 +145,8 @@ class TransactionManager:
         self._pending: set[TopicPartition] = set()
         self._added: set[TopicPartition] = set()
         self._lock = threading.Lock()
+        #: transactions v2 with this coordinator (decided at `init_transactions`)
+        self.v2 = False
 
     # -- the coordinator --------------------------------------------------------------------
 
@@ -216,6 +228,10 @@ class TransactionManager:
             int(response.producer_epoch),
         )
         self.set_producer_id(self.producer_id, self.producer_epoch)
+        coordinator = self._coordinator
+        self.v2 = coordinator is not None and self.network.speaks(
+            coordinator, ApiKey.END_TXN, 5, TRANSACTION_VERSION_FEATURE, 2
+        )
         self.state = TxnState.READY
 
     def begin_transaction(self) -> None:
@@ -245,7 +261,9 @@ class TransactionManager:
                 "begin_transaction() first"
             )
         with self._lock:
-            if tp not in self._added:
+            if self.v2:
+                self._added.add(tp)  # the broker adds it with the first batch (Produce v12)
+            elif tp not in self._added:
                 self._pending.add(tp)
 
     def sendable(self, tp: TopicPartition) -> bool:
@@ -304,7 +322,7 @@ class TransactionManager:
     def send_offsets(
         self, offsets: Iterable[tuple[str, int, int]], group_id: str, member: Mapping[str, Any]
     ) -> None:
-        """AddOffsetsToTxn, then TxnOffsetCommit to the group's coordinator."""
+        """AddOffsetsToTxn (not with TV2), then TxnOffsetCommit to the group's coordinator."""
         self._check_in_transaction("send_offsets_to_transaction()")
         deadline = time.monotonic() + self.timeout_ms / 1000
         identity = {
@@ -312,12 +330,13 @@ class TransactionManager:
             "producer_id": self.producer_id,
             "producer_epoch": self.producer_epoch,
         }
-        self._call(
-            ApiKey.ADD_OFFSETS_TO_TXN,
-            {**identity, "group_id": group_id},
-            deadline,
-            lambda r: int(r.error_code),
-        )
+        if not self.v2:  # TV2: TxnOffsetCommit v5 adds the group itself
+            self._call(
+                ApiKey.ADD_OFFSETS_TO_TXN,
+                {**identity, "group_id": group_id},
+                deadline,
+                lambda r: int(r.error_code),
+            )
         topics: dict[str, list[dict[str, Any]]] = {}
         for topic, partition, offset in offsets:
             topics.setdefault(topic, []).append(
@@ -362,7 +381,7 @@ class TransactionManager:
         with self._lock:
             nothing_sent = not self._added
         if not nothing_sent or commit:
-            self._call(
+            response = self._call(
                 ApiKey.END_TXN,
                 {
                     "transactional_id": self.transactional_id,
@@ -378,7 +397,25 @@ class TransactionManager:
                     else int(r.error_code)
                 ),
             )
+            self._adopt_bumped_epoch(response)
         self.state, self.error = TxnState.READY, None
+
+    def _adopt_bumped_epoch(self, response: Any) -> None:
+        """EndTxn v5 (TV2) answers the producer id and epoch of the next transaction: the
+        coordinator bumped the epoch at this end, which fences any late batch of this one."""
+        producer_id = int(getattr(response, "producer_id", -1))
+        epoch = int(getattr(response, "producer_epoch", -1))
+        if (
+            producer_id >= 0
+            and epoch >= 0
+            and (producer_id, epoch)
+            != (
+                self.producer_id,
+                self.producer_epoch,
+            )
+        ):
+            self.producer_id, self.producer_epoch = producer_id, epoch
+            self.set_producer_id(producer_id, epoch)
 
     def detach(self) -> TransactionHandle:
         """Hand the open transaction to someone else to end (the producer is done with it)."""

@@ -66,7 +66,15 @@ from sparklog.metadata.configs import (
     ConfigResource,
     ControllerConfig,
 )
-from sparklog.metadata.image import BROKER_RESOURCE, ELR_FEATURE, ELR_FEATURE_LEVEL, MetadataImage
+from sparklog.metadata.image import (
+    BROKER_RESOURCE,
+    ELR_FEATURE,
+    ELR_FEATURE_LEVEL,
+    SUPPORTED_FEATURES,
+    TRANSACTION_VERSION_FEATURE,
+    TRANSACTION_VERSION_LEVEL,
+    MetadataImage,
+)
 from sparklog.metadata.log_records import (
     CLEAR_ELR,
     CONFIG,
@@ -140,29 +148,42 @@ class QuorumController:
     def bootstrap(self, *, eligible_leader_replicas: bool = True) -> ControllerResult[None]:
         """The first records of a new cluster (Kafka's bootstrap metadata, written when the
         metadata log is empty): the finalized feature levels. Like Kafka 4.1+, a new cluster
-        runs with Eligible Leader Replicas; a cluster whose log predates them keeps level 0
-        until `update_features` raises it. Nothing when the log is not empty."""
-        if self.image.offset != 0 or not eligible_leader_replicas:
+        runs with Eligible Leader Replicas and transaction version 2 (Kafka 4.0's bootstrap
+        metadata version finalizes `transaction.version=2`); a cluster whose log predates them
+        keeps level 0 until `update_features` raises it. Nothing when the log is not empty."""
+        if self.image.offset != 0:
             return ControllerResult(None)
-        record = {"type": FEATURE_LEVEL, "name": ELR_FEATURE, "feature_level": ELR_FEATURE_LEVEL}
-        return ControllerResult(None, (record,))
+        records = [
+            {
+                "type": FEATURE_LEVEL,
+                "name": TRANSACTION_VERSION_FEATURE,
+                "feature_level": TRANSACTION_VERSION_LEVEL,
+            }
+        ]
+        if eligible_leader_replicas:
+            records.insert(
+                0, {"type": FEATURE_LEVEL, "name": ELR_FEATURE, "feature_level": ELR_FEATURE_LEVEL}
+            )
+        return ControllerResult(None, tuple(records))
 
     def update_features(self, name: str, level: int) -> ControllerResult[None]:
-        """UpdateFeatures of one feature (only `eligible.leader.replicas.version`, levels 0-1).
-        Turning ELR off forgets every ELR (Kafka writes a ClearElrRecord for all topics)."""
-        if name != ELR_FEATURE:
-            raise InvalidUpdateVersionError(f"Unknown feature {name}; sparklog has {ELR_FEATURE}")
-        if not 0 <= level <= ELR_FEATURE_LEVEL:
+        """UpdateFeatures of one feature (`eligible.leader.replicas.version` 0-1,
+        `transaction.version` 0-2). Turning ELR off forgets every ELR (Kafka writes a
+        ClearElrRecord for all topics)."""
+        if name not in SUPPORTED_FEATURES:
+            known = ", ".join(SUPPORTED_FEATURES)
+            raise InvalidUpdateVersionError(f"Unknown feature {name}; sparklog has {known}")
+        low, high = SUPPORTED_FEATURES[name]
+        if not low <= level <= high:
             raise InvalidUpdateVersionError(
-                f"Invalid update version {level} for feature {name}: supported 0-"
-                f"{ELR_FEATURE_LEVEL}"
+                f"Invalid update version {level} for feature {name}: supported {low}-{high}"
             )
         if self.image.finalized_features.get(name, 0) == level:
             return ControllerResult(None)
         records: list[dict[str, Any]] = [
             {"type": FEATURE_LEVEL, "name": name, "feature_level": level}
         ]
-        if level < ELR_FEATURE_LEVEL:
+        if name == ELR_FEATURE and level < ELR_FEATURE_LEVEL:
             records.append({"type": CLEAR_ELR, "topic_name": ""})
         return ControllerResult(None, tuple(records))
 

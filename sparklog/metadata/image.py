@@ -59,6 +59,7 @@ from sparklog.metadata.scram import (
     USER_SCRAM_CREDENTIAL,
     ScramCredentials,
 )
+from sparklog.protocol.api_versions import TRANSACTION_VERSION_FEATURE
 from sparklog.records import iter_batches
 from sparklog.security.acl import AclBinding
 from sparklog.security.listeners import endpoints_from_record, endpoints_to_record
@@ -67,11 +68,20 @@ from sparklog.security.listeners import endpoints_from_record, endpoints_to_reco
 #: Leader Replicas on; Kafka 4.1+ finalizes it on new clusters, and so does sparklog.
 ELR_FEATURE = "eligible.leader.replicas.version"
 ELR_FEATURE_LEVEL = 1
+#: Kafka's `TransactionVersion` feature: level 2 is transactions v2 (KIP-890 part 2: partitions
+#: added by the first transactional produce, an epoch bump at every end), which Kafka 4.x
+#: finalizes on new clusters and so does sparklog; level 0/1 keep the brokers to part 1.
+TRANSACTION_VERSION_LEVEL = 2
 #: The features sparklog supports and their level ranges (ApiVersions' SupportedFeatures,
-#: `kafka-features.sh describe`): only ELR; sparklog's metadata records are its own, so it
-#: announces no `metadata.version`, and it serves transactions and groups below the versions
-#: `transaction.version` / `group.version` > 0 would switch on.
-SUPPORTED_FEATURES = MappingProxyType({ELR_FEATURE: (0, ELR_FEATURE_LEVEL)})
+#: `kafka-features.sh describe`): ELR and transaction.version; sparklog's metadata records are
+#: its own, so it announces no `metadata.version`, and it serves groups below the versions
+#: `group.version` > 0 would switch on.
+SUPPORTED_FEATURES = MappingProxyType(
+    {
+        ELR_FEATURE: (0, ELR_FEATURE_LEVEL),
+        TRANSACTION_VERSION_FEATURE: (0, TRANSACTION_VERSION_LEVEL),
+    }
+)
 #: `Config` record resource types (Kafka's `ConfigResource.Type`, lower-cased).
 TOPIC_RESOURCE = "topic"
 BROKER_RESOURCE = "broker"
@@ -180,6 +190,11 @@ class MetadataImage:
     def elr_enabled(self) -> bool:
         """KIP-966's Eligible Leader Replicas are on (Kafka's `isElrFeatureEnabled`)."""
         return self._features.get(ELR_FEATURE, 0) >= ELR_FEATURE_LEVEL
+
+    @property
+    def transaction_version(self) -> int:
+        """The finalized `transaction.version` (2: brokers add partitions for TV2 produces)."""
+        return self._features.get(TRANSACTION_VERSION_FEATURE, 0)
 
     @property
     def acls(self) -> Mapping[uuid.UUID, AclBinding]:

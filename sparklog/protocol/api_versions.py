@@ -80,6 +80,10 @@ class ApiKey(enum.IntEnum):
 
 VersionRange = tuple[int, int]
 
+#: Kafka's `TransactionVersion` feature (ApiVersions' finalized features): level 2 is
+#: transactions v2 (KIP-890 part 2), which clients use when the cluster finalized it.
+TRANSACTION_VERSION_FEATURE = "transaction.version"
+
 #: The group APIs and the versions served: OffsetCommit/OffsetFetch stop below v10 (topic ids);
 #: OffsetCommit v0-v1 are gone since Kafka 4.0 (KIP-896).
 GROUP_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
@@ -99,15 +103,18 @@ GROUP_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
     }
 )
 
-#: The transaction APIs clients send to the transaction coordinator, and the versions served:
-#: below the versions that bring transaction version 2 (KIP-890 part 2) and TRANSACTION_ABORTABLE;
-#: AddPartitionsToTxn v4 is the brokers' batched verification (KIP-890 part 1).
+#: The transaction APIs clients send to the transaction coordinator, and the versions served, as
+#: Kafka 4.x: EndTxn v5 and TxnOffsetCommit v5 are transaction version 2 (KIP-890 part 2: an
+#: epoch bump at every end, the group added by TxnOffsetCommit itself); AddPartitionsToTxn v4+
+#: are the brokers' (v4 verifies, KIP-890 part 1; v5 without verifyOnly adds for a TV2
+#: produce); AddPartitionsToTxn v5, AddOffsetsToTxn v4, EndTxn v4 and TxnOffsetCommit v4 are
+#: the versions that know TRANSACTION_ABORTABLE (KIP-890, KIP-1050).
 TRANSACTION_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
     {
-        ApiKey.ADD_PARTITIONS_TO_TXN: (0, 4),
-        ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),
-        ApiKey.END_TXN: (0, 3),
-        ApiKey.TXN_OFFSET_COMMIT: (0, 3),
+        ApiKey.ADD_PARTITIONS_TO_TXN: (0, 5),
+        ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
+        ApiKey.END_TXN: (0, 5),
+        ApiKey.TXN_OFFSET_COMMIT: (0, 5),
         ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
         ApiKey.LIST_TRANSACTIONS: (0, 1),
     }
@@ -143,7 +150,8 @@ SASL_APIS_VERSIONS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
 #: What a broker serves to clients (and followers).
 BROKER_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
     {
-        ApiKey.PRODUCE: (3, 11),
+        # v12: a transactional batch adds its partition to the transaction (KIP-890 part 2)
+        ApiKey.PRODUCE: (3, 12),
         ApiKey.FETCH: (4, 12),
         # v8: -4 EARLIEST_LOCAL_TIMESTAMP (KIP-405), v9: -5 LATEST_TIERED_TIMESTAMP (KIP-1005)
         ApiKey.LIST_OFFSETS: (1, 9),
@@ -152,7 +160,7 @@ BROKER_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
         ApiKey.CREATE_TOPICS: (2, 7),
         ApiKey.DELETE_TOPICS: (1, 5),
         ApiKey.DELETE_RECORDS: (0, 2),
-        ApiKey.INIT_PRODUCER_ID: (0, 4),
+        ApiKey.INIT_PRODUCER_ID: (0, 5),
         ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
         ApiKey.DESCRIBE_CONFIGS: (1, 4),
         ApiKey.ALTER_CONFIGS: (0, 2),
@@ -164,7 +172,8 @@ BROKER_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
         ApiKey.ELECT_LEADERS: (0, 2),
         ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 1),
         ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
-        ApiKey.WRITE_TXN_MARKERS: (1, 1),
+        # v2 carries each marker's transaction version (KIP-890 part 2)
+        ApiKey.WRITE_TXN_MARKERS: (1, 2),
         ApiKey.DESCRIBE_PRODUCERS: (0, 0),
         # forwarded to the controller, which answers for its one-voter quorum (KIP-595)
         ApiKey.DESCRIBE_QUORUM: (0, 2),
@@ -256,7 +265,7 @@ GROUP_COORDINATOR_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyTyp
     {
         ApiKey.API_VERSIONS: (0, 4),
         ApiKey.FIND_COORDINATOR: (0, 4),
-        ApiKey.INIT_PRODUCER_ID: (0, 4),
+        ApiKey.INIT_PRODUCER_ID: (0, 5),
         **GROUP_APIS,
         **TRANSACTION_APIS,
         **{api: CONTROLLER_APIS[api] for api in COORDINATOR_DELEGATED_APIS},

@@ -182,6 +182,7 @@ class Log(LogStartMixin):
         *,
         origin: AppendOrigin = AppendOrigin.CLIENT,
         decompressed_max_bytes: int = DEFAULT_DECOMPRESSED_MAX_BYTES,
+        transaction_version: int = 0,
     ) -> LogAppendInfo:
         """Validate client batches, assign offsets and the leader epoch, append them.
 
@@ -208,7 +209,9 @@ class Log(LogStartMixin):
             for pos, header in headers:
                 stamped.append((pos, restamped(header, next_offset, leader_epoch, append_time)))
                 next_offset += header.last_offset_delta + 1
-            pending = self._prepare_producer_state(buf, stamped, AppendOrigin(origin))
+            pending = self._prepare_producer_state(
+                buf, stamped, AppendOrigin(origin), transaction_version
+            )
             if isinstance(pending, DuplicateBatch):
                 return LogAppendInfo(
                     pending.base_offset,
@@ -248,15 +251,21 @@ class Log(LogStartMixin):
         buf: bytes | bytearray | memoryview,
         headers: list[tuple[int, BatchHeader]],
         origin: AppendOrigin,
+        transaction_version: int = 0,
     ) -> dict[int, ProducerAppendInfo] | DuplicateBatch:
-        """Validate every batch against producer state; nothing changes until `_append` writes."""
+        """Validate every batch against producer state; nothing changes until `_append` writes.
+        `transaction_version`: the markers' (WriteTxnMarkers v2; 2 = KIP-890 strict epochs)."""
         pending: dict[int, ProducerAppendInfo] = {}
         for pos, header in headers:
             if not header.has_producer_id:
                 continue
             marker = end_txn_marker_at(buf, pos, header) if header.is_control else None
             result = self.producer_state.prepare_append(
-                header, origin, marker=marker, pending=pending.get(header.producer_id)
+                header,
+                origin,
+                marker=marker,
+                transaction_version=transaction_version,
+                pending=pending.get(header.producer_id),
             )
             if isinstance(result, DuplicateBatch):
                 if len(headers) == 1:

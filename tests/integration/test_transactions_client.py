@@ -87,6 +87,33 @@ def test_commit_abort_and_offsets_in_a_transaction(cluster):
     assert committed[(name, 0)].committed_offset == 42
 
 
+def test_the_producer_speaks_transactions_v2_and_each_end_bumps_its_epoch(cluster):
+    """KIP-890 part 2: the cluster finalizes transaction.version 2, so the producer sends no
+    AddPartitionsToTxn / AddOffsetsToTxn, and EndTxn v5 answers a bumped epoch each time."""
+    name = topic(cluster)
+    tid = f"own-v2-{name}"
+    epochs = []
+    with producer(cluster, tid) as p:
+        txn = p._transaction
+        assert txn is not None and txn.v2
+        epochs.append(txn.producer_epoch)
+        for commit in (True, False, True):
+            p.begin_transaction()
+            for i in range(3):
+                p.send(name, value=b"%s-%d" % (b"kept" if commit else b"dropped", i))
+            p.flush()
+            if commit:
+                p.send_offsets_to_transaction({(name, 0): len(epochs)}, "own-v2-group")
+                p.commit_transaction()
+            else:
+                p.abort_transaction()
+            epochs.append(txn.producer_epoch)
+    assert epochs == [epochs[0] + i for i in range(4)]
+    assert values(cluster, name) == sorted([b"kept-%d" % i for i in range(3)] * 2)
+    committed = cluster.coordinator.call(lambda core: core.fetch_offsets("own-v2-group", None))
+    assert committed[(name, 0)].committed_offset == 3
+
+
 def test_a_zombie_is_fenced_by_its_successor(cluster):
     name = topic(cluster, 1)
     zombie = producer(cluster, f"zombie-{name}")

@@ -80,11 +80,12 @@ async def add_partitions(coord, tid: str, pid: int, epoch: int, topic: str, *par
 
 
 async def end_txn(coord, tid: str, pid: int, epoch: int, commit: bool) -> int:
+    """EndTxn v4: a client of transactions v1 (the epoch stays; `end_txn_v5` bumps it)."""
     r = await call(
         coord,
         ApiKey.END_TXN,
         {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch, "committed": commit},
-        version=coordinator_version(ApiKey.END_TXN),
+        version=4,
     )
     return int(r.error_code)
 
@@ -181,8 +182,15 @@ def test_a_batch_for_a_partition_not_in_the_transaction_is_refused_and_not_writt
             await create_topic(broker, topic, partitions=2)
             pid, epoch = await init(coord, "verify")
             await add_partitions(coord, "verify", pid, epoch, topic, 0)
+            # Produce v10: a client of transactions v1 that predates TRANSACTION_ABORTABLE
             ok = await produce(
-                broker, topic, txn_batch([b"in"], pid, epoch), 0, acks=-1, transactional_id="verify"
+                broker,
+                topic,
+                txn_batch([b"in"], pid, epoch),
+                0,
+                acks=-1,
+                transactional_id="verify",
+                version=10,
             )
             stray = await produce(
                 broker,
@@ -191,8 +199,11 @@ def test_a_batch_for_a_partition_not_in_the_transaction_is_refused_and_not_writt
                 1,
                 acks=-1,
                 transactional_id="verify",
+                version=10,
             )
-            no_id = await produce(broker, topic, txn_batch([b"x"], pid, epoch), 1, acks=-1)
+            no_id = await produce(
+                broker, topic, txn_batch([b"x"], pid, epoch), 1, acks=-1, version=10
+            )
             end = await end_txn(coord, "verify", pid, epoch, True)
             # once the markers are written, the partition's transaction is closed: a late
             # batch (a zombie's retry) would open a new one, which verification refuses
@@ -207,6 +218,7 @@ def test_a_batch_for_a_partition_not_in_the_transaction_is_refused_and_not_writt
                 0,
                 acks=-1,
                 transactional_id="verify",
+                version=10,
             )
             await asyncio.sleep(0.5)
             p0 = await fetch(broker, topic, 0, 0, isolation_level=READ_COMMITTED)
@@ -385,3 +397,175 @@ def test_read_committed_stops_at_the_open_transaction_until_its_marker(cluster):
     assert (int(uncommitted.offset), int(committed.offset)) == (2, 0), "ListOffsets: HW vs LSO"
     assert records_of(hidden.records) == [] and int(hidden.last_stable_offset) == 0
     assert [r.value for r in records_of(shown.records)][:2] == [b"a", b"b"]
+
+
+# -- transactions v2 (KIP-890 part 2) ---------------------------------------------------------
+
+TRANSACTION_ABORTABLE = 120
+
+
+async def end_txn_v5(coord, tid: str, pid: int, epoch: int, commit: bool) -> tuple[int, int, int]:
+    """EndTxn v5: (error, producer id, epoch) - the ones the next transaction uses."""
+    r = await call(
+        coord,
+        ApiKey.END_TXN,
+        {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch, "committed": commit},
+        version=5,
+    )
+    return int(r.error_code), int(r.producer_id), int(r.producer_epoch)
+
+
+async def wait_state(cluster, tid: str, state: str) -> None:
+    deadline = time.monotonic() + 10
+    while cluster.coordinator.txn.transactions[tid].state.value != state:
+        assert time.monotonic() < deadline, f"{tid} never reached {state}"
+        await asyncio.sleep(0.02)
+
+
+def test_a_v12_produce_adds_its_partitions_and_end_txn_v5_bumps_the_epoch(cluster):
+    topic = f"tv2-{uuid.uuid4().hex[:6]}"
+    tid = f"tv2-{topic}"
+    store = cluster.coordinator.store
+
+    async def go():
+        broker = await connect(cluster.bootstrap_servers)
+        coord = await coordinator_conn(cluster)
+        try:
+            await create_topic(broker, topic, partitions=2)
+            pid, epoch = await init(coord, tid)
+            # no AddPartitionsToTxn: the first v12 batch of each partition adds it
+            first = [
+                await produce(
+                    broker,
+                    topic,
+                    txn_batch([b"a%d" % p], pid, epoch),
+                    p,
+                    acks=-1,
+                    transactional_id=tid,
+                    version=12,
+                )
+                for p in (0, 1)
+            ]
+            added = set(cluster.coordinator.txn.transactions[tid].partitions)
+            commits_before = store.commits
+            ended = await end_txn_v5(coord, tid, pid, epoch, True)
+            decision_commits = store.commits - commits_before
+            await wait_state(cluster, tid, "CompleteCommit")
+            retried = await end_txn_v5(coord, tid, pid, epoch, True)
+            # the next transaction runs at the epoch EndTxn answered, its sequences from 0
+            _code, _pid, bumped = ended
+            second = await produce(
+                broker,
+                topic,
+                txn_batch([b"b"], pid, bumped),
+                0,
+                acks=-1,
+                transactional_id=tid,
+                version=12,
+            )
+            ended2 = await end_txn_v5(coord, tid, pid, bumped, True)
+            await wait_state(cluster, tid, "CompleteCommit")
+            p0 = await fetch(broker, topic, 0, 0, isolation_level=READ_COMMITTED)
+            return first, added, ended, decision_commits, retried, second, ended2, p0
+        finally:
+            await broker.close()
+            await coord.close()
+
+    first, added, ended, decision_commits, retried, second, ended2, p0 = run(go())
+    assert [r.error_code for r in first] == [NONE, NONE]
+    assert added == {(topic, 0), (topic, 1)}
+    code, pid, epoch = ended
+    assert code == NONE and epoch == 1, "EndTxn v5 answers the bumped epoch"
+    assert decision_commits <= 2, "EndTxn waits for one commit (the adds rode earlier)"
+    assert retried == (NONE, pid, epoch), "a retried EndTxn v5 answers the same"
+    assert second.error_code == NONE
+    assert ended2 == (NONE, pid, 2)
+    values = [r.value for r in records_of(p0.records) if r.value in (b"a0", b"b")]
+    assert values == [b"a0", b"b"]
+    # a0, COMMIT, b, COMMIT: everything decided
+    assert int(p0.last_stable_offset) == int(p0.high_watermark) == 4
+
+
+def test_a_late_produce_after_a_v2_abort_is_fenced_and_opens_no_transaction(cluster):
+    """The hanging transaction KIP-890 closes: a batch of an aborted transaction arriving
+    after the abort (a zombie's retry, here to a partition the transaction never touched,
+    whose broker knows nothing of the producer) must not start a new implicit transaction."""
+    topic = f"hang-{uuid.uuid4().hex[:6]}"
+    tid = f"hang-{topic}"
+
+    async def go():
+        broker = await connect(cluster.bootstrap_servers)
+        coord = await coordinator_conn(cluster)
+        try:
+            await create_topic(broker, topic, partitions=2)
+            pid, epoch = await init(coord, tid)
+            ok = await produce(
+                broker,
+                topic,
+                txn_batch([b"in"], pid, epoch),
+                0,
+                acks=-1,
+                transactional_id=tid,
+                version=12,
+            )
+            aborted = await end_txn_v5(coord, tid, pid, epoch, False)
+            await wait_state(cluster, tid, "CompleteAbort")
+            late = {
+                p: await produce(
+                    broker,
+                    topic,
+                    txn_batch([b"late"], pid, epoch, seq=1 if p == 0 else 0),
+                    p,
+                    acks=-1,
+                    transactional_id=tid,
+                    version=12,
+                )
+                for p in (0, 1)
+            }
+            meta = cluster.coordinator.txn.transactions[tid]
+            p0 = await fetch(broker, topic, 0, 0, isolation_level=READ_COMMITTED)
+            p1 = await fetch(broker, topic, 0, 1)
+            return ok, aborted, late, (meta.state.value, set(meta.partitions)), p0, p1
+        finally:
+            await broker.close()
+            await coord.close()
+
+    ok, aborted, late, meta, p0, p1 = run(go())
+    assert ok.error_code == NONE
+    assert aborted[0] == NONE and aborted[2] == 1
+    assert {p: r.error_code for p, r in late.items()} == {
+        0: INVALID_PRODUCER_EPOCH,
+        1: INVALID_PRODUCER_EPOCH,
+    }
+    assert meta == ("CompleteAbort", set()), "no new transaction was opened"
+    assert int(p1.high_watermark) == 0, "nothing reached the untouched partition"
+    assert int(p0.last_stable_offset) == int(p0.high_watermark) == 2, "record + ABORT marker"
+    assert [r.value for r in records_of(p0.records) if r.value == b"late"] == []
+
+
+def test_a_v11_produce_outside_the_transaction_gets_transaction_abortable(cluster):
+    topic = f"abortable-{uuid.uuid4().hex[:6]}"
+    tid = f"abortable-{topic}"
+
+    async def go():
+        broker = await connect(cluster.bootstrap_servers)
+        coord = await coordinator_conn(cluster)
+        try:
+            await create_topic(broker, topic, partitions=1)
+            pid, epoch = await init(coord, tid)
+            return await produce(
+                broker,
+                topic,
+                txn_batch([b"x"], pid, epoch),
+                0,
+                acks=-1,
+                transactional_id=tid,
+                version=11,
+            )
+        finally:
+            await broker.close()
+            await coord.close()
+
+    stray = run(go())
+    # KIP-890/KIP-1050: Produce v11+ clients know TRANSACTION_ABORTABLE; v11 adds nothing
+    assert stray.error_code == TRANSACTION_ABORTABLE

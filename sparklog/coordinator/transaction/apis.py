@@ -18,6 +18,11 @@ from sparklog.coordinator.group.coordinator import GroupCoordinator
 from sparklog.coordinator.transaction.coordinator import TransactionCoordinator
 from sparklog.coordinator.transaction.metadata import TxnState
 from sparklog.coordinator.transaction.sink_batches import end_txn_batch
+from sparklog.coordinator.transaction.tv2 import (
+    END_TXN_TV2_VERSION,
+    TXN_OFFSET_COMMIT_TV2_VERSION,
+    answered_producer,
+)
 from sparklog.errors import (
     InvalidProducerEpochError,
     OperationNotAttemptedError,
@@ -42,6 +47,14 @@ def _fenced_for(version: int, code: int, fenced_since: int) -> int:
     if code == ProducerFencedError.code and version < fenced_since:
         return InvalidProducerEpochError.code
     return code
+
+
+class _Refused(Exception):
+    """The transaction refused a TV2 TxnOffsetCommit's implicit add (its error code)."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
 
 
 class TransactionApis:
@@ -116,7 +129,7 @@ class TransactionApis:
     async def handle_add_partitions_to_txn(self, request: Request) -> Any:
         body, version = request.body, request.api_version
         if version >= 4:
-            results = [await self._add_partitions_v4(t) for t in body.transactions]
+            results = [await self._add_partitions_v4(t, version) for t in body.transactions]
             return kio_build.response(request, {"error_code": 0, "results_by_transaction": results})
         partitions = [
             TopicPartition(t.name, int(p)) for t in body.v3_and_below_topics for p in t.partitions
@@ -131,7 +144,7 @@ class TransactionApis:
         codes = {tp: _fenced_for(version, c, 2) for tp, c in codes.items()}
         return kio_build.response(request, {"results_by_topic_v3_and_below": _topic_results(codes)})
 
-    async def _add_partitions_v4(self, txn: Any) -> dict[str, Any]:
+    async def _add_partitions_v4(self, txn: Any, version: int) -> dict[str, Any]:
         partitions = [TopicPartition(t.name, int(p)) for t in txn.topics for p in t.partitions]
         codes = await self._add_partitions(
             txn.transactional_id,
@@ -139,6 +152,8 @@ class TransactionApis:
             int(txn.producer_epoch),
             partitions,
             verify_only=bool(txn.verify_only),
+            # v5 from a broker without verifyOnly: a TV2 produce adds the partitions itself
+            implicit=version >= 5,
         )
         return {"transactional_id": txn.transactional_id, "topic_results": _topic_results(codes)}
 
@@ -150,6 +165,7 @@ class TransactionApis:
         partitions: list[TopicPartition],
         *,
         verify_only: bool,
+        implicit: bool = False,
     ) -> dict[TopicPartition, int]:
         unknown = [tp for tp in partitions if not 0 <= tp[1] < self.partition_count(tp[0])]
         if unknown:  # Kafka: the unknown ones say so, the others were not attempted
@@ -172,6 +188,7 @@ class TransactionApis:
                     producer_epoch=producer_epoch,
                     partitions=partitions,
                     respond=respond,
+                    implicit=implicit,
                 )
             )
         except TimeoutError:
@@ -201,7 +218,23 @@ class TransactionApis:
     async def handle_txn_offset_commit(self, request: Request) -> Any:
         body = request.body
         partitions = offset_commit_partitions(body)
+        code = 0
+        if request.api_version >= TXN_OFFSET_COMMIT_TV2_VERSION:
+            # TV2: no AddOffsetsToTxn; the group joins the transaction here (KIP-890 part 2)
+            code = await self._wait(
+                lambda respond: self.core.add_offsets(
+                    self.clock(),
+                    transactional_id=body.transactional_id,
+                    producer_id=int(body.producer_id),
+                    producer_epoch=int(body.producer_epoch),
+                    group_id=body.group_id,
+                    respond=respond,
+                    implicit=True,
+                )
+            )
         try:
+            if code:
+                raise _Refused(code)
             codes = await self._wait(
                 lambda respond: self.groups.txn_commit_offsets(
                     self.clock(),
@@ -216,10 +249,9 @@ class TransactionApis:
                     respond=respond,
                 )
             )
-        except TimeoutError:
-            codes = dict.fromkeys(
-                ((p.topic, p.partition) for p in partitions), RequestTimedOutError.code
-            )
+        except (TimeoutError, _Refused) as e:
+            code = e.code if isinstance(e, _Refused) else RequestTimedOutError.code
+            codes = dict.fromkeys(((p.topic, p.partition) for p in partitions), code)
         items = [
             (
                 p.topic,
@@ -235,7 +267,8 @@ class TransactionApis:
     # -- EndTxn -----------------------------------------------------------------------------
 
     async def handle_end_txn(self, request: Request) -> Any:
-        body = request.body
+        """EndTxn; v5 (TV2) bumps the epoch and answers the producer id and epoch to use next."""
+        body, version = request.body, request.api_version
         try:
             code = await self._wait(
                 lambda respond: self.core.end_txn(
@@ -245,12 +278,17 @@ class TransactionApis:
                     producer_epoch=int(body.producer_epoch),
                     committed=bool(body.committed),
                     respond=respond,
+                    transaction_version=2 if version >= END_TXN_TV2_VERSION else 1,
                 )
             )
         except TimeoutError:
             code = RequestTimedOutError.code
-        code = _fenced_for(request.api_version, code, 2)
-        return kio_build.response(request, {"error_code": code})
+        code = _fenced_for(version, code, 2)
+        meta = self.core.describe(body.transactional_id)
+        producer_id, epoch = answered_producer(meta) if not code and meta else (-1, -1)
+        return kio_build.response(
+            request, {"error_code": code, "producer_id": producer_id, "producer_epoch": epoch}
+        )
 
     async def handle_end_txn_batch(self, request: Request) -> Any:
         """sparklog's EndTxnBatch (`sparklog_apis`): many transactions, one decision."""

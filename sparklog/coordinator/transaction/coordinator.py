@@ -35,6 +35,13 @@ from sparklog.coordinator.transaction.persisted import (
     read_transaction_row,
     transaction_row,
 )
+from sparklog.coordinator.transaction.tv2 import (
+    TRANSACTION_VERSION_2,
+    bump_for_end,
+    check_end_txn_v2,
+    retry_on_epoch_bump,
+    retry_on_overflow,
+)
 from sparklog.errors import (
     ConcurrentTransactionsError,
     InvalidProducerIdMappingError,
@@ -254,10 +261,19 @@ class TransactionCoordinator:
         producer_epoch: int,
         partitions: Iterable[TopicPartition],
         respond: Respond,
+        implicit: bool = False,
     ) -> None:
-        """AddPartitionsToTxn: the partitions join the transaction (it becomes Ongoing)."""
+        """AddPartitionsToTxn: the partitions join the transaction (it becomes Ongoing).
+        `implicit`: a broker adds them for a TV2 produce (see `_add_in_memory`)."""
         self._add(
-            now_ms, transactional_id, producer_id, producer_epoch, set(partitions), set(), respond
+            now_ms,
+            transactional_id,
+            producer_id,
+            producer_epoch,
+            set(partitions),
+            set(),
+            respond,
+            implicit,
         )
 
     def add_offsets(
@@ -269,11 +285,22 @@ class TransactionCoordinator:
         producer_epoch: int,
         group_id: str,
         respond: Respond,
+        implicit: bool = False,
     ) -> None:
-        """AddOffsetsToTxn: the group's offsets (TxnOffsetCommit) join the transaction."""
+        """AddOffsetsToTxn: the group's offsets (TxnOffsetCommit) join the transaction.
+        `implicit`: TxnOffsetCommit v5 adds the group itself (TV2)."""
         if not group_id:
             return respond(InvalidRequestError.code)
-        self._add(now_ms, transactional_id, producer_id, producer_epoch, set(), {group_id}, respond)
+        self._add(
+            now_ms,
+            transactional_id,
+            producer_id,
+            producer_epoch,
+            set(),
+            {group_id},
+            respond,
+            implicit,
+        )
 
     def _add(
         self,
@@ -284,13 +311,21 @@ class TransactionCoordinator:
         partitions: set[TopicPartition],
         groups: set[str],
         respond: Respond,
+        implicit: bool = False,
     ) -> None:
         code = self._check_may_add(transactional_id, producer_id, producer_epoch)
         if code == ConcurrentTransactionsError.code and self._park(
             transactional_id,
             now_ms,
             lambda ms: self._add(
-                ms, transactional_id, producer_id, producer_epoch, partitions, groups, respond
+                ms,
+                transactional_id,
+                producer_id,
+                producer_epoch,
+                partitions,
+                groups,
+                respond,
+                implicit,
             ),
             lambda: respond(ConcurrentTransactionsError.code),
         ):
@@ -308,7 +343,40 @@ class TransactionCoordinator:
             txn_start_ms=meta.txn_start_ms if ongoing else now_ms,
             last_update_ms=now_ms,
         )
+        if implicit:
+            new.transaction_version = TRANSACTION_VERSION_2
+            return self._add_in_memory(meta, new, now_ms, respond)
         self._persist(meta, new, now_ms, lambda _ms: respond(0), respond)
+
+    def _add_in_memory(
+        self, meta: TransactionMetadata, new: TransactionMetadata, now_ms: int, respond: Respond
+    ) -> None:
+        """A TV2 add (KIP-890 part 2) takes effect at once, and its row is written in the
+        background: the produce that caused it does not wait for a Delta commit, and a
+        transaction waits for one commit, its decision's, which carries every partition.
+
+        Recovery: the row goes with the next commit (rows are committed in order, so before the
+        decision's). Only a restart between the produce's append and that commit (one
+        commit's time) loses the add: the data then waits for a marker nobody sends until an
+        operator aborts it (`kafka-transactions.sh abort`), which Kafka's synchronous add
+        avoids. The epoch bump of every TV2 end keeps the rest: a marker of an older
+        transaction is refused by the partition (WriteTxnMarkers v2), so it never closes this
+        one, and a produce of an ended transaction is fenced instead of starting a new one."""
+        check_transition(meta, new)
+        tid = new.transactional_id
+        self.transactions[tid] = new
+
+        def done(_ms: int, error: int) -> None:
+            if error:
+                logger.warning(
+                    "transactional id %s: add row not written (error %d); the "
+                    "decision carries its partitions",
+                    tid,
+                    error,
+                )
+
+        self._writes.append(Write([transaction_row(new, now_ms)], done, replay=False))
+        respond(0)
 
     def verify_partitions(
         self,
@@ -356,23 +424,37 @@ class TransactionCoordinator:
         producer_epoch: int,
         committed: bool,
         respond: Respond,
+        transaction_version: int = 1,
     ) -> None:
-        """EndTxn: write the decision (with the transaction's offsets), answer, then markers."""
-        code = self.check_producer(transactional_id, producer_id, producer_epoch)
+        """EndTxn: write the decision (with the transaction's offsets), answer, then markers.
+        `transaction_version` 2 (EndTxn v5) bumps the epoch at this end (`tv2`)."""
+        meta = self.transactions.get(transactional_id)
+        if meta is not None and meta.transaction_version >= TRANSACTION_VERSION_2:
+            code = check_end_txn_v2(meta, producer_id, producer_epoch)
+        else:
+            code = self.check_producer(transactional_id, producer_id, producer_epoch)
         if code:
             return respond(code)
-        meta = self.transactions[transactional_id]
+        assert meta is not None
         if meta.pending:
             return respond(ConcurrentTransactionsError.code)
         state = meta.state
+        v2 = transaction_version >= TRANSACTION_VERSION_2
         if state is _S.ONGOING:
-            return self._prepare(meta, committed, now_ms, respond)
+            return self._prepare(meta, committed, now_ms, respond, bump=v2)
+        is_retry = retry_on_epoch_bump(meta, producer_id, producer_epoch) or retry_on_overflow(
+            meta, producer_id, producer_epoch
+        )
         same = _S.COMPLETE_COMMIT if committed else _S.COMPLETE_ABORT
-        if state is same:
+        if state is same and (is_retry or meta.transaction_version < TRANSACTION_VERSION_2):
             return respond(0)  # a retry of an EndTxn that succeeded
         prepared_same = _S.PREPARE_COMMIT if committed else _S.PREPARE_ABORT
         if state is prepared_same or state is _S.PREPARE_EPOCH_FENCE:
             return respond(ConcurrentTransactionsError.code)
+        if v2 and not committed and state.is_complete and not is_retry:
+            # TV2: the client cannot know whether a produce it sent added a partition, so it
+            # aborts a transaction that may be empty; the epoch bump fences anything in flight
+            return self._prepare(meta, False, now_ms, respond, bump=True)
         return respond(InvalidTxnStateError.code)
 
     def _prepare(
@@ -383,10 +465,16 @@ class TransactionCoordinator:
         respond: Respond,
         *,
         fence: bool = False,
+        bump: bool = False,
     ) -> None:
         new = meta.copy(
             state=_S.PREPARE_COMMIT if committed else _S.PREPARE_ABORT, last_update_ms=now_ms
         )
+        if bump:  # TV2: every end bumps the epoch (`tv2.bump_for_end`)
+            next_pid = self.new_producer_id() if meta.epoch_exhausted() else NO_PRODUCER_ID
+            bump_for_end(meta, new, next_pid)
+        else:
+            new.transaction_version = 1  # markers at the data's epoch (transaction version 1)
         if fence:
             if meta.producer_epoch < MAX_PRODUCER_EPOCH:
                 new.producer_epoch = meta.producer_epoch + 1
@@ -432,6 +520,8 @@ class TransactionCoordinator:
                 meta.state is _S.PREPARE_COMMIT,
                 self.coordinator_epoch,
                 frozenset(meta.partitions),
+                # a TV2 end's markers carry the bumped epoch (strictly above the data's)
+                meta.transaction_version,
             )
         )
 
@@ -468,6 +558,10 @@ class TransactionCoordinator:
             txn_start_ms=-1,
             last_update_ms=now_ms,
         )
+        if meta.next_producer_id != NO_PRODUCER_ID:  # TV2: the epoch overflowed at this end
+            new.producer_id, new.producer_epoch = meta.next_producer_id, 0
+            new.last_producer_id, new.last_producer_epoch = meta.producer_id, meta.producer_epoch
+            new.next_producer_id = NO_PRODUCER_ID
         check_transition(meta, new)
         self.on_completed(new.state is _S.COMPLETE_COMMIT)
         row = transaction_row(new, now_ms)

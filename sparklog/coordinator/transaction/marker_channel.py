@@ -16,12 +16,12 @@ from collections.abc import Callable
 from typing import Any
 
 from kio.schema.types import ProducerId, TopicName
-from kio.schema.write_txn_markers.v1.request import (
+from kio.schema.write_txn_markers.v2.request import (
     WritableTxnMarker,
     WritableTxnMarkerTopic,
     WriteTxnMarkersRequest,
 )
-from kio.static.primitive import i16, i32
+from kio.static.primitive import i8, i16, i32
 
 from sparklog.coordinator.transaction.persisted import MarkerJob
 from sparklog.errors import TransactionCoordinatorFencedError
@@ -181,6 +181,7 @@ def _request(jobs: Any) -> WriteTxnMarkersRequest:
                     for t, ps in topics.items()
                 ),
                 coordinator_epoch=i32(job.coordinator_epoch),
+                transaction_version=i8(job.transaction_version),
             )
         )
     return WriteTxnMarkersRequest(markers=tuple(markers))

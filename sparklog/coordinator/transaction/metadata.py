@@ -75,6 +75,12 @@ class TransactionMetadata:
     txn_start_ms: int = -1
     last_update_ms: int = -1
     pending: bool = False
+    #: the transaction version the client speaks (Kafka's `clientTransactionVersion`): 2 once a
+    #: transaction was added implicitly or ended with EndTxn v5 (KIP-890 part 2), else 1
+    transaction_version: int = 1
+    #: TV2: the producer id the next transaction gets when this one's epoch bump overflowed
+    #: (Kafka's `nextProducerId`); NO_PRODUCER_ID otherwise
+    next_producer_id: int = NO_PRODUCER_ID
 
     def epoch_exhausted(self) -> bool:
         return self.producer_epoch >= MAX_PRODUCER_EPOCH - 1
@@ -92,6 +98,8 @@ class TransactionMetadata:
             "groups": sorted(self.groups),
             "txn_start_ms": self.txn_start_ms,
             "last_update_ms": self.last_update_ms,
+            "transaction_version": self.transaction_version,
+            "next_producer_id": self.next_producer_id,
         }
 
     @classmethod
@@ -108,6 +116,8 @@ class TransactionMetadata:
             groups=set(record["groups"]),
             txn_start_ms=int(record["txn_start_ms"]),
             last_update_ms=int(record["last_update_ms"]),
+            transaction_version=int(record.get("transaction_version", 1)),
+            next_producer_id=int(record.get("next_producer_id", NO_PRODUCER_ID)),
         )
 
     def matches(

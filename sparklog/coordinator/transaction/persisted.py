@@ -33,6 +33,8 @@ class MarkerJob:
     committed: bool
     coordinator_epoch: int
     partitions: frozenset[TopicPartition]
+    #: WriteTxnMarkers v2's TransactionVersion: 2 when the epoch was bumped for this end
+    transaction_version: int = 1
 
 
 def transaction_row(meta: TransactionMetadata, now_ms: int) -> dict[str, Any]:

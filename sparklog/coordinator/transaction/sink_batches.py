@@ -51,7 +51,9 @@ def end_txn_batch(
         codes[tid] = code
         if not code and meta is not None and meta.state is _S.ONGOING:
             state = _S.PREPARE_COMMIT if decide_commit else _S.PREPARE_ABORT
-            changes.append((meta, meta.copy(state=state, last_update_ms=now_ms)))
+            changes.append(
+                (meta, meta.copy(state=state, last_update_ms=now_ms, transaction_version=1))
+            )
     failed = {t: c for t, c in codes.items() if c}
     if failed and decide_commit:
         return respond(failed[next(iter(failed))], "", codes)  # all or nothing

@@ -12,7 +12,7 @@ from sparklog.protocol.api_versions import ApiKey
 from sparklog.protocol.connection import Request, RequestContext
 from sparklog.storage.log_validator import RecordError
 
-VERSIONS = range(3, 12)
+VERSIONS = range(3, 13)  # v3..v12 (v12: transactions v2, same layout as v11)
 NAMES = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=1, max_size=12)
 MESSAGES = st.none() | st.text(max_size=40)
 RESULTS = st.builds(
@@ -73,4 +73,4 @@ def test_a_new_leader_is_named_through_kio_from_v10() -> None:
 
 def test_versions_outside_the_writer_go_to_kio() -> None:
     assert encode_produce_body(2, [], throttle_time_ms=0) is None
-    assert encode_produce_body(12, [], throttle_time_ms=0) is None
+    assert encode_produce_body(13, [], throttle_time_ms=0) is None

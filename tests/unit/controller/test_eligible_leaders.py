@@ -11,7 +11,7 @@ import pytest
 from sparklog.controller.isr_control import IsrChange
 from sparklog.errors import InvalidUpdateVersionError
 from sparklog.metadata.configs import AlterConfigOp, ConfigResource, ConfigResourceType, OpType
-from sparklog.metadata.image import ELR_FEATURE, MetadataImage
+from sparklog.metadata.image import ELR_FEATURE, TRANSACTION_VERSION_FEATURE, MetadataImage
 from sparklog.structs import NO_LEADER
 
 from .harness import SESSION_TIMEOUT_MS, Harness
@@ -50,7 +50,11 @@ def three_brokers(elr: bool = True, **configs: str) -> Harness:
 
 
 def test_a_new_cluster_finalizes_eligible_leader_replicas_and_an_old_one_does_not():
-    assert Harness(elr=True).image.finalized_features == {ELR_FEATURE: 1}
+    # a new cluster also runs transactions v2, as Kafka 4.x's bootstrap metadata finalizes
+    assert Harness(elr=True).image.finalized_features == {
+        ELR_FEATURE: 1,
+        TRANSACTION_VERSION_FEATURE: 2,
+    }
     assert Harness().image.finalized_features == {}
     h = Harness(elr=True)
     assert h.controller.bootstrap().records == ()  # only an empty log is bootstrapped

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sparklog.metadata.image import ELR_FEATURE, SUPPORTED_FEATURES
+from sparklog.metadata.image import ELR_FEATURE, SUPPORTED_FEATURES, TRANSACTION_VERSION_FEATURE
 from sparklog.protocol import codec
 from sparklog.protocol.api_versions import BROKER_APIS, CONTROLLER_APIS, ApiKey
 from sparklog.protocol.async_client import FeatureLevels, api_versions_response
@@ -21,7 +21,8 @@ def roundtrip(version: int):
 def test_v4_announces_supported_and_finalized_levels():
     decoded = roundtrip(4)
     assert [(f.name, f.min_version, f.max_version) for f in decoded.supported_features] == [
-        (ELR_FEATURE, 0, 1)
+        (ELR_FEATURE, 0, 1),
+        (TRANSACTION_VERSION_FEATURE, 0, 2),  # Kafka 4.x's transactions v2 (KIP-890 part 2)
     ]
     assert [(f.name, f.max_version_level) for f in decoded.finalized_features] == [(ELR_FEATURE, 1)]
     assert decoded.finalized_features_epoch == 41
