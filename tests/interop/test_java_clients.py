@@ -121,3 +121,9 @@ def test_java_transactions_read_process_write_zombie_and_admin(cluster, txn_clas
     assert out["listed"] == "CompleteCommit"
     assert out["described"] == {"state": "CompleteCommit", "partitions": 0, "timeout": 60000}
     assert out["producers_on_sink"] == 1, "one transactional producer wrote the sink"
+    # Kafka 4.x's producer speaks transactions v2 with a cluster that finalized it (KIP-890
+    # part 2): partitions and the group added without AddPartitionsToTxn / AddOffsetsToTxn,
+    # and every end bumped the epoch
+    eos = cluster.coordinator.txn.transactions["java-eos-tx"]
+    assert eos.transaction_version == 2
+    assert eos.producer_epoch > out["aborted_txns"] >= 1
