@@ -47,6 +47,7 @@ from sparklog.broker.request_parsing import (
 )
 from sparklog.broker.security_apis import security_handlers
 from sparklog.broker.txn_apis import handle_describe_producers, handle_write_txn_markers
+from sparklog.broker.txn_recovery import OrphanTransactionAborter
 from sparklog.broker.txn_verification import (
     PRODUCE_ABORTABLE_VERSION,
     PRODUCE_TV2_VERSION,
@@ -137,12 +138,17 @@ class KafkaApis:
         )
         #: KIP-890 produce-time verification, when there is a coordinator to ask
         self.txn_verifier: TransactionVerifier | None = None
+        #: aborts open transactions a restarted coordinator forgot (its TV2 adds are in memory)
+        self.txn_recovery: OrphanTransactionAborter | None = None
         endpoint = config.sparklog_group_coordinator_endpoint
         # the coordinator serves a listener named and secured like the inter-broker one
         inter_broker = server_client_security(config.listener_config) if endpoint else PLAINTEXT
         if endpoint and config.transaction_partition_verification_enable:
             self.txn_verifier = TransactionVerifier(
                 str(endpoint), replica_manager, security=inter_broker
+            )
+            self.txn_recovery = OrphanTransactionAborter(
+                self.txn_verifier, replica_manager, replica_manager.now_ms
             )
         #: group and transaction requests go on to the driver's coordinator (KIP-590 Envelopes)
         self.forwarding: CoordinatorForwarding | None = None

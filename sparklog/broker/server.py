@@ -405,6 +405,8 @@ class BrokerServer(BrokerLifecycleManager, ServerLifecycle):
         self._spawn(self.follower.run(), "metadata-follower")
         self._spawn(self.alter_partition.run(), "alter-partition")
         self._spawn(self._isr_shrink_loop(), "isr-shrink")
+        if self.apis.txn_recovery is not None:
+            self._spawn(self.apis.txn_recovery.run(), "txn-recovery")
         if self.quota_scope == "cluster":
             self.cluster_quotas = ClusterQuotaReporter(
                 self.node_id,

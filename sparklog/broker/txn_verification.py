@@ -25,6 +25,7 @@ from typing import Any
 
 from kio.schema.add_partitions_to_txn.v4 import request as add_v4
 from kio.schema.add_partitions_to_txn.v5 import request as add_v5
+from kio.schema.list_transactions.v1.request import ListTransactionsRequest
 from kio.schema.types import ProducerId, TopicName, TransactionalId
 from kio.static.primitive import i16, i32
 
@@ -131,8 +132,25 @@ class TransactionVerifier:
             # Kafka: transactional records need a transactional id to authorize
             return dict.fromkeys(needed, TransactionalIdAuthorizationFailedError.code)
         producer_id, epoch = next(iter(needed.values()))
+        raw = await self.ask(transactional_id, producer_id, epoch, list(needed), add=add)
+        if raw is None:
+            return dict.fromkeys(needed, NotEnoughReplicasError.code)
+        self.verified += 1
+        return {tp: _for_produce(c, abortable) for tp, c in raw.items() if c and tp in needed}
+
+    async def ask(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        partitions: list[TopicPartition],
+        *,
+        add: bool = False,
+    ) -> dict[TopicPartition, int] | None:
+        """The coordinator's code for each partition (AddPartitionsToTxn v4 verifyOnly, or v5
+        adding them); None when it could not be asked."""
         topics: dict[str, list[int]] = {}
-        for topic, partition in needed:
+        for topic, partition in partitions:
             topics.setdefault(topic, []).append(partition)
         schema: Any = add_v5 if add else add_v4
         request = schema.AddPartitionsToTxnRequest(
@@ -156,20 +174,31 @@ class TransactionVerifier:
         except (ConnectionError, OSError, TimeoutError) as e:
             logger.info("transaction verification for %s failed (%s)", transactional_id, e)
             await self._drop_connection()
-            return dict.fromkeys(needed, NotEnoughReplicasError.code)
-        self.verified += 1
-        codes: dict[TopicPartition, int] = {}
+            return None
         top = int(response.error_code)
+        codes = dict.fromkeys(partitions, top)
         for result in response.results_by_transaction:
             for topic in result.topic_results:
                 for p in topic.results_by_partition:
-                    code = top or int(p.partition_error_code)
-                    if code:
-                        tp = TopicPartition(topic.name, int(p.partition_index))
-                        codes[tp] = _for_produce(code, abortable)
-        if top:
-            codes.update(dict.fromkeys(needed, _for_produce(top, abortable)))
-        return {tp: c for tp, c in codes.items() if tp in needed}
+                    tp = TopicPartition(topic.name, int(p.partition_index))
+                    codes[tp] = top or int(p.partition_error_code)
+        return codes
+
+    async def transactional_ids(self, producer_ids: list[int]) -> dict[int, str] | None:
+        """producer id -> transactional id, for the ids the coordinator knows
+        (ListTransactions with a producer id filter); None when it could not be asked."""
+        request = ListTransactionsRequest(
+            state_filters=(), producer_id_filters=tuple(ProducerId(p) for p in producer_ids)
+        )
+        try:
+            response = await (await self._connection()).request(request, timeout_s=10.0)
+        except (ConnectionError, OSError, TimeoutError) as e:
+            logger.info("ListTransactions for recovery failed (%s)", e)
+            await self._drop_connection()
+            return None
+        if int(response.error_code):
+            return None
+        return {int(t.producer_id): str(t.transactional_id) for t in response.transaction_states}
 
     async def _connection(self) -> AsyncKafkaConnection:
         if self._conn is None or self._conn.closed:

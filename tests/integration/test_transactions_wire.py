@@ -569,3 +569,128 @@ def test_a_v11_produce_outside_the_transaction_gets_transaction_abortable(cluste
     stray = run(go())
     # KIP-890/KIP-1050: Produce v11+ clients know TRANSACTION_ABORTABLE; v11 adds nothing
     assert stray.error_code == TRANSACTION_ABORTABLE
+
+
+def _on_broker_loop(broker, coro, timeout_s: float = 60):
+    return asyncio.run_coroutine_threadsafe(coro, broker._loop).result(timeout_s)
+
+
+def test_a_coordinator_restart_aborts_the_open_v2_transactions_it_forgot(tmp_path):
+    """TV2 adds live in the coordinator's memory: after a restart the producer may not commit
+    (TRANSACTION_ABORTABLE, it aborts) and the leaders abort the data it left open."""
+    topic, tid = "forgot", "forgot-tx"
+    with EmbeddedCluster(brokers=1, data_dir=tmp_path, config=TEST_CONFIG) as cluster:
+        broker_server = cluster.brokers[0]
+
+        async def produce_v12(broker, pid: int, epoch: int, partition: int, seq: int = 0):
+            return await produce(
+                broker,
+                topic,
+                txn_batch([b"p%d" % partition], pid, epoch, seq=seq),
+                partition,
+                acks=-1,
+                transactional_id=tid,
+                version=12,
+            )
+
+        async def before_restart():
+            broker = await connect(cluster.bootstrap_servers)
+            coord = await coordinator_conn(cluster)
+            try:
+                await create_topic(broker, topic, partitions=3)
+                pid, epoch = await init(coord, tid)
+                codes = [(await produce_v12(broker, pid, epoch, p)).error_code for p in (0, 1)]
+                return pid, epoch, codes
+            finally:
+                await broker.close()
+                await coord.close()
+
+        pid, epoch, codes = run(before_restart())
+        assert codes == [NONE, NONE]
+        cluster.restart_coordinator()
+        restored = cluster.coordinator.txn.transactions[tid]
+        assert restored.partitions == set() and restored.suspect
+
+        async def after_restart():
+            broker = await connect(cluster.bootstrap_servers)
+            coord = await coordinator_conn(cluster)
+            try:
+                new_partition = await produce_v12(broker, pid, epoch, 2)
+                commit = await end_txn_v5(coord, tid, pid, epoch, True)
+                abort = await end_txn_v5(coord, tid, pid, epoch, False)
+                return new_partition, commit, abort
+            finally:
+                await broker.close()
+                await coord.close()
+
+        new_partition, commit, abort = run(after_restart())
+        assert new_partition.error_code == TRANSACTION_ABORTABLE
+        assert commit[0] == TRANSACTION_ABORTABLE, "no commit of a transaction it forgot"
+        assert abort == (NONE, pid, epoch + 1), "the abort bumps the epoch"
+        # two rounds: a transaction open at both is asked about, and aborted as an orphan
+        aborter = broker_server.apis.txn_recovery
+        assert _on_broker_loop(broker_server, aborter.check_once()) == 0
+        assert _on_broker_loop(broker_server, aborter.check_once()) == 2
+        assert _on_broker_loop(broker_server, aborter.check_once()) == 0
+
+        async def read():
+            broker = await connect(cluster.bootstrap_servers)
+            try:
+                return [
+                    await fetch(broker, topic, 0, p, isolation_level=READ_COMMITTED)
+                    for p in (0, 1, 2)
+                ]
+            finally:
+                await broker.close()
+
+        found = run(read())
+        for p, data in enumerate(found):
+            assert int(data.last_stable_offset) == int(data.high_watermark), p
+        # the data of p0 and p1 is aborted (a record + the ABORT marker); p2 was refused
+        assert [int(d.high_watermark) for d in found] == [2, 2, 0]
+        assert [[int(a.producer_id) for a in d.aborted_transactions or ()] for d in found] == [
+            [pid],
+            [pid],
+            [],
+        ]
+
+
+def test_the_orphan_check_leaves_open_transactions_the_coordinator_knows(cluster):
+    topic = f"known-{uuid.uuid4().hex[:6]}"
+    tid = f"known-{topic}"
+    broker_server = cluster.brokers[0]
+
+    async def go():
+        broker = await connect(cluster.bootstrap_servers)
+        coord = await coordinator_conn(cluster)
+        try:
+            await create_topic(broker, topic, partitions=1)
+            pid, epoch = await init(coord, tid)
+            produced = await produce(
+                broker,
+                topic,
+                txn_batch([b"open"], pid, epoch),
+                0,
+                acks=-1,
+                transactional_id=tid,
+                version=12,
+            )
+            return pid, epoch, produced
+        finally:
+            await broker.close()
+            await coord.close()
+
+    pid, epoch, produced = run(go())
+    assert produced.error_code == NONE
+    aborter = broker_server.apis.txn_recovery
+    for _ in range(3):
+        assert _on_broker_loop(broker_server, aborter.check_once()) == 0
+
+    async def end():
+        coord = await coordinator_conn(cluster)
+        try:
+            return await end_txn_v5(coord, tid, pid, epoch, True)
+        finally:
+            await coord.close()
+
+    assert run(end())[0] == NONE, "still the producer's to commit"

@@ -15,7 +15,6 @@ from sparklog.coordinator.transaction.metadata import (
     TxnState,
     check_transition,
 )
-from sparklog.coordinator.transaction.persisted import transaction_row
 from sparklog.coordinator.transaction.tv2 import TRANSACTION_VERSION_2
 from sparklog.errors import (
     ConcurrentTransactionsError,
@@ -23,6 +22,7 @@ from sparklog.errors import (
     InvalidRequestError,
     InvalidTxnStateError,
     ProducerFencedError,
+    TransactionAbortableError,
 )
 from sparklog.structs import TopicPartition
 
@@ -152,6 +152,8 @@ class TransactionAdds:
         if code:
             return respond(code)
         meta = self.transactions[transactional_id]
+        if implicit and meta.suspect:
+            return respond(TransactionAbortableError.code)  # see `_add_in_memory`
         ongoing = meta.state is _S.ONGOING
         if ongoing and partitions <= meta.partitions and groups <= meta.groups:
             return respond(0)
@@ -164,37 +166,26 @@ class TransactionAdds:
         )
         if implicit:
             new.transaction_version = TRANSACTION_VERSION_2
-            return self._add_in_memory(meta, new, now_ms, respond)
+            return self._add_in_memory(meta, new, respond)
         self._persist(meta, new, now_ms, lambda _ms: respond(0), respond)
 
     def _add_in_memory(
-        self, meta: TransactionMetadata, new: TransactionMetadata, now_ms: int, respond: Respond
+        self, meta: TransactionMetadata, new: TransactionMetadata, respond: Respond
     ) -> None:
-        """A TV2 add (KIP-890 part 2) takes effect at once, and its row is written in the
-        background: the produce that caused it does not wait for a Delta commit, and a
-        transaction waits for one commit, its decision's, which carries every partition.
+        """A TV2 add (KIP-890 part 2) takes effect in memory only: the produce that caused it
+        waits for no Delta commit, and the transaction costs one commit, its decision's, whose
+        row carries every partition.
 
-        Recovery: the row goes with the next commit (rows are committed in order, so before the
-        decision's). Only a restart between the produce's append and that commit (one
-        commit's time) loses the add: the data then waits for a marker nobody sends until an
-        operator aborts it (`kafka-transactions.sh abort`), which Kafka's synchronous add
-        avoids. The epoch bump of every TV2 end keeps the rest: a marker of an older
-        transaction is refused by the partition (WriteTxnMarkers v2), so it never closes this
-        one, and a produce of an ended transaction is fenced instead of starting a new one."""
+        Recovery (what Kafka's synchronous add gives, kept otherwise): a restart forgets the
+        adds of open TV2 transactions, so `load` marks every id that is not prepared
+        `suspect`: a TV2 producer may not commit at the epoch it had (TRANSACTION_ABORTABLE to
+        its next add or commit: it aborts, which bumps the epoch; InitProducerId bumps it too;
+        TV1 requests, whose adds are written, are not concerned), and the brokers abort the
+        data of the forgotten partitions (`broker.txn_recovery`): a partition's open
+        transaction the coordinator does not know is an orphan, as the epoch bump of every
+        TV2 end guarantees no marker of the ended transaction is still on its way to it."""
         check_transition(meta, new)
-        tid = new.transactional_id
-        self.transactions[tid] = new
-
-        def done(_ms: int, error: int) -> None:
-            if error:
-                logger.warning(
-                    "transactional id %s: add row not written (error %d); the "
-                    "decision carries its partitions",
-                    tid,
-                    error,
-                )
-
-        self._writes.append(Write([transaction_row(new, now_ms)], done, replay=False))
+        self.transactions[new.transactional_id] = new
         respond(0)
 
     def verify_partitions(

@@ -49,6 +49,7 @@ from sparklog.errors import (
     InvalidTransactionTimeoutError,
     InvalidTxnStateError,
     ProducerFencedError,
+    TransactionAbortableError,
 )
 from sparklog.structs import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 
@@ -259,6 +260,9 @@ class TransactionCoordinator(TransactionAdds):
             return respond(ConcurrentTransactionsError.code)
         state = meta.state
         v2 = transaction_version >= TRANSACTION_VERSION_2
+        if v2 and meta.suspect and committed and meta.producer_epoch == producer_epoch:
+            # a restart may have lost some of this transaction's adds (`adds._add_in_memory`)
+            return respond(TransactionAbortableError.code)
         if state is _S.ONGOING:
             return self._prepare(meta, committed, now_ms, respond, bump=v2)
         is_retry = retry_on_epoch_bump(meta, producer_id, producer_epoch) or retry_on_overflow(
@@ -480,6 +484,10 @@ class TransactionCoordinator(TransactionAdds):
         markers of every prepared transaction."""
         assert not self.transactions, "load into an empty coordinator"
         self.replay_rows(rows, now_ms)
+        for meta in self.transactions.values():
+            # TV2 adds live in memory (`adds._add_in_memory`): any id whose transaction was
+            # not decided may have had an open transaction whose adds are lost
+            meta.suspect = not meta.state.is_prepared
         prepared = [m for m in self.transactions.values() if m.state.is_prepared]
         for meta in prepared:
             self._send_markers(meta)

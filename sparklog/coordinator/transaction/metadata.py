@@ -81,6 +81,9 @@ class TransactionMetadata:
     #: TV2: the producer id the next transaction gets when this one's epoch bump overflowed
     #: (Kafka's `nextProducerId`); NO_PRODUCER_ID otherwise
     next_producer_id: int = NO_PRODUCER_ID
+    #: TV2, after a restart: adds of the open transaction may have been forgotten, so the
+    #: producer may only abort at this epoch (in memory only; `adds._add_in_memory`)
+    suspect: bool = False
 
     def epoch_exhausted(self) -> bool:
         return self.producer_epoch >= MAX_PRODUCER_EPOCH - 1
@@ -148,7 +151,11 @@ class TransactionMetadata:
     def copy(self, **changes: Any) -> TransactionMetadata:
         """A copy with `changes`; sets are copied so the original stays as it was."""
         new = dataclasses.replace(
-            self, partitions=set(self.partitions), groups=set(self.groups), pending=False
+            self,
+            partitions=set(self.partitions),
+            groups=set(self.groups),
+            pending=False,
+            suspect=False,
         )
         for name, value in changes.items():
             setattr(new, name, value)

@@ -14,7 +14,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from sparklog.coordinator.transaction.metadata import TransactionMetadata, TxnState
-from sparklog.errors import ConcurrentTransactionsError, InvalidTxnStateError
+from sparklog.errors import (
+    ConcurrentTransactionsError,
+    InvalidTxnStateError,
+    TransactionAbortableError,
+)
 
 if TYPE_CHECKING:
     from sparklog.coordinator.transaction.coordinator import TransactionCoordinator
@@ -46,6 +50,9 @@ def end_txn_batch(
         if not code and meta is not None:
             if meta.pending or meta.state.is_prepared or meta.state is _S.PREPARE_EPOCH_FENCE:
                 code = ConcurrentTransactionsError.code
+            elif meta.suspect and decide_commit:
+                # a restart may have lost some of its adds (`adds._add_in_memory`)
+                code = TransactionAbortableError.code
             elif meta.state is not _S.ONGOING:
                 code = 0 if not meta.partitions else InvalidTxnStateError.code
         codes[tid] = code

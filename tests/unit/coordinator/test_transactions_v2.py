@@ -1,14 +1,18 @@
 """Transactions v2 (KIP-890 part 2) in the coordinator's core: implicit adds that take effect
-at once and are written in the background, an epoch bump at every EndTxn v5 (answered, the
+in memory (the decision's row carries the partitions), an epoch bump at every EndTxn v5 (answered, the
 markers carrying it with transaction version 2), retries recognised by the pre-bump epoch, an
-overflow to a fresh producer id, a late add of an ended transaction fenced, and restarts."""
+overflow to a fresh producer id, a late add of an ended transaction fenced, and restarts (an
+open transaction whose adds were forgotten may only abort)."""
 
 from __future__ import annotations
 
 from sparklog.coordinator.transaction.metadata import MAX_PRODUCER_EPOCH, TxnState
 from sparklog.coordinator.transaction.tv2 import answered_producer
+from sparklog.errors import TransactionAbortableError
 
 from .test_transactions import CONCURRENT, FENCED, INVALID_STATE, TIMEOUT_MS, Harness
+
+ABORTABLE = TransactionAbortableError.code
 
 
 def implicit_add(h: Harness, tid: str, pid: int, epoch: int, *tps) -> list[int]:
@@ -41,7 +45,7 @@ def end_v2(h: Harness, tid: str, pid: int, epoch: int, commit: bool) -> int | No
     return out[0] if out else None
 
 
-def test_an_implicit_add_answers_at_once_and_its_row_follows_without_being_waited_for() -> None:
+def test_an_implicit_add_takes_effect_in_memory_and_writes_nothing() -> None:
     h = Harness()
     _code, pid, epoch = h.init("tx")
     commits = len(h.commits)
@@ -50,10 +54,7 @@ def test_an_implicit_add_answers_at_once_and_its_row_follows_without_being_waite
     assert implicit_add(h, "tx", pid, epoch, ("t", 0), ("t", 1)) == [0]
     assert h.txn.transactions["tx"].partitions == {("t", 0), ("t", 1)}
     h.flush()
-    assert len(h.commits) == commits + 2, "the add rows go with the next commits"
-    assert implicit_add(h, "tx", pid, epoch, ("t", 1)) == [0]
-    h.flush()
-    assert len(h.commits) == commits + 2, "a partition already in: nothing written"
+    assert len(h.commits) == commits, "the decision's row will carry the partitions"
 
 
 def test_end_txn_v5_bumps_the_epoch_and_the_markers_carry_it() -> None:
@@ -140,20 +141,44 @@ def test_txn_offset_commit_v5_adds_the_group_itself() -> None:
     assert h.committed("g") == 7, "the decision made the offsets committed"
 
 
-def test_a_restart_keeps_a_written_add_and_resends_a_prepared_ends_markers() -> None:
+def test_after_a_restart_an_open_transaction_may_only_abort() -> None:
+    """The adds were in memory: the restarted coordinator cannot tell which partitions the
+    open transaction wrote, so its producer must abort (the brokers abort the data left)."""
     h = Harness()
     _code, pid, epoch = h.init("tx")
     implicit_add(h, "tx", pid, epoch, ("t", 0))
     h.flush()
     h.restart()
     meta = h.txn.transactions["tx"]
-    assert (meta.state, meta.partitions) == (TxnState.ONGOING, {("t", 0)})
+    assert (meta.state, meta.partitions, meta.suspect) == (TxnState.EMPTY, set(), True)
+    assert implicit_add(h, "tx", pid, epoch, ("t", 1)) == [ABORTABLE]
+    assert end_v2(h, "tx", pid, epoch, True) == ABORTABLE
+    assert end_v2(h, "tx", pid, epoch, False) == 0
+    meta = h.txn.transactions["tx"]
+    assert (meta.producer_epoch, meta.suspect) == (epoch + 1, False)
+    assert implicit_add(h, "tx", pid, epoch + 1, ("t", 1)) == [0], "the next one is fine"
+    assert end_v2(h, "tx", pid, epoch + 1, True) == 0
+
+
+def test_a_restart_resends_a_v2_decisions_markers_and_answers_its_retry() -> None:
+    h = Harness()
+    _code, pid, epoch = h.init("tx")
+    implicit_add(h, "tx", pid, epoch, ("t", 0))
     assert end_v2(h, "tx", pid, epoch, True) == 0
     h.restart()  # the markers were never delivered
     (job,) = h.markers
     assert (job.producer_epoch, job.transaction_version, job.committed) == (epoch + 1, 2, True)
+    assert job.partitions == {("t", 0)}, "the decision's row carried the partitions"
     h.deliver_markers()
     assert end_v2(h, "tx", pid, epoch, True) == 0, "the retry after the restart"
+
+
+def test_a_restart_does_not_refuse_v1_clients() -> None:
+    h = Harness()
+    _code, pid, epoch = h.init("tx")
+    assert h.add("tx", pid, epoch, ("t", 0)) == 0  # AddPartitionsToTxn v3: written
+    h.restart()
+    assert h.end("tx", pid, epoch, True) == 0, "EndTxn v4 commits what was written"
 
 
 def test_a_timed_out_implicit_transaction_is_aborted_with_its_partitions() -> None:
