@@ -264,13 +264,18 @@ class TierOffsets:
     found: tuple[int, int] | None = None
 
 
-def tier_offsets(table_for: TableFor, topic: str, partition: int, timestamp: int) -> TierOffsets:
-    """ListOffsets by timestamp (or -3) within the tier, on a worker thread."""
+def tier_offsets(
+    table_for: TableFor, topic: str, partition: int, timestamp: int, log_start_offset: int = 0
+) -> TierOffsets:
+    """ListOffsets by timestamp (or -3) within the tier, on a worker thread; from the log
+    start on (DeleteRecords moves it before the table drops the rows below it)."""
     table = table_for(topic)
     if table is None:
         return TierOffsets()
     table.refresh()
-    return TierOffsets(table.offset_for_timestamp(partition, timestamp))
+    return TierOffsets(
+        table.offset_for_timestamp(partition, timestamp, start_offset=log_start_offset)
+    )
 
 
 def merge_offsets(

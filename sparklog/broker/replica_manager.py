@@ -246,8 +246,12 @@ class ReplicaManager(AppendPath, ReadPath, FollowerPath):
         reader = self.remote_reader
         assert reader is not None
         self.dir_failures.check()
-        self.hosted(topic, partition).partition.check_leader(current_leader_epoch)
-        tier = await reader.run(lambda: tier_offsets(reader.table_for, topic, partition, timestamp))
+        hosted = self.hosted(topic, partition)
+        hosted.partition.check_leader(current_leader_epoch)
+        start = hosted.log.log_start_offset
+        tier = await reader.run(
+            lambda: tier_offsets(reader.table_for, topic, partition, timestamp, start)
+        )
         return self.list_offset(
             topic,
             partition,

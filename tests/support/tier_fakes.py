@@ -115,12 +115,15 @@ class MemoryTopicTable:
                 )
             return RemoteRead(start_offset, b"".join(out), aborted)
 
-    def offset_for_timestamp(self, partition: int, timestamp: int) -> tuple[int, int] | None:
+    def offset_for_timestamp(
+        self, partition: int, timestamp: int, *, start_offset: int = 0
+    ) -> tuple[int, int] | None:
         best: tuple[int, int] | None = None
+        start = max(self.start_offset(partition) or 0, start_offset)
         for data in self._parts.get(partition, _Partition()).batches:
             for batch in iter_batches(data):
                 for r in batch.records():
-                    if r.offset < (self.start_offset(partition) or 0):
+                    if r.offset < start:
                         continue
                     if timestamp == MAX_TIMESTAMP:
                         if best is None or r.timestamp > best[1]:

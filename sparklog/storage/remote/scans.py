@@ -163,29 +163,58 @@ def read_rows(
     return in_offset_order(pieces, None)
 
 
-def max_timestamp(files: PartitionFiles, scanner: FileScanner) -> tuple[int, int]:
-    """(offset, timestamp) of the record with the largest timestamp (the first of equals)."""
-    best = int(files.max_timestamp_ms.max())
-    paths = [files.paths[i] for i in np.flatnonzero(files.max_timestamp_ms == best).tolist()]
-    rows = scanner.table(paths, None, ["offset", "timestamp"])
-    ts = timestamps_ms(rows)
-    top = int(ts.max()) if len(ts) else best
-    offsets = rows.column("offset").to_numpy()[ts == top]
-    return int(offsets.min()), top
+def max_timestamp(
+    files: PartitionFiles, scanner: FileScanner, start_offset: int = 0
+) -> tuple[int, int] | None:
+    """(offset, timestamp) of the record at or above `start_offset` with the largest timestamp
+    (the first of equals); None when there is none."""
+    if start_offset <= int(files.min_offset.min()):
+        best = int(files.max_timestamp_ms.max())
+        paths = [files.paths[i] for i in np.flatnonzero(files.max_timestamp_ms == best).tolist()]
+        rows = scanner.table(paths, None, ["offset", "timestamp"])
+        ts = timestamps_ms(rows)
+        top = int(ts.max()) if len(ts) else best
+        offsets = rows.column("offset").to_numpy()[ts == top]
+        return int(offsets.min()), top
+    # the log start cuts into the table: files by their largest timestamp, each read from the
+    # start on, until no file left can hold a later (or equal and earlier) one
+    candidates = np.flatnonzero(files.max_offset >= start_offset)
+    order = candidates[np.argsort(-files.max_timestamp_ms[candidates], kind="stable")].tolist()
+    found: tuple[int, int] | None = None
+    for i in order:
+        if found is not None and int(files.max_timestamp_ms[i]) < found[1]:
+            break
+        rows = scanner.table([files.paths[i]], pc.field("offset") >= start_offset, _OFFSET_TS)
+        if not rows.num_rows:
+            continue
+        ts = timestamps_ms(rows)
+        top = int(ts.max())
+        offset = int(rows.column("offset").to_numpy()[ts == top].min())
+        if found is None or top > found[1] or (top == found[1] and offset < found[0]):
+            found = (offset, top)
+    return found
+
+
+_OFFSET_TS = ["offset", "timestamp"]
 
 
 def first_at_or_after(
-    files: PartitionFiles, scanner: FileScanner, timestamp: int
+    files: PartitionFiles, scanner: FileScanner, timestamp: int, start_offset: int = 0
 ) -> tuple[int, int] | None:
-    """Kafka's search: the first offset (in offset order) whose timestamp >= `timestamp`."""
-    candidates = np.flatnonzero(files.max_timestamp_ms >= timestamp)
+    """Kafka's search: the first offset (in offset order, at or above `start_offset`) whose
+    timestamp >= `timestamp`."""
+    candidates = np.flatnonzero(
+        (files.max_timestamp_ms >= timestamp) & (files.max_offset >= start_offset)
+    )
     order = candidates[np.argsort(files.min_offset[candidates], kind="stable")].tolist()
     found: tuple[int, int] | None = None
     cut = pc.field("timestamp") >= pa.scalar(timestamp * 1000, pa.timestamp("us", "UTC"))
+    if start_offset > 0:
+        cut = cut & (pc.field("offset") >= start_offset)
     for i in order:
         if found is not None and int(files.min_offset[i]) > found[0]:
             break  # files are in offset order: nothing earlier can follow
-        rows = scanner.table([files.paths[i]], cut, ["offset", "timestamp"])
+        rows = scanner.table([files.paths[i]], cut, _OFFSET_TS)
         if rows.num_rows:
             at = int(np.argmin(rows.column("offset").to_numpy()))
             offset = int(rows.column("offset")[at].as_py())

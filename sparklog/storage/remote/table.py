@@ -426,14 +426,16 @@ class DeltaTopicTable:
             aborted = aborted_txns(rows.filter(pc.field("offset") <= end))
         return RemoteRead(start_offset, records, aborted)
 
-    def offset_for_timestamp(self, partition: int, timestamp: int) -> tuple[int, int] | None:
+    def offset_for_timestamp(
+        self, partition: int, timestamp: int, *, start_offset: int = 0
+    ) -> tuple[int, int] | None:
         with self._lock:
             files = self._partition(partition)
             if not len(files):
                 return None
             if timestamp == _MAX_TIMESTAMP:
-                return scans.max_timestamp(files, self._scanner())
-            return scans.first_at_or_after(files, self._scanner(), timestamp)
+                return scans.max_timestamp(files, self._scanner(), start_offset)
+            return scans.first_at_or_after(files, self._scanner(), timestamp, start_offset)
 
     # -- retention ----------------------------------------------------------------------------
 

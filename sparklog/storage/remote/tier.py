@@ -116,9 +116,13 @@ class TopicTable(Protocol):
         """Whole batches from the one holding `start_offset`, at least one batch even past
         `max_bytes`, none at or past `upper_bound_offset`."""
 
-    def offset_for_timestamp(self, partition: int, timestamp: int) -> tuple[int, int] | None:
+    def offset_for_timestamp(
+        self, partition: int, timestamp: int, *, start_offset: int = 0
+    ) -> tuple[int, int] | None:
         """ListOffsets by timestamp within the tier: (offset, timestamp) of the first record at
-        or after `timestamp`; -3 (max timestamp) gives the record with the largest one."""
+        or after `timestamp`; -3 (max timestamp) gives the record with the largest one. Only
+        records at or above `start_offset` count: the log start, which DeleteRecords may have
+        moved past rows the table still holds (Kafka searches from the log start offset)."""
 
     def delete_before(self, partition: int, offset: int) -> int:
         """Retention / DeleteRecords: drop the partition's rows below `offset` (whole batches

@@ -247,6 +247,15 @@ def test_list_offsets_by_timestamp_spans_both_tiers(tiered):
     assert list_offset(rm, MAX_TIMESTAMP) == (6, NOW + 30, 0)
 
 
+def test_list_offsets_by_timestamp_starts_at_the_log_start_before_the_table_drops_rows(tiered):
+    rm, table = tiered
+    rm.hosted("t", 0).log.delete_records_before(4)  # the table still holds offsets 0..5
+    assert table.start_offset(0) == 0
+    assert list_offset(rm, NOW) == (4, NOW + 20, 0)
+    assert list_offset(rm, NOW + 10) == (4, NOW + 20, 0)
+    assert list_offset(rm, NOW + 21) == (6, NOW + 30, 0)  # the local log
+
+
 def test_latest_tiered_of_a_topic_without_remote_storage_is_minus_one(tiered):
     rm, _table = tiered
     rm.apply_metadata({"plain": topic_meta("plain")})

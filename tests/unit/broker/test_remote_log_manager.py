@@ -80,7 +80,7 @@ class MemoryTable:
     def read(self, partition, start_offset, max_bytes, **kw) -> RemoteRead:
         raise NotImplementedError
 
-    def offset_for_timestamp(self, partition, timestamp):
+    def offset_for_timestamp(self, partition, timestamp, *, start_offset=0):
         raise NotImplementedError
 
     def delete_before(self, partition: int, offset: int) -> int:

@@ -225,6 +225,18 @@ def test_offset_for_timestamp(table):
     assert table.offset_for_timestamp(0, -3) == (5, 5002)
 
 
+def test_offset_for_timestamp_searches_from_the_log_start(table):
+    """DeleteRecords moves the log start before the table drops the rows: the lookup starts
+    there (Kafka's findOffsetByTimestamp from the log start offset)."""
+    table.append([upload(0, [batch(0, 3, ts=1000), batch(3, 3, ts=5000), batch(6, 2, ts=2000)])])
+    assert table.offset_for_timestamp(0, 1001, start_offset=2) == (2, 1002)
+    assert table.offset_for_timestamp(0, 1001, start_offset=4) == (4, 5001)
+    assert table.offset_for_timestamp(0, 5002, start_offset=6) is None
+    assert table.offset_for_timestamp(0, -3, start_offset=6) == (7, 2001)
+    assert table.offset_for_timestamp(0, -3, start_offset=8) is None
+    assert table.offset_for_timestamp(0, 1001, start_offset=0) == (1, 1001)
+
+
 def test_retention_removes_whole_batches_only(table):
     table.append([upload(0, [batch(0, 5, ts=1000), batch(5, 5, ts=2000)])])
     table.append([upload(0, [batch(10, 5, ts=3000)])])
