@@ -19,13 +19,15 @@ the log start with `maybe_increment_log_start_offset`.
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
 
 from sparklog.errors import OffsetMovedToTieredStorageError, OffsetOutOfRangeError
 from sparklog.storage.config import LogConfig
 from sparklog.storage.epoch_cache import LeaderEpochFileCache
 from sparklog.storage.local_log import LocalLog
 from sparklog.storage.producer_state import ProducerStateManager
-from sparklog.storage.retention import deletable_segments
+from sparklog.storage.retention import deletable_segments, should_roll_for_retention
+from sparklog.storage.segment import LogSegment
 
 
 class LogStartMixin:
@@ -46,6 +48,10 @@ class LogStartMixin:
     highest_offset_in_remote_storage: int
     #: the broker's remote.log.storage.system.enable (set by the log manager)
     remote_storage_system_enable: bool
+
+    if TYPE_CHECKING:
+
+        def roll(self, now_ms: int) -> LogSegment: ...  # Log's
 
     @property
     def remote_log_enabled(self) -> bool:
@@ -113,19 +119,27 @@ class LogStartMixin:
         """Retention: drop whole non-active segments below the log start offset, or (cleanup
         policy delete) older than the retention time or beyond the retention size: local
         retention, and only what the remote tier holds, for a remote log that copies
-        (`remote.log.copy.disable` false); `retention.*` otherwise. Returns the count."""
+        (`remote.log.copy.disable` false); `retention.*` otherwise. A copying log rolls an
+        active segment past local retention once nothing closed is left to keep (see
+        `retention.should_roll_for_retention`). Returns the count."""
         with self._lock:
             copying = self.remote_log_enabled and not self.config.remote_log_copy_disable
-            deletable = deletable_segments(
-                self._local.segments,
-                self._local.bases,
-                self._local.size_in_bytes,
-                self.high_watermark,
-                self.log_start_offset,
-                self.config,
-                now_ms,
-                remote_copied_end=self.highest_offset_in_remote_storage + 1 if copying else None,
-            )
+            deletable = self._deletable(now_ms, copying)
+            if (
+                copying
+                and now_ms is not None
+                and should_roll_for_retention(
+                    self._local.segments,
+                    deletable,
+                    self._local.size_in_bytes,
+                    self.log_end_offset,
+                    self.high_watermark,
+                    self.config,
+                    now_ms,
+                )
+            ):
+                self.roll(now_ms)
+                deletable = self._deletable(now_ms, copying)
             self._local.delete(deletable)
             if deletable:
                 first = self._local.bases[0]
@@ -135,6 +149,18 @@ class LogStartMixin:
                     self.epoch_cache.truncate_from_start(self.log_start_offset)
                 self.producer_state.delete_snapshots_before(self.local_log_start_offset)
             return len(deletable)
+
+    def _deletable(self, now_ms: int | None, copying: bool) -> list[LogSegment]:
+        return deletable_segments(
+            self._local.segments,
+            self._local.bases,
+            self._local.size_in_bytes,
+            self.high_watermark,
+            self.log_start_offset,
+            self.config,
+            now_ms,
+            remote_copied_end=self.highest_offset_in_remote_storage + 1 if copying else None,
+        )
 
     def only_local_bytes(self) -> int:
         """Bytes of the local segments not (wholly) in the remote tier: what whole-log

@@ -56,3 +56,30 @@ def deletable_segments(
         out.append(segment)
         total -= segment.size_bytes
     return out
+
+
+def should_roll_for_retention(
+    segments: Sequence[LogSegment],
+    deletable: Sequence[LogSegment],
+    size_in_bytes: int,
+    log_end_offset: int,
+    high_watermark: int,
+    config: LogConfig,
+    now_ms: int,
+) -> bool:
+    """Whether local retention of a log copying to its remote tier should roll the active
+    segment: every closed segment is deletable and the active one, non-empty and wholly below
+    the high watermark, is past `local.retention.ms/bytes` too (Kafka's `deleteOldSegments`
+    rolls a log whose every segment is deletable; here the roll is what lets the copy task
+    take the active segment's records, and the next round delete them locally)."""
+    active = segments[-1]
+    if not config.delete or active.size_bytes == 0 or high_watermark < log_end_offset:
+        return False
+    if len(deletable) != len(segments) - 1:
+        return False
+    retention_ms = config.local_retention_ms_effective
+    retention_bytes = config.local_retention_bytes_effective
+    left = size_in_bytes - sum(s.size_bytes for s in deletable)
+    expired = 0 <= retention_ms < now_ms - active.largest_timestamp
+    oversize = 0 <= retention_bytes <= left - active.size_bytes
+    return expired or oversize

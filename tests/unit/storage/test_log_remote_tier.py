@@ -50,8 +50,40 @@ def test_copied_but_within_local_retention_stays(tmp_path):
     log = filled(tmp_path / "t-0", tiered(**{"local.retention.ms": 60_000}))
     log.update_highest_offset_in_remote_storage(log.log_end_offset - 1)
     assert log.delete_old_segments(NOW + 1000) == 0
+    count = len(log.segments)
+    # the active segment is wholly in the tier too (freshness): rolled and deleted with them
+    assert log.delete_old_segments(NOW + 120_000) == count
+    assert log.local_log_start_offset == log.log_end_offset == 20
+
+
+def test_an_active_segment_past_local_retention_is_rolled_for_the_copy(tmp_path):
+    """Kafka's deleteOldSegments: once every closed segment is gone and the active one is past
+    local retention, the log rolls it, so the copy task takes it and retention deletes it."""
+    log = filled(tmp_path / "t-0", tiered(**{"local.retention.ms": 1000}), n=2)
+    assert len(log.segments) == 1
+    assert log.delete_old_segments(NOW + 500) == 0  # within local retention: not rolled
+    assert len(log.segments) == 1
+    assert log.delete_old_segments(NOW + 10_000) == 0  # rolled; not in the tier yet
+    assert [s.base_offset for s in log.segments] == [0, 2]
+    assert log.delete_old_segments(NOW + 10_000) == 0  # the new active segment is empty
+    assert len(log.segments) == 2
+    log.update_highest_offset_in_remote_storage(1)
+    assert log.delete_old_segments(NOW + 10_000) == 1
+    assert log.local_log_start_offset == 2 == log.log_end_offset
+    assert log.log_start_offset == 0
+
+
+def test_the_active_segment_is_not_rolled_above_the_high_watermark_or_while_closed_stay(tmp_path):
+    log = filled(tmp_path / "t-0", tiered(**{"local.retention.ms": 1000}))
+    count = len(log.segments)
+    assert log.delete_old_segments(NOW + 10_000) == 0  # closed segments not copied: no roll
+    assert len(log.segments) == count
+    log.append_as_leader(build_batch([SimpleRecord(b"x", None, NOW)]), 0, NOW)  # above the HW
+    active = log.active_segment.base_offset
+    log.update_highest_offset_in_remote_storage(active - 1)
     closed = len(log.segments) - 1
-    assert log.delete_old_segments(NOW + 120_000) == closed
+    assert log.delete_old_segments(NOW + 10_000) == closed
+    assert [s.base_offset for s in log.segments] == [active]
 
 
 def test_local_retention_bytes_follows_retention_bytes(tmp_path):
