@@ -35,8 +35,7 @@ from sparklog.broker.replica_base import TopicMetadata
 from sparklog.broker.replica_manager import ReplicaManager
 from sparklog.metrics.metric import MetricName
 from sparklog.metrics.registry import Metrics
-from sparklog.storage.object_store import storage_options
-from sparklog.storage.remote.config import RemoteLogManagerConfig
+from sparklog.storage.remote.config import RemoteLogManagerConfig, remote_table_storage_options
 
 logger = logging.getLogger(__name__)
 
@@ -204,7 +203,7 @@ def build_remote_tier(
         return None if found is None else found.topic_id
 
     tables = RemoteTables(
-        remote.remote_table_root, storage_options(config.originals), topic_ids=topic_id
+        remote.remote_table_root, remote_table_storage_options(config.originals), topic_ids=topic_id
     )
     tasks = RemoteLogTasks(
         node_id, remote, tables, replica_manager, clock_ms=wall_clock_ms, metrics=metrics

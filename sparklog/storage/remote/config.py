@@ -1,9 +1,20 @@
 """Broker settings of the remote tier, Kafka's `RemoteLogManagerConfig` names and defaults.
 
 Kafka plugs a `RemoteStorageManager` class in; sparklog's remote tier is always a Delta table
-per topic under `remote.table.root` (a local path shared by the brokers, or an object-store URI
-opened with the `storage.options.<key>` settings, as the driver's state is:
-`sparklog/storage/object_store.py`).
+per topic under `remote.table.root` (a local path shared by the brokers, or an object-store
+URI).
+
+Brokers reach an object store with their own settings, `remote.table.storage.options.<key>`
+(delta-rs / `object_store` option names, as `storage.options.<key>`: `AWS_ENDPOINT_URL`,
+`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, ...), or with the AWS_* variables
+of their environment when none are given. The driver's `storage.options.*` (its state's
+credentials) are never sent to brokers (`object_store.without_storage_options`), so the
+operator gives the brokers credentials for the tables' root only, which may be narrower than
+the driver's. These settings are sensitive: DescribeConfigs never lists them, messages
+redact their values (`object_store.redact`), and Spark's conf redaction covers them
+(`spark/redaction.is_secret_setting`). A broker started with `storage.options.*` of its own
+(by hand, not by sparklog's launchers) uses them too; `remote.table.storage.options.*`
+override them key by key.
 """
 
 from __future__ import annotations
@@ -12,6 +23,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sparklog.settings import LONG_MAX, ConfigType, Range, Scope, Setting, define
+from sparklog.storage.object_store import (
+    STORAGE_OPTIONS_PREFIX,
+    StorageLocationError,
+    storage_options,
+)
 
 
 def _remote(name: str, kind: ConfigType, default: object, doc: str, **extra: object) -> Setting:
@@ -85,6 +101,41 @@ REMOTE_LOG_SETTINGS = define(
     ),
 )
 _D = REMOTE_LOG_SETTINGS.default
+
+#: The brokers' object-store options for the topic tables (see the module doc).
+REMOTE_TABLE_OPTIONS_PREFIX = "remote.table.storage.options."
+
+REMOTE_TABLE_OPTIONS_SETTINGS = define(
+    _remote(
+        REMOTE_TABLE_OPTIONS_PREFIX,
+        ConfigType.STRING,
+        None,
+        "the brokers' delta-rs storage options for topic tables on an object store "
+        "(remote.table.storage.options.AWS_REGION=...); the driver's storage.options.* never "
+        "reach brokers; without these a broker uses its AWS_* environment. Credentials among "
+        "them, so every value is sensitive",
+        sensitive=True,
+        prefix=True,
+    ),
+)
+
+
+def remote_table_storage_options(props: Mapping[str, object]) -> dict[str, str]:
+    """The storage options a broker opens topic tables with: its `storage.options.*` (only
+    a broker started by hand has any), overridden by `remote.table.storage.options.*`.
+    Refuses `AWS_S3_ALLOW_UNSAFE_RENAME=true` (a table's fencing of a stale leader's copy
+    rests on the store's conditional put, as the driver's state does)."""
+    own = {
+        STORAGE_OPTIONS_PREFIX + str(key)[len(REMOTE_TABLE_OPTIONS_PREFIX) :]: value
+        for key, value in props.items()
+        if str(key).startswith(REMOTE_TABLE_OPTIONS_PREFIX)
+    }
+    given = storage_options(props)
+    try:
+        return {**given, **storage_options(own)}
+    except StorageLocationError as e:
+        message = str(e).replace(STORAGE_OPTIONS_PREFIX, REMOTE_TABLE_OPTIONS_PREFIX, 1)
+        raise StorageLocationError(message) from None
 
 
 @dataclass(frozen=True, slots=True)
