@@ -19,14 +19,22 @@ whole data file: reads go through a read-ahead cache (`remote_read_cache`, spark
 chunk caches of Kafka's remote storage plug-ins) that asks the table for 16 MiB at once and reads
 the next chunk ahead in the background. The same pool answers the ListOffsets lookups that need
 the table (by timestamp, -3).
+
+The pool's metrics are Kafka's (`kafka.log.remote:type=RemoteStorageThreadPool`):
+RemoteLogReaderTaskQueueSize, the reads waiting for a thread, and
+RemoteLogReaderAvgIdlePercent, the threads' idle share over the last `IDLE_WINDOW_NS`
+(`PoolIdleMeter`, times passed in).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
+import threading
+import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -91,6 +99,61 @@ class FetchByteRate:
         self._rate.record(self._config, float(nbytes), now_ms)
 
 
+#: The window RemoteLogReaderAvgIdlePercent averages over.
+IDLE_WINDOW_NS = 30_000_000_000
+_POOL_METRICS = ("kafka.log.remote", "RemoteStorageThreadPool")
+
+
+class PoolIdleMeter:
+    """The reader pool's queue and idle share: reads submitted, started and finished (called
+    from any thread; times passed in, monotonic ns)."""
+
+    def __init__(self, threads: int, window_ns: int = IDLE_WINDOW_NS, *, now_ns: int) -> None:
+        self.threads = threads
+        self.window_ns = window_ns
+        self._created_ns = now_ns
+        self._lock = threading.Lock()
+        self._queued = 0
+        self._running: collections.Counter[int] = collections.Counter()  # start time -> count
+        self._finished: collections.deque[tuple[int, int]] = collections.deque()
+
+    @property
+    def queue_size(self) -> int:
+        return self._queued
+
+    def submitted(self) -> None:
+        with self._lock:
+            self._queued += 1
+
+    def dropped(self) -> None:
+        """A submitted read was cancelled before a thread took it."""
+        with self._lock:
+            self._queued -= 1
+
+    def started(self, now_ns: int) -> None:
+        with self._lock:
+            self._queued = max(0, self._queued - 1)
+            self._running[now_ns] += 1
+
+    def finished(self, started_ns: int, now_ns: int) -> None:
+        with self._lock:
+            self._running[started_ns] -= 1
+            if self._running[started_ns] <= 0:
+                del self._running[started_ns]
+            self._finished.append((started_ns, now_ns))
+
+    def idle_ratio(self, now_ns: int) -> float:
+        """1 - busy thread time / thread time over the window ending at `now_ns`."""
+        with self._lock:
+            since = max(self._created_ns, now_ns - self.window_ns)
+            while self._finished and self._finished[0][1] <= since:
+                self._finished.popleft()
+            busy = sum(end - max(start, since) for start, end in self._finished)
+            busy += sum((now_ns - max(start, since)) * n for start, n in self._running.items())
+        span = (now_ns - since) * self.threads
+        return 1.0 if span <= 0 else min(1.0, max(0.0, 1.0 - busy / span))
+
+
 class RemoteLogReader:
     """A broker's reads of tiered data: the pool, its bound and the byte rate. Create and use
     on the broker's event loop; `close` once."""
@@ -111,13 +174,24 @@ class RemoteLogReader:
         self._clock_ms = clock_ms
         self._threads = config.remote_log_reader_threads
         self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="remote-log-reader")
+        self.pool_meter = PoolIdleMeter(self._threads, now_ns=time.monotonic_ns())
         self._max_in_flight = self._threads + max_pending
         self.in_flight = 0
         self.quota = FetchByteRate(config.remote_log_manager_fetch_max_bytes_per_second)
         #: read-ahead of tiered data (None: every fetch reads the table)
         self.cache: ReadAheadCache | None = (
-            ReadAheadCache(submit=self._pool.submit) if read_ahead else None
+            ReadAheadCache(submit=self._submit) if read_ahead else None
         )
+        if metrics is not None:
+            meter = self.pool_meter
+            metrics.gauge(
+                MetricName.of(*_POOL_METRICS, "RemoteLogReaderTaskQueueSize"),
+                lambda: float(meter.queue_size),
+            )
+            metrics.gauge(
+                MetricName.of(*_POOL_METRICS, "RemoteLogReaderAvgIdlePercent"),
+                lambda: meter.idle_ratio(time.monotonic_ns()),
+            )
         # counters (Kafka's RemoteFetchRequestsPerSec, FailedRemoteFetchRequestsPerSec,
         # RemoteFetchBytesPerSec, DelayedRemoteFetchMetrics.ExpiresPerSec)
         self.reads = 0
@@ -146,9 +220,30 @@ class RemoteLogReader:
             )
         self.in_flight += 1
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._pool, fn)
+            return await asyncio.wrap_future(self._submit(fn))
         finally:
             self.in_flight -= 1
+
+    def _submit(self, fn: Callable[[], T]) -> Future[T]:
+        """`fn` on the pool, counted by the pool's meter (queued until a thread takes it)."""
+        meter = self.pool_meter
+
+        def timed() -> T:
+            start = time.monotonic_ns()
+            meter.started(start)
+            try:
+                return fn()
+            finally:
+                meter.finished(start, time.monotonic_ns())
+
+        meter.submitted()
+        try:
+            future = self._pool.submit(timed)
+        except BaseException:
+            meter.dropped()
+            raise
+        future.add_done_callback(lambda f: meter.dropped() if f.cancelled() else None)
+        return future
 
     async def read_all(self, infos: list[RemoteFetchInfo]) -> list[RemoteRead | Exception | None]:
         """Read every partition of `infos` at once (KAFKA-14915), waiting at most
@@ -203,6 +298,8 @@ class RemoteLogReader:
     def close(self, *, wait: bool = False) -> None:
         """Stop the pool: queued reads are cancelled, running ones finish (awaited if `wait`)."""
         self._pool.shutdown(wait=wait, cancel_futures=True)
+        if self.metrics is not None:
+            self.metrics.remove_matching(lambda n: (n.domain, n.type) == _POOL_METRICS)
 
 
 def read_tier(

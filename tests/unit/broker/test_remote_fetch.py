@@ -345,3 +345,57 @@ def test_the_read_ahead_loads_the_next_chunk_before_the_consumer_reaches_it(monk
     assert loads[:4] == list(range(0, 10, per_chunk))  # each chunk read once, ahead of need
     assert loads == sorted(set(loads)) and cache.misses == 1
     assert cache.size <= 2 * 400
+
+
+def _gauge(metrics, name):
+    from sparklog.metrics.metric import MetricName
+
+    metric = metrics.metric(MetricName.of("kafka.log.remote", "RemoteStorageThreadPool", name))
+    return None if metric is None else metric.value()
+
+
+def test_the_reader_pool_reports_its_queue_and_idle_share():
+    """Kafka's RemoteLogReaderTaskQueueSize (reads waiting for a thread) and
+    RemoteLogReaderAvgIdlePercent (the threads' idle share) of the reader pool."""
+    from sparklog.metrics.registry import Metrics
+
+    metrics = Metrics()
+    config = RemoteLogManagerConfig(
+        remote_log_storage_system_enable=True, remote_log_reader_threads=1
+    )
+    reader = RemoteLogReader(config, {}.get, clock_ms=Clock(), metrics=metrics)
+    assert _gauge(metrics, "RemoteLogReaderTaskQueueSize") == 0
+    started, release = threading.Event(), threading.Event()
+
+    def slow() -> int:
+        started.set()
+        release.wait(30)
+        return 1
+
+    async def three() -> list[int]:
+        runs = [asyncio.ensure_future(reader.run(slow)) for _ in range(3)]
+        await asyncio.to_thread(started.wait, 30)
+        assert _gauge(metrics, "RemoteLogReaderTaskQueueSize") == 2
+        assert _gauge(metrics, "RemoteLogReaderAvgIdlePercent") < 1.0
+        release.set()
+        return list(await asyncio.gather(*runs))
+
+    try:
+        assert asyncio.run(three()) == [1, 1, 1]
+        assert _gauge(metrics, "RemoteLogReaderTaskQueueSize") == 0
+    finally:
+        reader.close(wait=True)
+    assert _gauge(metrics, "RemoteLogReaderTaskQueueSize") is None  # gone with the pool
+
+
+def test_pool_idle_share_over_the_window():
+    from sparklog.broker.remote_fetch import PoolIdleMeter
+
+    meter = PoolIdleMeter(threads=2, window_ns=10_000, now_ns=0)
+    assert meter.idle_ratio(now_ns=0) == 1.0
+    meter.started(now_ns=1_000)
+    meter.finished(started_ns=1_000, now_ns=5_000)  # one thread busy 4 of 10 units
+    assert meter.idle_ratio(now_ns=10_000) == pytest.approx(1 - 4_000 / 20_000)
+    meter.started(now_ns=10_000)  # running: counts up to now
+    # the window is [2_000, 12_000]: 3_000 of the finished read, 2_000 of the running one
+    assert meter.idle_ratio(now_ns=12_000) == pytest.approx(1 - 5_000 / 20_000)
