@@ -28,7 +28,10 @@ second`) is a token bucket over rounds.
 Topic lifecycle (`on_topics`): a topic deleted, or `remote.storage.enable` turned off with
 `remote.log.delete.on.disable`, gets its table dropped by the broker that led its partition 0
 (or, leaderless, was its lowest replica) when it last saw the topic; every broker forgets its
-open handle. A broker that was down then leaves the table in place (drop it by hand).
+open handle. If that broker was down then, or restarted before the drop succeeded (pending
+drops live in memory), the table stays (drop it by hand, docs/tiered-storage.md "Limits"): no
+broker scans the root for tables of unknown topic ids, since one whose metadata lags would
+take a just-created topic's table for an orphan.
 
 Sans-IO apart from the table and the logs: times are passed in. One round at a time.
 """
