@@ -7,7 +7,8 @@ by `start`, and at import when a SparkSession is already active). `sparklog.topi
 `group_offsets_df` and `consumer_lag_df` read the consumer groups' Delta table, `audit_df` the
 audit trail's (authentication failures, denials, ACL and credential changes);
 `topic_table`, `topic_table_as_of` and `committed_records` read a topic's remote tier, a Delta
-table (docs/tiered-storage.md).
+table (docs/tiered-storage.md); `read_topic` is `format("sparklog")`'s batch read with
+the tiered offsets scanned by Spark's own Parquet reader.
 Importing sparklog does not import pyspark.
 """
 
@@ -30,6 +31,7 @@ if TYPE_CHECKING:  # the public API's types, without importing pyspark at run ti
     from sparklog.spark.notebook import query_lag_df as query_lag_df
     from sparklog.spark.notebook import topics_df as topics_df
     from sparklog.spark.source import SparkLogDataSource
+    from sparklog.spark.table_scan import read_topic as read_topic
     from sparklog.spark.topic_tables import committed_records as committed_records
     from sparklog.spark.topic_tables import topic_table as topic_table
     from sparklog.spark.topic_tables import topic_table_as_of as topic_table_as_of
@@ -83,6 +85,7 @@ _NOTEBOOK_VIEWS = {
     "topic_table": "sparklog.spark.topic_tables",
     "topic_table_as_of": "sparklog.spark.topic_tables",
     "committed_records": "sparklog.spark.topic_tables",
+    "read_topic": "sparklog.spark.table_scan",
 }
 
 
