@@ -8,7 +8,9 @@ one local Spark application for (a):
                        tier, served by the broker, vs a plain Parquet read of the same rows
                        (key, value; pyarrow-written). Targets: table >= 3x brokers, >= 0.8x
                        Parquet. Also the tiered topic read with remoteTableReads=false (the
-                       broker serving tiered offsets from the table: `broker_remote`).
+                       broker serving tiered offsets from the table: `broker_remote`), and
+                       `sparklog.read_topic` of the tiered topic (`read_topic`: the same
+                       read with the tiered offsets scanned by Spark's Parquet reader).
   (b) upload           the broker's produce MB/s (flat out, acks=1, tier off) vs the tier's
                        copy MB/s of the same bytes (the tier turned on for the topic, timed
                        until the table's app transaction reaches the high watermark: the
@@ -331,6 +333,11 @@ def historical_read(bench: Bench, tiered: str, local: str, parquet: str) -> dict
         "brokers": sparklog_read(local, False),
         "parquet": lambda: timed(lambda: count_and_sum(spark.read.parquet(parquet))),
         "broker_remote": sparklog_read(tiered, False),
+        "read_topic": lambda: timed(
+            lambda: count_and_sum(
+                sparklog.read_topic(spark, tiered, {"kafka.bootstrap.servers": bench.bootstrap})
+            )
+        ),
     }
     for cell in cells.values():  # warm-up: workers, imports, code generation
         cell()
@@ -340,6 +347,8 @@ def historical_read(bench: Bench, tiered: str, local: str, parquet: str) -> dict
     out["table_vs_brokers"] = _ratios(runs["table"], runs["brokers"])
     out["table_vs_parquet"] = _ratios(runs["table"], runs["parquet"])
     out["broker_remote_vs_brokers"] = _ratios(runs["broker_remote"], runs["brokers"])
+    out["read_topic_vs_brokers"] = _ratios(runs["read_topic"], runs["brokers"])
+    out["read_topic_vs_parquet"] = _ratios(runs["read_topic"], runs["parquet"])
     out["samples"] = {k: [round(x) for x in v] for k, v in runs.items()}
     return out
 
