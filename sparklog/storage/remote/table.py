@@ -663,7 +663,9 @@ def writer_properties(row_bytes: int, rows: int) -> Any:
     """Parquet settings of the data files: row groups of about `_ROW_GROUP_BYTES` (a read
     of `max_bytes` decodes about that much more, by row-group statistics), offsets and
     timestamps delta-encoded (they grow by small steps), values without dictionary or min/max
-    statistics (no reader prunes by a value; computing them costs the writer)."""
+    statistics (no reader prunes by a value; computing them costs the writer), pages
+    compressed with Snappy as Spark and Delta write theirs (an uncompressed table of 3 M
+    100-byte records took 362 MB where Spark's own Parquet took 40 MB)."""
     from deltalake import ColumnProperties, WriterProperties
 
     per_row = max(1, row_bytes // max(1, rows))
@@ -671,4 +673,6 @@ def writer_properties(row_bytes: int, rows: int) -> Any:
     delta = ColumnProperties(dictionary_enabled=False, encoding="DELTA_BINARY_PACKED")
     columns = {name: delta for name in _DELTA_ENCODED}
     columns["value"] = ColumnProperties(dictionary_enabled=False, statistics_enabled="NONE")
-    return WriterProperties(max_row_group_size=group_rows, column_properties=columns)
+    return WriterProperties(
+        max_row_group_size=group_rows, column_properties=columns, compression="SNAPPY"
+    )
