@@ -30,6 +30,8 @@ from typing import Any
 
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
+from sparklog.spark.offsets import PartitionOffsets, from_json_dict
+
 logger = logging.getLogger(__name__)
 
 
@@ -117,3 +119,14 @@ class SourceLagListener(StreamingQueryListener):
         """The sources' metrics of `query_id`'s latest progress ([] before its first one)."""
         with self._lock:
             return list(self._latest.get(str(query_id), []))
+
+
+def source_offsets(progress: Any) -> list[PartitionOffsets]:
+    """The `endOffset` of each source of `progress` whose offsets have sparklog's (Kafka's)
+    shape, as partition offsets, in the order of `progress.sources`."""
+    out = []
+    for source in _as_dict(progress).get("sources") or ():
+        end = _offsets(source.get("endOffset"))
+        if end is not None:
+            out.append(from_json_dict(end))
+    return out

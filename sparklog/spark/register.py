@@ -75,6 +75,9 @@ def register(
     spark.dataSource.register(cls)
     append_by_default()
     _redact_secret_options(spark)
+    from sparklog.spark.group_commits import install
+
+    install(spark, bootstrap_servers)  # groups follow each finished batch (kafka.group.id)
     logger.info("registered format('sparklog') (default bootstrap: %s)", bootstrap_servers)
     return cls
 

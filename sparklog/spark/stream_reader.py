@@ -22,7 +22,9 @@ The offsets a batch covers are in Spark's checkpoint, so a restarted query re-pl
 ranges and reads the same records: the checkpoint stays the source of truth. With
 `kafka.group.id`, `commit(end)` also commits each finished batch's end offsets to that consumer
 group (in the group coordinator's Delta table), so `kafka-consumer-groups`, `consumer_lag_df`
-and any lag monitor see the query's progress (Spark's Kafka connector never commits). A failed
+and any lag monitor see the query's progress (Spark's Kafka connector never commits). Spark calls
+`commit(end)` only while planning the next batch, so the driver's `GroupCommitListener`
+(group_commits.py) commits each batch's end as its progress is reported. A failed
 group commit is logged, never fails the query; a replayed commit commits the same offsets.
 """
 

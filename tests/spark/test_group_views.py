@@ -5,6 +5,7 @@ extension (`SPARK_DELTA`), as README "Delta, natively" tells users to build thei
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 
@@ -218,3 +219,40 @@ def test_audit_df_reads_the_clusters_audit_table(spark, cluster):
     assert [tuple(r) for r in rows] == [
         ("User:mallory", "192.0.2.9", "DELETE_TOPICS", "DELETE", "DENIED", 1_764_000_000_000)
     ]
+
+
+def test_after_stop_the_group_holds_the_last_finished_batch_s_end_offsets(spark, cluster, tmp_path):
+    """A processing-time query with `kafka.group.id`: Spark calls the stream's `commit(end)`
+    only when it plans the next batch, so the group used to trail the checkpoint by one
+    trigger after `stop()`; the driver's listener commits each progress's `endOffset`."""
+    topic, group = f"gv-stop-{uuid.uuid4().hex[:6]}", f"gv-stop-{uuid.uuid4().hex[:6]}"
+    with AdminClient({"bootstrap.servers": cluster.bootstrap_servers}) as admin:
+        admin.create_topics([NewTopic(topic, 2)])
+    produce(cluster, topic, 40)
+    query = (
+        spark.readStream.format("sparklog")
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", 10)
+        .option("kafka.group.id", group)
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(processingTime="2 seconds")  # the next plan is 2 s away
+        .start()
+    )
+    try:
+        while query.lastProgress is None or query.lastProgress["batchId"] < 2:
+            assert query.exception() is None
+            query.awaitTermination(0.2)
+    finally:
+        query.stop()
+    spark._jsparkSession.sparkContext().listenerBus().waitUntilEmpty()  # progress delivered
+    last = query.lastProgress
+    end = json.loads(last["sources"][0]["endOffset"])
+    committed = {
+        (r.topic, r.partition): r.committed_offset
+        for r in sparklog.group_offsets_df(spark, group=group).collect()
+    }
+    assert committed == {(topic, int(p)): o for p, o in end[topic].items()}
+    assert sum(committed.values()) == 10 * (last["batchId"] + 1) < 40  # not the whole topic
