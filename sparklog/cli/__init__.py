@@ -8,7 +8,7 @@ Subcommands, after Kafka's tools:
 - `topics create|list|describe|alter|delete` (kafka-topics), `produce` (kafka-console-producer,
   lines from stdin), `consume [--group G]` (kafka-console-consumer), `groups list|describe
   [--members|--state]|reset-offsets|delete|delete-offsets` (kafka-consumer-groups), `configs
-  describe|alter` (kafka-configs --entity-type topics|brokers), `get-offsets`
+  describe|alter` (kafka-configs --entity-type topics|brokers|groups), `get-offsets`
   (kafka-get-offsets), `delete-records` (kafka-delete-records), `acls add|list|remove`
   (kafka-acls) and `users add-scram|describe|delete` (kafka-configs --entity-type users),
   `quotas describe|alter` (kafka-configs --entity-type users|clients|ips) and

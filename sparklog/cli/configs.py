@@ -1,7 +1,9 @@
-"""`configs describe|alter` (kafka-configs.sh --entity-type topics|brokers).
+"""`configs describe|alter` (kafka-configs.sh --entity-type topics|brokers|groups).
 
 As kafka-configs.sh: `--entity-type topics --entity-name T`, `--entity-type brokers
---entity-name ID` or `--entity-default` (the cluster-wide broker default); `describe` prints
+--entity-name ID` or `--entity-default` (the cluster-wide broker default), `--entity-type groups
+--entity-name G` (a consumer group's own `consumer.session.timeout.ms`,
+`consumer.heartbeat.interval.ms`; metadata/group_configs.py); `describe` prints
 `Dynamic configs for topic T are:` and one `  name=value sensitive=... synonyms={SOURCE:name=value}`
 line per override (every config with `--all`); `alter` takes `--add-config k=v[,k=[a,b]]` and
 `--delete-config k[,k]` and prints `Completed updating config for topic T.` Client quotas and
@@ -17,17 +19,29 @@ from sparklog.cli.common import CliError, admin_client
 from sparklog.cli.topics import describe_topics
 
 #: kafka-configs.sh's entity type names (and singular forms) -> the config resource type
-_TYPES = {"topics": "topic", "topic": "topic", "brokers": "broker", "broker": "broker"}
+_TYPES = {
+    "topics": "topic",
+    "topic": "topic",
+    "brokers": "broker",
+    "broker": "broker",
+    "groups": "group",
+    "group": "group",
+}
 #: where an override comes from: the sources describe lists without --all (kafka-configs.sh)
-_DYNAMIC = {"DYNAMIC_TOPIC_CONFIG", "DYNAMIC_BROKER_CONFIG", "DYNAMIC_DEFAULT_BROKER_CONFIG"}
+_DYNAMIC = {
+    "DYNAMIC_TOPIC_CONFIG",
+    "DYNAMIC_BROKER_CONFIG",
+    "DYNAMIC_DEFAULT_BROKER_CONFIG",
+    "GROUP_CONFIG",
+}
 
 
 def add_configs_parser(client_command: Any) -> None:
-    configs = client_command("configs", "describe or alter topic and broker configs")
+    configs = client_command("configs", "describe or alter topic, broker and group configs")
     configs.add_argument("action", choices=("describe", "alter"))
-    configs.add_argument("--entity-type", required=True, help="topics or brokers")
+    configs.add_argument("--entity-type", required=True, help="topics, brokers or groups")
     target = configs.add_mutually_exclusive_group()
-    target.add_argument("--entity-name", help="the topic, or the broker id")
+    target.add_argument("--entity-name", help="the topic, the broker id or the group")
     target.add_argument("--entity-default", action="store_true",
                         help="brokers: the cluster-wide default")  # fmt: skip
     configs.add_argument("--all", action="store_true", help="describe: every config, not only "
@@ -77,12 +91,12 @@ def _resource(args: argparse.Namespace) -> tuple[str, str, str]:
     kind = _TYPES.get(args.entity_type.lower())
     if kind is None:
         raise CliError(
-            f"--entity-type {args.entity_type!r}: configs handles topics and brokers "
+            f"--entity-type {args.entity_type!r}: configs handles topics, brokers and groups "
             "(client quotas: `quotas`, SCRAM users: `users`)"
         )
     if args.entity_default:
-        if kind == "topic":
-            raise CliError("--entity-default is for brokers; topics take --entity-name")
+        if kind != "broker":
+            raise CliError(f"--entity-default is for brokers; {kind}s take --entity-name")
         return kind, "", "default config for brokers in the cluster"
     if args.entity_name is None:
         raise CliError(f"configs {args.action} needs --entity-name (or --entity-default)")

@@ -45,7 +45,7 @@ from .metadata import (
 )
 from .network import NetworkClient
 
-_RESOURCE_TYPES = {"topic": 2, "broker": 4, "broker_logger": 8}
+_RESOURCE_TYPES = {"topic": 2, "broker": 4, "broker_logger": 8, "group": 32}
 _RESOURCE_NAMES = {v: k for k, v in _RESOURCE_TYPES.items()}
 _OPS = {"set": 0, "delete": 1, "append": 2, "subtract": 3}
 _CONFIG_SOURCES = {
@@ -80,7 +80,8 @@ class TopicDescription:
 
 
 class ConfigResource(NamedTuple):
-    """A config resource: type "topic" or "broker" and its name (a broker's is its id)."""
+    """A config resource: type "topic", "broker" or "group" and its name (a broker's is its
+    id)."""
 
     type: str
     name: str
@@ -331,7 +332,8 @@ class AdminClient(AdminSecurityCalls, AdminQuotaCalls):
         *,
         timeout_ms: int | None = None,
     ) -> dict[ConfigResource, dict[str, ConfigEntry]]:
-        """Current config values of topics or brokers (broker resources ask that broker)."""
+        """Current config values of topics, brokers or groups (broker resources ask that
+        broker)."""
         wanted = [ConfigResource(*r) for r in resources]
         out: dict[ConfigResource, dict[str, ConfigEntry]] = {}
         for resource in wanted:

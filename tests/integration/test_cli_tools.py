@@ -127,6 +127,41 @@ def test_configs_describe_and_alter_topics_and_brokers(cluster, topic, capsys):
     )
 
 
+def test_configs_describe_and_alter_a_group_s_own_configs(cluster, capsys):
+    """kafka-configs.sh --entity-type groups: a consumer group's own session and heartbeat
+    settings (GROUP config resource), validated against the broker's bounds."""
+    bs, group = cluster.bootstrap_servers, unique("cfg-group")
+    args = ("--bootstrap-server", bs, "--entity-type", "groups", "--entity-name", group)
+    out = good(capsys, "configs", "alter", *args, "--add-config",
+               "consumer.session.timeout.ms=50000,consumer.heartbeat.interval.ms=6000")  # fmt: skip
+    assert out == f"Completed updating config for group {group}.\n"
+    assert good(capsys, "configs", "describe", *args).splitlines() == [
+        f"Dynamic configs for group {group} are:",
+        "  consumer.heartbeat.interval.ms=6000 sensitive=false "
+        "synonyms={GROUP_CONFIG:consumer.heartbeat.interval.ms=6000}",
+        "  consumer.session.timeout.ms=50000 sensitive=false "
+        "synonyms={GROUP_CONFIG:consumer.session.timeout.ms=50000}",
+    ]
+    assert cluster.coordinator.core.consumer.session_timeout_ms(group) == 50_000
+    good(capsys, "configs", "alter", *args, "--delete-config", "consumer.heartbeat.interval.ms")
+    described = good(capsys, "configs", "describe", *args)
+    assert "consumer.heartbeat.interval.ms" not in described
+    assert "  consumer.session.timeout.ms=50000 " in described
+    everything = good(capsys, "configs", "describe", *args, "--all")
+    assert everything.startswith(f"All configs for group {group} are:\n")
+    assert "  consumer.heartbeat.interval.ms=5000 " in everything  # the broker's default
+    assert "must be in the range 45000 to 60000" in bad(
+        capsys, "configs", "alter", *args, "--add-config", "consumer.session.timeout.ms=1000"
+    )
+    assert "share groups" in bad(
+        capsys, "configs", "alter", *args, "--add-config", "share.session.timeout.ms=50000"
+    )
+    assert "--entity-default is for brokers" in bad(
+        capsys, "configs", "describe", "--bootstrap-server", bs, "--entity-type", "groups",
+        "--entity-default",
+    )  # fmt: skip
+
+
 def test_get_offsets_and_delete_records(cluster, topic, capsys, tmp_path):
     bs = cluster.bootstrap_servers
     produce(bs, topic, {0: 5, 1: 3})
