@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(PY))
 
-.PHONY: venv jars demo storage-demo test test-unit test-fast fuzz lint bench kcat netns-tools soak soak-net clean
+.PHONY: venv jars demo storage-demo test test-unit test-fast fuzz lint docs bench kcat netns-tools soak soak-net clean
 
 venv: $(STAMP) $(NATIVE)
 
@@ -103,6 +103,10 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check sparklog tests jobs notebooks
 	$(VENV)/bin/ruff format --check sparklog tests jobs notebooks
 	$(PY) -m mypy
+
+# docs/api.md, the API reference, from the public names' docstrings
+docs: $(STAMP)
+	$(PY) jobs/api_reference.py
 
 bench: $(STAMP) $(NATIVE)
 	$(PY) jobs/bench_records.py

@@ -74,6 +74,19 @@ def start(
     return cluster
 
 
+#: the package's public API (docs/api.md is generated from these names' docstrings)
+__all__ = [
+    "start",
+    "register",
+    "topics_df",
+    "offsets_df",
+    "brokers_df",
+    "query_lag_df",
+    "group_offsets_df",
+    "consumer_lag_df",
+    "audit_df",
+]
+
 _NOTEBOOK_VIEWS = {
     "topics_df": "sparklog.spark.notebook",
     "offsets_df": "sparklog.spark.notebook",

@@ -101,7 +101,10 @@ def query_source_options(spark: SparkSession, query_id: str) -> list[dict[str, s
 
 class GroupCommitListener(StreamingQueryListener):
     """Commits each finished batch's end offsets of every `format("sparklog")` source with
-    `kafka.group.id` to that group (see the module docstring)."""
+    `kafka.group.id` to that group as the batch's progress is reported (Spark calls the
+    stream's own `commit(end)` only when it plans the next batch), so after `query.stop()`
+    the group holds the last finished batch's end. `sparklog.register` and `sparklog.start`
+    add one per session; else `spark.streams.addListener(GroupCommitListener(spark))`."""
 
     def __init__(self, spark: SparkSession, default_bootstrap: str | None = None) -> None:
         self._spark = spark
