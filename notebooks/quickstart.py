@@ -14,7 +14,8 @@
 # MAGIC 6. aggregate it with a streaming query (`Trigger.AvailableNow`) into a table, committing
 # MAGIC    its progress to a consumer group (`kafka.group.id`),
 # MAGIC 7. watch the query's lag and the group's lag (`consumer_lag_df`) grow and drain,
-# MAGIC 8. clean up: delete the group and the topic, stop the cluster and remove its files.
+# MAGIC 8. query the group's offsets table (Delta) with Spark SQL,
+# MAGIC 9. clean up: delete the group and the topic, stop the cluster and remove its files.
 # MAGIC
 # MAGIC Everything uses Spark's Kafka connector API: switching `format("kafka")` to
 # MAGIC `format("sparklog")` is the only change. On Databricks, install the `sparklog` wheel on the
@@ -30,6 +31,7 @@ from pyspark.sql import functions as F
 
 import sparklog
 from sparklog.client import AdminClient, NewTopic
+from sparklog.spark.delta_read import native_delta_reads, read_delta
 from sparklog.spark.notebook import brokers_df, offsets_df, query_lag_df, topics_df
 
 try:
@@ -37,9 +39,10 @@ try:
 except NameError:
     from pyspark.sql import SparkSession
 
-    from sparklog.spark.session import with_reference_jars
+    from sparklog.spark.session import with_delta
 
-    spark = with_reference_jars(SparkSession.builder.master("local[4]")).getOrCreate()
+    # the pinned JARs, with Delta's SQL extension and catalog (as Databricks has them)
+    spark = with_delta(SparkSession.builder.master("local[4]")).getOrCreate()
 
 try:
     display  # noqa: B018 - Databricks and Jupyter define it
@@ -273,7 +276,38 @@ print(json.dumps({r["kind"]: r["events"] for r in totals.collect()}))
 # COMMAND ----------
 
 # MAGIC %md
-# MAGIC ## 8. Clean up
+# MAGIC ## 8. The offsets table in Spark SQL
+# MAGIC
+# MAGIC The group coordinator keeps every offset commit as a row of a Delta table
+# MAGIC (`cluster.coordinator.table_path`, docs/groups.md lists its columns), so Spark SQL on
+# MAGIC ``delta.`path` `` answers what `kafka-consumer-groups --describe` shows: the latest
+# MAGIC committed offset per partition. A session without Delta's extension reads the same rows
+# MAGIC through `sparklog.spark.delta_read.read_delta` as a temporary view.
+
+# COMMAND ----------
+
+offsets_table_path = cluster.coordinator.table_path
+offsets_table = f"delta.`{offsets_table_path}`"
+if not native_delta_reads(spark):
+    read_delta(spark, offsets_table_path).createOrReplaceTempView("quickstart_offsets_table")
+    offsets_table = "quickstart_offsets_table"
+committed_sql = spark.sql(
+    f"""
+    SELECT group_id, topic, partition, committed_offset, commit_timestamp
+    FROM (SELECT *, row_number() OVER (PARTITION BY group_id, topic, partition
+                                       ORDER BY sequence DESC) AS rn
+          FROM {offsets_table} WHERE record_type = 'offset' AND group_id = '{GROUP}')
+    WHERE rn = 1 AND committed_offset IS NOT NULL
+    ORDER BY topic, partition
+    """
+)
+display(committed_sql)
+committed_by_sql = {(r.topic, r.partition): r.committed_offset for r in committed_sql.collect()}
+
+# COMMAND ----------
+
+# MAGIC %md
+# MAGIC ## 9. Clean up
 # MAGIC
 # MAGIC Everything the notebook wrote goes: the consumer group's committed offsets, the topic, the
 # MAGIC in-memory table and the query's checkpoint. `cluster.stop()` asks the broker to shut down
@@ -290,6 +324,7 @@ with AdminClient({"bootstrap.servers": bootstrap_servers}) as admin:
     groups_left = [g.group_id for g in admin.list_groups()]
     topics_left = admin.list_topics()
 spark.catalog.dropTempView("quickstart_totals")
+spark.catalog.dropTempView("quickstart_offsets_table")  # when the cell above made one
 cluster.stop()
 shutil.rmtree(checkpoint)
 shutil.rmtree(data_dir)

@@ -23,6 +23,7 @@ from sparklog.spark.cluster import active_cluster
 from sparklog.spark.notebook import brokers_df, offsets_df, topics_df
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
+SPARK_DELTA = True  # the notebook queries the offsets table with Spark SQL on delta.`path`
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "quickstart.py"
 HEADER = "# Databricks notebook source"
@@ -145,6 +146,17 @@ def test_the_quickstart_notebook_runs_every_cell(spark, tmp_path, monkeypatch):
     assert namespace["group_lag_after_first_run"] == 0
     assert namespace["group_lag_before_catch_up"] == late
     assert namespace["group_lag_after_catch_up"] == 0
+
+    # Spark SQL over the offsets table (Delta's own reader: the session has Delta's extension)
+    assert namespace["offsets_table"].startswith("delta.`")
+    [committed_sql] = display.all_with("group_id", "committed_offset", "commit_timestamp")
+    assert [(r.group_id, r.topic, r.partition) for r in committed_sql] == [
+        (group, topic, p) for p in range(partitions)
+    ]
+    assert sum(r.committed_offset for r in committed_sql) == rows + late  # caught up: lag 0
+    assert namespace["committed_by_sql"] == {
+        (topic, r.partition): r.committed_offset for r in committed_sql
+    }
 
     # what the notebook wrote is gone: group, topic, in-memory table, checkpoint, cluster files
     assert group not in namespace["groups_left"]
