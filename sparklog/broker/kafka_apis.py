@@ -181,6 +181,7 @@ class KafkaApis:
             ApiKey.ALTER_PARTITION_REASSIGNMENTS: admin.handle_forwarded,
             ApiKey.LIST_PARTITION_REASSIGNMENTS: admin.handle_forwarded,
             ApiKey.DESCRIBE_QUORUM: admin.handle_forwarded,
+            ApiKey.UPDATE_FEATURES: admin.handle_forwarded,
             **security_handlers(admin, metadata),
         }
         assert set(self._handlers) == set(BROKER_SERVED_APIS), "every API served has a handler"

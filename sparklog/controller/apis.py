@@ -23,6 +23,7 @@ from sparklog.controller.cluster_control import (
     registered_endpoints,
 )
 from sparklog.controller.controller_context import ControllerContext
+from sparklog.controller.feature_apis import handle_update_features
 from sparklog.controller.metadata_log import MetadataLog
 from sparklog.controller.quorum_apis import QuorumObservers, describe_quorum_response
 from sparklog.controller.quorum_controller import QuorumController
@@ -112,6 +113,7 @@ class ControllerApis:
             ApiKey.DESCRIBE_QUORUM: lambda request: describe_quorum_response(
                 self.server, self.quorum_observers, request
             ),
+            ApiKey.UPDATE_FEATURES: self._with_server(handle_update_features),
         }
 
     def _with_server(self, handler: Callable[[Any, Request], Any]) -> Callable[[Request], Any]:

@@ -49,6 +49,7 @@ _CLUSTER_APIS = {
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: _Op.ALTER,
     ApiKey.LIST_PARTITION_REASSIGNMENTS: _Op.DESCRIBE,
     ApiKey.DESCRIBE_QUORUM: _Op.DESCRIBE,
+    ApiKey.UPDATE_FEATURES: _Op.ALTER,
 }
 #: per-resource APIs: (the request's list field, the response's list field)
 _FIELDS = {
@@ -203,6 +204,8 @@ def error_response(request: Request, code: int, message: str) -> Any:
         data = {"error_code": code, "error_message": message, "responses": []}
     elif key == ApiKey.ELECT_LEADERS:
         data = {"error_code": code, "replica_election_results": []}
+    elif key == ApiKey.UPDATE_FEATURES:
+        data = {"error_code": code, "error_message": message, "results": []}
     elif key in (ApiKey.LIST_PARTITION_REASSIGNMENTS, ApiKey.DESCRIBE_QUORUM):
         data = {"error_code": code, "error_message": message, "topics": [], "nodes": []}
     elif key == ApiKey.DESCRIBE_CONFIGS:

@@ -59,6 +59,7 @@ class ApiKey(enum.IntEnum):
     ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_QUORUM = 55
     ALTER_PARTITION = 56
+    UPDATE_FEATURES = 57
     ENVELOPE = 58
     DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61
@@ -177,6 +178,8 @@ BROKER_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
         ApiKey.DESCRIBE_PRODUCERS: (0, 0),
         # forwarded to the controller, which answers for its one-voter quorum (KIP-595)
         ApiKey.DESCRIBE_QUORUM: (0, 2),
+        # forwarded to the controller: feature levels (KIP-584, KIP-778)
+        ApiKey.UPDATE_FEATURES: (0, 2),
         **SECURITY_METADATA_APIS,
         **CLIENT_QUOTA_APIS,
         # group and transaction APIs: brokers forward them to the driver's coordinator
@@ -223,6 +226,7 @@ CONTROLLER_APIS: MappingProxyType[ApiKey, VersionRange] = MappingProxyType(
         ApiKey.ALLOCATE_PRODUCER_IDS: (0, 0),
         ApiKey.DESCRIBE_CLUSTER: (0, 1),
         ApiKey.DESCRIBE_QUORUM: (0, 2),
+        ApiKey.UPDATE_FEATURES: (0, 2),
         **SECURITY_METADATA_APIS,
         **CLIENT_QUOTA_APIS,
     }

@@ -212,3 +212,33 @@ def test_feature_command_describes_the_supported_feature_levels(cluster):
         }
     ]
     assert int(fields[0]["Epoch"]) >= 0
+
+
+def finalized_elr(cluster) -> str:
+    out = tool("FeatureCommand", "--bootstrap-server", cluster.bootstrap_servers, "describe")
+    return dict(re.findall(r"(\w+): (\S+)", out))["FinalizedVersionLevel"]
+
+
+def test_feature_command_downgrades_and_upgrades_eligible_leader_replicas(cluster):
+    """UpdateFeatures through a broker (forwarded to the controller): Kafka's FeatureCommand
+    downgrade / upgrade, its dry run, and Kafka's refusals of unsupported levels."""
+    bs, feature = cluster.bootstrap_servers, "eligible.leader.replicas.version"
+    assert finalized_elr(cluster) == "1"
+    out = tool("FeatureCommand", "--bootstrap-server", bs, "downgrade", "--feature",
+               f"{feature}=0", "--dry-run")  # fmt: skip
+    assert f"{feature} can be downgraded to 0." in out
+    assert finalized_elr(cluster) == "1"  # validate only
+    out = tool("FeatureCommand", "--bootstrap-server", bs, "downgrade", "--feature", f"{feature}=0")
+    assert out.strip() == f"{feature} was downgraded to 0."
+    assert finalized_elr(cluster) != "1"
+    out = tool("FeatureCommand", "--bootstrap-server", bs, "upgrade", "--feature", f"{feature}=1")
+    assert out.strip() == f"{feature} was upgraded to 1."
+    assert finalized_elr(cluster) == "1"
+
+    cmd = ["java", "-Xmx512m", "-Dlog4j2.rootLogger.level=ERROR", "-cp", classpath_or_fail(),
+           TOOLS + "FeatureCommand", "--bootstrap-server", bs, "upgrade", "--feature",
+           f"{feature}=2"]  # fmt: skip
+    refused = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert refused.returncode != 0
+    assert f"Invalid update version 2 for feature {feature}" in refused.stdout + refused.stderr
+    assert finalized_elr(cluster) == "1"
