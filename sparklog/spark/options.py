@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -260,16 +260,7 @@ def parse_source_options(
     subscription = _subscription(opts)
     strategy = _timestamp_strategy(opts)
     if streaming:
-        for key, what in (
-            ("endingoffsets", "ending offset"),
-            ("endingoffsetsbytimestamp", "ending timestamp"),
-            ("endingtimestamp", "ending timestamp"),
-        ):
-            if key in opts:
-                raise SparkLogOptionError(
-                    f"{what} not valid in streaming queries: remove the option "
-                    f"'{display(key)}' (a stream reads on as records arrive)"
-                )
+        refuse_ending_in_stream(opts)
         starting = _offset_spec(opts, "starting", LatestOffsets(), strategy)
         ending = None
     elif streaming is None:
@@ -320,6 +311,22 @@ def parse_source_options(
         remote_table_root=(opts.get("remotetableroot") or "").strip() or None,
         storage_options=storage,
     )
+
+
+def refuse_ending_in_stream(names: Iterable[str]) -> None:
+    """The error of a streaming read given one of the batch-only ending options (lower-case
+    option names): Spark's Kafka source refuses them the same way."""
+    given = set(names)
+    for key, what in (
+        ("endingoffsets", "ending offset"),
+        ("endingoffsetsbytimestamp", "ending timestamp"),
+        ("endingtimestamp", "ending timestamp"),
+    ):
+        if key in given:
+            raise SparkLogOptionError(
+                f"{what} not valid in streaming queries: remove the option "
+                f"'{display(key)}' (a stream reads on as records arrive)"
+            )
 
 
 def parse_sink_options(

@@ -74,6 +74,9 @@ def register(
     cls = data_source_class(bootstrap_servers, client_settings)
     spark.dataSource.register(cls)
     append_by_default()
+    from sparklog.spark.stream_load_check import refuse_ending_options_at_load
+
+    refuse_ending_options_at_load()
     _redact_secret_options(spark)
     from sparklog.spark.group_commits import install
 

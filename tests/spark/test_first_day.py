@@ -18,6 +18,7 @@ from sparklog.client import AdminClient, KafkaProducer, NewTopic
 from sparklog.cluster.embedded import EmbeddedCluster
 from sparklog.errors import KafkaError
 from sparklog.spark.offset_reader import OffsetReader
+from sparklog.spark.option_values import SparkLogOptionError
 from sparklog.spark.options import parse_source_options
 
 pytestmark = pytest.mark.spark
@@ -153,14 +154,45 @@ def test_a_wrong_bootstrap_fails_at_load_with_the_address(sl):
     assert address in message.splitlines()[0]
 
 
+def test_an_ending_option_on_a_stream_fails_at_load(sl, cluster):
+    """As Spark's Kafka source: `load()` refuses it, however the option is given."""
+    bs = cluster.bootstrap_servers
+
+    def reader():
+        return sl.readStream.format("sparklog").option("kafka.bootstrap.servers", bs)
+
+    attempts = [
+        lambda: reader().option("subscribe", "orders").option("endingOffsets", "latest").load(),
+        lambda: reader().options(subscribe="orders", endingTimestamp="1").load(),
+        lambda: sl.readStream.load(
+            format="sparklog",
+            subscribe="orders",
+            endingOffsetsByTimestamp="{}",
+            **{"kafka.bootstrap.servers": bs},
+        ),
+    ]
+    wanted = ("ending offset", "ending timestamp", "ending timestamp")
+    for attempt, what in zip(attempts, wanted, strict=True):
+        with pytest.raises(SparkLogOptionError, match=f"{what} not valid in streaming queries"):
+            attempt()
+    # a batch read keeps them, another format is not looked at
+    assert reader().option("subscribe", "orders").load().isStreaming
+    batch = sl.read.format("sparklog").option("kafka.bootstrap.servers", bs)
+    assert (
+        batch.option("subscribe", "orders").option("endingOffsets", "latest").load().count() == 25
+    )
+
+
 def test_a_refused_stream_option_fails_the_query_with_its_own_message(sl, cluster):
-    stream = (
+    """Where `load()` is not checked (sparklog not registered in the driver: PySpark tells
+    the source batch or stream only at query start), the query fails with the same error."""
+    reader = (
         sl.readStream.format("sparklog")
         .option("kafka.bootstrap.servers", cluster.bootstrap_servers)
         .option("subscribe", "orders")
         .option("endingOffsets", "latest")
-        .load()
     )
+    stream = type(reader).load.__wrapped__(reader)  # PySpark's own load(), unchecked
     with pytest.raises(Exception) as failed:
         stream.writeStream.format("noop").start().awaitTermination(60)
     message = str(failed.value)
