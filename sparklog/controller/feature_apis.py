@@ -69,7 +69,9 @@ async def handle_update_features(server: ControllerContext, request: Request) ->
     controller = server.controller
     assert controller is not None  # handlers run once the server started
     body = request.body
-    updates = [(u.feature, int(u.max_version_level), _upgrade_type(u)) for u in body.feature_updates]
+    updates = [
+        (u.feature, int(u.max_version_level), _upgrade_type(u)) for u in body.feature_updates
+    ]
     validate_only = bool(getattr(body, "validate_only", False))
 
     def operation() -> ControllerResult[dict[str, Outcome]]:
