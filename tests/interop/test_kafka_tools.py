@@ -209,14 +209,23 @@ def test_feature_command_describes_the_supported_feature_levels(cluster):
             "SupportedMaxVersion": "1",
             "FinalizedVersionLevel": "1",
             "Epoch": fields[0]["Epoch"],
-        }
+        },
+        {
+            "Feature": "transaction.version",
+            "SupportedMinVersion": "0",
+            "SupportedMaxVersion": "2",
+            "FinalizedVersionLevel": "2",
+            "Epoch": fields[0]["Epoch"],
+        },
     ]
     assert int(fields[0]["Epoch"]) >= 0
 
 
 def finalized_elr(cluster) -> str:
     out = tool("FeatureCommand", "--bootstrap-server", cluster.bootstrap_servers, "describe")
-    return dict(re.findall(r"(\w+): (\S+)", out))["FinalizedVersionLevel"]
+    rows = [dict(re.findall(r"(\w+): (\S+)", line)) for line in out.splitlines()]
+    [elr] = [r for r in rows if r.get("Feature") == "eligible.leader.replicas.version"]
+    return elr["FinalizedVersionLevel"]
 
 
 def test_feature_command_downgrades_and_upgrades_eligible_leader_replicas(cluster):
