@@ -444,9 +444,12 @@ class Soak:
             t.start()
         started = time.monotonic()
         deadline = started + self.args.minutes * 60
-        while time.monotonic() < deadline:
+        # --min-faults keeps the nemesis on past --minutes (a short run that must see some
+        # faults on a loaded machine), for at most 5 more minutes
+        give_up = deadline + 300
+        while self.more_faults(deadline) and time.monotonic() < give_up:
             time.sleep(self.rng.uniform(2, 6))
-            if time.monotonic() >= deadline:
+            if not self.more_faults(deadline):
                 break
             self.inject()
             time.sleep(4)  # past broker.session.timeout.ms: the controller has seen the fault
@@ -471,6 +474,11 @@ class Soak:
         report["ok"] = report["ok"] and report["transactions"]["ok"]
         report["seconds"] = round(time.monotonic() - started, 1)
         return report
+
+    def more_faults(self, deadline: float) -> bool:
+        """Before the deadline, or until the nemesis has injected `--min-faults` faults."""
+        injected = sum(n for kind, n in self.faults.items() if kind != "preferred_leader_move")
+        return time.monotonic() < deadline or injected < getattr(self.args, "min_faults", 0)
 
     def inject(self) -> None:
         kinds = ["kill", "pause", "link"] + (["disk_full"] if self.tmpfs is not None else [])
@@ -643,6 +651,9 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=int(time.time()) % 100_000)
     parser.add_argument("--json", type=Path, default=None, help="write the report here")
     parser.add_argument("--no-disk-faults", action="store_true", help="no tmpfs, no disk_full")
+    parser.add_argument(
+        "--min-faults", type=int, default=0, help="keep the nemesis on until it made this many"
+    )
     args = parser.parse_args()
     log(f"seed {args.seed}, {args.minutes} min (replay: python jobs/soak.py --seed {args.seed})")
     report = Soak(args).run()

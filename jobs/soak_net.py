@@ -211,7 +211,7 @@ def run_lab(args: argparse.Namespace) -> int:
             "clients",
             [*me, "--role", "clients", "--lab", name, "--seed", str(args.seed),
              "--minutes", str(args.minutes), "--fault-seconds", args.fault_seconds,
-             "--kinds", args.kinds],
+             "--kinds", args.kinds, "--min-faults", str(args.min_faults)],
             env=_env(SPARK_LOCAL_IP=address("clients")),
             log_path=root / "logs" / "clients.log",
         )  # fmt: skip
@@ -515,6 +515,9 @@ def main() -> int:
     parser.add_argument("--json", type=Path, default=None, help="write the report here")
     parser.add_argument("--fault-seconds", default="5-12", help="each fault lasts LOW-HIGH s")
     parser.add_argument("--kinds", default=",".join(KINDS), help="faults to draw from")
+    parser.add_argument(
+        "--min-faults", type=int, default=0, help="keep the nemesis on until it made this many"
+    )
     parser.add_argument("--name", default=None, help="namespace prefix (unique per run)")
     parser.add_argument("--root", default=None, help="working dir (kept; default: a temp dir)")
     parser.add_argument("--log-level", default=None, help="e.g. INFO: sparklog's log lines")
