@@ -1,9 +1,11 @@
-"""The multi-host soak (`jobs/soak_net.py`), short: a Spark standalone master, three workers,
-the driver and the clients each in its own network namespace, the soak's workload and checker,
-and one round of network faults (cut from the controller, a leader cut from its followers,
-clients cut from a broker, asymmetric loss, then a slow link and delay as time allows). Nothing acknowledged
-may be lost, duplicated or rewritten, no aborted transaction visible, no high watermark may go
-back, every replica's transaction index and producer state alike, every fault must heal.
+"""The multi-host soak (`jobs/soak_net.py`), a smoke run: a Spark standalone master, three
+workers, the driver and the clients each in its own network namespace, the soak's workload and
+checker, and one round of the two partitions that split the cluster itself (a broker cut from
+the controller, a leader cut from its followers), 4-6 s each. Nothing acknowledged may be lost,
+duplicated or rewritten, no aborted transaction visible, no high watermark may go back, every
+replica's transaction index and producer state alike, every fault must heal. The other kinds
+(clients cut from a broker, asymmetric loss, delay, a slow link) and the long runs are
+`make soak-net` (`SOAK_NET_MINUTES`, default 10: every kind, rounds over and over).
 
 On base (3f5aee2) no broker registered here: every broker task tried to listen on the driver's
 SPARK_LOCAL_IP, and the controller listened on 127.0.0.1, out of the workers' reach."""
@@ -28,7 +30,9 @@ from soak_net import NODES, WORKERS, address  # noqa: E402
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 SEED = int(os.environ.get("SPARKLOG_SOAK_NET_SEED", "5"))
-MINUTES = "1.75"  # five or six faults of 4-6 s (every kind once per round), each healed
+# 15 s of load, or longer until both faults (4-6 s each, then healed) were made
+MINUTES, MIN_FAULTS = "0.25", 2
+KINDS = ("cut_controller", "isolate_leader")
 
 
 @pytest.fixture
@@ -48,7 +52,8 @@ def test_a_short_network_partition_soak_loses_nothing(lab_name, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
         [sys.executable, str(ROOT / "jobs" / "soak_net.py"), "--minutes", MINUTES,
-         "--seed", str(SEED), "--fault-seconds", "4-6", "--name", lab_name,
+         "--seed", str(SEED), "--fault-seconds", "4-6", "--kinds", ",".join(KINDS),
+         "--min-faults", str(MIN_FAULTS), "--name", lab_name,
          "--root", str(tmp_path / "run"), "--json", str(report_file)],
         capture_output=True, text=True, timeout=900, env=env, cwd=ROOT,
     )  # fmt: skip
@@ -64,7 +69,7 @@ def test_a_short_network_partition_soak_loses_nothing(lab_name, tmp_path):
     assert report["offsets_with_two_values"] == 0 and report["hw_regressions"] == 0
     written_once = report["records_in_log"] - report["records_written_again"]
     assert written_once == report["records_acked"] == report["records_sent"]
-    assert report["records_acked"] > 10_000, report
+    assert report["records_acked"] > 3_000, report
 
     # soak.py's transactions (when it has them): aborts invisible, commits whole, replicas equal
     if "transactions" in report:
@@ -75,9 +80,7 @@ def test_a_short_network_partition_soak_loses_nothing(lab_name, tmp_path):
 
     net = report["net"]
     kinds = {f["kind"] for f in net["faults"]}
-    # seed 5 draws these four first; a loaded machine may leave time for only five faults
-    assert {"cut_controller", "isolate_leader", "cut_clients", "loss"} <= kinds, net["faults"]
-    assert len(net["faults"]) >= 5, net["faults"]
+    assert kinds == set(KINDS) and len(net["faults"]) >= MIN_FAULTS, net["faults"]
     assert net["faults_not_healed"] == 0, net["faults"]
     cut = [f for f in net["faults"] if f["kind"] == "cut_controller"]
     assert all(f["cluster_noticed"] for f in cut), f"the controller fenced the cut broker: {cut}"
