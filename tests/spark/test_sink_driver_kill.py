@@ -24,7 +24,7 @@ from .kafka_helpers import create_topic, produce
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 CHILD = Path(__file__).with_name("eos_driver_child.py")
-RECORDS = 3000
+RECORDS = 1800  # 12 micro-batches of 150: the three kills land in the first eight
 
 
 def read_committed(bootstrap: str, topic: str) -> list[bytes]:
