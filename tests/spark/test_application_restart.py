@@ -21,7 +21,7 @@ def test_a_killed_application_restarts_on_its_dirs_with_every_acked_record(tmp_p
     report_file = tmp_path / "report.json"
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
     done = subprocess.run(
-        [sys.executable, str(ROOT / "jobs" / "soak_driver_kill.py"), "--load-seconds", "10",
+        [sys.executable, str(ROOT / "jobs" / "soak_driver_kill.py"), "--load-seconds", "5",
          "--json", str(report_file)],
         capture_output=True, text=True, timeout=900, env=env, cwd=ROOT,
     )  # fmt: skip
