@@ -88,6 +88,7 @@ def test_read_delta_uses_delta_s_reader_when_the_session_has_it(spark, tmp_path)
 
 
 @needs_jars
+@pytest.mark.slow
 def test_the_fallback_reads_what_delta_s_reader_reads_row_for_row(spark, tmp_path):
     """Every snapshot of a table with appends, an overwrite, a delete and partitions, and an
     offsets table as sparklog's group coordinator writes it: read_delta_files == format("delta")."""

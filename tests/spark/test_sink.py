@@ -127,6 +127,7 @@ def test_an_independent_client_reads_what_the_sink_wrote(cluster, topics):
         assert msg.headers() == ([("seq", str(i).encode()), ("empty", None)] if i % 3 else None)
 
 
+@pytest.mark.slow
 def test_topic_column_routes_and_topic_option_overrides_it(spark, admin, topics):
     df = spark.range(40).select(
         F.when(F.col("id") % 2 == 0, "routed-a").otherwise("routed-b").alias("topic"),

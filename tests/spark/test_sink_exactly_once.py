@@ -78,6 +78,7 @@ def fill(spark, topic: str, count: int) -> None:
     ).option("topic", topic).save()
 
 
+@pytest.mark.slow
 def test_a_stream_is_exactly_once_and_a_replayed_micro_batch_is_not_written_twice(
     spark, cluster, tmp_path
 ):

@@ -166,6 +166,7 @@ def test_timestamp_bounds(sl, cluster, admin):
     assert latest.count() == 0
 
 
+@pytest.mark.slow
 def test_min_partitions_and_max_records_per_partition_split_ranges(sl, events):
     assert sl(subscribe=events).rdd.getNumPartitions() == 3
     split = sl(subscribe=events, minPartitions="12")
