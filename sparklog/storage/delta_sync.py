@@ -18,7 +18,14 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
-__all__ = ["actions", "commit_path", "local_dir", "sync_checkpoint", "sync_commits"]
+__all__ = [
+    "actions",
+    "commit_path",
+    "cut_newest_commit",
+    "local_dir",
+    "sync_checkpoint",
+    "sync_commits",
+]
 
 
 def local_dir(path: str) -> Path | None:
@@ -71,3 +78,20 @@ def sync_checkpoint(table_dir: Path, version: int) -> None:
 
 def actions(data: bytes) -> list[dict[str, Any]]:
     return [json.loads(line) for line in data.splitlines() if line.strip()]
+
+
+def cut_newest_commit(table_dir: Path) -> Path | None:
+    """The newest commit file of a local table when it is empty or not whole JSON (a crash
+    before it reached the disk), else None. Commits are synced before they count, so such a
+    commit was never acknowledged (`coordinator.delta_log.check_log` checks more)."""
+    log = table_dir / "_delta_log"
+    if not log.is_dir():
+        return None
+    commits = sorted(p for p in log.glob("*.json") if p.stem.isdigit())
+    if not commits:
+        return None
+    try:
+        whole = bool(actions(commits[-1].read_bytes()))
+    except ValueError:
+        whole = False
+    return None if whole else commits[-1]

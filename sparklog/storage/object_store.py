@@ -22,6 +22,7 @@ zombie driver's commit replace its successor's; it is refused.
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -43,6 +44,7 @@ __all__ = [
     "join_location",
     "open_object_store",
     "redact",
+    "remove_location",
     "storage_options",
     "without_storage_options",
 ]
@@ -190,6 +192,20 @@ def _object_store_config(options: Mapping[str, str]) -> dict[str, str]:
 def _canonical(key: str) -> str:
     name = key.lower().removeprefix("aws_")
     return "endpoint" if name == "endpoint_url" else name
+
+
+def remove_location(location: str, options: Mapping[str, str]) -> None:
+    """Delete everything under `location`: a local directory tree, or every object under an
+    object-store prefix (a dropped table). A missing location is no error."""
+    if not is_object_store_uri(location):
+        shutil.rmtree(local_path(location), ignore_errors=True)
+        return
+    import obstore
+
+    objects = open_object_store(location, options)
+    keys = [meta["path"] for page in obstore.list(objects) for meta in page]
+    if keys:
+        obstore.delete(objects, keys)
 
 
 def open_object_store(uri: str, options: Mapping[str, str]) -> ObjectStore:

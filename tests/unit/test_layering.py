@@ -197,6 +197,20 @@ def test_nothing_below_spark_imports_pyspark():
     assert not found, f"pyspark imported below spark: {found}"
 
 
+def test_the_tier_imports_deltalake_from_one_module():
+    # DESIGN D17: `storage.remote.table` is the remote tier's one deltalake importer; the
+    # broker reaches it through `broker.remote_tables` (late), never deltalake directly
+    tier = ("sparklog.storage.remote", "sparklog.broker")
+    found = sorted(
+        f"{i.path.relative_to(ROOT)}:{i.line}"
+        for i in imports(modules())
+        if i.target == "deltalake"
+        and i.module.startswith(tier)
+        and i.module != "sparklog.storage.remote.table"
+    )
+    assert not found, f"deltalake imported by the tier outside storage/remote/table.py: {found}"
+
+
 def test_the_root_package_loads_nothing_at_import():
     # every `import sparklog.x` runs sparklog/__init__.py first: at module level it may import
     # only lazy_names (its functions import spark when called), or every module would load spark

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -14,7 +15,7 @@ import pyarrow.compute as pc
 from sparklog.records.control import ControlRecordType, control_type_of
 from sparklog.storage.remote.codec import batches_to_rows
 from sparklog.storage.remote.schema import PARTITION_COLUMNS, TABLE_SCHEMA
-from sparklog.storage.remote.tier import ProducerSnapshotEntry, SegmentUpload
+from sparklog.storage.remote.tier import FencedUploadError, ProducerSnapshotEntry, SegmentUpload
 from sparklog.storage.txn_index import AbortedTxn
 
 #: The columns of a data file (Delta keeps partition columns in the paths), and what a read
@@ -179,3 +180,37 @@ def producer_entries(rows: pa.Table) -> list[ProducerSnapshotEntry]:
             )
         )
     return out
+
+
+def pending_uploads(
+    uploads: list[SegmentUpload], copied_end: Callable[[int], int | None], topic: str, where: str
+) -> list[SegmentUpload]:
+    """The uploads not in the table yet (one whose partition already ends at its end is a
+    retry or a duplicate); FencedUploadError when one cannot follow the copied end. `where`
+    names the table in the message."""
+    todo = []
+    for u in uploads:
+        end = copied_end(u.partition)
+        if end == u.end_offset:
+            continue
+        if end is not None and end != u.start_offset:
+            raise FencedUploadError(
+                f"{topic}-{u.partition}: the topic table {where} holds offsets up to {end}, "
+                f"this upload covers [{u.start_offset}, {u.end_offset}) (copied by another "
+                "leader, or a stale retry); copy again from its copied end"
+            )
+        todo.append(u)
+    return todo
+
+
+def fenced_message(
+    todo: list[SegmentUpload], copied_end: Callable[[int], int | None], topic: str, where: str
+) -> str:
+    """Why a commit lost to another copier's (a concurrent commit of one of its partitions)."""
+    moved = {u.partition: e for u in todo if (e := copied_end(u.partition)) != u.start_offset}
+    named = ", ".join(f"{topic}-{p} (now at {e})" for p, e in sorted(moved.items()))
+    return (
+        f"Another copier committed to the topic table {where} first for "
+        f"{named or 'a partition'}; nothing of this commit was written: copy again from the "
+        "copied end"
+    )

@@ -85,3 +85,34 @@ def commit_metadata(ranges: Mapping[int, tuple[int, int]], **extra: object) -> s
 def table_location(root: str, topic: str) -> str:
     """Where a topic's table lives under `remote.table.root`."""
     return root.rstrip("/") + "/" + topic
+
+
+# -- the data files' layout ------------------------------------------------------------------
+
+#: Columns with file statistics (Delta's `dataSkippingStatsColumns`): what reads prune by.
+STATS_COLUMNS = (
+    "offset",
+    "timestamp",
+    "batch_base_offset",
+    "batch_last_offset_delta",
+    "batch_max_timestamp",
+    "leader_epoch",
+    "producer_id",
+)
+#: Parquet row groups of about this many bytes (about a fetch's max.partition.fetch.bytes).
+ROW_GROUP_BYTES = 1 << 20
+#: Columns delta-encoded in the data files (they grow by small steps).
+DELTA_ENCODED = (
+    "offset",
+    "timestamp",
+    "batch_base_offset",
+    "batch_max_timestamp",
+    "batch_base_timestamp",
+)
+
+
+def row_group_rows(row_bytes: int, rows: int) -> int:
+    """Rows per Parquet row group for rows of this average size: about `ROW_GROUP_BYTES` (a
+    read of `max_bytes` decodes about that much more, by row-group statistics)."""
+    per_row = max(1, row_bytes // max(1, rows))
+    return min(max(ROW_GROUP_BYTES // per_row, 1024), 1 << 20)

@@ -30,9 +30,7 @@ threads); instances in other processes coordinate through Delta's optimistic con
 
 from __future__ import annotations
 
-import json
 import logging
-import shutil
 import threading
 import uuid
 from collections.abc import Mapping, Sequence
@@ -41,24 +39,34 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sparklog.storage.delta_sync import local_dir, sync_checkpoint, sync_commits
-from sparklog.storage.object_store import open_object_store, redact
+from sparklog.storage.delta_sync import (
+    cut_newest_commit,
+    local_dir,
+    sync_checkpoint,
+    sync_commits,
+)
+from sparklog.storage.object_store import redact, remove_location
 from sparklog.storage.remote import scans
 from sparklog.storage.remote.codec import rows_to_batch_list
 from sparklog.storage.remote.files import EMPTY_PARTITION, PartitionFiles, partition_files
 from sparklog.storage.remote.rows import (
     aborted_txns,
+    fenced_message,
+    pending_uploads,
     row_bytes,
     rows_end_offset,
     upload_rows,
 )
 from sparklog.storage.remote.schema import (
+    DELTA_ENCODED,
     PARTITION_COLUMNS,
+    STATS_COLUMNS,
     TABLE_SCHEMA,
     TOPIC_ID_KEY,
     TOPIC_NAME_KEY,
     app_id,
     commit_metadata,
+    row_group_rows,
     table_location,
 )
 from sparklog.storage.remote.tier import (
@@ -69,34 +77,11 @@ from sparklog.storage.remote.tier import (
     RemoteStorageError,
     SegmentUpload,
 )
-from sparklog.storage.remote.values import (
-    ERROR_COLUMN,
-    TYPED_COLUMN,
-    ValueDecoder,
-    value_decoder,
-)
+from sparklog.storage.remote.values import TYPED_COLUMN, ValueDecoder, value_decoder, without_typed
 
 logger = logging.getLogger(__name__)
 
-#: Columns with file statistics (Delta's `dataSkippingStatsColumns`): what reads prune by.
-STATS_COLUMNS = (
-    "offset",
-    "timestamp",
-    "batch_base_offset",
-    "batch_last_offset_delta",
-    "batch_max_timestamp",
-    "leader_epoch",
-    "producer_id",
-)
 _COMMIT_RETRIES = 20
-_ROW_GROUP_BYTES = 1 << 20  # about a fetch's max.partition.fetch.bytes
-_DELTA_ENCODED = (
-    "offset",
-    "timestamp",
-    "batch_base_offset",
-    "batch_max_timestamp",
-    "batch_base_timestamp",
-)
 _MAX_TIMESTAMP = -3  # ListOffsets' MAX_TIMESTAMP (KIP-734)
 
 
@@ -280,12 +265,12 @@ class DeltaTopicTable:
         rows_by_partition = {u.partition: upload_rows(u) for u in uploads}
         for _attempt in range(_COMMIT_RETRIES):
             self.refresh()
-            todo = self._pending(uploads)
+            todo = pending_uploads(uploads, self._copied_end, self.topic, self._where())
             if not todo:
                 return None
-            rows = self._with_values(
-                pa.concat_tables([rows_by_partition[u.partition] for u in todo])
-            )
+            rows = pa.concat_tables([rows_by_partition[u.partition] for u in todo])
+            if self._values is not None:
+                rows = self._values.append_to(rows)
             ranges = {u.partition: (u.start_offset, u.end_offset) for u in todo}
             epochs = {str(u.partition): u.leader_epoch for u in todo}
             properties = CommitProperties(
@@ -297,15 +282,14 @@ class DeltaTopicTable:
             )
             before = self._dt.version()
             try:
-                self._write(
-                    rows,
-                    properties,
-                )
+                self._write(rows, properties)
             except Exception as e:
                 text = str(e)
                 if "Concurrent transaction" in text:
                     self.refresh()
-                    raise FencedUploadError(self._fenced_message(todo)) from e
+                    raise FencedUploadError(
+                        fenced_message(todo, self._copied_end, self.topic, self._where())
+                    ) from e
                 if _raced(e):  # another writer's commit (other partitions, retention, compaction)
                     logger.debug("%s: commit raced another writer (%s); retrying", self, text)
                     continue
@@ -317,14 +301,6 @@ class DeltaTopicTable:
         raise RemoteStorageError(
             f"The topic table {self._where()} kept changing under {_COMMIT_RETRIES} commit "
             "attempts; the copy retries later"
-        )
-
-    def _with_values(self, rows: pa.Table) -> pa.Table:
-        if self._values is None:
-            return rows
-        typed, errors = self._values.decode(rows.column("value"))
-        return rows.append_column(self._values.fields()[0], typed).append_column(
-            self._values.fields()[1], errors
         )
 
     def _write(self, rows: pa.Table, properties: Any) -> None:
@@ -352,38 +328,7 @@ class DeltaTopicTable:
                 raise
             logger.warning("%s: typed values left out of this commit: %s", self, e)
             note = f"value_typed not written: the table's column has another type ({e})"[:500]
-            rows = rows.drop_columns([TYPED_COLUMN, ERROR_COLUMN]).append_column(
-                ERROR_COLUMN, pa.array([note] * rows.num_rows, pa.string())
-            )
-            self._write(rows, properties)
-
-    def _pending(self, uploads: list[SegmentUpload]) -> list[SegmentUpload]:
-        """The uploads not in the table yet; FencedUploadError when one cannot follow."""
-        todo = []
-        for u in uploads:
-            end = self._copied_end(u.partition)
-            if end == u.end_offset:
-                continue  # a retry or a duplicate: already there
-            if end is not None and end != u.start_offset:
-                raise FencedUploadError(
-                    f"{self.topic}-{u.partition}: the topic table {self._where()} holds offsets "
-                    f"up to {end}, this upload covers [{u.start_offset}, {u.end_offset}) (copied "
-                    "by another leader, or a stale retry); copy again from its copied end"
-                )
-            todo.append(u)
-        return todo
-
-    def _fenced_message(self, todo: list[SegmentUpload]) -> str:
-        moved = {
-            u.partition: self._copied_end(u.partition)
-            for u in todo
-            if self._copied_end(u.partition) != u.start_offset
-        }
-        return (
-            f"Another copier committed to the topic table {self._where()} first for "
-            f"{', '.join(f'{self.topic}-{p} (now at {e})' for p, e in sorted(moved.items())) or 'a partition'}"
-            "; nothing of this commit was written: copy again from the copied end"
-        )
+            self._write(without_typed(rows, note), properties)
 
     # -- read ---------------------------------------------------------------------------------
 
@@ -507,16 +452,8 @@ class DeltaTopicTable:
     def drop(self) -> None:
         self.wait_for_maintenance()
         with self._lock:
-            if self._local is not None:
-                shutil.rmtree(self._local, ignore_errors=True)
-                return
-            import obstore
-
             try:
-                objects = open_object_store(self.location, self.storage_options)
-                keys = [m["path"] for page in obstore.list(objects) for m in page]
-                if keys:
-                    obstore.delete(objects, keys)
+                remove_location(self.location, self.storage_options)
             except Exception as e:
                 raise self._error("cannot be dropped", e) from e
 
@@ -595,23 +532,13 @@ class DeltaTopicTable:
         """What is wrong with a local table's newest commit, and the repair ("" if nothing
         seen). Commits are synced before a copy counts, so a cut newest commit was never
         acknowledged: its range is still in the local log and is copied again."""
-        log = self._local / "_delta_log" if self._local is not None else None
-        if log is None or not log.is_dir():
-            return ""
-        commits = sorted(p for p in log.glob("*.json") if p.stem.isdigit())
-        if not commits:
-            return ""
-        newest = commits[-1]
-        try:
-            lines = [json.loads(line) for line in newest.read_bytes().splitlines() if line]
-        except ValueError:
-            lines = []
-        if lines:
+        newest = cut_newest_commit(self._local) if self._local is not None else None
+        if newest is None:
             return ""
         return (
             f"Its newest commit {newest} is cut or empty (a crash before it reached the disk). "
-            f"To repair: move {newest.name} out of {log}; that commit was never acknowledged, "
-            "so its offsets are still in the brokers' logs and are copied again. "
+            f"To repair: move {newest.name} out of {newest.parent}; that commit was never "
+            "acknowledged, so its offsets are still in the brokers' logs and are copied again. "
         )
 
     def __repr__(self) -> str:
@@ -660,19 +587,17 @@ def open_topic_table(
 
 
 def writer_properties(row_bytes: int, rows: int) -> Any:
-    """Parquet settings of the data files: row groups of about `_ROW_GROUP_BYTES` (a read
-    of `max_bytes` decodes about that much more, by row-group statistics), offsets and
-    timestamps delta-encoded (they grow by small steps), values without dictionary or min/max
-    statistics (no reader prunes by a value; computing them costs the writer), pages
-    compressed with Snappy as Spark and Delta write theirs (an uncompressed table of 3 M
-    100-byte records took 362 MB where Spark's own Parquet took 40 MB)."""
+    """Parquet settings of the data files (`schema.row_group_rows`, `DELTA_ENCODED`); values
+    without dictionary or min/max statistics (no reader prunes by a value; computing them
+    costs the writer); pages compressed with Snappy as Spark and Delta write theirs (an
+    uncompressed table of 3 M 100-byte records took 362 MB where Spark's Parquet took 40 MB)."""
     from deltalake import ColumnProperties, WriterProperties
 
-    per_row = max(1, row_bytes // max(1, rows))
-    group_rows = min(max(_ROW_GROUP_BYTES // per_row, 1024), 1 << 20)
     delta = ColumnProperties(dictionary_enabled=False, encoding="DELTA_BINARY_PACKED")
-    columns = {name: delta for name in _DELTA_ENCODED}
+    columns = {name: delta for name in DELTA_ENCODED}
     columns["value"] = ColumnProperties(dictionary_enabled=False, statistics_enabled="NONE")
     return WriterProperties(
-        max_row_group_size=group_rows, column_properties=columns, compression="SNAPPY"
+        max_row_group_size=row_group_rows(row_bytes, rows),
+        column_properties=columns,
+        compression="SNAPPY",
     )

@@ -46,6 +46,12 @@ class ValueDecoder:
     def fields(self) -> list[pa.Field]:
         return [pa.field(TYPED_COLUMN, self.arrow_type), pa.field(ERROR_COLUMN, pa.string())]
 
+    def append_to(self, rows: pa.Table) -> pa.Table:
+        """`rows` with the typed and error columns of their `value` column."""
+        typed, errors = self.decode(rows.column("value"))
+        typed_field, error_field = self.fields()
+        return rows.append_column(typed_field, typed).append_column(error_field, errors)
+
     def decode(self, values: pa.Array) -> tuple[pa.Array, pa.Array]:
         """The typed values (null where a value is null or does not decode) and the errors
         (null where it decoded)."""
@@ -68,6 +74,13 @@ class ValueDecoder:
                 pieces.append(pa.nulls(1, self.arrow_type))
                 errors.append(f"{self.format} value does not decode: {type(e).__name__}: {e}"[:500])
         return pa.concat_arrays(pieces), pa.array(errors, pa.string())
+
+
+def without_typed(rows: pa.Table, why: str) -> pa.Table:
+    """`rows` without their typed values, `why` in every error (the table's typed column
+    has another type: the upload goes on)."""
+    rows = rows.drop_columns([TYPED_COLUMN, ERROR_COLUMN])
+    return rows.append_column(ERROR_COLUMN, pa.array([why] * rows.num_rows, pa.string()))
 
 
 def value_decoder(value_format: str, schema: str) -> ValueDecoder | None:

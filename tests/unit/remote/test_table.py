@@ -25,7 +25,7 @@ from sparklog.records.control import (
     build_end_txn_marker_batch,
 )
 from sparklog.storage import delta_sync
-from sparklog.storage.remote import table as table_module
+from sparklog.storage.remote import schema as schema_module
 from sparklog.storage.remote.schema import app_id
 from sparklog.storage.remote.table import DeltaTopicTable
 from sparklog.storage.remote.tier import (
@@ -67,7 +67,7 @@ def upload(partition: int, batches: list[bytes], **kw) -> SegmentUpload:
 
 @pytest.fixture
 def table(tmp_path, monkeypatch) -> DeltaTopicTable:
-    monkeypatch.setattr(table_module, "_ROW_GROUP_BYTES", 1)  # the smallest row groups
+    monkeypatch.setattr(schema_module, "ROW_GROUP_BYTES", 1)  # the smallest row groups
     return DeltaTopicTable(str(tmp_path / "tier"), "orders", TOPIC_ID)
 
 
