@@ -10,9 +10,12 @@ partition (DescribeConfigs-free for the tier itself: the table is read directly)
 version), `LOG-END` the partition's high watermark, `PENDING` the offsets not uploaded yet
 (Kafka's RemoteCopyLagOffsets, counted against the high watermark: the leader also waits for
 the LSO), `SECONDS-BEHIND` the age of the oldest record not in the table (0 when nothing is
-pending; it reads that one record from the brokers).
+pending; it reads that one record from the brokers). Every partition of a selected topic has
+a line: one the table holds nothing of yet shows `-` for TABLE-START, COPIED-END and FILES and
+counts PENDING from the log start (a topic without a table yet: `-` for VERSION too).
 
-Which topics: `--topic` (a name or regex), else every topic with `remote.storage.enable=true`.
+Which topics: `--topic` (a name or regex; one that names no topic is an error), else every
+topic with `remote.storage.enable=true`.
 Where their tables are: `--root` (the cluster's `remote.table.root`), else what a broker
 describes; `--storage-option K=V` reaches an object store (delta-rs names, as the cluster's
 `storage.options.*`).
@@ -45,29 +48,52 @@ def cmd_tables(args: argparse.Namespace, out: TextIO) -> int:
     with admin_client(args) as admin:
         locator = TierLocator(args.root, storage, admin)
         topics = _topics(admin, args.topic, explicit_root=bool(args.root))
+        if args.topic and not topics:
+            raise CliError(
+                f"no topic named or matching {args.topic!r} (python -m sparklog topics list)"
+            )
         snapshots = locator.snapshots(topics)
         if not snapshots and args.topic and not re.fullmatch(r"[\w.-]+", args.topic):
             raise CliError(f"no topic matching {args.topic!r} has a table")
         if args.action == "list":
             _print(out, _list_rows(snapshots))
             return 0
-        tps = [(t, p) for t, s in snapshots.items() for p in sorted(s.partitions)]
-        ends = {
-            (tp[0], int(tp[1])): r.offset
-            for tp, r in admin.list_offsets(dict.fromkeys(tps, -1)).items()
-        }
-    behind = _seconds_behind(args, snapshots, ends, time.time())
+        shown = [t for t in topics if t in snapshots or not args.root]
+        partitions = {t: len(d.partitions) for t, d in admin.describe_topics(shown).items()}
+        tps = [(t, p) for t in shown for p in range(partitions.get(t, 0))]
+        ends = _offsets(admin, tps, -1)
+        starts = _offsets(admin, [tp for tp in tps if _tier(snapshots, tp) is None], -2)
+    copied = {tp: tier.end_offset if (tier := _tier(snapshots, tp)) else starts.get(tp, 0)
+              for tp in tps}  # fmt: skip
+    behind = _seconds_behind(args, copied, ends, time.time())
     header = ("TOPIC", "PARTITION", "TABLE-START", "COPIED-END", "LOG-END", "PENDING",
               "SECONDS-BEHIND", "VERSION", "FILES")  # fmt: skip
     rows: list[tuple[str, ...]] = [header]
-    for topic, snap in snapshots.items():
-        for p, tier in sorted(snap.partitions.items()):
-            end = ends.get((topic, p), -1)
-            rows.append((topic, str(p), str(tier.start_offset), str(tier.end_offset), str(end),
-                         str(max(0, end - tier.end_offset)), f"{behind.get((topic, p), 0.0):.1f}",
-                         str(snap.version), str(len(tier.files))))  # fmt: skip
+    for topic, p in tps:
+        tier, snap, end = (
+            _tier(snapshots, (topic, p)),
+            snapshots.get(topic),
+            ends.get((topic, p), -1),
+        )
+        rows.append((topic, str(p), str(tier.start_offset) if tier else "-",
+                     str(tier.end_offset) if tier else "-", str(end),
+                     str(max(0, end - copied[(topic, p)])), f"{behind.get((topic, p), 0.0):.1f}",
+                     str(snap.version) if snap else "-", str(len(tier.files)) if tier else "-"))  # fmt: skip
     _print(out, rows)
     return 0
+
+
+def _tier(snapshots: dict[str, Any], tp: tuple[str, int]) -> Any | None:
+    """What the table holds of one partition, None when nothing (or no table)."""
+    snap = snapshots.get(tp[0])
+    return None if snap is None else snap.partitions.get(tp[1])
+
+
+def _offsets(admin: Any, tps: list[tuple[str, int]], spec: int) -> dict[tuple[str, int], int]:
+    if not tps:
+        return {}
+    found = admin.list_offsets(dict.fromkeys(tps, spec))
+    return {(tp[0], int(tp[1])): r.offset for tp, r in found.items()}
 
 
 def _topics(admin: Any, pattern: str | None, *, explicit_root: bool) -> list[str]:
@@ -101,17 +127,12 @@ def _list_rows(snapshots: dict[str, Any]) -> list[tuple[str, ...]]:
 
 def _seconds_behind(
     args: argparse.Namespace,
-    snapshots: dict[str, Any],
+    copied: dict[tuple[str, int], int],
     ends: dict[tuple[str, int], int],
     now_s: float,
 ) -> dict[tuple[str, int], float]:
-    """Age of the first record past each lagging partition's copied end."""
-    lagging = {
-        (t, p): tier.end_offset
-        for t, s in snapshots.items()
-        for p, tier in s.partitions.items()
-        if ends.get((t, p), -1) > tier.end_offset
-    }
+    """Age of the first record past each lagging partition's copied end (or log start)."""
+    lagging = {tp: end for tp, end in copied.items() if ends.get(tp, -1) > end}
     if not lagging:
         return {}
     from sparklog.client import KafkaConsumer

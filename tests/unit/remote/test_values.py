@@ -132,3 +132,22 @@ def test_the_table_holds_typed_values_and_still_rebuilds_the_batches(tmp_path) -
     assert rows.column("value_typed").to_pylist()[3:] == [None, None]
     assert "another type" in rows.column("value_error")[4].as_py()
     assert table.read(0, 0, 1 << 20).records == batch + more + last
+
+
+def test_a_schema_that_rejects_every_record_never_stops_the_tier(tmp_path) -> None:
+    # issue 32 §4: every record a dead letter, every upload still committed and readable
+    table = DeltaTopicTable(
+        str(tmp_path / "tier"), "orders", TOPIC_ID, value_format="json", value_schema="id BIGINT"
+    )
+    batches = []
+    for base in (0, 4, 8):
+        values = [b"not json %d" % i for i in range(4)]
+        batches.append(
+            build_batch([SimpleRecord(v, None, 1000 + base) for v in values], base_offset=base)
+        )
+        assert table.append([SegmentUpload(0, base, base + 4, batches[-1])]) is not None
+    assert table.copied_end_offset(0) == 12
+    rows = table._dt.to_pyarrow_dataset().to_table(use_threads=False)
+    assert rows.num_rows == 12 and rows.column("value_typed").null_count == 12
+    assert all(e and "does not" in e for e in rows.column("value_error").to_pylist())
+    assert table.read(0, 0, 1 << 20).records == b"".join(batches)
