@@ -4,7 +4,6 @@ maintenance and drop through `storage.options.*`, as on a local path."""
 
 from __future__ import annotations
 
-import threading
 import uuid
 
 import pytest
@@ -12,7 +11,7 @@ import pytest
 from sparklog.storage.remote.table import DeltaTopicTable
 from sparklog.storage.remote.tier import FencedUploadError, RemoteStorageError, SegmentUpload
 from tests.s3proxy import SECRET_KEY
-from tests.unit.remote.test_table import batch, upload
+from tests.unit.remote.test_table import batch, copy_side_by_side, upload
 
 TOPIC_ID = uuid.uuid4()
 
@@ -53,23 +52,7 @@ def test_concurrent_leaders_of_different_partitions_on_s3(s3proxy, root):
     options = s3proxy.storage_options()
     DeltaTopicTable(root, "orders", TOPIC_ID, storage_options=options)
     tables = [DeltaTopicTable(root, "orders", TOPIC_ID, storage_options=options) for _ in range(2)]
-    errors: list[BaseException] = []
-    start = threading.Barrier(2)
-
-    def copier(p: int) -> None:
-        try:
-            for k in range(5):
-                start.wait()
-                tables[p].append([upload(p, [batch(k * 2, 2)])])
-        except BaseException as e:  # noqa: BLE001 - asserted below
-            errors.append(e)
-
-    threads = [threading.Thread(target=copier, args=(p,)) for p in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
+    copy_side_by_side(tables, 5, 2)
     check = DeltaTopicTable(root, "orders", TOPIC_ID, storage_options=options)
     assert [check.copied_end_offset(p) for p in range(2)] == [10, 10]
 

@@ -113,27 +113,33 @@ def test_a_table_of_another_topic_id_is_refused(table, tmp_path):
         DeltaTopicTable(str(tmp_path / "tier"), "other", create=False)
 
 
-def test_concurrent_leaders_of_different_partitions_both_commit(tmp_path):
-    root = str(tmp_path / "tier")
-    DeltaTopicTable(root, "orders", TOPIC_ID)
-    tables = [DeltaTopicTable(root, "orders", TOPIC_ID) for _ in range(2)]
+def copy_side_by_side(tables: list[DeltaTopicTable], rounds: int, size: int) -> None:
+    """Table handle `p` copies partition `p`, `rounds` batches of `size` records, all handles
+    committing at the same moments; raises the first error any of them met."""
     errors: list[BaseException] = []
-    barrier = threading.Barrier(2)
+    barrier = threading.Barrier(len(tables))
 
     def copier(p: int) -> None:
         try:
-            for k in range(8):
+            for k in range(rounds):
                 barrier.wait()
-                tables[p].append([upload(p, [batch(k * 3, 3)])])
-        except BaseException as e:  # noqa: BLE001 - reported below
+                tables[p].append([upload(p, [batch(k * size, size)])])
+        except BaseException as e:  # noqa: BLE001 - raised below
             errors.append(e)
 
-    threads = [threading.Thread(target=copier, args=(p,)) for p in range(2)]
+    threads = [threading.Thread(target=copier, args=(p,)) for p in range(len(tables))]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert not errors
+    if errors:
+        raise errors[0]
+
+
+def test_concurrent_leaders_of_different_partitions_both_commit(tmp_path):
+    root = str(tmp_path / "tier")
+    DeltaTopicTable(root, "orders", TOPIC_ID)
+    copy_side_by_side([DeltaTopicTable(root, "orders", TOPIC_ID) for _ in range(2)], 8, 3)
     check = DeltaTopicTable(root, "orders", TOPIC_ID)
     for p in range(2):
         assert check.copied_end_offset(p) == 24
