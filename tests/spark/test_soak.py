@@ -44,7 +44,10 @@ def test_a_short_soak_loses_nothing(tmp_path):
     assert report["records_acked"] > 3_000, report
     faults = {k: n for k, n in report["faults"].items() if k != "preferred_leader_move"}
     assert sum(faults.values()) >= MIN_FAULTS, f"the nemesis acted: {report['faults']}"
-    assert report["records_in_log"] == report["records_acked"] == report["records_sent"]
+    # every record acked exactly once in the log, except the copies librdkafka itself sent
+    # again across an epoch bump (classified above: none within one epoch, none unexplained)
+    assert report["records_acked"] == report["records_sent"], report
+    assert report["records_in_log"] == report["records_acked"] + report["records_written_again"]
     txns = report["transactions"]
     assert txns["ok"], txns
     assert txns["aborted_records_visible"] == txns["committed_records_lost"] == 0, txns
