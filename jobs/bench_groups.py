@@ -26,13 +26,11 @@ import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from sparklog.client import AdminClient, NewTopic
 from sparklog.cluster.embedded import EmbeddedCluster
-from sparklog.coordinator.store import InMemoryStore, PreparedAppend
 from sparklog.protocol import codec, kio_build
 from sparklog.protocol.api_versions import ApiKey
 from sparklog.protocol.async_client import AsyncKafkaConnection
@@ -40,15 +38,24 @@ from sparklog.protocol.async_client import AsyncKafkaConnection
 TOPIC = "bench-groups"
 
 
-class MemoryStore(InMemoryStore):
-    """The baseline: a coordinator store that keeps nothing (InMemoryStore without the rows)."""
+class MemoryStore:
+    """The baseline: an offsets store that keeps nothing (same interface as OffsetsStore)."""
 
-    def commit(self, prepared: Sequence[PreparedAppend]) -> int:
-        self.commits += 1
-        return self.commits
+    def __init__(self, path: str, maintenance_commits: int) -> None:
+        self.path = path
+        self.commits = 0
 
     def read_rows(self) -> list[dict[str, Any]]:
         return []
+
+    def append(self, rows: list[dict[str, Any]]) -> None:
+        self.commits += 1
+
+    def version(self) -> int:
+        return 0
+
+    def wait_for_maintenance(self, timeout_s: float = 60.0) -> None:
+        pass
 
 
 def commit_fields(group: str, partitions: int, offset: int) -> dict[str, Any]:

@@ -4,48 +4,35 @@ reads Delta.
 
 The table is append-only: the live state is, per key, the row with the highest `sequence`
 (key = group for `group` rows, (group, topic, partition) for `offset` rows; a row whose value
-is null is a deletion). Callers batch many client requests into one commit (group commit),
-in three steps the runtime pipelines (`store.CoordinatorStore`): `prepare(rows)` numbers the
-rows and writes their Parquet file into the table's directory (built column by column with
-Arrow, not row by row); `commit(prepared)` adds one or more prepared files in ONE Delta commit
-(`create_write_transaction` on one long-lived table handle); `sync(version)` makes it durable.
-`append(rows)` does all three. Every commit carries a Delta app transaction (`APP_ID`,
-sequence of its last row): once a second coordinator (a zombie driver's successor) has
-written, Delta's conflict check refuses the first one's next commit, which raises
-`OffsetsStoreFencedError`; a successor's commit that lands right after ours (read back when
-the handle catches up with our own commit) refuses our next one the same way. A prepared file
-never committed (fenced, or a crash in between) is in no commit: readers never see it and
-`maintain`'s vacuum deletes it.
+is null is a deletion). One `append(rows)` is one Delta commit, so callers batch many client
+requests into one call (group commit). Every commit carries a Delta app transaction
+(`APP_ID`, sequence of its last row): once a second coordinator (a zombie driver's successor)
+has written, Delta's conflict check refuses the first one's next commit, which raises
+`OffsetsStoreFencedError`.
 
-On a local filesystem `sync` fsyncs every commit and its files before the runtime answers,
-and opening the table first checks its log for a torn or incomplete commit (`delta_log`),
-refusing with `OffsetsTableDamagedError` (naming the file and the repair) rather than losing a
-commit silently.
+On a local filesystem every commit is synced to disk before `append` returns, and opening the
+table first checks its log for a torn or incomplete commit (`delta_log`), refusing with
+`OffsetsTableDamagedError` (naming the file and the repair) rather than losing a commit
+silently.
 
 Every `offsets.table.maintenance.commits` commits a background thread compacts small files,
 writes a checkpoint and vacuums, so loading and Spark reads stay fast however long the cluster
 runs, and commits never wait for it.
 
-Thread-safety: one owner, up to three threads, one per step: `prepare` (and `discard`) keep to
-the next sequence to hand out and the files they write, `commit` to the table handle and the
-committed sequence, `sync` to the synced version; each step is called by one thread at a time.
+Not thread-safe: one owner (the coordinator's flush thread) calls it.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
+import datetime
 import logging
 import threading
 import time
-import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from sparklog.coordinator.delta_log import (
     APP_ID,
@@ -57,8 +44,6 @@ from sparklog.coordinator.delta_log import (
     sync_checkpoint,
     sync_commits,
 )
-from sparklog.coordinator.store import PreparedAppend
-from sparklog.storage.object_store import open_object_store
 
 logger = logging.getLogger(__name__)
 
@@ -97,71 +82,20 @@ _ADDED_COLUMNS = (
 )
 
 
-#: the size compaction makes files (Delta's default, 100 MiB, would rewrite a table of less
-#: than that at every maintenance: what a coordinator commits in hours)
-COMPACTED_FILE_BYTES = 8 * 1024 * 1024
-
-
 class OffsetsStoreFencedError(Exception):
     """Another writer committed to the offsets table since we last did: we are a zombie."""
 
 
-#: integer columns whose min/max go into a data file's Delta stats (file skipping for readers)
-_STATS_COLUMNS = ("sequence", "partition", "committed_offset", "leader_epoch", "producer_id")
-_TIMESTAMP_COLUMNS = ("commit_timestamp", "expire_timestamp")
+def _ts(ms: int | None) -> datetime.datetime | None:
+    if ms is None:
+        return None
+    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
 
 
-def arrow_rows(rows: list[dict[str, Any]], first_sequence: int) -> pa.Table:
-    """`rows` as a table of `SCHEMA`, numbered from `first_sequence`: built column by column
-    (one list per column, timestamps converted by Arrow), not row by row."""
-    columns: list[pa.Array] = [
-        pa.array(range(first_sequence, first_sequence + len(rows)), pa.int64())
-    ]
-    for field in list(SCHEMA)[1:]:
-        if field.name in _TIMESTAMP_COLUMNS:
-            millis = pa.array([row[field.name + "_ms"] for row in rows], pa.int64())
-            columns.append(pc.multiply(millis, 1000).cast(_TS))
-        else:
-            columns.append(pa.array([row.get(field.name) for row in rows], field.type))
-    return pa.Table.from_arrays(columns, schema=SCHEMA)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _DataFile:
-    """A prepared append's Parquet file in the table's directory (not yet added)."""
-
-    name: str
-    size: int
-    #: Delta file statistics (JSON), for readers' file skipping
-    stats: str
-
-    def add_action(self) -> Any:
-        from deltalake.transaction import AddAction
-
-        return AddAction(
-            self.name,
-            self.size,
-            {},
-            int(time.time() * 1000),
-            True,
-            self.stats,
-        )
-
-
-def _stats(table: pa.Table) -> dict[str, Any]:
-    """Delta file statistics: row count, null counts, min/max of the integer columns."""
-    low: dict[str, Any] = {}
-    high: dict[str, Any] = {}
-    for name in _STATS_COLUMNS:
-        bounds = pc.min_max(table[name])
-        if bounds["min"].is_valid:
-            low[name], high[name] = bounds["min"].as_py(), bounds["max"].as_py()
-    return {
-        "numRecords": table.num_rows,
-        "minValues": low,
-        "maxValues": high,
-        "nullCount": {name: table[name].null_count for name in table.column_names},
-    }
+def _ms(value: Any) -> int | None:
+    if value is None:
+        return None
+    return int(value.timestamp() * 1000)
 
 
 class OffsetsStore:
@@ -171,7 +105,7 @@ class OffsetsStore:
         self,
         path: str | Path,
         *,
-        maintenance_commits: int = 20,
+        maintenance_commits: int = 100,
         storage_options: dict[str, str] | None = None,
     ) -> None:
         from deltalake import DeltaTable
@@ -202,12 +136,7 @@ class OffsetsStore:
             sync_commits(self._local_dir, self._synced_version, self._synced_version)
         self._last_version = self._table.transaction_version(APP_ID)
         self.next_sequence = 0 if self._last_version is None else self._last_version + 1
-        #: the sequence the next `prepare` starts at (>= next_sequence: prepared, not committed)
-        self._prepared_sequence = self.next_sequence
         self.commits = 0
-        #: a coordinator committed right after one of ours: the next commit is refused
-        self._fenced_by_successor = False
-        self._store: Any = None
         self._since_maintenance = 0
         self._maintenance: threading.Thread | None = None
 
@@ -236,11 +165,10 @@ class OffsetsStore:
         table = self._table.to_pyarrow_dataset().to_table(use_threads=False)
         table = table.sort_by("sequence")
         self._check_sequences(table)
-        for name in _TIMESTAMP_COLUMNS:  # epoch ms, converted by Arrow rather than per row
-            at = table.schema.get_field_index(name)
-            millis = pc.divide(table[name].cast(pa.int64()), 1000)
-            table = table.set_column(at, name + "_ms", millis)
-        yield from table.to_pylist()
+        for row in table.to_pylist():
+            row["commit_timestamp_ms"] = _ms(row.pop("commit_timestamp"))
+            row["expire_timestamp_ms"] = _ms(row.pop("expire_timestamp"))
+            yield row
 
     def _check_sequences(self, table: pa.Table) -> None:
         """Every row's sequence is at most the app transaction's version: more means a commit
@@ -263,70 +191,37 @@ class OffsetsStore:
     # -- writes -----------------------------------------------------------------------------
 
     def append(self, rows: list[dict[str, Any]]) -> None:
-        """Persist `rows` in one durable Delta commit (fenced if another writer got in
-        first): `prepare`, `commit` and `sync` in one call."""
-        if rows:
-            self.sync(self.commit([self.prepare(rows)]))
+        """Persist `rows` in one Delta commit (fenced if another writer got in first)."""
+        from deltalake import (
+            CommitProperties,
+            PostCommitHookProperties,
+            Transaction,
+            write_deltalake,
+        )
 
-    def prepare(self, rows: list[dict[str, Any]]) -> PreparedAppend:
-        """Number `rows` after everything prepared so far and write their Parquet file into
-        the table's directory; it is not part of the table until `commit` adds it (a crash
-        before that leaves an unreferenced file, which `maintain`'s vacuum deletes)."""
-        assert rows, "an empty append is never prepared"
-        first = self._prepared_sequence
-        table = arrow_rows(rows, first)
-        buffer = pa.BufferOutputStream()
-        pq.write_table(table, buffer, compression="snappy")
-        data = buffer.getvalue()
-        name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
-        self._write_file(name, data)
-        self._prepared_sequence = first + len(rows)
-        data_file = _DataFile(name, data.size, json.dumps(_stats(table)))
-        return PreparedAppend(first, first + len(rows) - 1, data_file)
-
-    def _write_file(self, name: str, data: pa.Buffer) -> None:
-        if self._local_dir is not None:
-            with open(self._local_dir / name, "wb") as f:  # synced with its commit
-                f.write(data)
+        if not rows:
             return
-        import obstore
-
-        obstore.put(self._objects(), name, data.to_pybytes())  # durable once it returns
-
-    def _objects(self) -> Any:
-        """The object store under the table (`obstore`, keys relative to the table)."""
-        if self._store is None:
-            self._store = open_object_store(self.path, self.storage_options or {})
-        return self._store
-
-    def commit(self, prepared: Sequence[PreparedAppend]) -> int:
-        """Add prepared files to the table in ONE Delta commit carrying the app transaction
-        (`APP_ID`, the last row's sequence); fenced if another writer got in first. Prepared
-        appends commit in the order they were prepared. Returns the version to `sync`."""
-        from deltalake import CommitProperties, PostCommitHookProperties, Transaction
-
-        assert prepared, "a commit adds at least one prepared file"
-        assert prepared[0].first_sequence >= self.next_sequence, "commits keep prepare's order"
-        if self._fenced_by_successor:
-            raise self._fenced()
-        last = prepared[-1].last_sequence
-        files: list[_DataFile] = [p.payload for p in prepared]
-        read_version = self._table.version()
+        first = self.next_sequence
+        columns: dict[str, list[Any]] = {f.name: [] for f in SCHEMA}
+        for i, row in enumerate(rows):
+            columns["sequence"].append(first + i)
+            for name in SCHEMA.names[1:]:
+                if name == "commit_timestamp":
+                    columns[name].append(_ts(row["commit_timestamp_ms"]))
+                elif name == "expire_timestamp":
+                    columns[name].append(_ts(row["expire_timestamp_ms"]))
+                else:
+                    columns[name].append(row.get(name))
+        last = first + len(rows) - 1
         try:
-            self._table.create_write_transaction(
-                [f.add_action() for f in files],
+            write_deltalake(
+                self._table,
+                pa.table(columns, schema=SCHEMA),
                 mode="append",
-                schema=SCHEMA,
                 commit_properties=CommitProperties(
                     app_transactions=[Transaction(APP_ID, last)],
-                    custom_metadata={
-                        # what the commit must hold, for `delta_log.check_log` after a crash
-                        LAST_SEQUENCE_KEY: str(last),
-                        "operationMetrics": {
-                            "num_added_files": str(len(files)),
-                            "num_removed_files": "0",
-                        },
-                    },
+                    # what the commit must hold, for `delta_log.check_log` after a crash
+                    custom_metadata={LAST_SEQUENCE_KEY: str(last)},
                 ),
                 # checkpoints and log cleanup happen in `maintain`, off the commit path
                 post_commithook_properties=PostCommitHookProperties(
@@ -336,56 +231,16 @@ class OffsetsStore:
         except Exception as e:
             # Delta's conflict check: a commit since our snapshot carries our app id
             if "Concurrent transaction" in str(e):
-                raise self._fenced() from e
-            if not self._landed_anyway(last):
-                raise
+                raise OffsetsStoreFencedError(
+                    f"{self.path} was written by another group coordinator since this one last "
+                    "did; this one stops serving"
+                ) from e
+            raise
         # the commit exists from here on, synced or not: its sequences are taken
         self._last_version = last
         self.next_sequence = last + 1
         self.commits += 1
-        # the handle does not follow its own commits (the next commit's conflict check reads
-        # from it): read ours, and whatever else landed since
-        self._table.update_incremental()
-        version = self._table.version()
-        # more than our one commit since our snapshot (maintenance, or a successor): if the
-        # newest app transaction is not ours, another coordinator committed right after us;
-        # ours stands, our next is refused
-        if version > read_version + 1 and self._table.transaction_version(APP_ID) != last:
-            self._fenced_by_successor = True
-        self._maybe_maintain()
-        return version
-
-    def _landed_anyway(self, last: int) -> bool:
-        """After a failed commit: whether it is in the table all the same (an error after
-        the commit file was in place). Reading the log again also keeps the handle's snapshot
-        from taking our own commit for a rival's at the next commit."""
-        try:
-            self._table.update_incremental()
-            return self._table.transaction_version(APP_ID) == last
-        except Exception:  # noqa: BLE001 - the table cannot be read now: the commit failed
-            logger.warning("cannot read %s back after a failed commit", self.path, exc_info=True)
-            return False
-
-    def discard(self, prepared: PreparedAppend) -> None:
-        """Delete a prepared file that will never be committed (best effort: vacuum would)."""
-        name = prepared.payload.name
-        try:
-            if self._local_dir is not None:
-                (self._local_dir / name).unlink(missing_ok=True)
-            else:
-                import obstore
-
-                obstore.delete(self._objects(), name)
-        except Exception:  # noqa: BLE001 - an orphan file is harmless
-            logger.warning("could not delete the uncommitted file %s of %s", name, self.path)
-
-    def _fenced(self) -> OffsetsStoreFencedError:
-        return OffsetsStoreFencedError(
-            f"{self.path} was written by another group coordinator since this one last "
-            "did; this one stops serving"
-        )
-
-    def _maybe_maintain(self) -> None:
+        self._sync(self._table.version())  # raises when the disk fails: the caller answers so
         self._since_maintenance += 1
         if self._since_maintenance >= self.maintenance_commits and not self.maintaining():
             self._since_maintenance = 0
@@ -394,10 +249,9 @@ class OffsetsStore:
             )
             self._maintenance.start()
 
-    def sync(self, version: int) -> None:
+    def _sync(self, version: int) -> None:
         """fsync every commit up to `version` not synced yet, with its data files (local
-        paths only): the coordinator answers only after this returns. Called on one thread,
-        in version order, beside `commit` (it reads commit files, never the handle)."""
+        paths only): the coordinator answers only after this returns."""
         if self._local_dir is not None and version > self._synced_version:
             sync_commits(self._local_dir, self._synced_version + 1, version)
         self._synced_version = max(self._synced_version, version)
@@ -434,15 +288,11 @@ def maintain_table(path: str, storage_options: dict[str, str] | None, local: Pat
 
     table = DeltaTable(path, storage_options=storage_options)
     first = table.version() + 1
-    # files of COMPACTED_FILE_BYTES and more are left alone: each run rewrites the small files
-    # written since the last one, not the whole table again
-    table.optimize.compact(target_size=COMPACTED_FILE_BYTES)
+    table.optimize.compact()
     table.create_checkpoint()
     if local is not None:
         sync_commits(local, first, table.version())
         sync_checkpoint(local, table.version())
-    # files replaced within the last hour stay, for readers that listed them; a full vacuum
-    # also deletes files no commit names (prepared, then fenced or cut off by a crash) once
-    # they are an hour old: a file being prepared now is younger than that
-    table.vacuum(retention_hours=1, dry_run=False, enforce_retention_duration=False, full=True)
+    # files replaced within the last hour stay, for readers that listed them
+    table.vacuum(retention_hours=1, dry_run=False, enforce_retention_duration=False)
     table.cleanup_metadata()

@@ -34,7 +34,7 @@ GROUP_SETTINGS = define(
     _group(
         "offsets.table.maintenance.commits",
         _INT,
-        20,
+        100,
         "sparklog's own: Delta table maintenance (checkpoint, compaction, vacuum) interval",
     ),
     _group(
