@@ -197,10 +197,11 @@ class TransactionApis:
 
     # -- AddOffsetsToTxn, TxnOffsetCommit ---------------------------------------------------
 
-    async def handle_add_offsets_to_txn(self, request: Request) -> Any:
-        body = request.body
+    async def _add_offsets(self, body: Any, *, implicit: bool) -> int:
+        """Add the request's group to its transaction (AddOffsetsToTxn, or TV2's implicit add
+        in TxnOffsetCommit v5); the error code, REQUEST_TIMED_OUT when the core did not answer."""
         try:
-            code = await self._wait(
+            code: int = await self._wait(
                 lambda respond: self.core.add_offsets(
                     self.clock(),
                     transactional_id=body.transactional_id,
@@ -208,10 +209,15 @@ class TransactionApis:
                     producer_epoch=int(body.producer_epoch),
                     group_id=body.group_id,
                     respond=respond,
+                    implicit=implicit,
                 )
             )
         except TimeoutError:
-            code = RequestTimedOutError.code
+            return RequestTimedOutError.code
+        return code
+
+    async def handle_add_offsets_to_txn(self, request: Request) -> Any:
+        code = await self._add_offsets(request.body, implicit=False)
         code = _fenced_for(request.api_version, code, 2)
         return kio_build.response(request, {"error_code": code})
 
@@ -221,17 +227,7 @@ class TransactionApis:
         code = 0
         if request.api_version >= TXN_OFFSET_COMMIT_TV2_VERSION:
             # TV2: no AddOffsetsToTxn; the group joins the transaction here (KIP-890 part 2)
-            code = await self._wait(
-                lambda respond: self.core.add_offsets(
-                    self.clock(),
-                    transactional_id=body.transactional_id,
-                    producer_id=int(body.producer_id),
-                    producer_epoch=int(body.producer_epoch),
-                    group_id=body.group_id,
-                    respond=respond,
-                    implicit=True,
-                )
-            )
+            code = await self._add_offsets(body, implicit=True)
         try:
             if code:
                 raise _Refused(code)
