@@ -122,10 +122,11 @@ def copy_side_by_side(tables: list[DeltaTopicTable], rounds: int, size: int) -> 
     def copier(p: int) -> None:
         try:
             for k in range(rounds):
-                barrier.wait()
+                barrier.wait(timeout=120)
                 tables[p].append([upload(p, [batch(k * size, size)])])
         except BaseException as e:  # noqa: BLE001 - raised below
             errors.append(e)
+            barrier.abort()  # the others stop waiting for a copier that is gone
 
     threads = [threading.Thread(target=copier, args=(p,)) for p in range(len(tables))]
     for t in threads:
